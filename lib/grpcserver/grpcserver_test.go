@@ -1,0 +1,221 @@
+package grpcserver_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meridian-cp/meridian/lib/grpcserver"
+)
+
+// boomDesc is a service whose methods panic when asked to.
+var boomDesc = grpc.ServiceDesc{
+	ServiceName: "test.Boom",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Unary",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(_ context.Context, req any) (any, error) {
+				if req.(*wrapperspb.StringValue).Value == "panic" {
+					panic("boom")
+				}
+				return in, nil
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Boom/Unary"}, h)
+		},
+	}},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Stream",
+		ServerStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error {
+			panic("stream boom")
+		},
+	}},
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
+	t.Helper()
+	srv, _, err := grpcserver.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RegisterService(&boomDesc, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestRecoveryAndMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	logs := &syncBuffer{}
+	conn := start(t, grpcserver.Options{
+		Service:    "test",
+		Registerer: reg,
+		Logger:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	ctx := t.Context()
+
+	out := new(wrapperspb.StringValue)
+	if err := conn.Invoke(ctx, "/test.Boom/Unary", wrapperspb.String("hello"), out); err != nil || out.Value != "hello" {
+		t.Fatalf("ordinary call: %v %v", out, err)
+	}
+	err := conn.Invoke(ctx, "/test.Boom/Unary", wrapperspb.String("panic"), out)
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("panicking call: err = %v, want Internal", err)
+	}
+	if strings.Contains(status.Convert(err).Message(), "boom") {
+		t.Fatalf("panic value leaked to the client: %v", err)
+	}
+	st, err := conn.NewStream(ctx, &boomDesc.Streams[0], "/test.Boom/Stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SendMsg(wrapperspb.String(""))
+	_ = st.CloseSend()
+	if err := st.RecvMsg(out); status.Code(err) != codes.Internal {
+		t.Fatalf("panicking stream: err = %v, want Internal", err)
+	}
+	// The server is still up.
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health after panics: %v", err)
+	}
+
+	handled := func(method, code string) float64 {
+		return testutil.ToFloat64(mustCurry(t, reg, method, code))
+	}
+	if got := handled("Unary", "Internal"); got != 1 {
+		t.Errorf("handled{Unary,Internal} = %v, want 1", got)
+	}
+	if got := handled("Unary", "OK"); got != 1 {
+		t.Errorf("handled{Unary,OK} = %v, want 1", got)
+	}
+	if got := handled("Stream", "Internal"); got != 1 {
+		t.Errorf("handled{Stream,Internal} = %v, want 1", got)
+	}
+	n, err := testutil.GatherAndCount(reg, "grpc_server_started_total", "grpc_server_handling_seconds")
+	if err != nil || n == 0 {
+		t.Errorf("started/handling series: %d, %v", n, err)
+	}
+
+	l := logs.String()
+	if !strings.Contains(l, "grpc handler panicked") || !strings.Contains(l, "goroutine") {
+		t.Errorf("panic not logged with a stack:\n%s", l)
+	}
+	if !strings.Contains(l, `"method":"/test.Boom/Unary"`) || !strings.Contains(l, `"code":"Internal"`) {
+		t.Errorf("calls not logged at debug:\n%s", l)
+	}
+	if strings.Contains(l, "hello") {
+		t.Errorf("request body logged:\n%s", l)
+	}
+}
+
+// mustCurry gathers the grpc_server_handled_total series of test.Boom.
+func mustCurry(t *testing.T, reg *prometheus.Registry, method, code string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_handled_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["grpc_service"] == "test.Boom" && labels["grpc_method"] == method && labels["grpc_code"] == code {
+				c.Add(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return c
+}
+
+func TestSharedRegisterer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for i := 0; i < 2; i++ {
+		if _, err := grpcserver.ServerOptions(grpcserver.Options{Registerer: reg}); err != nil {
+			t.Fatalf("registration %d: %v", i, err)
+		}
+	}
+	// One registry wrapped per service, as the all-in-one binary does.
+	reg = prometheus.NewRegistry()
+	for _, svc := range []string{"store", "admission", "store"} {
+		wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"service": svc}, reg)
+		if _, _, err := grpcserver.New(grpcserver.Options{Service: svc, Registerer: wrapped}); err != nil {
+			t.Fatalf("wrapped registration for %s: %v", svc, err)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthServing(t *testing.T) {
+	conn := start(t, grpcserver.Options{})
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("status %v", resp.GetStatus())
+	}
+}
+
+func TestMaxRecvMsgSize(t *testing.T) {
+	conn := start(t, grpcserver.Options{MaxRecvMsgSize: 1024})
+	err := conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String(strings.Repeat("x", 2048)), new(wrapperspb.StringValue))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized message: %v, want ResourceExhausted", err)
+	}
+	if _, err := grpcserver.ServerOptions(grpcserver.Options{MaxRecvMsgSize: -1}); err == nil {
+		t.Fatal("negative MaxRecvMsgSize accepted")
+	}
+}

@@ -1,0 +1,98 @@
+package identity
+
+import (
+	"context"
+	"crypto/x509"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// GatewayOrganization is the Organization (O=) of the gateway's client
+// certificate: the peers trusted to assert users by default.
+const GatewayOrganization = "meridian:gateways"
+
+// TrustFunc reports whether the mTLS client presenting peer (its verified
+// leaf certificate) may assert users in request metadata. It is called on
+// every request and must be safe for concurrent use.
+type TrustFunc func(peer *x509.Certificate) bool
+
+// TrustOrganization trusts peers whose certificate's Subject.Organization
+// contains org.
+func TrustOrganization(org string) TrustFunc {
+	return func(peer *x509.Certificate) bool {
+		return peer != nil && slices.Contains(peer.Subject.Organization, org)
+	}
+}
+
+// VerifiedPeer returns the verified leaf certificate of the mTLS client of
+// ctx's gRPC call: the first certificate of the first verified chain. It
+// reports false for plaintext peers and for TLS peers that presented no
+// certificate or one that was not verified.
+func VerifiedPeer(ctx context.Context) (*x509.Certificate, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return nil, false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil, false
+	}
+	chains := info.State.VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return nil, false
+	}
+	return chains[0][0], true
+}
+
+// fromCall returns ctx with the asserted user when the peer is trusted.
+// Whatever a user value ctx already carries in process is dropped first, so
+// the user a handler sees always comes from this decision.
+func fromCall(ctx context.Context, trust TrustFunc) context.Context {
+	ctx = context.WithValue(ctx, userKey{}, nil)
+	if trust == nil {
+		return ctx
+	}
+	cert, ok := VerifiedPeer(ctx)
+	if !ok || !trust(cert) {
+		return ctx
+	}
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return ctx
+	}
+	u, ok := FromIncomingMetadata(md)
+	if !ok {
+		return ctx
+	}
+	return WithUser(ctx, u)
+}
+
+// UnaryServerInterceptor puts the user asserted in the request metadata
+// into the handler's context (see UserFrom), but only when the peer's
+// verified client certificate satisfies trust. From a plaintext peer, a peer
+// without a verified certificate, or an untrusted peer, the metadata is
+// ignored and the context carries no user. A nil trust trusts nobody.
+func UnaryServerInterceptor(trust TrustFunc) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return handler(fromCall(ctx, trust), req)
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streaming calls.
+func StreamServerInterceptor(trust TrustFunc) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &contextStream{ServerStream: ss, ctx: fromCall(ss.Context(), trust)})
+	}
+}
+
+// contextStream overrides the context of a server stream.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }

@@ -1,0 +1,232 @@
+package identity_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net"
+	"reflect"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/pki"
+)
+
+func TestTrustOrganization(t *testing.T) {
+	trust := identity.TrustOrganization(identity.GatewayOrganization)
+	if trust(nil) {
+		t.Error("nil certificate trusted")
+	}
+	if trust(&x509.Certificate{Subject: pkix.Name{Organization: []string{"other"}}}) {
+		t.Error("other organization trusted")
+	}
+	if !trust(&x509.Certificate{Subject: pkix.Name{Organization: []string{"x", identity.GatewayOrganization}}}) {
+		t.Error("gateway organization not trusted")
+	}
+}
+
+// whoami answers with the name of the user in the handler's context, or
+// "<none>".
+func whoami(ctx context.Context) *wrapperspb.StringValue {
+	u, ok := identity.UserFrom(ctx)
+	if !ok {
+		return wrapperspb.String("<none>")
+	}
+	return wrapperspb.String(u.Name)
+}
+
+var whoDesc = grpc.ServiceDesc{
+	ServiceName: "test.Who",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Unary",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, _ any) (any, error) { return whoami(ctx), nil }
+			if ic == nil {
+				return h(ctx, in)
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Who/Unary"}, h)
+		},
+	}},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Stream",
+		ServerStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error {
+			in := new(wrapperspb.StringValue)
+			if err := ss.RecvMsg(in); err != nil {
+				return err
+			}
+			return ss.SendMsg(whoami(ss.Context()))
+		},
+	}},
+}
+
+type env struct {
+	ca                 *pki.CA
+	serverCert         tls.Certificate
+	gatewayCert, other tls.Certificate
+	trust              identity.TrustFunc
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(spec pki.CertSpec) tls.Certificate {
+		kp, err := ca.Issue(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := kp.TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	return &env{
+		ca:          ca,
+		serverCert:  issue(pki.CertSpec{CommonName: "svc", DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}),
+		gatewayCert: issue(pki.CertSpec{CommonName: "gateway", Organizations: []string{identity.GatewayOrganization}, Client: true}),
+		other:       issue(pki.CertSpec{CommonName: "intruder", Organizations: []string{"meridian:others"}, Client: true}),
+		trust:       identity.TrustOrganization(identity.GatewayOrganization),
+	}
+}
+
+// serve starts a server with the identity interceptors on loopback.
+func serve(t *testing.T, trust identity.TrustFunc, tlsConf *tls.Config) string {
+	t.Helper()
+	opts := []grpc.ServerOption{
+		grpc.UnaryInterceptor(identity.UnaryServerInterceptor(trust)),
+		grpc.StreamInterceptor(identity.StreamServerInterceptor(trust)),
+	}
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	srv := grpc.NewServer(opts...)
+	srv.RegisterService(&whoDesc, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// who calls both methods as user alice (in system:masters) and returns what
+// the server saw; both must agree.
+func who(t *testing.T, addr string, creds credentials.TransportCredentials) string {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := identity.AppendToOutgoing(t.Context(), identity.User{
+		Name: "alice", Groups: []string{"system:masters"},
+		Extra: map[string][]string{"example.com/Team": {"platform"}},
+	})
+	out := new(wrapperspb.StringValue)
+	if err := conn.Invoke(ctx, "/test.Who/Unary", wrapperspb.String(""), out); err != nil {
+		t.Fatalf("unary call: %v", err)
+	}
+	st, err := conn.NewStream(ctx, &whoDesc.Streams[0], "/test.Who/Stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(wrapperspb.String("")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	sout := new(wrapperspb.StringValue)
+	if err := st.RecvMsg(sout); err != nil {
+		t.Fatalf("stream call: %v", err)
+	}
+	if sout.Value != out.Value {
+		t.Fatalf("unary saw %q, stream saw %q", out.Value, sout.Value)
+	}
+	return out.Value
+}
+
+func TestInterceptorTrust(t *testing.T) {
+	e := newEnv(t)
+	mtls := pki.ServerTLS(e.serverCert, e.ca.Pool(), tls.RequireAndVerifyClientCert)
+	optional := pki.ServerTLS(e.serverCert, e.ca.Pool(), tls.VerifyClientCertIfGiven)
+	client := func(cert *tls.Certificate) credentials.TransportCredentials {
+		return credentials.NewTLS(pki.ClientTLS(cert, e.ca.Pool(), "localhost"))
+	}
+
+	tests := []struct {
+		name   string
+		trust  identity.TrustFunc
+		server *tls.Config
+		creds  credentials.TransportCredentials
+		want   string
+	}{
+		{"trusted gateway", e.trust, mtls, client(&e.gatewayCert), "alice"},
+		{"untrusted client certificate", e.trust, mtls, client(&e.other), "<none>"},
+		{"no client certificate", e.trust, optional, client(nil), "<none>"},
+		{"plaintext", e.trust, nil, insecure.NewCredentials(), "<none>"},
+		{"nil trust", nil, mtls, client(&e.gatewayCert), "<none>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serve(t, tc.trust, tc.server)
+			if got := who(t, addr, tc.creds); got != tc.want {
+				t.Fatalf("server saw user %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestInterceptorCarriesWholeUser(t *testing.T) {
+	e := newEnv(t)
+	want := identity.User{
+		Name: "jürgen", UID: "42", Groups: []string{"a", "b"},
+		Extra: map[string][]string{"example.com/Team": {"x", "y"}},
+	}
+	var got identity.User
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(pki.ServerTLS(e.serverCert, e.ca.Pool(), tls.RequireAndVerifyClientCert))),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return identity.UnaryServerInterceptor(e.trust)(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+				got, _ = identity.UserFrom(ctx)
+				return h(ctx, req)
+			})
+		}),
+	)
+	srv.RegisterService(&whoDesc, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(
+		credentials.NewTLS(pki.ClientTLS(&e.gatewayCert, e.ca.Pool(), "localhost"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := identity.AppendToOutgoing(t.Context(), want)
+	if err := conn.Invoke(ctx, "/test.Who/Unary", wrapperspb.String(""), new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("server saw %+v, want %+v", got, want)
+	}
+}

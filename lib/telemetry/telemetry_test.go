@@ -1,0 +1,85 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
+)
+
+func TestServeMetrics(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Add(3)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	addr, err := telemetry.ServeMetrics(ctx, "127.0.0.1:0", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + addr.String() + "/metrics"
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for _, want := range []string{"meridian_test_total 3", "go_goroutines", "process_"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("metrics server still serving after ctx was cancelled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := telemetry.NewLogger(&buf, "warn", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hidden")
+	l.Warn("shown", "k", "v")
+	if s := buf.String(); strings.Contains(s, "hidden") || !strings.Contains(s, `"msg":"shown"`) {
+		t.Fatalf("json/warn output: %s", s)
+	}
+	buf.Reset()
+	l, err = telemetry.NewLogger(&buf, "DEBUG", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Debug("dbg")
+	if !strings.Contains(buf.String(), "msg=dbg") {
+		t.Fatalf("text/debug output: %s", buf.String())
+	}
+	if _, err := telemetry.NewLogger(&buf, "loud", "json"); err == nil {
+		t.Fatal("bad level accepted")
+	}
+	if _, err := telemetry.NewLogger(&buf, "info", "xml"); err == nil {
+		t.Fatal("bad format accepted")
+	}
+}
