@@ -1,0 +1,78 @@
+package raftlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Log entry encoding, version 1 (the index is the key, not repeated):
+//
+//	+------+-----------+------+---------------------+----------+------+-----------+------------+
+//	| 0x01 | term uvar | type | appended-at ns svar | len uvar | data | len uvar  | extensions |
+//	+------+-----------+------+---------------------+----------+------+-----------+------------+
+const logFormatV1 = 1
+
+var errCorrupt = errors.New("raftlog: corrupt log entry")
+
+func encodeLog(buf []byte, l *raft.Log) []byte {
+	buf = append(buf, logFormatV1)
+	buf = binary.AppendUvarint(buf, l.Term)
+	buf = append(buf, byte(l.Type))
+	var at int64
+	if !l.AppendedAt.IsZero() {
+		at = l.AppendedAt.UnixNano()
+	}
+	buf = binary.AppendVarint(buf, at)
+	buf = binary.AppendUvarint(buf, uint64(len(l.Data)))
+	buf = append(buf, l.Data...)
+	buf = binary.AppendUvarint(buf, uint64(len(l.Extensions)))
+	return append(buf, l.Extensions...)
+}
+
+// decodeLog fills out from b; out's slices are copies (b belongs to pebble).
+func decodeLog(b []byte, out *raft.Log) error {
+	if len(b) < 1 || b[0] != logFormatV1 {
+		return errCorrupt
+	}
+	b = b[1:]
+	term, n := binary.Uvarint(b)
+	if n <= 0 || len(b) < n+1 {
+		return errCorrupt
+	}
+	b = b[n:]
+	typ := raft.LogType(b[0])
+	b = b[1:]
+	at, n := binary.Varint(b)
+	if n <= 0 {
+		return errCorrupt
+	}
+	b = b[n:]
+	data, b, ok := readBytes(b)
+	if !ok {
+		return errCorrupt
+	}
+	ext, b, ok := readBytes(b)
+	if !ok || len(b) != 0 {
+		return errCorrupt
+	}
+	*out = raft.Log{Term: term, Type: typ, Data: data, Extensions: ext}
+	if at != 0 {
+		out.AppendedAt = time.Unix(0, at)
+	}
+	return nil
+}
+
+func readBytes(b []byte) (v, rest []byte, ok bool) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < l {
+		return nil, nil, false
+	}
+	b = b[n:]
+	if l == 0 {
+		return nil, b[l:], true
+	}
+	return append([]byte(nil), b[:l]...), b[l:], true
+}
