@@ -2,14 +2,14 @@ package grpcserver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
 // metrics are the gRPC server metrics, named as go-grpc-prometheus names
@@ -21,21 +21,21 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	started, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	started, err := telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "grpc_server_started_total",
 		Help: "Total number of RPCs started on the server.",
 	}, []string{"grpc_service", "grpc_method"}))
 	if err != nil {
 		return nil, err
 	}
-	handled, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	handled, err := telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "grpc_server_handled_total",
 		Help: "Total number of RPCs completed on the server, regardless of success or failure.",
 	}, []string{"grpc_service", "grpc_method", "grpc_code"}))
 	if err != nil {
 		return nil, err
 	}
-	duration, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	duration, err := telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "grpc_server_handling_seconds",
 		Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
@@ -44,23 +44,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	return &metrics{started: started, handled: handled, duration: duration}, nil
-}
-
-// register registers c, or returns the collector of the same description
-// already registered (so several servers may share one Registerer).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	var zero C
-	return zero, fmt.Errorf("grpcserver: register metrics: %w", err)
 }
 
 func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -83,3 +83,24 @@ func TestNewLogger(t *testing.T) {
 		t.Fatal("bad format accepted")
 	}
 }
+
+func TestRegisterReuses(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newVec := func() *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"l"})
+	}
+	a, err := telemetry.Register(reg, newVec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := telemetry.Register(reg, newVec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Fatal("second registration did not return the existing collector")
+	}
+	if _, err := telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "x_total", Help: "other"})); err == nil {
+		t.Fatal("conflicting registration accepted")
+	}
+}
