@@ -1,0 +1,320 @@
+// Package app assembles the API gateway: the REST front end, the
+// ResourceService behind it, and the connections to the store, admission
+// and flow-control services. The gateway's own binary and the all-in-one
+// binary both start it through New, Serve and Close.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/grpcserver"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/codec"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// Config configures the gateway.
+type Config struct {
+	// StoreAddress is the store's gRPC address. Required.
+	StoreAddress string
+	// AdmissionAddress is the admission service's address; empty: no
+	// admission.
+	AdmissionAddress string
+	// FlowControlAddress is the flow-control service's address; empty: no
+	// flow control.
+	FlowControlAddress string
+	// ClientTLS is the mTLS configuration for calls to the other services
+	// (the gateway's client certificate, O=meridian:gateways, and the CA);
+	// nil is plaintext, for tests only.
+	ClientTLS *tls.Config
+	// ServingTLS is the HTTPS configuration of the API. Required. Client
+	// certificates are requested and verified against ClientCAs.
+	ServingTLS *tls.Config
+	// ClientCAs verifies client certificates; nil disables certificate
+	// authentication.
+	ClientCAs *x509.CertPool
+	// TokenAuthFile is a kube-apiserver static token file; empty: none.
+	TokenAuthFile string
+	// Registerer receives metrics; Gatherer serves them on /metrics. Either
+	// may be nil.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// GatewayID names this replica to flow control; empty: a random id.
+	GatewayID string
+}
+
+// Validate reports every problem with the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.StoreAddress == "" {
+		errs = append(errs, errors.New("apigateway: StoreAddress is required"))
+	}
+	if c.ServingTLS == nil {
+		errs = append(errs, errors.New("apigateway: ServingTLS is required"))
+	} else if len(c.ServingTLS.Certificates) == 0 && c.ServingTLS.GetCertificate == nil {
+		errs = append(errs, errors.New("apigateway: ServingTLS has no certificate"))
+	}
+	if c.ClientCAs == nil && c.TokenAuthFile == "" {
+		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
+	}
+	return errors.Join(errs...)
+}
+
+// App is a running gateway.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	conns    []*grpc.ClientConn
+	internal *grpc.Server
+	inLis    *bufconn.Listener
+	http     *http.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	once     sync.Once
+	closeErr error
+}
+
+// New connects to the services, makes sure the namespaces every cluster
+// has exist, and builds the HTTP server. It does not listen.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.GatewayID == "" {
+		cfg.GatewayID = "apigateway-" + uuid.NewString()[:8]
+	}
+	a := &App{cfg: cfg, log: cfg.Logger}
+	bg, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	ok := false
+	defer func() {
+		if !ok {
+			_ = a.Close()
+		}
+	}()
+
+	var tokens *authn.TokenFile
+	if cfg.TokenAuthFile != "" {
+		var err error
+		if tokens, err = authn.LoadTokenFile(cfg.TokenAuthFile); err != nil {
+			return nil, err
+		}
+	}
+	storeConn, err := a.dial(cfg.StoreAddress)
+	if err != nil {
+		return nil, err
+	}
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	reg := registry.New(registry.Core()...)
+	store := storage.New(storeConn)
+
+	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger}
+	readyz := []healthz.Check{grpcHealthCheck("store", storeConn)}
+	if cfg.AdmissionAddress != "" {
+		conn, err := a.dial(cfg.AdmissionAddress)
+		if err != nil {
+			return nil, err
+		}
+		rcfg.Admission = admissionv1.NewAdmissionServiceClient(conn)
+		readyz = append(readyz, grpcHealthCheck("admission", conn))
+	}
+	var fc flowcontrolv1.FlowControlServiceClient
+	if cfg.FlowControlAddress != "" {
+		conn, err := a.dial(cfg.FlowControlAddress)
+		if err != nil {
+			return nil, err
+		}
+		fc = flowcontrolv1.NewFlowControlServiceClient(conn)
+		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
+		a.wg.Add(1)
+		go a.heartbeat(bg, fc)
+	}
+
+	// The ResourceService runs on an in-process gRPC server: grpc-gateway
+	// reaches it through a client connection (streams need one), and only
+	// the front end, which authenticated the caller, can dial it — so it
+	// believes the identity in the metadata.
+	if err := a.startInternal(resources.New(rcfg)); err != nil {
+		return nil, err
+	}
+	inConn, err := grpc.NewClient("passthrough:///internal",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return a.inLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecureLocal{}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: internal connection: %w", err)
+	}
+	a.conns = append(a.conns, inConn)
+
+	var metrics http.Handler
+	if cfg.Gatherer != nil {
+		metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+	}
+	handler, err := frontend.New(bg, frontend.Config{
+		Registry:      reg,
+		Authenticator: authn.New(cfg.ClientCAs, tokens),
+		Resources:     apiv1.NewResourceServiceClient(inConn),
+		FlowControl:   fc,
+		GatewayID:     cfg.GatewayID,
+		Readyz:        readyz,
+		Metrics:       metrics,
+		Registerer:    cfg.Registerer,
+		Logger:        cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
+		return nil, err
+	}
+
+	tlsConf := cfg.ServingTLS.Clone()
+	if cfg.ClientCAs != nil {
+		tlsConf.ClientCAs = cfg.ClientCAs
+		tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	a.http = &http.Server{
+		Handler:           handler,
+		TLSConfig:         tlsConf,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	ok = true
+	return a, nil
+}
+
+func (a *App) dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpcclient.Dial(addr, a.cfg.ClientTLS)
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: dial %s: %w", addr, err)
+	}
+	a.conns = append(a.conns, conn)
+	return conn, nil
+}
+
+func (a *App) startInternal(srv apiv1.ResourceServiceServer) error {
+	opts, err := grpcserver.ServerOptions(grpcserver.Options{Service: "apigateway-internal", Logger: a.log, MaxRecvMsgSize: grpcclient.MaxMsgSize})
+	if err != nil {
+		return err
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(trustLocalUnary), grpc.ChainStreamInterceptor(trustLocalStream))
+	a.internal = grpc.NewServer(opts...)
+	apiv1.RegisterResourceServiceServer(a.internal, srv)
+	a.inLis = bufconn.Listen(1 << 20)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := a.internal.Serve(a.inLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			a.log.Error("internal gRPC server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// heartbeat keeps this gateway's flow-control grants alive.
+func (a *App) heartbeat(ctx context.Context, fc flowcontrolv1.FlowControlServiceClient) {
+	defer a.wg.Done()
+	interval := 5 * time.Second
+	for {
+		resp, err := fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: a.cfg.GatewayID})
+		if err == nil && resp.GetInterval().AsDuration() > 0 {
+			interval = resp.GetInterval().AsDuration()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// Serve serves the HTTPS API on lis until Close. It returns nil after
+// Close.
+func (a *App) Serve(lis net.Listener) error {
+	err := a.http.ServeTLS(lis, "", "")
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops serving (letting requests in flight finish for a few
+// seconds), and closes the connections. It is safe to call more than once.
+func (a *App) Close() error {
+	a.once.Do(func() {
+		var errs []error
+		if a.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// Watches never finish by themselves: Shutdown waits for them
+			// until the deadline, then Close cuts them.
+			if err := a.http.Shutdown(ctx); err != nil {
+				_ = a.http.Close()
+			}
+			cancel()
+		}
+		if a.cancel != nil {
+			a.cancel()
+		}
+		if a.internal != nil {
+			a.internal.Stop()
+		}
+		for _, c := range a.conns {
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		a.wg.Wait()
+		a.closeErr = errors.Join(errs...)
+	})
+	return a.closeErr
+}
+
+// grpcHealthCheck is a readiness check asking a service's gRPC health
+// endpoint.
+func grpcHealthCheck(name string, conn *grpc.ClientConn) healthz.Check {
+	client := healthpb.NewHealthClient(conn)
+	return healthz.Check{Name: name, Run: func(ctx context.Context) error {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("%s is %s", name, resp.GetStatus())
+		}
+		return nil
+	}}
+}

@@ -1,0 +1,161 @@
+// Package authn establishes who is calling the gateway: from a verified TLS
+// client certificate (user = CN, groups = O, as kube-apiserver reads them)
+// or a bearer token from a static token file. Identity is established here,
+// once, and travels to the other services in gRPC metadata.
+package authn
+
+import (
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+)
+
+// ErrInvalidToken: the request carried a bearer token no authenticator
+// knows. It is a 401 even where anonymous access would be allowed.
+var ErrInvalidToken = errors.New("authn: invalid bearer token")
+
+// Authenticator authenticates requests. It is safe for concurrent use.
+type Authenticator struct {
+	roots  *x509.CertPool
+	tokens map[string]identity.User
+}
+
+// New returns an Authenticator that accepts client certificates signed by
+// roots (nil: none) and the tokens of a token file (nil: none).
+func New(roots *x509.CertPool, tokens *TokenFile) *Authenticator {
+	a := &Authenticator{roots: roots}
+	if tokens != nil {
+		a.tokens = tokens.users
+	}
+	return a
+}
+
+// Credentials are what a request presents.
+type Credentials struct {
+	// TLS is the connection state; nil for plaintext.
+	TLS *tls.ConnectionState
+	// Authorization is the Authorization header (or gRPC metadata) value.
+	Authorization string
+}
+
+// Authenticate returns the caller. ok is false for an anonymous caller; err
+// is ErrInvalidToken for a bad bearer token.
+func (a *Authenticator) Authenticate(c Credentials) (u identity.User, ok bool, err error) {
+	if token, has := bearer(c.Authorization); has {
+		if u, ok := a.lookupToken(token); ok {
+			return u, true, nil
+		}
+		return identity.User{}, false, ErrInvalidToken
+	}
+	if c.TLS != nil && len(c.TLS.PeerCertificates) > 0 && a.roots != nil {
+		leaf := c.TLS.PeerCertificates[0]
+		inter := x509.NewCertPool()
+		for _, cert := range c.TLS.PeerCertificates[1:] {
+			inter.AddCert(cert)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{
+			Roots: a.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}); err != nil {
+			return identity.User{}, false, fmt.Errorf("authn: client certificate: %w", err)
+		}
+		if leaf.Subject.CommonName == "" {
+			return identity.User{}, false, errors.New("authn: client certificate has no common name")
+		}
+		groups := append([]string(nil), leaf.Subject.Organization...)
+		return identity.User{Name: leaf.Subject.CommonName, Groups: withAuthenticated(groups)}, true, nil
+	}
+	return identity.User{}, false, nil
+}
+
+func (a *Authenticator) lookupToken(token string) (identity.User, bool) {
+	// Compare every token in constant time so timing does not tell how much
+	// of a guess matched.
+	var found identity.User
+	ok := false
+	for t, u := range a.tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			found, ok = u, true
+		}
+	}
+	return found, ok
+}
+
+func bearer(h string) (string, bool) {
+	const prefix = "bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	t := strings.TrimSpace(h[len(prefix):])
+	return t, t != ""
+}
+
+func withAuthenticated(groups []string) []string {
+	for _, g := range groups {
+		if g == "system:authenticated" {
+			return groups
+		}
+	}
+	return append(groups, "system:authenticated")
+}
+
+// TokenFile is a static token file in kube-apiserver's --token-auth-file
+// format: CSV lines of token,user,uid[,"group1,group2,..."].
+type TokenFile struct {
+	users map[string]identity.User
+}
+
+// LoadTokenFile reads a token file. Errors name the line, never the token.
+func LoadTokenFile(path string) (*TokenFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("authn: token file: %w", err)
+	}
+	defer f.Close()
+	return ParseTokenFile(f)
+}
+
+// ParseTokenFile parses token file contents.
+func ParseTokenFile(r io.Reader) (*TokenFile, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.Comment = '#'
+	tf := &TokenFile{users: map[string]identity.User{}}
+	for line := 1; ; line++ {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("authn: token file line %d: %w", line, err)
+		}
+		if len(rec) < 3 {
+			return nil, fmt.Errorf("authn: token file line %d: want token,user,uid[,groups], got %d fields", line, len(rec))
+		}
+		token, name, uid := strings.TrimSpace(rec[0]), strings.TrimSpace(rec[1]), strings.TrimSpace(rec[2])
+		if token == "" || name == "" {
+			return nil, fmt.Errorf("authn: token file line %d: empty token or user", line)
+		}
+		if _, dup := tf.users[token]; dup {
+			return nil, fmt.Errorf("authn: token file line %d: duplicate token", line)
+		}
+		var groups []string
+		if len(rec) > 3 {
+			for _, g := range strings.Split(rec[3], ",") {
+				if g = strings.TrimSpace(g); g != "" {
+					groups = append(groups, g)
+				}
+			}
+		}
+		tf.users[token] = identity.User{Name: name, UID: uid, Groups: withAuthenticated(groups)}
+	}
+	return tf, nil
+}

@@ -1,0 +1,311 @@
+// Package frontend is the gateway's HTTP front end: the Kubernetes REST
+// surface. For every request it authenticates the caller, resolves what the
+// request addresses (requestinfo), negotiates media types, takes seats from
+// the flow-control service, and then either answers itself (health,
+// /version, discovery) or rewrites the request onto the unambiguous internal
+// routes of meridian.api.v1.ResourceService and hands it to grpc-gateway,
+// which calls the ResourceService over gRPC.
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DefaultMaxRequestBytes bounds request bodies: kube-apiserver's limit of
+// 3 MiB, above the 1.5 MiB store value limit so that the store's own error
+// speaks for objects in between.
+const DefaultMaxRequestBytes = 3 << 20
+
+// Config configures a Handler.
+type Config struct {
+	// Registry is the set of served resources. Required.
+	Registry *registry.Registry
+	// Authenticator authenticates callers. Required.
+	Authenticator *authn.Authenticator
+	// Resources is a client of the ResourceService. Required.
+	Resources apiv1.ResourceServiceClient
+	// FlowControl hands out seats; nil serves every request at once.
+	FlowControl flowcontrolv1.FlowControlServiceClient
+	// GatewayID identifies this gateway replica to flow control.
+	GatewayID string
+	// Livez and Readyz are the health checks beyond "ping".
+	Livez, Readyz []healthz.Check
+	// Metrics serves /metrics to authenticated callers; nil: 404.
+	Metrics http.Handler
+	// Registerer receives the request metrics; nil: none.
+	Registerer prometheus.Registerer
+	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler is the REST front end. It is safe for concurrent use.
+type Handler struct {
+	cfg       Config
+	gw        *runtime.ServeMux
+	discovery *discovery.Documents
+	health    map[string]*healthz.Handler
+	metrics   *metrics
+}
+
+// New builds the front end and registers the ResourceService routes.
+func New(ctx context.Context, cfg Config) (*Handler, error) {
+	if cfg.Registry == nil || cfg.Authenticator == nil || cfg.Resources == nil {
+		return nil, errors.New("frontend: Registry, Authenticator and Resources are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	h := &Handler{
+		cfg:       cfg,
+		discovery: discovery.New(cfg.Registry),
+		health: map[string]*healthz.Handler{
+			"/livez":   healthz.New("/livez", cfg.Livez...),
+			"/readyz":  healthz.New("/readyz", cfg.Readyz...),
+			"/healthz": healthz.New("/healthz", cfg.Readyz...),
+		},
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	h.metrics = m
+	h.gw = newGatewayMux()
+	if err := apiv1.RegisterResourceServiceHandlerClient(ctx, h.gw, cfg.Resources); err != nil {
+		return nil, fmt.Errorf("frontend: register routes: %w", err)
+	}
+	return h, nil
+}
+
+// ServeHTTP serves one request. It never panics: a panic below becomes a
+// 500 Status.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{ResponseWriter: w}
+	info := requestinfo.New(r.Method, r.URL)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.cfg.Logger.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !rec.wroteHeader {
+				writeStatus(rec, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)).ErrStatus)
+			}
+		}
+		h.metrics.observe(info, rec.code())
+	}()
+	h.serve(rec, r, info)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info) {
+	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
+	if err != nil || (!ok && !publicPath(r.URL.Path)) {
+		writeStatus(w, metav1.Status{Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"})
+		return
+	}
+	// The Authorization header has done its work; it goes no further.
+	r.Header.Del("Authorization")
+	if ok {
+		r = r.WithContext(identity.WithUser(r.Context(), u))
+	}
+
+	path := r.URL.Path
+	for prefix, hh := range h.health {
+		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			hh.ServeHTTP(w, r)
+			return
+		}
+	}
+	switch {
+	case path == "/version" || path == "/version/":
+		writeJSON(w, discovery.Version)
+		return
+	case path == "/metrics":
+		if h.cfg.Metrics != nil {
+			h.cfg.Metrics.ServeHTTP(w, r)
+			return
+		}
+	case !info.IsResourceRequest:
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if doc, found := h.discovery.Lookup(path, r); found {
+				writeJSON(w, doc)
+				return
+			}
+		}
+	default:
+		h.serveResource(w, r, info)
+		return
+	}
+	writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, "").ErrStatus)
+}
+
+// publicPath lists what anonymous callers may read, as kube-apiserver's
+// system:public-info-viewer role allows: health and version.
+func publicPath(p string) bool {
+	for _, pre := range []string{"/healthz", "/livez", "/readyz"} {
+		if p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return p == "/version" || p == "/version/"
+}
+
+// serveResource serves a resource request through the ResourceService.
+func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info requestinfo.Info) {
+	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
+	res, ok := h.cfg.Registry.Lookup(gvr)
+	if !ok || info.Subresource != "" || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
+		writeStatus(w, metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}})
+		return
+	}
+	if info.Verb == "" || !allowed(res, info.Verb) {
+		writeStatus(w, apierrors.NewMethodNotSupported(gvr.GroupResource(), strings.ToLower(r.Method)).ErrStatus)
+		return
+	}
+	if err := h.rewrite(r, info); err != nil {
+		writeStatus(w, toStatus(err))
+		return
+	}
+	release, err := h.acquire(r.Context(), w, info)
+	if err != nil {
+		writeStatus(w, toStatus(err))
+		return
+	}
+	defer release()
+	h.gw.ServeHTTP(w, r)
+}
+
+func allowed(res *registry.Resource, verb string) bool {
+	for _, v := range res.Verbs {
+		if v == verb {
+			return true
+		}
+	}
+	return false
+}
+
+// resourceParams are the query parameters of the Kubernetes API that the
+// ResourceService reads; nothing else from the client's query reaches it.
+var resourceParams = []string{
+	"resourceVersion", "resourceVersionMatch", "labelSelector", "fieldSelector", "limit", "continue",
+	"allowWatchBookmarks", "sendInitialEvents", "timeoutSeconds",
+	"dryRun", "fieldManager", "fieldValidation", "force", "gracePeriodSeconds", "propagationPolicy",
+}
+
+// bodyTypes are the request body media types each verb accepts.
+var bodyTypes = map[string][]string{
+	"create":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
+	"update":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
+	"delete":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
+	"deletecollection": {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
+	"patch":            {negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch, negotiation.ApplyPatchYAML},
+}
+
+// rewrite turns a Kubernetes resource request into a request on the
+// ResourceService's internal route for its verb:
+//
+//	GET /api/v1/namespaces/demo/configmaps?watch=1&resourceVersion=5
+//	→ GET /_meridian/v1/watch?ref.version=v1&ref.resource=configmaps&ref.namespace=demo&resourceVersion=5&accept=application/json
+//
+// Media types are negotiated here (406, 415), and the body is wrapped so
+// that its media type reaches the ResourceService.
+func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
+	q := r.URL.Query()
+	out := url.Values{}
+	for _, p := range resourceParams {
+		if v, ok := q[p]; ok {
+			out[p] = v
+		}
+	}
+	out.Set("ref.group", info.APIGroup)
+	out.Set("ref.version", info.APIVersion)
+	out.Set("ref.resource", info.Resource)
+	out.Set("ref.namespace", info.Namespace)
+	out.Set("ref.name", info.Name)
+	out.Set("ref.subresource", info.Subresource)
+
+	types := []string{negotiation.JSON, negotiation.YAML, negotiation.Protobuf}
+	if info.Verb == "watch" {
+		types = []string{negotiation.JSON, negotiation.Protobuf}
+	}
+	mt, ok := negotiation.Negotiate(r.Header.Get("Accept"), negotiation.Options{Types: types})
+	if !ok {
+		return apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
+			"only the following media types are accepted: "+strings.Join(types, ", "), 0, false)
+	}
+	out.Set("accept", mt.Type)
+
+	if accepted, hasBody := bodyTypes[info.Verb]; hasBody && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		ct, ok := negotiation.ContentType(r.Header.Get("Content-Type"))
+		if !ok && (info.Verb == "delete" || info.Verb == "deletecollection") {
+			ct, ok = negotiation.JSON, true
+		}
+		if !ok || !contains(accepted, ct) {
+			return apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s", strings.Join(accepted, ", ")), 0, false)
+		}
+		// Read the (bounded) body here, so that an oversized one is a 413
+		// rather than a decoding error deeper down.
+		data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, h.cfg.MaxRequestBytes))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", h.cfg.MaxRequestBytes))
+			}
+			return apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+		}
+		r.Body = &typedBody{ReadCloser: io.NopCloser(bytes.NewReader(data)), contentType: ct}
+	}
+	// grpc-gateway must not parse the body as a form.
+	r.Header.Del("Content-Type")
+	r.URL.Path = "/_meridian/v1/" + info.Verb
+	r.URL.RawPath = ""
+	r.URL.RawQuery = out.Encode()
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func toStatus(err error) metav1.Status {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status()
+	}
+	return apierrors.NewInternalError(err).ErrStatus
+}

@@ -1,0 +1,138 @@
+// Package negotiation picks the media type of a response from a request's
+// Accept header, and checks the media type of a request body, the way
+// kube-apiserver does: Accept is a comma-separated list of media ranges with
+// optional parameters and q-values; the first acceptable range of the
+// highest q wins; a range with parameters the server does not serve (for
+// example as=Table when tables are not supported) is skipped.
+package negotiation
+
+import (
+	"mime"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Media types the gateway serves.
+const (
+	JSON     = "application/json"
+	YAML     = "application/yaml"
+	Protobuf = "application/vnd.kubernetes.protobuf"
+)
+
+// Patch and apply media types accepted as request bodies.
+const (
+	JSONPatch           = "application/json-patch+json"
+	MergePatch          = "application/merge-patch+json"
+	StrategicMergePatch = "application/strategic-merge-patch+json"
+	ApplyPatchYAML      = "application/apply-patch+yaml"
+	ApplyPatchCBOR      = "application/apply-patch+cbor"
+)
+
+// MediaType is a negotiated response format.
+type MediaType struct {
+	// Type is the bare media type, e.g. application/json.
+	Type string
+	// Params are its parameters, lower-cased keys.
+	Params map[string]string
+}
+
+// Options says which special parameter sets a caller can serve.
+type Options struct {
+	// Types are the bare media types served, in order of preference for
+	// wildcards.
+	Types []string
+	// AcceptParams reports whether a media range with these parameters can
+	// be served; nil accepts only ranges without parameters other than
+	// stream=watch, charset and pretty.
+	AcceptParams func(mediaType string, params map[string]string) bool
+}
+
+type rangeEntry struct {
+	typ    string
+	params map[string]string
+	q      float64
+	index  int
+}
+
+// Negotiate picks the response media type for an Accept header. An empty
+// header picks the first of opts.Types. ok is false when nothing offered
+// is acceptable (406).
+func Negotiate(accept string, opts Options) (mt MediaType, ok bool) {
+	if strings.TrimSpace(accept) == "" {
+		return MediaType{Type: opts.Types[0]}, true
+	}
+	var ranges []rangeEntry
+	for i, part := range strings.Split(accept, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		typ, params, err := mime.ParseMediaType(part)
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, has := params["q"]; has {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				q = f
+			}
+			delete(params, "q")
+		}
+		if q <= 0 {
+			continue
+		}
+		ranges = append(ranges, rangeEntry{typ: typ, params: params, q: q, index: i})
+	}
+	sort.SliceStable(ranges, func(a, b int) bool { return ranges[a].q > ranges[b].q })
+	for _, r := range ranges {
+		for _, served := range opts.Types {
+			if !matches(r.typ, served) {
+				continue
+			}
+			accepted := opts.AcceptParams
+			if accepted == nil {
+				accepted = plainParams
+			}
+			if !accepted(served, r.params) {
+				continue
+			}
+			return MediaType{Type: served, Params: r.params}, true
+		}
+	}
+	return MediaType{}, false
+}
+
+func matches(rangeType, served string) bool {
+	if rangeType == "*/*" || rangeType == served {
+		return true
+	}
+	if strings.HasSuffix(rangeType, "/*") {
+		return strings.HasPrefix(served, strings.TrimSuffix(rangeType, "*"))
+	}
+	return false
+}
+
+func plainParams(_ string, params map[string]string) bool {
+	for k := range params {
+		switch k {
+		case "stream", "charset", "pretty":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ContentType returns the bare media type of a Content-Type header, and
+// whether it parsed.
+func ContentType(header string) (string, bool) {
+	if strings.TrimSpace(header) == "" {
+		return "", false
+	}
+	typ, _, err := mime.ParseMediaType(header)
+	if err != nil {
+		return "", false
+	}
+	return typ, true
+}

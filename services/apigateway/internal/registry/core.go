@@ -1,0 +1,192 @@
+package registry
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Core returns the core/v1 resources served today.
+func Core() []*Resource {
+	gv := corev1.SchemeGroupVersion
+	return []*Resource{
+		{
+			GVR: gv.WithResource("namespaces"), Kind: "Namespace", ListKind: "NamespaceList",
+			SingularName: "namespace", ShortNames: []string{"ns"},
+			Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
+			New:   func() runtime.Object { return &corev1.Namespace{} }, NewList: func() runtime.Object { return &corev1.NamespaceList{} },
+			Strategy: namespaceStrategy{},
+		},
+		{
+			GVR: gv.WithResource("configmaps"), Kind: "ConfigMap", ListKind: "ConfigMapList",
+			SingularName: "configmap", ShortNames: []string{"cm"}, Namespaced: true, Verbs: CRUDVerbs,
+			New: func() runtime.Object { return &corev1.ConfigMap{} }, NewList: func() runtime.Object { return &corev1.ConfigMapList{} },
+			Strategy: configMapStrategy{},
+		},
+		{
+			GVR: gv.WithResource("secrets"), Kind: "Secret", ListKind: "SecretList",
+			SingularName: "secret", Namespaced: true, Verbs: CRUDVerbs,
+			New: func() runtime.Object { return &corev1.Secret{} }, NewList: func() runtime.Object { return &corev1.SecretList{} },
+			Strategy: secretStrategy{},
+		},
+	}
+}
+
+type namespaceStrategy struct{}
+
+func (namespaceStrategy) PrepareForCreate(obj runtime.Object) {
+	ns := obj.(*corev1.Namespace)
+	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+	setNameLabel(ns)
+}
+
+func (namespaceStrategy) PrepareForUpdate(obj, old runtime.Object) {
+	ns := obj.(*corev1.Namespace)
+	// Status is written through the status subresource only.
+	ns.Status = old.(*corev1.Namespace).Status
+	setNameLabel(ns)
+}
+
+// setNameLabel sets the immutable kubernetes.io/metadata.name label that
+// kube-apiserver puts on every namespace, so selectors can name one.
+func setNameLabel(ns *corev1.Namespace) {
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[corev1.LabelMetadataName] = ns.Name
+}
+
+func (namespaceStrategy) Validate(obj runtime.Object) field.ErrorList {
+	ns := obj.(*corev1.Namespace)
+	return apivalidation.ValidateObjectMeta(&ns.ObjectMeta, false, apivalidation.NameIsDNSLabel, field.NewPath("metadata"))
+}
+
+func (s namespaceStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList {
+	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+	errs := apivalidation.ValidateObjectMetaUpdate(&ns.ObjectMeta, &oldNS.ObjectMeta, field.NewPath("metadata"))
+	return append(errs, s.Validate(obj)...)
+}
+
+type configMapStrategy struct{}
+
+func (configMapStrategy) PrepareForCreate(runtime.Object)          {}
+func (configMapStrategy) PrepareForUpdate(obj, old runtime.Object) {}
+
+func (configMapStrategy) Validate(obj runtime.Object) field.ErrorList {
+	cm := obj.(*corev1.ConfigMap)
+	errs := apivalidation.ValidateObjectMeta(&cm.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	total := 0
+	for k, v := range cm.Data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
+		}
+		if _, dup := cm.BinaryData[k]; dup {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, "duplicate of key present in binaryData"))
+		}
+		total += len(v)
+	}
+	for k, v := range cm.BinaryData {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	if total > corev1.MaxSecretSize {
+		errs = append(errs, field.TooLong(field.NewPath(""), "", corev1.MaxSecretSize))
+	}
+	return errs
+}
+
+func (s configMapStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList {
+	cm, oldCM := obj.(*corev1.ConfigMap), old.(*corev1.ConfigMap)
+	errs := apivalidation.ValidateObjectMetaUpdate(&cm.ObjectMeta, &oldCM.ObjectMeta, field.NewPath("metadata"))
+	if oldCM.Immutable != nil && *oldCM.Immutable {
+		if cm.Immutable == nil || !*cm.Immutable {
+			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+		}
+		if !equalStrings(cm.Data, oldCM.Data) || !equalBytes(cm.BinaryData, oldCM.BinaryData) {
+			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+		}
+	}
+	return append(errs, s.Validate(obj)...)
+}
+
+type secretStrategy struct{}
+
+// PrepareForCreate folds stringData into data and defaults the type, as
+// kube-apiserver does.
+func (secretStrategy) PrepareForCreate(obj runtime.Object) { foldStringData(obj.(*corev1.Secret)) }
+
+func (secretStrategy) PrepareForUpdate(obj, old runtime.Object) { foldStringData(obj.(*corev1.Secret)) }
+
+func foldStringData(s *corev1.Secret) {
+	if s.Type == "" {
+		s.Type = corev1.SecretTypeOpaque
+	}
+	if len(s.StringData) > 0 && s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	for k, v := range s.StringData {
+		s.Data[k] = []byte(v)
+	}
+	s.StringData = nil
+}
+
+func (secretStrategy) Validate(obj runtime.Object) field.ErrorList {
+	s := obj.(*corev1.Secret)
+	errs := apivalidation.ValidateObjectMeta(&s.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	total := 0
+	for k, v := range s.Data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	if total > corev1.MaxSecretSize {
+		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
+	}
+	return errs
+}
+
+func (s secretStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList {
+	sec, oldSec := obj.(*corev1.Secret), old.(*corev1.Secret)
+	errs := apivalidation.ValidateObjectMetaUpdate(&sec.ObjectMeta, &oldSec.ObjectMeta, field.NewPath("metadata"))
+	if sec.Type != oldSec.Type {
+		errs = append(errs, field.Invalid(field.NewPath("type"), sec.Type, "field is immutable"))
+	}
+	if oldSec.Immutable != nil && *oldSec.Immutable {
+		if sec.Immutable == nil || !*sec.Immutable {
+			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+		}
+		if !equalBytes(sec.Data, oldSec.Data) {
+			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+		}
+	}
+	return append(errs, s.Validate(obj)...)
+}
+
+func equalStrings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func equalBytes(a, b map[string][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || string(w) != string(v) {
+			return false
+		}
+	}
+	return true
+}

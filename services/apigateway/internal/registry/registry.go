@@ -1,0 +1,144 @@
+// Package registry is the table of resources the gateway serves: for each,
+// its group/version/resource, kind, scope, discovery data, how its objects
+// are made and where they live in the store, and its Strategy (defaulting
+// and validation). Adding a built-in kind is adding an entry here.
+package registry
+
+import (
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Strategy is the per-kind behaviour of writes.
+type Strategy interface {
+	// PrepareForCreate defaults a new object (status, derived fields).
+	PrepareForCreate(obj runtime.Object)
+	// PrepareForUpdate carries over what an update may not change.
+	PrepareForUpdate(obj, old runtime.Object)
+	// Validate checks a new object.
+	Validate(obj runtime.Object) field.ErrorList
+	// ValidateUpdate checks an update against the stored object.
+	ValidateUpdate(obj, old runtime.Object) field.ErrorList
+}
+
+// Resource describes one served resource.
+type Resource struct {
+	// GVR is the resource's group, version and plural name.
+	GVR schema.GroupVersionResource
+	// Kind is the object kind; ListKind the kind of its lists.
+	Kind, ListKind string
+	// SingularName is the lower-case singular name.
+	SingularName string
+	// Namespaced is false for cluster-scoped resources.
+	Namespaced bool
+	// ShortNames are kubectl's short names.
+	ShortNames []string
+	// Categories are kubectl's categories (e.g. "all").
+	Categories []string
+	// Verbs are the verbs served.
+	Verbs []string
+	// New returns an empty object; NewList an empty list.
+	New, NewList func() runtime.Object
+	// Strategy defaults and validates writes.
+	Strategy Strategy
+	// Subresources are the served subresources (e.g. "status").
+	Subresources []string
+}
+
+// GVK returns the resource's group, version and kind.
+func (r *Resource) GVK() schema.GroupVersionKind { return r.GVR.GroupVersion().WithKind(r.Kind) }
+
+// KeyPrefix returns the store key prefix of the resource's objects in
+// namespace ns ("" for all namespaces or cluster-scoped), ending in "/":
+//
+//	/registry/<resource>/[<namespace>/]             core group
+//	/registry/<group>/<resource>/[<namespace>/]     other groups
+func (r *Resource) KeyPrefix(ns string) string {
+	var b strings.Builder
+	b.WriteString("/registry/")
+	if r.GVR.Group != "" {
+		b.WriteString(r.GVR.Group)
+		b.WriteByte('/')
+	}
+	b.WriteString(r.GVR.Resource)
+	b.WriteByte('/')
+	if ns != "" {
+		b.WriteString(ns)
+		b.WriteByte('/')
+	}
+	return b.String()
+}
+
+// Key returns the store key of one object.
+func (r *Resource) Key(ns, name string) string { return r.KeyPrefix(ns) + name }
+
+// Registry is an immutable set of resources.
+type Registry struct {
+	byGVR   map[schema.GroupVersionResource]*Resource
+	ordered []*Resource
+}
+
+// New builds a registry.
+func New(resources ...*Resource) *Registry {
+	r := &Registry{byGVR: map[schema.GroupVersionResource]*Resource{}}
+	for _, res := range resources {
+		r.byGVR[res.GVR] = res
+		r.ordered = append(r.ordered, res)
+	}
+	return r
+}
+
+// Lookup finds a resource.
+func (r *Registry) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
+	res, ok := r.byGVR[gvr]
+	return res, ok
+}
+
+// GroupVersions returns every served group/version, the core group first,
+// then groups by name.
+func (r *Registry) GroupVersions() []schema.GroupVersion {
+	seen := map[schema.GroupVersion]bool{}
+	var out []schema.GroupVersion
+	for _, res := range r.ordered {
+		gv := res.GVR.GroupVersion()
+		if !seen[gv] {
+			seen[gv] = true
+			out = append(out, gv)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+// Resources returns the resources of one group/version, in registration
+// order.
+func (r *Registry) Resources(gv schema.GroupVersion) []*Resource {
+	var out []*Resource
+	for _, res := range r.ordered {
+		if res.GVR.GroupVersion() == gv {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// APIResource returns the discovery entry of a resource.
+func (r *Resource) APIResource() metav1.APIResource {
+	return metav1.APIResource{
+		Name:         r.GVR.Resource,
+		SingularName: r.SingularName,
+		Namespaced:   r.Namespaced,
+		Kind:         r.Kind,
+		Verbs:        r.Verbs,
+		ShortNames:   r.ShortNames,
+		Categories:   r.Categories,
+	}
+}
+
+// CRUDVerbs are the verbs of an ordinary resource.
+var CRUDVerbs = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}

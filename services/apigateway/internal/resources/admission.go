@@ -1,0 +1,88 @@
+package resources
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/google/uuid"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const (
+	apiv1Create = admissionv1.Operation_OPERATION_CREATE
+	apiv1Update = admissionv1.Operation_OPERATION_UPDATE
+	apiv1Delete = admissionv1.Operation_OPERATION_DELETE
+)
+
+// admit asks the admission service about a write. obj is nil for a delete,
+// old nil for a create. A denial becomes the Status the policy chose.
+func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj, old runtime.Object, op admissionv1.Operation, dryRun bool) error {
+	if s.cfg.Admission == nil {
+		return nil
+	}
+	u := user(ctx)
+	req := &admissionv1.AdmitRequest{
+		Uid:       uuid.NewString(),
+		Operation: op,
+		Kind:      &admissionv1.GroupVersionKind{Group: res.GVR.Group, Version: res.GVR.Version, Kind: res.Kind},
+		Resource:  &admissionv1.GroupVersionResource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource},
+		Namespace: ref.GetNamespace(),
+		Name:      ref.GetName(),
+		UserInfo:  userInfo(u),
+		DryRun:    dryRun,
+	}
+	var err error
+	if obj != nil {
+		if acc, aerr := meta.Accessor(obj); aerr == nil && req.Name == "" {
+			req.Name = acc.GetName()
+		}
+		if req.Object, err = s.cfg.Codec.EncodeToBytes(obj, negotiation.JSON); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+	}
+	if old != nil {
+		if req.OldObject, err = s.cfg.Codec.EncodeToBytes(old, negotiation.JSON); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+	}
+	resp, err := s.cfg.Admission.Admit(identity.AppendToOutgoing(ctx, u), req)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
+	}
+	if resp.GetAllowed() {
+		return nil
+	}
+	st := resp.GetStatus()
+	code := st.GetCode()
+	if code == 0 {
+		code = 403
+	}
+	reason := metav1.StatusReason(st.GetReason())
+	if reason == "" {
+		reason = metav1.StatusReasonForbidden
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: reason,
+		Message: fmt.Sprintf("admission webhook denied the request: %s", st.GetMessage()),
+		Details: &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource},
+	}}
+}
+
+func userInfo(u identity.User) *admissionv1.UserInfo {
+	out := &admissionv1.UserInfo{Username: u.Name, Uid: u.UID, Groups: u.Groups}
+	if len(u.Extra) > 0 {
+		out.Extra = map[string]*admissionv1.ExtraValue{}
+		for k, v := range u.Extra {
+			out.Extra[k] = &admissionv1.ExtraValue{Values: v}
+		}
+	}
+	return out
+}

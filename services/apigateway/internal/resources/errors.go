@@ -1,0 +1,48 @@
+package resources
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// storageError converts a storage error about object name of res to the
+// Kubernetes error a client expects.
+func storageError(err error, res *registry.Resource, ns, name string) error {
+	gr := res.GVR.GroupResource()
+	var compacted *storage.CompactedError
+	var future *storage.FutureRevisionError
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return apierrors.NewNotFound(gr, name)
+	case errors.Is(err, storage.ErrExists):
+		return apierrors.NewAlreadyExists(gr, name)
+	case errors.Is(err, storage.ErrConflict):
+		return apierrors.NewConflict(gr, name, errors.New(conflictMessage))
+	case errors.Is(err, storage.ErrParentMissing):
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, ns)
+	case errors.As(err, &compacted):
+		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", compacted.Requested, compacted.CompactRevision))
+	case errors.As(err, &future):
+		return tooLargeResourceVersion(future.Requested, future.Current)
+	}
+	return apierrors.NewInternalError(err)
+}
+
+const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
+
+// tooLargeResourceVersion is the 504 kube-apiserver returns when a read asks
+// for a resourceVersion the storage has not reached.
+func tooLargeResourceVersion(requested, current int64) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", requested, current), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{
+		Type:    metav1.CauseTypeResourceVersionTooLarge,
+		Message: "Too large resource version",
+	}}
+	return err
+}

@@ -1,0 +1,202 @@
+package resources
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Get reads one object. resourceVersion "" is a linearizable read, "0" is
+// served from the answering store member as it is, N must be reached.
+func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
+	res, err := s.resolve(req.GetRef(), true)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	opts, minRV, err := readOptions(req.GetResourceVersion(), "")
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	obj, _, err := s.get(ctx, res, req.GetRef().GetNamespace(), req.GetRef().GetName(), opts, minRV)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toGRPCBody(s.respond(obj, mt))
+}
+
+// get reads and decodes one object; rev is the store revision read at.
+func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name string, opts storage.ReadOptions, minRV int64) (runtime.Object, int64, error) {
+	kv, rev, err := s.cfg.Store.Get(ctx, res.Key(ns, name), opts)
+	if err == nil || err == storage.ErrNotFound {
+		if minRV > 0 && rev < minRV {
+			return nil, 0, tooLargeResourceVersion(minRV, rev)
+		}
+	}
+	if err != nil {
+		return nil, 0, storageError(err, res, ns, name)
+	}
+	obj := res.New()
+	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+		return nil, 0, apierrors.NewInternalError(err)
+	}
+	return obj, rev, nil
+}
+
+// readOptions turns resourceVersion and resourceVersionMatch into a store
+// read, per the resourceVersion table of the API concepts:
+//
+//	""            most recent: linearizable
+//	"0"           any: the answering member's state
+//	N             not older than N (also with match=NotOlderThan)
+//	N, Exact      exactly revision N
+//
+// minRV is the revision the read must reach (NotOlderThan), or 0.
+func readOptions(rv, match string) (opts storage.ReadOptions, minRV int64, err error) {
+	switch match {
+	case "", string(metav1.ResourceVersionMatchNotOlderThan), string(metav1.ResourceVersionMatchExact):
+	default:
+		return opts, 0, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: unsupported value %q: supported values are %q and %q",
+			match, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
+	}
+	if rv == "" {
+		if match != "" {
+			return opts, 0, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+		}
+		return opts, 0, nil
+	}
+	n, perr := strconv.ParseInt(rv, 10, 64)
+	if perr != nil || n < 0 {
+		return opts, 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
+	}
+	if n == 0 {
+		if match == string(metav1.ResourceVersionMatchExact) {
+			return opts, 0, apierrors.NewBadRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
+		}
+		return storage.ReadOptions{Serializable: true}, 0, nil
+	}
+	if match == string(metav1.ResourceVersionMatchExact) {
+		return storage.ReadOptions{Revision: n, Serializable: true}, 0, nil
+	}
+	return storage.ReadOptions{Serializable: true}, n, nil
+}
+
+// List reads a collection, filtered by selectors, optionally in chunks.
+func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.HttpBody, error) {
+	res, err := s.resolve(req.GetRef(), false)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	filter, err := newFilter(res, req.GetRef().GetNamespace(), req.GetLabelSelector(), req.GetFieldSelector())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if req.GetLimit() < 0 {
+		return nil, toGRPC(apierrors.NewBadRequest("limit must not be negative"))
+	}
+	list, err := s.list(ctx, res, req, filter)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toGRPCBody(s.respond(list, mt))
+}
+
+func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *filter) (runtime.Object, error) {
+	prefix := res.KeyPrefix(req.GetRef().GetNamespace())
+	opts := storage.ListOptions{Limit: req.GetLimit()}
+	var minRV int64
+	if tok := req.GetContinueToken(); tok != "" {
+		if req.GetResourceVersion() != "" && req.GetResourceVersion() != "0" {
+			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		}
+		if req.GetResourceVersionMatch() != "" {
+			return nil, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
+		}
+		c, err := decodeContinue(tok, prefix)
+		if err != nil {
+			return nil, err
+		}
+		opts.Revision, opts.Start, opts.Serializable = c.Revision, c.StartKey, true
+	} else {
+		ro, m, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch())
+		if err != nil {
+			return nil, err
+		}
+		opts.ReadOptions, minRV = ro, m
+	}
+
+	list := res.NewList()
+	var items []runtime.Object
+	var rev int64
+	var next string
+	var remaining *int64
+	for {
+		page, err := s.cfg.Store.List(ctx, prefix, opts)
+		if err != nil {
+			return nil, storageError(err, res, req.GetRef().GetNamespace(), "")
+		}
+		if minRV > 0 && page.Revision < minRV {
+			return nil, tooLargeResourceVersion(minRV, page.Revision)
+		}
+		rev = page.Revision
+		for _, kv := range page.KVs {
+			obj := res.New()
+			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+				return nil, apierrors.NewInternalError(err)
+			}
+			if filter.matches(obj) {
+				items = append(items, obj)
+			}
+		}
+		if !page.More || len(page.KVs) == 0 {
+			next = ""
+			break
+		}
+		// The page was cut by the limit: continue from the key after the last,
+		// at the same revision, so every chunk sees one snapshot.
+		next = page.KVs[len(page.KVs)-1].Key + "\x00"
+		if filter.empty() {
+			r := page.Count - int64(len(page.KVs))
+			remaining = &r
+		}
+		if int64(len(items)) >= opts.Limit {
+			break
+		}
+		// Selectors dropped items: keep reading to fill the chunk.
+		opts.Start, opts.Revision, opts.Serializable = next, rev, true
+		opts.Limit = req.GetLimit() - int64(len(items))
+	}
+	if err := meta.SetList(list, items); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm.SetResourceVersion(strconv.FormatInt(rev, 10))
+	if next != "" {
+		tok, err := encodeContinue(rev, next, prefix)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		lm.SetContinue(tok)
+		lm.SetRemainingItemCount(remaining)
+	}
+	return list, nil
+}

@@ -1,0 +1,130 @@
+// Package resources implements meridian.api.v1.ResourceService: get, list,
+// watch, create, update, patch and delete of the registry's resources,
+// stored through the storage package. Both the REST front end (through
+// grpc-gateway) and gRPC clients reach the API through it, so they share one
+// set of semantics.
+//
+// Errors are built as Kubernetes StatusErrors and leave the service through
+// apistatus.ToGRPC, so every caller gets the Kubernetes reason and details.
+package resources
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/codec"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// HTTPCodeHeader is the gRPC response header through which a method tells
+// the REST front end which HTTP status to write (201 for a create).
+const HTTPCodeHeader = "x-meridian-http-code"
+
+// Config configures a Server.
+type Config struct {
+	// Registry is the set of served resources. Required.
+	Registry *registry.Registry
+	// Codec encodes and decodes objects. Required.
+	Codec *codec.Codec
+	// Store is the store. Required.
+	Store *storage.Store
+	// Admission admits writes; nil admits everything.
+	Admission admissionv1.AdmissionServiceClient
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// WatchTimeout bounds watches whose client asked for no timeout;
+	// 0 means 30 minutes.
+	WatchTimeout time.Duration
+}
+
+// Server implements apiv1.ResourceServiceServer.
+type Server struct {
+	apiv1.UnimplementedResourceServiceServer
+	cfg Config
+}
+
+var _ apiv1.ResourceServiceServer = (*Server)(nil)
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.WatchTimeout == 0 {
+		cfg.WatchTimeout = 30 * time.Minute
+	}
+	return &Server{cfg: cfg}
+}
+
+// served are the media types of responses.
+var served = negotiation.Options{Types: []string{negotiation.JSON, negotiation.YAML, negotiation.Protobuf}}
+
+// resolve finds the resource a ref names and checks the ref's shape.
+func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resource, error) {
+	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
+	res, ok := s.cfg.Registry.Lookup(gvr)
+	if !ok || ref.GetSubresource() != "" {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), ref.GetName())
+	}
+	if !res.Namespaced && ref.GetNamespace() != "" {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), ref.GetName())
+	}
+	if wantName && ref.GetName() == "" {
+		return nil, apierrors.NewBadRequest("a name is required")
+	}
+	if wantName && res.Namespaced && ref.GetNamespace() == "" {
+		return nil, apierrors.NewBadRequest("a namespace is required")
+	}
+	return res, nil
+}
+
+// mediaType checks the accept field: one of the served media types, or
+// empty for JSON.
+func mediaType(accept string) (string, error) {
+	mt, ok := negotiation.Negotiate(accept, served)
+	if !ok {
+		return "", apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "", "only application/json, application/yaml and application/vnd.kubernetes.protobuf are served", 0, false)
+	}
+	return mt.Type, nil
+}
+
+// respond encodes obj in mediaType.
+func (s *Server) respond(obj runtime.Object, mediaType string) (*httpbody.HttpBody, error) {
+	data, err := s.cfg.Codec.EncodeToBytes(obj, mediaType)
+	if err != nil {
+		return nil, apistatusInternal(err)
+	}
+	return &httpbody.HttpBody{ContentType: mediaType, Data: data}, nil
+}
+
+// setHTTPCode tells the REST front end which status to write.
+func setHTTPCode(ctx context.Context, code int) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HTTPCodeHeader, strconv.Itoa(code)))
+}
+
+// user returns the caller, as the gateway authenticated it.
+func user(ctx context.Context) identity.User {
+	u, _ := identity.UserFrom(ctx)
+	return u
+}
+
+func apistatusInternal(err error) error { return apierrors.NewInternalError(err) }

@@ -1,0 +1,312 @@
+package resources
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// initialEventsEndAnnotation marks the bookmark that ends the initial
+// events of a watch with sendInitialEvents=true.
+const initialEventsEndAnnotation = "k8s.io/initial-events-end"
+
+// Watch streams the changes of a collection, in resourceVersion order:
+//
+//	resourceVersion unset   ADDED for the current state (consistent), then changes
+//	resourceVersion "0"     ADDED for the state of the answering member, then changes
+//	resourceVersion N       the changes after N; 410 Expired (as an ERROR event)
+//	                        when N has been compacted
+//
+// sendInitialEvents=true sends the state as ADDED events and then a BOOKMARK
+// annotated k8s.io/initial-events-end. The first message is empty: it makes
+// the REST front end send the response headers before any event, as
+// kube-apiserver does, so clients return from their Watch call at once.
+func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
+	ctx := stream.Context()
+	w, err := s.newWatch(req)
+	if err != nil {
+		return toGRPC(err)
+	}
+	timeout := s.cfg.WatchTimeout
+	if t := req.GetTimeoutSeconds(); t > 0 && time.Duration(t)*time.Second < timeout {
+		timeout = time.Duration(t) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
+		return err
+	}
+	err = s.runWatch(ctx, w, req, stream)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		return nil
+	}
+	// Headers are sent: report the failure in the stream, as an ERROR event.
+	st := apistatus.FromError(err)
+	frame, ferr := w.frame(watch.Error, &st)
+	if ferr != nil {
+		return ferr
+	}
+	return stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: frame})
+}
+
+// watchState is one watch's parameters, resolved.
+type watchState struct {
+	res         *registry.Resource
+	filter      *filter
+	prefix      string
+	mediaType   string
+	contentType string
+	codec       interface {
+		EncodeToBytes(runtime.Object, string) ([]byte, error)
+		DecodeStorage([]byte, int64, runtime.Object) error
+	}
+}
+
+func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
+	res, err := s.resolve(req.GetRef(), false)
+	if err != nil {
+		return nil, err
+	}
+	fieldSel := req.GetFieldSelector()
+	if name := req.GetRef().GetName(); name != "" {
+		// A watch on one object is a watch on its collection, pinned by name.
+		if fieldSel != "" {
+			fieldSel += ","
+		}
+		fieldSel += "metadata.name=" + name
+	}
+	f, err := newFilter(res, req.GetRef().GetNamespace(), req.GetLabelSelector(), fieldSel)
+	if err != nil {
+		return nil, err
+	}
+	mt, ok := negotiation.Negotiate(req.GetAccept(), negotiation.Options{Types: []string{negotiation.JSON, negotiation.Protobuf}})
+	if !ok {
+		return nil, apierrors.NewGenericServerResponse(406, "", res.GVR.GroupResource(), "", "watch streams are served as application/json and application/vnd.kubernetes.protobuf", 0, false)
+	}
+	if _, err := parseWatchRV(req); err != nil {
+		return nil, err
+	}
+	ct := mt.Type
+	if mt.Type == negotiation.Protobuf {
+		ct += ";stream=watch"
+	}
+	return &watchState{res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()), mediaType: mt.Type, contentType: ct, codec: s.cfg.Codec}, nil
+}
+
+// parseWatchRV validates the resourceVersion parameters of a watch and
+// returns the revision after which changes are sent (0 = from the initial
+// state).
+func parseWatchRV(req *apiv1.WatchRequest) (int64, error) {
+	rv := req.GetResourceVersion()
+	var n int64
+	if rv != "" {
+		var err error
+		if n, err = strconv.ParseInt(rv, 10, 64); err != nil || n < 0 {
+			return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
+		}
+	}
+	switch match := req.GetResourceVersionMatch(); match {
+	case "":
+	case string(metav1.ResourceVersionMatchNotOlderThan):
+		if !req.GetSendInitialEvents() {
+			return 0, apierrors.NewBadRequest("resourceVersionMatch NotOlderThan is only supported for watch with sendInitialEvents=true")
+		}
+	default:
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch %q is not supported for watch", match))
+	}
+	if req.SendInitialEvents != nil {
+		if req.GetResourceVersionMatch() != string(metav1.ResourceVersionMatchNotOlderThan) {
+			return 0, apierrors.NewBadRequest("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
+		}
+		if req.GetSendInitialEvents() && !req.GetAllowWatchBookmarks() {
+			return 0, apierrors.NewBadRequest("sendInitialEvents requires allowWatchBookmarks=true")
+		}
+	}
+	return n, nil
+}
+
+func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
+	rv, _ := parseWatchRV(req)
+	initial := rv == 0 && req.SendInitialEvents == nil || req.GetSendInitialEvents()
+	after := rv
+	if initial {
+		opts := storage.ListOptions{}
+		if req.GetSendInitialEvents() || req.GetResourceVersion() == "0" {
+			opts.Serializable = true
+		}
+		var frames []byte
+		for {
+			page, err := s.cfg.Store.List(ctx, w.prefix, opts)
+			if err != nil {
+				return storageError(err, w.res, req.GetRef().GetNamespace(), "")
+			}
+			if rv > 0 && page.Revision < rv {
+				return tooLargeResourceVersion(rv, page.Revision)
+			}
+			after = page.Revision
+			for _, kv := range page.KVs {
+				obj := w.res.New()
+				if err := w.codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+					return apierrors.NewInternalError(err)
+				}
+				if !w.filter.matches(obj) {
+					continue
+				}
+				f, err := w.frame(watch.Added, obj)
+				if err != nil {
+					return err
+				}
+				frames = append(frames, f...)
+			}
+			if !page.More || len(page.KVs) == 0 {
+				break
+			}
+			opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: page.Revision, Serializable: true}, Start: page.KVs[len(page.KVs)-1].Key + "\x00", Limit: opts.Limit}
+		}
+		if req.GetSendInitialEvents() {
+			f, err := w.bookmark(after, true)
+			if err != nil {
+				return err
+			}
+			frames = append(frames, f...)
+		}
+		if len(frames) > 0 {
+			if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: frames}); err != nil {
+				return err
+			}
+		}
+	}
+
+	watcher, err := s.cfg.Store.Watch(ctx, w.prefix, after+1, req.GetAllowWatchBookmarks())
+	if err != nil {
+		return storageError(err, w.res, req.GetRef().GetNamespace(), "")
+	}
+	defer watcher.Close()
+	for {
+		batch, err := watcher.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return storageError(err, w.res, req.GetRef().GetNamespace(), "")
+		}
+		var frames []byte
+		if batch.Progress {
+			if !req.GetAllowWatchBookmarks() {
+				continue
+			}
+			if frames, err = w.bookmark(batch.Revision, false); err != nil {
+				return err
+			}
+		}
+		for _, ev := range batch.Events {
+			f, err := w.eventFrame(ev)
+			if err != nil {
+				return err
+			}
+			frames = append(frames, f...)
+		}
+		if len(frames) == 0 {
+			continue
+		}
+		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: frames}); err != nil {
+			return err
+		}
+	}
+}
+
+// eventFrame turns a store event into the watch event a client of this
+// watch sees, if any: an object entering the selectors is ADDED, one
+// leaving them DELETED.
+func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
+	var cur, prev runtime.Object
+	if ev.Type == storage.Put {
+		cur = w.res.New()
+		if err := w.codec.DecodeStorage(ev.KV.Value, ev.KV.ModRevision, cur); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
+	if len(ev.PrevKV.Value) > 0 {
+		prev = w.res.New()
+		// A deleted object is reported at the revision of its deletion.
+		if err := w.codec.DecodeStorage(ev.PrevKV.Value, ev.KV.ModRevision, prev); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
+	curMatch := cur != nil && w.filter.matches(cur)
+	prevMatch := prev != nil && w.filter.matches(prev)
+	switch {
+	case curMatch && prevMatch:
+		return w.frame(watch.Modified, cur)
+	case curMatch:
+		return w.frame(watch.Added, cur)
+	case prevMatch && cur != nil:
+		// Left the selectors: DELETED, carrying the new state.
+		return w.frame(watch.Deleted, cur)
+	case prevMatch:
+		return w.frame(watch.Deleted, prev)
+	}
+	return nil, nil
+}
+
+// bookmark encodes a BOOKMARK event carrying only a resourceVersion.
+func (w *watchState) bookmark(rev int64, initialEnd bool) ([]byte, error) {
+	obj := w.res.New()
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	acc.SetResourceVersion(strconv.FormatInt(rev, 10))
+	if initialEnd {
+		acc.SetAnnotations(map[string]string{initialEventsEndAnnotation: "true"})
+	}
+	return w.frame(watch.Bookmark, obj)
+}
+
+// frame encodes one watch event in the watch's media type:
+//
+//	JSON:      {"type":"ADDED","object":{...}}\n
+//	protobuf:  | length uint32 BE | meta/v1 WatchEvent, raw protobuf |
+//	           whose object is the k8s\x00 envelope of the object (as
+//	           kube-apiserver frames it and client-go decodes it)
+func (w *watchState) frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
+	raw, err := w.codec.EncodeToBytes(obj, w.mediaType)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: raw}}
+	if w.mediaType == negotiation.Protobuf {
+		data, err := ev.Marshal()
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		out := make([]byte, 4, 4+len(data))
+		binary.BigEndian.PutUint32(out, uint32(len(data)))
+		return append(out, data...), nil
+	}
+	data, err := w.codec.EncodeToBytes(ev, w.mediaType)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if n := len(data); n > 0 && data[n-1] != '\n' {
+		data = append(data, '\n')
+	}
+	return data, nil
+}

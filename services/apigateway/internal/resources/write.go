@@ -1,0 +1,377 @@
+package resources
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// maxConflictRetries bounds the retries of an unconditional update or
+// delete that raced another writer.
+const maxConflictRetries = 16
+
+// generateNameAttempts bounds the retries of a create with generateName
+// whose generated name was taken.
+const generateNameAttempts = 8
+
+func toGRPC(err error) error { return apistatus.ToGRPC(err) }
+
+func toGRPCBody(b *httpbody.HttpBody, err error) (*httpbody.HttpBody, error) {
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return b, nil
+}
+
+// isDryRun validates the dryRun parameter: empty or ["All"].
+func isDryRun(v []string) (bool, error) {
+	if len(v) == 0 {
+		return false, nil
+	}
+	for _, d := range v {
+		if d != metav1.DryRunAll {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("Invalid dry run value: %q: valid values are %q", d, metav1.DryRunAll))
+		}
+	}
+	return true, nil
+}
+
+// decodeBody decodes a create or update body into a new object of res.
+func (s *Server) decodeBody(res *registry.Resource, body *httpbody.HttpBody) (runtime.Object, metav1.Object, error) {
+	if body == nil || len(body.GetData()) == 0 {
+		return nil, nil, apierrors.NewBadRequest("the request body is empty")
+	}
+	ct := body.GetContentType()
+	switch ct {
+	case "", negotiation.JSON, negotiation.YAML, negotiation.Protobuf:
+	default:
+		return nil, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", negotiation.JSON, negotiation.YAML, negotiation.Protobuf), 0, false)
+	}
+	obj := res.New()
+	if err := s.cfg.Codec.Decode(body.GetData(), ct, res.GVK(), obj); err != nil {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the object provided is unrecognized or malformed: %v", err))
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil, apierrors.NewInternalError(err)
+	}
+	return obj, acc, nil
+}
+
+// checkNamespace fills an object's namespace from the URL, or fails when
+// they disagree.
+func checkNamespace(res *registry.Resource, acc metav1.Object, ns string) error {
+	if !res.Namespaced {
+		acc.SetNamespace("")
+		return nil
+	}
+	switch acc.GetNamespace() {
+	case "":
+		acc.SetNamespace(ns)
+	case ns:
+	default:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return nil
+}
+
+// Create stores a new object.
+func (s *Server) Create(ctx context.Context, req *apiv1.CreateRequest) (*httpbody.HttpBody, error) {
+	obj, err := s.create(ctx, req)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	setHTTPCode(ctx, http.StatusCreated)
+	return toGRPCBody(s.respond(obj, mt))
+}
+
+func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.Object, error) {
+	ref := req.GetRef()
+	if ref.GetName() != "" {
+		return nil, apierrors.NewMethodNotSupported(schema.GroupResource{Group: ref.GetGroup(), Resource: ref.GetResource()}, "create")
+	}
+	res, err := s.resolve(ref, false)
+	if err != nil {
+		return nil, err
+	}
+	if res.Namespaced && ref.GetNamespace() == "" {
+		return nil, apierrors.NewBadRequest("a namespace is required to create a " + res.Kind)
+	}
+	dryRun, err := isDryRun(req.GetDryRun())
+	if err != nil {
+		return nil, err
+	}
+	obj, acc, err := s.decodeBody(res, req.GetBody())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
+		return nil, err
+	}
+	// Fields the server owns.
+	acc.SetUID(types.UID(uuid.NewString()))
+	acc.SetCreationTimestamp(metav1.NewTime(s.cfg.Now().Truncate(1e9)))
+	acc.SetResourceVersion("")
+	acc.SetDeletionTimestamp(nil)
+	acc.SetDeletionGracePeriodSeconds(nil)
+	acc.SetSelfLink("")
+	res.Strategy.PrepareForCreate(obj)
+
+	generate := acc.GetName() == "" && acc.GetGenerateName() != ""
+	attempts := 1
+	if generate {
+		attempts = generateNameAttempts
+	}
+	for attempt := 0; ; attempt++ {
+		if generate {
+			acc.SetName(acc.GetGenerateName() + randomSuffix())
+		}
+		if errs := res.Strategy.Validate(obj); len(errs) > 0 {
+			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+		}
+		if err := s.admit(ctx, res, ref, obj, nil, apiv1Create, dryRun); err != nil {
+			return nil, err
+		}
+		if dryRun {
+			return obj, nil
+		}
+		data, err := s.cfg.Codec.EncodeStorage(obj)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		parent := ""
+		if res.Namespaced {
+			parent = namespaceKey(s, acc.GetNamespace())
+		}
+		rev, err := s.cfg.Store.Create(ctx, res.Key(acc.GetNamespace(), acc.GetName()), data, parent)
+		if errors.Is(err, storage.ErrExists) && generate && attempt+1 < attempts {
+			continue
+		}
+		if err != nil {
+			return nil, storageError(err, res, acc.GetNamespace(), acc.GetName())
+		}
+		acc.SetResourceVersion(fmt.Sprint(rev))
+		return obj, nil
+	}
+}
+
+// namespaceKey is the store key of a namespace.
+func namespaceKey(s *Server, ns string) string {
+	res, _ := s.cfg.Registry.Lookup(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+	return res.Key("", ns)
+}
+
+// randomSuffix is the 5-character suffix of generated names, from the same
+// alphabet kube-apiserver uses (no vowels, no confusable characters).
+func randomSuffix() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b[:])
+}
+
+// Update replaces an object. A resourceVersion in the body is a
+// precondition (409 Conflict when stale); without one the update is
+// unconditional and retried over concurrent writes.
+func (s *Server) Update(ctx context.Context, req *apiv1.UpdateRequest) (*httpbody.HttpBody, error) {
+	obj, err := s.update(ctx, req)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toGRPCBody(s.respond(obj, mt))
+}
+
+func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.Object, error) {
+	ref := req.GetRef()
+	res, err := s.resolve(ref, true)
+	if err != nil {
+		return nil, err
+	}
+	dryRun, err := isDryRun(req.GetDryRun())
+	if err != nil {
+		return nil, err
+	}
+	obj, acc, err := s.decodeBody(res, req.GetBody())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if acc.GetName() != ref.GetName() {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
+	}
+	precondition := acc.GetResourceVersion()
+	gr := res.GVR.GroupResource()
+	for attempt := 0; attempt < maxConflictRetries; attempt++ {
+		old, _, err := s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0)
+		if err != nil {
+			return nil, err
+		}
+		oldAcc, _ := meta.Accessor(old)
+		if precondition != "" && precondition != oldAcc.GetResourceVersion() {
+			return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
+		}
+		// Metadata the server owns is carried over; a changed uid is caught
+		// by validation.
+		if acc.GetUID() == "" {
+			acc.SetUID(oldAcc.GetUID())
+		}
+		acc.SetCreationTimestamp(oldAcc.GetCreationTimestamp())
+		acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
+		acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
+		acc.SetResourceVersion(oldAcc.GetResourceVersion())
+		res.Strategy.PrepareForUpdate(obj, old)
+		if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
+			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+		}
+		if err := s.admit(ctx, res, ref, obj, old, apiv1Update, dryRun); err != nil {
+			return nil, err
+		}
+		if dryRun {
+			return obj, nil
+		}
+		data, err := s.cfg.Codec.EncodeStorage(obj)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		modRev, _ := parseRV(oldAcc.GetResourceVersion())
+		rev, err := s.cfg.Store.Update(ctx, res.Key(ref.GetNamespace(), ref.GetName()), data, modRev)
+		if errors.Is(err, storage.ErrConflict) && precondition == "" {
+			continue
+		}
+		if err != nil {
+			return nil, storageError(err, res, ref.GetNamespace(), ref.GetName())
+		}
+		acc.SetResourceVersion(fmt.Sprint(rev))
+		return obj, nil
+	}
+	return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New("too many concurrent writers; try again"))
+}
+
+// readLatest is a linearizable read.
+var readLatest = storage.ReadOptions{}
+
+// Delete deletes an object, honouring the uid and resourceVersion
+// preconditions of a DeleteOptions body.
+func (s *Server) Delete(ctx context.Context, req *apiv1.DeleteRequest) (*httpbody.HttpBody, error) {
+	out, err := s.delete(ctx, req)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toGRPCBody(s.respond(out, mt))
+}
+
+func (s *Server) delete(ctx context.Context, req *apiv1.DeleteRequest) (runtime.Object, error) {
+	ref := req.GetRef()
+	res, err := s.resolve(ref, true)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := s.deleteOptions(req.GetBody())
+	if err != nil {
+		return nil, err
+	}
+	dry := req.GetDryRun()
+	if len(dry) == 0 {
+		dry = opts.DryRun
+	}
+	dryRun, err := isDryRun(dry)
+	if err != nil {
+		return nil, err
+	}
+	gr := res.GVR.GroupResource()
+	for attempt := 0; attempt < maxConflictRetries; attempt++ {
+		old, _, err := s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0)
+		if err != nil {
+			return nil, err
+		}
+		oldAcc, _ := meta.Accessor(old)
+		if p := opts.Preconditions; p != nil {
+			if p.UID != nil && *p.UID != oldAcc.GetUID() {
+				return nil, apierrors.NewConflict(gr, ref.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, oldAcc.GetUID()))
+			}
+			if p.ResourceVersion != nil && *p.ResourceVersion != oldAcc.GetResourceVersion() {
+				return nil, apierrors.NewConflict(gr, ref.GetName(), fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, oldAcc.GetResourceVersion()))
+			}
+		}
+		if err := s.admit(ctx, res, ref, nil, old, apiv1Delete, dryRun); err != nil {
+			return nil, err
+		}
+		status := &metav1.Status{Status: metav1.StatusSuccess, Details: &metav1.StatusDetails{
+			Name: ref.GetName(), Group: res.GVR.Group, Kind: res.GVR.Resource, UID: oldAcc.GetUID(),
+		}}
+		if dryRun {
+			return status, nil
+		}
+		modRev, _ := parseRV(oldAcc.GetResourceVersion())
+		var delErr error
+		if res.GVR.Resource == "namespaces" && res.GVR.Group == "" {
+			_, delErr = s.deleteNamespace(ctx, ref.GetName(), modRev)
+		} else {
+			_, delErr = s.cfg.Store.Delete(ctx, res.Key(ref.GetNamespace(), ref.GetName()), modRev)
+		}
+		if errors.Is(delErr, storage.ErrConflict) && (opts.Preconditions == nil || opts.Preconditions.ResourceVersion == nil) {
+			continue
+		}
+		if delErr != nil {
+			return nil, storageError(delErr, res, ref.GetNamespace(), ref.GetName())
+		}
+		return status, nil
+	}
+	return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New("too many concurrent writers; try again"))
+}
+
+// deleteOptions decodes an optional DeleteOptions body.
+func (s *Server) deleteOptions(body *httpbody.HttpBody) (*metav1.DeleteOptions, error) {
+	opts := &metav1.DeleteOptions{}
+	if body == nil || len(body.GetData()) == 0 {
+		return opts, nil
+	}
+	ct := body.GetContentType()
+	if ct != "" && ct != negotiation.JSON && ct != negotiation.YAML && ct != negotiation.Protobuf {
+		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "", "DeleteOptions must be JSON, YAML or protobuf", 0, false)
+	}
+	if err := s.cfg.Codec.DecodeOptions(body.GetData(), ct, opts); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid DeleteOptions: %v", err))
+	}
+	return opts, nil
+}
+
+func parseRV(rv string) (int64, error) {
+	var n int64
+	_, err := fmt.Sscan(rv, &n)
+	return n, err
+}

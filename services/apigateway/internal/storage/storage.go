@@ -1,0 +1,291 @@
+// Package storage is the gateway's narrow view of the store, shaped by how
+// the Kubernetes API uses it: get, list, create, update, delete and watch of
+// whole objects under string keys, with mod revisions as resourceVersions.
+// It translates to store.v1 Range/Txn/Watch over gRPC and turns the store's
+// gRPC errors into this package's errors.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors returned by Store methods; match with errors.Is / errors.As.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrExists: a create found the key present.
+	ErrExists = errors.New("storage: already exists")
+	// ErrConflict: the key's mod revision differs from the precondition.
+	ErrConflict = errors.New("storage: revision conflict")
+	// ErrParentMissing: the key a create depends on (its namespace) is gone.
+	ErrParentMissing = errors.New("storage: parent missing")
+)
+
+// CompactedError reports a read or watch below the compacted revision.
+type CompactedError struct {
+	// CompactRevision is the lowest readable revision.
+	CompactRevision int64
+	// Requested is the revision asked for.
+	Requested int64
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("storage: revision %d has been compacted (compacted revision %d)", e.Requested, e.CompactRevision)
+}
+
+// FutureRevisionError reports a read at a revision the store has not
+// reached.
+type FutureRevisionError struct {
+	// Current is the store's revision.
+	Current int64
+	// Requested is the revision asked for.
+	Requested int64
+}
+
+func (e *FutureRevisionError) Error() string {
+	return fmt.Sprintf("storage: revision %d is newer than the current revision %d", e.Requested, e.Current)
+}
+
+// KV is one stored object.
+type KV struct {
+	// Key is the object's key.
+	Key string
+	// Value is the stored encoding.
+	Value []byte
+	// ModRevision is the object's resourceVersion.
+	ModRevision int64
+	// CreateRevision is the revision that created it.
+	CreateRevision int64
+}
+
+// Store talks to the store service.
+type Store struct {
+	kv    storev1.KVServiceClient
+	watch storev1.WatchServiceClient
+}
+
+// New returns a Store over a connection to the store service.
+func New(conn grpc.ClientConnInterface) *Store {
+	return &Store{kv: storev1.NewKVServiceClient(conn), watch: storev1.NewWatchServiceClient(conn)}
+}
+
+// ReadOptions select the revision of a read.
+type ReadOptions struct {
+	// Revision reads history; 0 reads the current state.
+	Revision int64
+	// Serializable reads the answering member's local state without
+	// confirming it is current.
+	Serializable bool
+}
+
+// Get reads one key. It returns ErrNotFound (with the read revision) when
+// the key does not exist.
+func (s *Store) Get(ctx context.Context, key string, opts ReadOptions) (KV, int64, error) {
+	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(key), Revision: opts.Revision, Serializable: opts.Serializable})
+	if err != nil {
+		return KV{}, 0, convert(err, opts.Revision)
+	}
+	rev := resp.GetHeader().GetRevision()
+	if len(resp.Kvs) == 0 {
+		return KV{}, rev, ErrNotFound
+	}
+	return fromProto(resp.Kvs[0]), rev, nil
+}
+
+// ListOptions select a page of a prefix.
+type ListOptions struct {
+	ReadOptions
+	// Limit caps the number of keys; 0 means all.
+	Limit int64
+	// Start is the first key to return (for continuation); empty starts at
+	// the prefix.
+	Start string
+}
+
+// ListResult is a page of keys.
+type ListResult struct {
+	// KVs are the objects, in key order.
+	KVs []KV
+	// Revision is the revision read at.
+	Revision int64
+	// More is true when Limit cut the page short.
+	More bool
+	// Count is the number of keys from Start to the end of the prefix.
+	Count int64
+}
+
+// List reads the keys under prefix.
+func (s *Store) List(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
+	start := prefix
+	if opts.Start != "" {
+		start = opts.Start
+	}
+	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{
+		Key: []byte(start), RangeEnd: PrefixEnd([]byte(prefix)),
+		Limit: opts.Limit, Revision: opts.Revision, Serializable: opts.Serializable,
+	})
+	if err != nil {
+		return ListResult{}, convert(err, opts.Revision)
+	}
+	out := ListResult{Revision: resp.GetHeader().GetRevision(), More: resp.More, Count: resp.Count, KVs: make([]KV, 0, len(resp.Kvs))}
+	for _, kv := range resp.Kvs {
+		out.KVs = append(out.KVs, fromProto(kv))
+	}
+	return out, nil
+}
+
+// Create stores a new key. When parent is not empty, the create succeeds
+// only while that key exists (a namespaced object needs its namespace);
+// the check and the write are one transaction. It returns the new revision,
+// ErrExists or ErrParentMissing.
+func (s *Store) Create(ctx context.Context, key string, value []byte, parent string) (int64, error) {
+	cmp := []*storev1.Compare{{
+		Key: []byte(key), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL,
+		TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
+	}}
+	if parent != "" {
+		cmp = append(cmp, &storev1.Compare{
+			Key: []byte(parent), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_GREATER,
+			TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
+		})
+	}
+	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
+		Compare: cmp,
+		Success: []*storev1.RequestOp{putOp(key, value)},
+		Failure: []*storev1.RequestOp{rangeOp(key, true)},
+	})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	if resp.Succeeded {
+		return resp.GetHeader().GetRevision(), nil
+	}
+	if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+		return 0, ErrExists
+	}
+	return 0, ErrParentMissing
+}
+
+// Update replaces a key whose mod revision is modRevision. It returns the
+// new revision, ErrConflict when the key changed, or ErrNotFound.
+func (s *Store) Update(ctx context.Context, key string, value []byte, modRevision int64) (int64, error) {
+	return s.guarded(ctx, key, modRevision, putOp(key, value))
+}
+
+// Delete removes a key whose mod revision is modRevision. It returns the
+// revision of the delete, ErrConflict when the key changed, or ErrNotFound.
+func (s *Store) Delete(ctx context.Context, key string, modRevision int64) (int64, error) {
+	return s.guarded(ctx, key, modRevision, &storev1.RequestOp{Request: &storev1.RequestOp_RequestDeleteRange{
+		RequestDeleteRange: &storev1.DeleteRangeRequest{Key: []byte(key)},
+	}})
+}
+
+func (s *Store) guarded(ctx context.Context, key string, modRevision int64, op *storev1.RequestOp) (int64, error) {
+	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
+		Compare: []*storev1.Compare{{
+			Key: []byte(key), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL,
+			TargetUnion: &storev1.Compare_ModRevision{ModRevision: modRevision},
+		}},
+		Success: []*storev1.RequestOp{op},
+		Failure: []*storev1.RequestOp{rangeOp(key, true)},
+	})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	if resp.Succeeded {
+		return resp.GetHeader().GetRevision(), nil
+	}
+	if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+		return 0, ErrConflict
+	}
+	return 0, ErrNotFound
+}
+
+func putOp(key string, value []byte) *storev1.RequestOp {
+	return &storev1.RequestOp{Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(key), Value: value}}}
+}
+
+func rangeOp(key string, keysOnly bool) *storev1.RequestOp {
+	return &storev1.RequestOp{Request: &storev1.RequestOp_RequestRange{RequestRange: &storev1.RangeRequest{Key: []byte(key), KeysOnly: keysOnly}}}
+}
+
+func fromProto(kv *storev1.KeyValue) KV {
+	if kv == nil {
+		return KV{}
+	}
+	return KV{Key: string(kv.Key), Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+}
+
+// PrefixEnd returns the range end that selects every key with prefix p.
+func PrefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return []byte{0} // every key >= p
+}
+
+// convert turns the store's gRPC errors into this package's errors; others
+// pass through unchanged.
+func convert(err error, requested int64) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *storev1.CompactedError:
+			req := d.RequestedRevision
+			if req == 0 {
+				req = requested
+			}
+			return &CompactedError{CompactRevision: d.CompactRevision, Requested: req}
+		case *storev1.FutureRevisionError:
+			return &FutureRevisionError{Current: d.CurrentRevision, Requested: d.RequestedRevision}
+		}
+	}
+	if st.Code() == codes.OutOfRange {
+		return &CompactedError{Requested: requested}
+	}
+	return fmt.Errorf("storage: %w", err)
+}
+
+// DeleteTree removes key, whose mod revision must be modRevision, together
+// with every key under each of prefixes, in one transaction (one revision).
+// It returns the revision of the delete, ErrConflict or ErrNotFound.
+func (s *Store) DeleteTree(ctx context.Context, key string, modRevision int64, prefixes []string) (int64, error) {
+	ops := []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestDeleteRange{RequestDeleteRange: &storev1.DeleteRangeRequest{Key: []byte(key)}}}}
+	for _, p := range prefixes {
+		ops = append(ops, &storev1.RequestOp{Request: &storev1.RequestOp_RequestDeleteRange{RequestDeleteRange: &storev1.DeleteRangeRequest{
+			Key: []byte(p), RangeEnd: PrefixEnd([]byte(p)),
+		}}})
+	}
+	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
+		Compare: []*storev1.Compare{{
+			Key: []byte(key), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL,
+			TargetUnion: &storev1.Compare_ModRevision{ModRevision: modRevision},
+		}},
+		Success: ops,
+		Failure: []*storev1.RequestOp{rangeOp(key, true)},
+	})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	if resp.Succeeded {
+		return resp.GetHeader().GetRevision(), nil
+	}
+	if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+		return 0, ErrConflict
+	}
+	return 0, ErrNotFound
+}
