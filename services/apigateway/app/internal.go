@@ -47,9 +47,11 @@ func (insecureLocal) ClientHandshake(_ context.Context, _ string, c net.Conn) (n
 func (insecureLocal) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return c, localAuth{}, nil
 }
-func (insecureLocal) Info() credentials.ProtocolInfo { return credentials.ProtocolInfo{SecurityProtocol: "local"} }
+func (insecureLocal) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "local"}
+}
 func (insecureLocal) Clone() credentials.TransportCredentials { return insecureLocal{} }
-func (insecureLocal) OverrideServerName(string) error          { return nil }
+func (insecureLocal) OverrideServerName(string) error         { return nil }
 
 type localAuth struct{}
 

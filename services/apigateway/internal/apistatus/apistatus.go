@@ -15,10 +15,10 @@ import (
 	"net/http"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // grpcCodeForHTTP maps the HTTP code of a Kubernetes Status to the gRPC code

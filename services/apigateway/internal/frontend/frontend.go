@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/identity"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
@@ -28,7 +29,6 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

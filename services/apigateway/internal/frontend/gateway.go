@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/status"

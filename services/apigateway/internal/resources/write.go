@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/google/uuid"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
