@@ -1,0 +1,190 @@
+// Package daemon is the common shape of a meridian service binary: the
+// flags every service has (listen address, mTLS files, trusted
+// organization, metrics address, logging), and Run, which turns them into a
+// logger, a metrics registry, a TLS configuration and a trust rule, serves
+// the service until SIGINT or SIGTERM, and shuts it down cleanly.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/telemetry"
+)
+
+// Flags are the flags every service binary has.
+type Flags struct {
+	// Listen is the gRPC listen address.
+	Listen string
+	// TLSCertFile and TLSKeyFile are the serving certificate and key;
+	// both empty serves plaintext (development only).
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, when set, makes the server require and verify client
+	// certificates signed by these CAs (mTLS).
+	ClientCAFile string
+	// TrustedOrganization is the O= of client certificates whose holders
+	// may assert users in metadata; empty trusts nobody.
+	TrustedOrganization string
+	// MetricsListen is the address of the /metrics HTTP server; empty
+	// disables it.
+	MetricsListen string
+	// LogLevel is debug, info, warn or error; LogFormat json or text.
+	LogLevel, LogFormat string
+}
+
+// Register defines the flags on fs with the given default addresses.
+func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen string) {
+	fs.StringVar(&f.Listen, "listen", defaultListen, "gRPC listen address")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM); empty serves plaintext, for development only")
+	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
+	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against; when set, every client must present one (mTLS)")
+	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
+	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the Prometheus /metrics HTTP server; empty disables it")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")
+}
+
+// Validate reports every problem with the flags at once.
+func (f *Flags) Validate() error {
+	var errs []error
+	if f.Listen == "" {
+		errs = append(errs, errors.New("--listen is required"))
+	}
+	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file must be set together"))
+	}
+	if f.ClientCAFile != "" && f.TLSCertFile == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	if _, err := telemetry.NewLogger(io.Discard, f.LogLevel, f.LogFormat); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// TLS loads the server TLS configuration the flags name; nil when
+// plaintext.
+func (f *Flags) TLS() (*tls.Config, error) {
+	if f.TLSCertFile == "" {
+		return nil, nil
+	}
+	return pki.LoadServerTLS(f.TLSCertFile, f.TLSKeyFile, f.ClientCAFile)
+}
+
+// Trust returns the trust rule the flags name; nil trusts nobody.
+func (f *Flags) Trust() identity.TrustFunc {
+	if f.TrustedOrganization == "" {
+		return nil
+	}
+	return identity.TrustOrganization(f.TrustedOrganization)
+}
+
+// Env is what Run gives the service constructor.
+type Env struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// TLS is nil when serving plaintext.
+	TLS   *tls.Config
+	Trust identity.TrustFunc
+}
+
+// Server is a built service: app.App of each service satisfies it.
+type Server interface {
+	// Serve serves on lis until Close, then returns nil.
+	Serve(lis net.Listener) error
+	// Close stops the service gracefully; safe to call twice.
+	Close() error
+}
+
+// Run validates f, builds the environment, calls build, serves the result
+// on f.Listen (and metrics on f.MetricsListen) until ctx is done or
+// SIGINT/SIGTERM arrives, then closes it. Logs go to logOut. It returns nil
+// after a clean shutdown.
+func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build func(context.Context, Env) (Server, error)) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	logger, err := telemetry.NewLogger(logOut, f.LogLevel, f.LogFormat)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	logger = logger.With("service", name)
+	tlsConf, err := f.TLS()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	switch {
+	case tlsConf == nil:
+		logger.Warn("serving plaintext gRPC: development only; no peer may assert users")
+	case f.ClientCAFile == "":
+		logger.Warn("serving TLS without client certificates: no peer may assert users")
+	}
+	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust()}
+
+	srv, err := build(ctx, env)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if f.MetricsListen != "" {
+		addr, err := telemetry.ServeMetrics(ctx, f.MetricsListen, env.Registry, logger)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		logger.Info("metrics serving", "addr", addr.String())
+	}
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", f.Listen)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("%s: listen: %w", name, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+
+	select {
+	case err := <-served:
+		srv.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	cerr := srv.Close()
+	serr := <-served
+	if err := errors.Join(cerr, serr); err != nil {
+		return fmt.Errorf("%s: shutdown: %w", name, err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// ParseFlags parses args with fs. It returns flag.ErrHelp for -h, which
+// callers should treat as success.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
