@@ -1,0 +1,82 @@
+package mvcc
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+)
+
+// WriteBatch applies transactions and compactions to one indexed pebble
+// batch: later operations read the effects of earlier ones, and Commit makes
+// all of them visible, with the meta key, atomically. Only one WriteBatch is
+// open at a time (it holds Store.wmu until Close).
+//
+// Errors returned by Txn and Compact that wrap ErrInvalidArgument,
+// ErrCompacted, ErrFutureRev or ErrLeaseNotFound are request errors: the
+// batch is unchanged and usable. Any other error is a storage error: the
+// batch must be discarded (Close without Commit).
+type WriteBatch struct {
+	s *Store
+	b *pebble.Batch
+
+	rev        int64 // working current revision
+	compactRev int64 // working compacted revision
+	events     []*storev1.Event
+	committed  bool
+}
+
+// NewWriteBatch opens the write batch; it blocks while another is open.
+func (s *Store) NewWriteBatch() *WriteBatch {
+	s.wmu.Lock()
+	return &WriteBatch{s: s, b: s.db.NewIndexedBatch(), rev: s.rev.Load(), compactRev: s.compactRev.Load()}
+}
+
+// Rev returns the batch's working revision.
+func (w *WriteBatch) Rev() int64 { return w.rev }
+
+// Commit writes the meta key (revision, compacted revision, applied) and
+// commits the batch with opts. On success it publishes the new revisions and
+// applied index and returns the events of the batch in revision order; the
+// caller must not modify them.
+func (w *WriteBatch) Commit(applied uint64, opts *pebble.WriteOptions) ([]*storev1.Event, error) {
+	m := meta{rev: w.rev, compactRev: w.compactRev, applied: applied}
+	if err := w.b.Set(metaKey, m.encode(), nil); err != nil {
+		return nil, fmt.Errorf("mvcc: set meta: %w", err)
+	}
+	// Publication order: compacted revision before the commit, revision
+	// after (see the package documentation).
+	if w.compactRev > w.s.compactRev.Load() {
+		w.s.compactRev.Store(w.compactRev)
+	}
+	if err := w.b.Commit(opts); err != nil {
+		return nil, fmt.Errorf("mvcc: commit: %w", err)
+	}
+	w.committed = true
+	w.s.rev.Store(w.rev)
+	w.s.applied.Store(applied)
+	return w.events, nil
+}
+
+// Close releases the batch; without a successful Commit its writes are
+// discarded. Safe to call more than once.
+func (w *WriteBatch) Close() {
+	if w.b == nil {
+		return
+	}
+	_ = w.b.Close()
+	w.b = nil
+	w.s.wmu.Unlock()
+}
+
+// put writes a new version of rec.key at (main, sub).
+func (w *WriteBatch) put(rec *record) error {
+	if err := w.b.Set(recordKey(rec.mod, rec.sub), encodeRecord(rec), nil); err != nil {
+		return fmt.Errorf("mvcc: batch set record: %w", err)
+	}
+	if err := w.b.Set(idxKey(rec.key, rec.mod), idxValue(rec.sub, rec.tomb), nil); err != nil {
+		return fmt.Errorf("mvcc: batch set index: %w", err)
+	}
+	return nil
+}

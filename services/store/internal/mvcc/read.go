@@ -1,0 +1,149 @@
+package mvcc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// reader is a consistent view: a pebble snapshot (committed state) or an
+// indexed batch (committed state plus the writes being applied).
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// latestRev reads the newest version of every key.
+const latestRev = math.MaxInt64
+
+// version locates one version of a key in the key index.
+type version struct {
+	main int64
+	sub  uint32
+	tomb bool
+}
+
+func getRecord(r reader, main int64, sub uint32) (*record, error) {
+	v, closer, err := r.Get(recordKey(main, sub))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: index points at missing record %d.%d", ErrCorrupt, main, sub)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mvcc: get record %d.%d: %w", main, sub, err)
+	}
+	defer closer.Close()
+	return decodeRecord(main, sub, v)
+}
+
+// seekVersion positions it on the newest entry of the key with index prefix
+// p whose revision is <= rev, and reports it.
+func seekVersion(it *pebble.Iterator, p []byte, rev int64) (version, bool, error) {
+	seek := appendInvRev(append(make([]byte, 0, len(p)+8), p...), rev)
+	if !it.SeekGE(seek) || !bytes.HasPrefix(it.Key(), p) || len(it.Key()) != len(p)+8 {
+		return version{}, false, it.Error()
+	}
+	_, main, err := parseIdxKey(it.Key())
+	if err != nil {
+		return version{}, false, err
+	}
+	sub, tomb, err := parseIdxValue(it.Value())
+	if err != nil {
+		return version{}, false, err
+	}
+	return version{main: main, sub: sub, tomb: tomb}, true, nil
+}
+
+// versionAt returns the newest version of key at or below rev.
+func versionAt(r reader, key []byte, rev int64) (version, bool, error) {
+	p := idxKeyPrefix(key)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: idxNextKey(p)})
+	if err != nil {
+		return version{}, false, fmt.Errorf("mvcc: open iterator: %w", err)
+	}
+	defer it.Close()
+	return seekVersion(it, p, rev)
+}
+
+// liveAt returns the record of key live at rev, or nil when the key does not
+// exist at rev.
+func liveAt(r reader, key []byte, rev int64) (*record, error) {
+	v, ok, err := versionAt(r, key, rev)
+	if err != nil || !ok || v.tomb {
+		return nil, err
+	}
+	return getRecord(r, v.main, v.sub)
+}
+
+// scan calls fn, in key order, with the newest version at or below rev of
+// every key in [key, end) that is live at rev. fn returns false to stop.
+func scan(r reader, key, end []byte, rev int64, fn func(v version) (bool, error)) error {
+	lo, hi := keyBounds(key, end)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("mvcc: open iterator: %w", err)
+	}
+	defer it.Close()
+	var p []byte
+	for ok := it.SeekGE(lo); ok; {
+		kp, main, err := parseIdxKey(it.Key())
+		if err != nil {
+			return err
+		}
+		p = append(p[:0], kp...)
+		var v version
+		found := true
+		if main <= rev {
+			// The first entry of a key is its newest version.
+			sub, tomb, err := parseIdxValue(it.Value())
+			if err != nil {
+				return err
+			}
+			v = version{main: main, sub: sub, tomb: tomb}
+		} else if v, found, err = seekVersion(it, p, rev); err != nil {
+			return err
+		}
+		if found && !v.tomb {
+			more, err := fn(v)
+			if err != nil || !more {
+				return err
+			}
+		}
+		ok = it.SeekGE(idxNextKey(p))
+	}
+	return it.Error()
+}
+
+// rangeResult is the result of rangeAt.
+type rangeResult struct {
+	recs  []*record
+	count int64
+	more  bool
+}
+
+// rangeAt reads the keys in [key, end) live at rev. limit <= 0 means no
+// limit; count is always the number of live keys in the range; countOnly
+// fetches no records.
+func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (rangeResult, error) {
+	var res rangeResult
+	err := scan(r, key, end, rev, func(v version) (bool, error) {
+		res.count++
+		if countOnly {
+			return true, nil
+		}
+		if limit > 0 && int64(len(res.recs)) >= limit {
+			res.more = true
+			return true, nil
+		}
+		rec, err := getRecord(r, v.main, v.sub)
+		if err != nil {
+			return false, err
+		}
+		res.recs = append(res.recs, rec)
+		return true, nil
+	})
+	return res, err
+}
