@@ -1,0 +1,185 @@
+// Package app assembles the flow-control service: the apf.Controller
+// behind a gRPC server built by lib/grpcserver. The flowcontrol binary and
+// the all-in-one binary both use it.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/identity"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/server"
+)
+
+// ServiceName is the gRPC service served, as reported by the health
+// service.
+const ServiceName = "meridian.flowcontrol.v1.FlowControlService"
+
+// Config configures the flow-control service. Zero values mean the
+// defaults stated on each field.
+type Config struct {
+	// ConcurrencyLimit is the concurrency limit, in seats, of priority
+	// level catch-all, which rejects rather than queues; default 200.
+	ConcurrencyLimit int
+	// GlobalDefaultConcurrencyLimit is the concurrency limit, in seats, of
+	// priority level global-default (authenticated users); default 200.
+	GlobalDefaultConcurrencyLimit int
+	// Queues is the number of global-default's queues; default 128.
+	Queues int
+	// HandSize is the number of queues each flow (user) is dealt by
+	// shuffle sharding; default 6.
+	HandSize int
+	// QueueLengthLimit is the number of requests each queue holds; default
+	// 50.
+	QueueLengthLimit int
+	// MaxWait is the longest a request waits in its queue before it is
+	// rejected with RESOURCE_EXHAUSTED; default 15s.
+	MaxWait time.Duration
+	// GrantLease is how long a gateway's grants outlive its last heartbeat;
+	// default 30s.
+	GrantLease time.Duration
+	// RetryAfter is sent to rejected clients in RetryInfo; default 1s.
+	RetryAfter time.Duration
+
+	// TLS is the server's TLS configuration; nil serves plaintext (tests
+	// only).
+	TLS *tls.Config
+	// Registerer receives the metrics; nil means none.
+	Registerer prometheus.Registerer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Trust decides which mTLS peers may assert users; nil trusts none.
+	Trust identity.TrustFunc
+}
+
+func (c *Config) apf() apf.Config {
+	return apf.Config{
+		CatchAllSeats:      c.ConcurrencyLimit,
+		GlobalDefaultSeats: c.GlobalDefaultConcurrencyLimit,
+		Queues:             c.Queues,
+		HandSize:           c.HandSize,
+		QueueLengthLimit:   c.QueueLengthLimit,
+		MaxWait:            c.MaxWait,
+		Lease:              c.GrantLease,
+		RetryAfter:         c.RetryAfter,
+		Registerer:         c.Registerer,
+		Logger:             c.logger(),
+	}
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"ConcurrencyLimit", c.ConcurrencyLimit},
+		{"GlobalDefaultConcurrencyLimit", c.GlobalDefaultConcurrencyLimit},
+		{"Queues", c.Queues},
+		{"HandSize", c.HandSize},
+		{"QueueLengthLimit", c.QueueLengthLimit},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"MaxWait", c.MaxWait}, {"GrantLease", c.GrantLease}, {"RetryAfter", c.RetryAfter}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", f.name, f.v))
+		}
+	}
+	if len(errs) == 0 {
+		if err := c.apf().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("flowcontrol: invalid config: %w", err)
+	}
+	return nil
+}
+
+// App is the flow-control service. New builds it, Serve serves it, Close
+// stops it.
+type App struct {
+	ctrl   *apf.Controller
+	srv    *grpc.Server
+	health *health.Server
+	logger *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds the service. It does not listen; call Serve. ctx is not
+// retained.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctrl, err := apf.New(cfg.apf())
+	if err != nil {
+		return nil, fmt.Errorf("flowcontrol: %w", err)
+	}
+	srv, hs, err := grpcserver.New(grpcserver.Options{
+		Service:    "flowcontrol",
+		TLS:        cfg.TLS,
+		Registerer: cfg.Registerer,
+		Logger:     cfg.Logger,
+		Trust:      cfg.Trust,
+	})
+	if err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("flowcontrol: %w", err)
+	}
+	flowcontrolv1.RegisterFlowControlServiceServer(srv, server.New(ctrl))
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return &App{ctrl: ctrl, srv: srv, health: hs, logger: cfg.logger()}, nil
+}
+
+// Serve serves gRPC on lis until Close; it returns nil after Close.
+func (a *App) Serve(lis net.Listener) error {
+	a.logger.Info("flowcontrol serving", "addr", lis.Addr().String())
+	if err := a.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("flowcontrol: serve: %w", err)
+	}
+	return nil
+}
+
+// Close stops the service gracefully: health reports NOT_SERVING, queued
+// Acquires fail with UNAVAILABLE (so gateways retry elsewhere at once
+// instead of waiting out their queue), and in-flight calls finish. It is
+// safe to call more than once.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		a.health.Shutdown()
+		a.closeErr = a.ctrl.Close()
+		a.srv.GracefulStop()
+	})
+	return a.closeErr
+}

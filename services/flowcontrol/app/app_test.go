@@ -1,0 +1,200 @@
+package app_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/meridian-cp/meridian/lib/grpcclient"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/flowcontrol/app"
+)
+
+func start(t *testing.T, cfg app.Config) (flowcontrolv1.FlowControlServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	a, err := app.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(lis) }()
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve after Close: %v", err)
+		}
+	})
+	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return flowcontrolv1.NewFlowControlServiceClient(conn), conn
+}
+
+func acquire(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, user string) (*flowcontrolv1.Grant, error) {
+	resp, err := c.Acquire(ctx, &flowcontrolv1.AcquireRequest{
+		GatewayId: "gw-1",
+		Digest: &flowcontrolv1.RequestDigest{
+			User: user, Groups: []string{"system:authenticated"}, Verb: "get",
+			Resource: "configmaps", Namespace: "default", Name: "x", IsResourceRequest: true,
+		},
+	})
+	return resp.GetGrant(), err
+}
+
+func TestOverGRPC(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, conn := start(t, app.Config{
+		GlobalDefaultConcurrencyLimit: 1, Queues: 1, HandSize: 1, QueueLengthLimit: 1,
+		RetryAfter: 3 * time.Second, Registerer: reg,
+	})
+	ctx := t.Context()
+
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"", app.ServiceName} {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, resp, err)
+		}
+	}
+
+	g, err := acquire(ctx, c, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GetFlowSchema() != "global-default" || g.GetPriorityLevel() != "global-default" || g.GetSeats() != 1 ||
+		g.GetId() == "" || g.GetFlowSchemaUid() == "" || g.GetPriorityLevelUid() == "" || g.GetQueueWait() == nil {
+		t.Fatalf("grant %v", g)
+	}
+
+	// One request waits in the only queue; cancelling it removes it.
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error)
+	go func() {
+		_, err := acquire(cctx, c, "bob")
+		errc <- err
+	}()
+	inQueue := func() float64 {
+		return testutil.ToFloat64(gaugeSum(t, reg, "apiserver_flowcontrol_current_inqueue_requests"))
+	}
+	waitFor(t, func() bool { return inQueue() == 1 })
+
+	// The queue is full: the next request is rejected with RetryInfo.
+	_, err = acquire(ctx, c, "carol")
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("queue full: %v, want ResourceExhausted", err)
+	}
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri
+		}
+	}
+	if retry == nil || retry.GetRetryDelay().AsDuration() != 3*time.Second {
+		t.Fatalf("RetryInfo %v in %v", retry, st.Details())
+	}
+
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled acquire: %v", err)
+	}
+	waitFor(t, func() bool { return inQueue() == 0 })
+
+	if _, err := c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second release: %v, want NotFound", err)
+	}
+	hb, err := c.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: "gw-1"})
+	if err != nil || hb.GetInterval().AsDuration() != 15*time.Second {
+		t.Fatalf("heartbeat: %v %v", hb, err)
+	}
+
+	// Exempt requests pass while global-default is full.
+	if _, err := acquire(ctx, c, "dave"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Acquire(ctx, &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Digest: &flowcontrolv1.RequestDigest{
+		User: "admin", Groups: []string{"system:masters"}, Verb: "list", Resource: "pods", IsResourceRequest: true,
+	}})
+	if err != nil || !resp.GetGrant().GetExempt() || resp.GetGrant().GetPriorityLevel() != "exempt" {
+		t.Fatalf("exempt: %v %v", resp, err)
+	}
+
+	for _, bad := range []*flowcontrolv1.AcquireRequest{
+		{GatewayId: "gw-1"},
+		{Digest: &flowcontrolv1.RequestDigest{User: "x"}},
+	} {
+		if _, err := c.Acquire(ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("Acquire(%v): %v, want InvalidArgument", bad, err)
+		}
+	}
+	if _, err := c.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty heartbeat: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cfg := app.Config{ConcurrencyLimit: -1, MaxWait: -time.Second}
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	t.Log(err)
+	if _, err := app.New(t.Context(), cfg); err == nil {
+		t.Fatal("New accepted a bad config")
+	}
+	if err := (&app.Config{}).Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// gaugeSum sums every series of a gauge family into one gauge.
+func gaugeSum(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sum"})
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				g.Add(m.GetGauge().GetValue())
+			}
+		}
+	}
+	return g
+}

@@ -1,0 +1,107 @@
+// Package server is the gRPC face of the flow-control service: it
+// translates FlowControlService calls to the apf.Controller and its errors
+// to gRPC codes, in one table (toStatus).
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
+)
+
+// Server implements flowcontrolv1.FlowControlServiceServer.
+type Server struct {
+	flowcontrolv1.UnimplementedFlowControlServiceServer
+	ctrl *apf.Controller
+}
+
+var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
+
+// New returns a Server over ctrl; the caller owns ctrl.
+func New(ctrl *apf.Controller) *Server {
+	return &Server{ctrl: ctrl}
+}
+
+// Acquire classifies the request and blocks until it is granted seats.
+func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+	d := req.GetDigest()
+	if d == nil {
+		return nil, status.Error(codes.InvalidArgument, "digest is required")
+	}
+	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
+		User:              d.GetUser(),
+		Groups:            d.GetGroups(),
+		Verb:              d.GetVerb(),
+		APIGroup:          d.GetApiGroup(),
+		Resource:          d.GetResource(),
+		Subresource:       d.GetSubresource(),
+		Namespace:         d.GetNamespace(),
+		Name:              d.GetName(),
+		Path:              d.GetPath(),
+		IsResourceRequest: d.GetIsResourceRequest(),
+		Width:             d.GetEstimatedWidth(),
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{
+		Id:               g.ID,
+		FlowSchema:       g.FlowSchema,
+		FlowSchemaUid:    g.FlowSchemaUID,
+		PriorityLevel:    g.PriorityLevel,
+		PriorityLevelUid: g.PriorityLevelUID,
+		Seats:            uint32(g.Seats),
+		Exempt:           g.Exempt,
+		QueueWait:        durationpb.New(g.QueueWait),
+	}}, nil
+}
+
+// Release returns a grant's seats.
+func (s *Server) Release(ctx context.Context, req *flowcontrolv1.ReleaseRequest) (*flowcontrolv1.ReleaseResponse, error) {
+	if err := s.ctrl.Release(ctx, req.GetGrantId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &flowcontrolv1.ReleaseResponse{}, nil
+}
+
+// Heartbeat keeps a gateway's grants alive.
+func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequest) (*flowcontrolv1.HeartbeatResponse, error) {
+	interval, err := s.ctrl.Heartbeat(ctx, req.GetGatewayId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &flowcontrolv1.HeartbeatResponse{Interval: durationpb.New(interval)}, nil
+}
+
+// toStatus maps the controller's errors to gRPC statuses. A rejection
+// carries a RetryInfo detail, which the gateway turns into Retry-After.
+func (s *Server) toStatus(ctx context.Context, err error) error {
+	var rej *apf.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		st := status.New(codes.ResourceExhausted, err.Error())
+		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.ctrl.RetryAfter())}); derr == nil {
+			st = ds
+		}
+		return st.Err()
+	case errors.Is(err, apf.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, apf.ErrUnknownGrant):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, apf.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}
