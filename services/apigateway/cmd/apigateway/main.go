@@ -1,0 +1,93 @@
+// Command apigateway serves the Kubernetes REST API (and meridian's gRPC
+// ResourceService behind it) in front of the store, admission and
+// flow-control services.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/telemetry"
+	"github.com/meridian-cp/meridian/services/apigateway/app"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "apigateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		listen        = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS API")
+		certFile      = flag.String("tls-cert-file", "", "serving certificate of the HTTPS API (required)")
+		keyFile       = flag.String("tls-key-file", "", "key of the serving certificate (required)")
+		clientCAFile  = flag.String("client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O)")
+		tokenFile     = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
+		storeAddr     = flag.String("store-address", "127.0.0.1:2479", "gRPC address of the store")
+		admissionAddr = flag.String("admission-address", "", "gRPC address of the admission service (empty: no admission)")
+		flowAddr      = flag.String("flowcontrol-address", "", "gRPC address of the flow-control service (empty: no flow control)")
+		svcCert       = flag.String("service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways)")
+		svcKey        = flag.String("service-key-file", "", "key of the service client certificate")
+		svcCA         = flag.String("service-ca-file", "", "CA of the other services' serving certificates (empty: plaintext, tests only)")
+		logLevel      = flag.String("log-level", "info", "debug, info, warn or error")
+		logFormat     = flag.String("log-format", "json", "json or text")
+	)
+	flag.Parse()
+	logger, err := telemetry.NewLogger(os.Stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	serving, err := pki.LoadServerTLS(*certFile, *keyFile, "")
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	cfg := app.Config{
+		StoreAddress: *storeAddr, AdmissionAddress: *admissionAddr, FlowControlAddress: *flowAddr,
+		ServingTLS: serving, TokenAuthFile: *tokenFile, Logger: logger,
+	}
+	if *clientCAFile != "" {
+		if cfg.ClientCAs, err = pki.LoadPool(*clientCAFile); err != nil {
+			return err
+		}
+	}
+	if *svcCA != "" {
+		if cfg.ClientTLS, err = pki.LoadClientTLS(*svcCert, *svcKey, *svcCA, ""); err != nil {
+			return fmt.Errorf("service client certificate: %w", err)
+		}
+	}
+	reg := telemetry.NewRegistry()
+	cfg.Registerer, cfg.Gatherer = reg, reg
+
+	a, err := app.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		_ = a.Close()
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.Serve(lis) }()
+	logger.Info("apigateway serving", "address", lis.Addr().String())
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err = <-errc:
+	}
+	if cerr := a.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
