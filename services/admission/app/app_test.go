@@ -1,0 +1,64 @@
+package app_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/meridian-cp/meridian/lib/grpcclient"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/app"
+)
+
+func TestApp(t *testing.T) {
+	a, err := app.New(t.Context(), app.Config{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(lis) }()
+	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := t.Context()
+
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: app.ServiceName})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	c := admissionv1.NewAdmissionServiceClient(conn)
+	ar, err := c.Admit(ctx, &admissionv1.AdmitRequest{
+		Operation: admissionv1.Operation_OPERATION_UPDATE,
+		Resource:  &admissionv1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		Namespace: "ns", Name: "web", Object: []byte(`{}`), OldObject: []byte(`{}`),
+	})
+	if err != nil || !ar.GetAllowed() {
+		t.Fatalf("admit: %v %v", ar, err)
+	}
+	if _, err := c.Admit(ctx, &admissionv1.AdmitRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty request: %v", err)
+	}
+
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+	if err := (&app.Config{MaxRequestBytes: -1}).Validate(); err == nil {
+		t.Fatal("bad config accepted")
+	}
+}

@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/grpcserver"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/policy"
+	"github.com/meridian-cp/meridian/services/admission/internal/server"
+)
+
+// noSecretsInDefault denies creating secrets in namespace "default" and
+// warns about every configmap.
+type noSecretsInDefault struct{}
+
+func (noSecretsInDefault) Evaluate(_ context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	var d policy.Decision
+	if req.GetResource().GetResource() == "configmaps" {
+		d.Warnings = append(d.Warnings, "configmaps are deprecated here")
+		d.AuditAnnotations = map[string]string{"test/checked": "configmap"}
+	}
+	if req.GetResource().GetResource() == "secrets" && req.GetNamespace() == "default" {
+		d.Warnings = append(d.Warnings, "use a namespace")
+		d.Denial = &policy.Denial{Code: 403, Reason: "Forbidden", Message: "secrets may not be created in default"}
+	}
+	return d, nil
+}
+
+// warnAll warns about every request.
+type warnAll struct{}
+
+func (warnAll) Evaluate(context.Context, *admissionv1.AdmitRequest) (policy.Decision, error) {
+	return policy.Decision{Warnings: []string{"audited"}}, nil
+}
+
+type testSet struct{}
+
+func (testSet) Matching(*admissionv1.AdmitRequest) []policy.Policy {
+	return []policy.Policy{warnAll{}, noSecretsInDefault{}, warnAll{}}
+}
+
+func start(t *testing.T, set policy.Set, reg prometheus.Registerer) admissionv1.AdmissionServiceClient {
+	t.Helper()
+	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(set, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admissionv1.RegisterAdmissionServiceServer(srv, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return admissionv1.NewAdmissionServiceClient(conn)
+}
+
+func req(resource, ns string) *admissionv1.AdmitRequest {
+	return &admissionv1.AdmitRequest{
+		Uid:       "0000-1",
+		Operation: admissionv1.Operation_OPERATION_CREATE,
+		Resource:  &admissionv1.GroupVersionResource{Version: "v1", Resource: resource},
+		Kind:      &admissionv1.GroupVersionKind{Version: "v1", Kind: "Secret"},
+		Namespace: ns,
+		Name:      "x",
+		UserInfo:  &admissionv1.UserInfo{Username: "alice"},
+		Object:    []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}`),
+	}
+}
+
+func TestDenialAndWarningsPropagate(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := start(t, testSet{}, reg)
+	ctx := t.Context()
+
+	resp, err := c.Admit(ctx, req("secrets", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetAllowed() {
+		t.Fatal("denied request allowed")
+	}
+	st := resp.GetStatus()
+	if st.GetCode() != 403 || st.GetReason() != "Forbidden" || st.GetMessage() != "secrets may not be created in default" {
+		t.Fatalf("status %v", st)
+	}
+	// The third policy runs after the denial, so its warning is absent.
+	if want := []string{"audited", "use a namespace"}; !slices.Equal(resp.GetWarnings(), want) {
+		t.Fatalf("warnings %q, want %q", resp.GetWarnings(), want)
+	}
+
+	resp, err = c.Admit(ctx, req("configmaps", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetAllowed() || resp.GetStatus() != nil {
+		t.Fatalf("allowed request: %v", resp)
+	}
+	if want := []string{"audited", "configmaps are deprecated here", "audited"}; !slices.Equal(resp.GetWarnings(), want) {
+		t.Fatalf("warnings %q, want %q", resp.GetWarnings(), want)
+	}
+	if resp.GetAuditAnnotations()["test/checked"] != "configmap" {
+		t.Fatalf("audit annotations %v", resp.GetAuditAnnotations())
+	}
+
+	if n := testutil.CollectAndCount(reg, "meridian_admission_duration_seconds"); n != 2 {
+		t.Fatalf("%d histogram series, want 2 (allowed and denied)", n)
+	}
+}
+
+func TestEmptySetAdmits(t *testing.T) {
+	c := start(t, policy.Empty{}, nil)
+	for _, op := range []admissionv1.Operation{admissionv1.Operation_OPERATION_CREATE, admissionv1.Operation_OPERATION_DELETE} {
+		r := req("secrets", "default")
+		r.Operation = op
+		resp, err := c.Admit(t.Context(), r)
+		if err != nil || !resp.GetAllowed() || len(resp.GetWarnings()) != 0 || len(resp.GetPatch()) != 0 {
+			t.Fatalf("%v: %v %v", op, resp, err)
+		}
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	c := start(t, policy.Empty{}, nil)
+	noOp := req("secrets", "default")
+	noOp.Operation = admissionv1.Operation_OPERATION_UNSPECIFIED
+	badOp := req("secrets", "default")
+	badOp.Operation = 42
+	noResource := req("secrets", "default")
+	noResource.Resource = nil
+	emptyResource := req("", "default")
+	for name, r := range map[string]*admissionv1.AdmitRequest{
+		"no operation": noOp, "unknown operation": badOp, "no resource": noResource,
+		"empty resource": emptyResource, "empty request": {},
+	} {
+		if _, err := c.Admit(t.Context(), r); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
