@@ -230,6 +230,20 @@ func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
 	}
 	precondition := acc.GetResourceVersion()
+	return s.updateLoop(ctx, res, ref, precondition, dryRun, func(runtime.Object) (runtime.Object, error) {
+		return obj.DeepCopyObject(), nil
+	})
+}
+
+// mutateFunc computes the new object from the stored one. It must not
+// modify old.
+type mutateFunc func(old runtime.Object) (runtime.Object, error)
+
+// updateLoop reads the stored object, computes its replacement with mutate,
+// and stores it if nobody wrote in between. With a precondition (the
+// resourceVersion the client saw) a concurrent write is a 409 Conflict;
+// without one the loop reads again and retries.
+func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, precondition string, dryRun bool, mutate mutateFunc) (runtime.Object, error) {
 	gr := res.GVR.GroupResource()
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		old, _, err := s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0)
@@ -239,6 +253,20 @@ func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.
 		oldAcc, _ := meta.Accessor(old)
 		if precondition != "" && precondition != oldAcc.GetResourceVersion() {
 			return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
+		}
+		obj, err := mutate(old)
+		if err != nil {
+			return nil, err
+		}
+		acc, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		if acc.GetName() != ref.GetName() {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
+		}
+		if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
+			return nil, err
 		}
 		// Metadata the server owns is carried over; a changed uid is caught
 		// by validation.

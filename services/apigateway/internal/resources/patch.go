@@ -1,0 +1,154 @@
+package resources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// maxJSONPatchOperations bounds a JSON patch, as kube-apiserver does, so a
+// small body cannot ask for unbounded work.
+const maxJSONPatchOperations = 10000
+
+// Patch changes an object with a JSON patch (RFC 6902), a JSON merge patch
+// (RFC 7386) or a strategic merge patch (merge keys and strategies from the
+// k8s.io/api types), chosen by the body's media type. A resourceVersion the
+// patch sets is a precondition; otherwise the patch is re-applied over
+// concurrent writes.
+func (s *Server) Patch(ctx context.Context, req *apiv1.PatchRequest) (*httpbody.HttpBody, error) {
+	obj, err := s.patch(ctx, req)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	mt, err := mediaType(req.GetAccept())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toGRPCBody(s.respond(obj, mt))
+}
+
+func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Object, error) {
+	ref := req.GetRef()
+	res, err := s.resolve(ref, true)
+	if err != nil {
+		return nil, err
+	}
+	dryRun, err := isDryRun(req.GetDryRun())
+	if err != nil {
+		return nil, err
+	}
+	body := req.GetBody()
+	if body == nil || len(body.GetData()) == 0 {
+		return nil, apierrors.NewBadRequest("the patch is empty")
+	}
+	patch := body.GetData()
+	kind := body.GetContentType()
+	switch kind {
+	case negotiation.JSONPatch:
+		ops, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid JSON patch: %v", err))
+		}
+		if len(ops) > maxJSONPatchOperations {
+			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the JSON patch has %d operations, more than %d", len(ops), maxJSONPatchOperations))
+		}
+	case negotiation.MergePatch, negotiation.StrategicMergePatch:
+		if !jsonObject(patch) {
+			return nil, apierrors.NewBadRequest("a merge patch must be a JSON object")
+		}
+	default:
+		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", res.GVR.GroupResource(), ref.GetName(),
+			fmt.Sprintf("unsupported patch type %q: use %s, %s or %s", kind, negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch), 0, false)
+	}
+	precondition, err := patchPrecondition(kind, patch)
+	if err != nil {
+		return nil, err
+	}
+	return s.updateLoop(ctx, res, ref, precondition, dryRun, func(old runtime.Object) (runtime.Object, error) {
+		cur, err := s.cfg.Codec.EncodeToBytes(old.DeepCopyObject(), negotiation.JSON)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		var patched []byte
+		switch kind {
+		case negotiation.JSONPatch:
+			ops, _ := jsonpatch.DecodePatch(patch)
+			patched, err = ops.Apply(cur)
+		case negotiation.MergePatch:
+			patched, err = jsonpatch.MergePatch(cur, patch)
+		case negotiation.StrategicMergePatch:
+			patched, err = strategicpatch.StrategicMergePatch(cur, patch, res.New())
+		}
+		if err != nil {
+			return nil, patchError(res.GVR.GroupResource(), ref.GetName(), err)
+		}
+		obj := res.New()
+		if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), obj); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the patched object is invalid: %v", err))
+		}
+		// The patched resourceVersion was checked as a precondition; the
+		// stored one is authoritative.
+		if acc, err := meta.Accessor(obj); err == nil {
+			acc.SetResourceVersion("")
+		}
+		return obj, nil
+	})
+}
+
+// patchPrecondition returns the resourceVersion a merge patch sets (a
+// precondition, as in kube-apiserver). JSON patches express preconditions
+// with "test" operations instead.
+func patchPrecondition(kind string, patch []byte) (string, error) {
+	if kind == negotiation.JSONPatch {
+		return "", nil
+	}
+	var p struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := sigsyaml.Unmarshal(patch, &p); err != nil {
+		return "", apierrors.NewBadRequest(fmt.Sprintf("invalid patch: %v", err))
+	}
+	return p.Metadata.ResourceVersion, nil
+}
+
+func jsonObject(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// patchError maps a failure to apply a patch: a failed "test" operation is a
+// 409 Conflict (the object is not what the client expected); anything else
+// a 422.
+func patchError(gr schema.GroupResource, name string, err error) error {
+	if _, ok := err.(*jsonpatch.AccumulatedCopySizeError); ok {
+		return apierrors.NewRequestEntityTooLargeError(err.Error())
+	}
+	if errors.Is(err, jsonpatch.ErrTestFailed) {
+		return apierrors.NewConflict(gr, name, err)
+	}
+	return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", gr, name, err.Error(), 0, false)
+}
+
