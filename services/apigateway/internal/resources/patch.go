@@ -151,4 +151,3 @@ func patchError(gr schema.GroupResource, name string, err error) error {
 	}
 	return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", gr, name, err.Error(), 0, false)
 }
-
