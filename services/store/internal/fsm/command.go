@@ -1,0 +1,72 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+)
+
+// Command encoding (the Data of a raft LogCommand entry):
+//
+//	+-----------+------+------------------------------------------+
+//	| 0x01 (v1) | kind | proto bytes (TxnRequest | CompactRequest) |
+//	+-----------+------+------------------------------------------+
+const commandV1 = 1
+
+// Kind is the kind of a command.
+type Kind byte
+
+// Command kinds.
+const (
+	KindTxn     Kind = 1
+	KindCompact Kind = 2
+)
+
+// ErrBadCommand is returned (as an entry's response) for an entry that does
+// not decode. It is deterministic: every replica rejects the same entry.
+var ErrBadCommand = errors.New("fsm: undecodable command")
+
+type command struct {
+	kind    Kind
+	txn     *storev1.TxnRequest
+	compact *storev1.CompactRequest
+}
+
+// EncodeTxn encodes a transaction command.
+func EncodeTxn(req *storev1.TxnRequest) ([]byte, error) { return encode(KindTxn, req) }
+
+// EncodeCompact encodes a compaction command.
+func EncodeCompact(req *storev1.CompactRequest) ([]byte, error) { return encode(KindCompact, req) }
+
+func encode(k Kind, m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend([]byte{commandV1, byte(k)}, m)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encode command: %w", err)
+	}
+	return b, nil
+}
+
+func decode(data []byte) (command, error) {
+	if len(data) < 2 || data[0] != commandV1 {
+		return command{}, fmt.Errorf("%w: bad header", ErrBadCommand)
+	}
+	c := command{kind: Kind(data[1])}
+	var m proto.Message
+	switch c.kind {
+	case KindTxn:
+		c.txn = &storev1.TxnRequest{}
+		m = c.txn
+	case KindCompact:
+		c.compact = &storev1.CompactRequest{}
+		m = c.compact
+	default:
+		return command{}, fmt.Errorf("%w: kind %d", ErrBadCommand, c.kind)
+	}
+	if err := proto.Unmarshal(data[2:], m); err != nil {
+		return command{}, fmt.Errorf("%w: %v", ErrBadCommand, err)
+	}
+	return c, nil
+}
