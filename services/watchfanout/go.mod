@@ -3,11 +3,28 @@ module github.com/meridian-cp/meridian/services/watchfanout
 go 1.26.0
 
 require (
-	github.com/meridian-cp/meridian/proto/gen v0.0.0-00010101000000-000000000000
 	github.com/meridian-cp/meridian/lib v0.0.0-00010101000000-000000000000
+	github.com/meridian-cp/meridian/proto/gen v0.0.0-00010101000000-000000000000
+	github.com/prometheus/client_golang v1.25.0
+	google.golang.org/grpc v1.84.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260918162117-cecb64721679 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
-	github.com/meridian-cp/meridian/proto/gen => ../../proto/gen
 	github.com/meridian-cp/meridian/lib => ../../lib
+	github.com/meridian-cp/meridian/proto/gen => ../../proto/gen
 )

@@ -1,0 +1,68 @@
+// Package command is the watchfanout binary: its flags and run loop.
+package command
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/services/watchfanout/app"
+)
+
+// storeFlags configure the connection to the store.
+type storeFlags struct {
+	address, caFile, certFile, keyFile string
+}
+
+// tls loads the store client TLS configuration; nil (plaintext) when no
+// file is set.
+func (s *storeFlags) tls() (*tls.Config, error) {
+	if s.caFile == "" && s.certFile == "" && s.keyFile == "" {
+		return nil, nil
+	}
+	if (s.certFile == "") != (s.keyFile == "") {
+		return nil, errors.New("--store-cert-file and --store-key-file must be set together")
+	}
+	c, err := pki.LoadClientTLS(s.certFile, s.keyFile, s.caFile, "")
+	if err != nil {
+		return nil, fmt.Errorf("store TLS: %w", err)
+	}
+	return c, nil
+}
+
+// Run parses args and serves until ctx is done or SIGINT/SIGTERM. Usage
+// and logs go to stderr.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("watchfanout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var common daemon.Flags
+	common.Register(fs, ":7004", ":9094")
+	var store storeFlags
+	fs.StringVar(&store.address, "store-address", "127.0.0.1:7001", "gRPC address of the store (host:port or a gRPC target URI)")
+	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
+	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store")
+	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
+	if err := daemon.ParseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	storeTLS, err := store.tls()
+	if err != nil {
+		return fmt.Errorf("watchfanout: %w", err)
+	}
+	cfg := app.Config{StoreAddress: store.address, StoreTLS: storeTLS}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return daemon.Run(ctx, "watchfanout", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
+		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust = env.TLS, env.Registry, env.Logger, env.Trust
+		return app.New(ctx, cfg)
+	})
+}
