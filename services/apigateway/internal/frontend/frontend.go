@@ -217,7 +217,7 @@ func allowed(res *registry.Resource, verb string) bool {
 // ResourceService reads; nothing else from the client's query reaches it.
 var resourceParams = []string{
 	"resourceVersion", "resourceVersionMatch", "labelSelector", "fieldSelector", "limit", "continue",
-	"allowWatchBookmarks", "sendInitialEvents", "timeoutSeconds",
+	"allowWatchBookmarks", "sendInitialEvents", "timeoutSeconds", "includeObject",
 	"dryRun", "fieldManager", "fieldValidation", "force", "gracePeriodSeconds", "propagationPolicy",
 }
 
@@ -253,16 +253,23 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	out.Set("ref.name", info.Name)
 	out.Set("ref.subresource", info.Subresource)
 
-	types := []string{negotiation.JSON, negotiation.YAML, negotiation.Protobuf}
-	if info.Verb == "watch" {
-		types = []string{negotiation.JSON, negotiation.Protobuf}
+	// The ResourceService negotiates the response from the Accept header
+	// itself (gRPC clients send theirs too); checking here as well makes a
+	// watch that can be served in no acceptable type a 406 before its
+	// stream starts.
+	opts := negotiation.Writes
+	switch info.Verb {
+	case "get", "list":
+		opts = negotiation.Reads
+	case "watch":
+		opts = negotiation.Watches
 	}
-	mt, ok := negotiation.Negotiate(r.Header.Get("Accept"), negotiation.Options{Types: types})
-	if !ok {
+	accept := r.Header.Get("Accept")
+	if _, ok := negotiation.Negotiate(accept, opts); !ok {
 		return apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
-			"only the following media types are accepted: "+strings.Join(types, ", "), 0, false)
+			"none of the requested media types is served: "+strings.Join(opts.Types, ", ")+" and application/json;as=Table;g=meta.k8s.io;v=v1 are", 0, false)
 	}
-	out.Set("accept", mt.Type)
+	out.Set("accept", accept)
 
 	if accepted, hasBody := bodyTypes[info.Verb]; hasBody && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		ct, ok := negotiation.ContentType(r.Header.Get("Content-Type"))

@@ -136,3 +136,35 @@ func ContentType(header string) (string, bool) {
 	}
 	return typ, true
 }
+
+// Reads are what get and list serve: JSON, YAML, protobuf, and JSON Tables
+// of meta.k8s.io v1 and v1beta1.
+var Reads = Options{Types: []string{JSON, YAML, Protobuf}, AcceptParams: tableParams}
+
+// Watches are what watch streams serve: JSON and protobuf events, and JSON
+// Tables.
+var Watches = Options{Types: []string{JSON, Protobuf}, AcceptParams: tableParams}
+
+// Writes are what create, update, patch and delete return.
+var Writes = Options{Types: []string{JSON, YAML, Protobuf}}
+
+// IsTable reports whether a negotiated media type asks for a Table.
+func IsTable(mt MediaType) bool { return mt.Params["as"] == "Table" }
+
+// tableParams accepts plain media ranges and JSON Tables.
+func tableParams(mediaType string, params map[string]string) bool {
+	as, hasAs := params["as"]
+	for k := range params {
+		switch k {
+		case "as", "g", "v", "stream", "charset", "pretty":
+		default:
+			return false
+		}
+	}
+	if !hasAs {
+		_, g := params["g"]
+		_, v := params["v"]
+		return !g && !v
+	}
+	return as == "Table" && mediaType == JSON && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1")
+}

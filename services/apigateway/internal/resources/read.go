@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -22,7 +23,7 @@ func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.Http
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	mt, err := mediaType(req.GetAccept())
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Reads)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -34,7 +35,7 @@ func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.Http
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return toGRPCBody(s.respond(obj, mt))
+	return toGRPCBody(s.respondAs(res, obj, out))
 }
 
 // get reads and decodes one object; rev is the store revision read at.
@@ -99,7 +100,7 @@ func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.Ht
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	mt, err := mediaType(req.GetAccept())
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Reads)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -114,7 +115,7 @@ func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.Ht
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return toGRPCBody(s.respond(list, mt))
+	return toGRPCBody(s.respondAs(res, list, out))
 }
 
 func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *filter) (runtime.Object, error) {

@@ -11,7 +11,6 @@ package resources
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -75,9 +74,6 @@ func New(cfg Config) *Server {
 	return &Server{cfg: cfg}
 }
 
-// served are the media types of responses.
-var served = negotiation.Options{Types: []string{negotiation.JSON, negotiation.YAML, negotiation.Protobuf}}
-
 // resolve finds the resource a ref names and checks the ref's shape.
 func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resource, error) {
 	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
@@ -97,14 +93,10 @@ func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resou
 	return res, nil
 }
 
-// mediaType checks the accept field: one of the served media types, or
-// empty for JSON.
+// mediaType negotiates the response of a write.
 func mediaType(accept string) (string, error) {
-	mt, ok := negotiation.Negotiate(accept, served)
-	if !ok {
-		return "", apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "", "only application/json, application/yaml and application/vnd.kubernetes.protobuf are served", 0, false)
-	}
-	return mt.Type, nil
+	out, err := negotiateOutput(accept, "", negotiation.Writes)
+	return out.mediaType, err
 }
 
 // respond encodes obj in mediaType.
@@ -114,6 +106,15 @@ func (s *Server) respond(obj runtime.Object, mediaType string) (*httpbody.HttpBo
 		return nil, apistatusInternal(err)
 	}
 	return &httpbody.HttpBody{ContentType: mediaType, Data: data}, nil
+}
+
+// respondAs encodes a read's result as negotiated: a Table or the object.
+func (s *Server) respondAs(res *registry.Resource, obj runtime.Object, out output) (*httpbody.HttpBody, error) {
+	data, err := s.render(res, obj, out)
+	if err != nil {
+		return nil, err
+	}
+	return &httpbody.HttpBody{ContentType: out.mediaType, Data: data}, nil
 }
 
 // setHTTPCode tells the REST front end which status to write.

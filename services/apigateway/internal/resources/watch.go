@@ -72,11 +72,9 @@ type watchState struct {
 	filter      *filter
 	prefix      string
 	mediaType   string
+	out         output
 	contentType string
-	codec       interface {
-		EncodeToBytes(runtime.Object, string) ([]byte, error)
-		DecodeStorage([]byte, int64, runtime.Object) error
-	}
+	server      *Server
 }
 
 func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
@@ -96,18 +94,18 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	if err != nil {
 		return nil, err
 	}
-	mt, ok := negotiation.Negotiate(req.GetAccept(), negotiation.Options{Types: []string{negotiation.JSON, negotiation.Protobuf}})
-	if !ok {
-		return nil, apierrors.NewGenericServerResponse(406, "", res.GVR.GroupResource(), "", "watch streams are served as application/json and application/vnd.kubernetes.protobuf", 0, false)
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Watches)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := parseWatchRV(req); err != nil {
 		return nil, err
 	}
-	ct := mt.Type
-	if mt.Type == negotiation.Protobuf {
+	ct := out.mediaType
+	if out.mediaType == negotiation.Protobuf {
 		ct += ";stream=watch"
 	}
-	return &watchState{res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()), mediaType: mt.Type, contentType: ct, codec: s.cfg.Codec}, nil
+	return &watchState{res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()), mediaType: out.mediaType, out: out, contentType: ct, server: s}, nil
 }
 
 // parseWatchRV validates the resourceVersion parameters of a watch and
@@ -163,7 +161,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 			after = page.Revision
 			for _, kv := range page.KVs {
 				obj := w.res.New()
-				if err := w.codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+				if err := w.server.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
 					return apierrors.NewInternalError(err)
 				}
 				if !w.filter.matches(obj) {
@@ -239,14 +237,14 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
 		cur = w.res.New()
-		if err := w.codec.DecodeStorage(ev.KV.Value, ev.KV.ModRevision, cur); err != nil {
+		if err := w.server.cfg.Codec.DecodeStorage(ev.KV.Value, ev.KV.ModRevision, cur); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 	}
 	if len(ev.PrevKV.Value) > 0 {
 		prev = w.res.New()
 		// A deleted object is reported at the revision of its deletion.
-		if err := w.codec.DecodeStorage(ev.PrevKV.Value, ev.KV.ModRevision, prev); err != nil {
+		if err := w.server.cfg.Codec.DecodeStorage(ev.PrevKV.Value, ev.KV.ModRevision, prev); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 	}
@@ -287,7 +285,14 @@ func (w *watchState) bookmark(rev int64, initialEnd bool) ([]byte, error) {
 //	           whose object is the k8s\x00 envelope of the object (as
 //	           kube-apiserver frames it and client-go decodes it)
 func (w *watchState) frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
-	raw, err := w.codec.EncodeToBytes(obj, w.mediaType)
+	var raw []byte
+	var err error
+	if w.out.table && (t == watch.Added || t == watch.Modified || t == watch.Deleted) {
+		// A Table watch carries each object as a one-row Table.
+		raw, err = w.server.render(w.res, obj, w.out)
+	} else {
+		raw, err = w.server.cfg.Codec.EncodeToBytes(obj, w.mediaType)
+	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
@@ -301,7 +306,7 @@ func (w *watchState) frame(t watch.EventType, obj runtime.Object) ([]byte, error
 		binary.BigEndian.PutUint32(out, uint32(len(data)))
 		return append(out, data...), nil
 	}
-	data, err := w.codec.EncodeToBytes(ev, w.mediaType)
+	data, err := w.server.cfg.Codec.EncodeToBytes(ev, w.mediaType)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

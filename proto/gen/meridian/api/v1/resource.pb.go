@@ -150,8 +150,13 @@ type GetRequest struct {
 	// resource_version: empty reads the latest (consistent), "0" any, N not
 	// older than N.
 	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	// accept is the media type of the response; empty means application/json.
-	Accept        string `protobuf:"bytes,3,opt,name=accept,proto3" json:"accept,omitempty"`
+	// accept is the client's Accept header: a list of media ranges; the
+	// first acceptable wins. application/json;as=Table;g=meta.k8s.io;v=v1
+	// asks for a Table. Empty means application/json.
+	Accept string `protobuf:"bytes,3,opt,name=accept,proto3" json:"accept,omitempty"`
+	// include_object is None, Metadata (default) or Object: what a Table row
+	// carries.
+	IncludeObject string `protobuf:"bytes,4,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +212,13 @@ func (x *GetRequest) GetAccept() string {
 	return ""
 }
 
+func (x *GetRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
+	}
+	return ""
+}
+
 // ListRequest reads a collection.
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -224,8 +236,11 @@ type ListRequest struct {
 	Limit int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// continue_token continues a chunked list.
 	ContinueToken string `protobuf:"bytes,7,opt,name=continue_token,json=continue,proto3" json:"continue_token,omitempty"`
-	// accept is the media type of the response.
-	Accept        string `protobuf:"bytes,8,opt,name=accept,proto3" json:"accept,omitempty"`
+	// accept is the client's Accept header, as in GetRequest.
+	Accept string `protobuf:"bytes,8,opt,name=accept,proto3" json:"accept,omitempty"`
+	// include_object is None, Metadata (default) or Object: what a Table row
+	// carries.
+	IncludeObject string `protobuf:"bytes,9,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +331,13 @@ func (x *ListRequest) GetAccept() string {
 	return ""
 }
 
+func (x *ListRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
+	}
+	return ""
+}
+
 // WatchRequest opens a watch.
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -337,8 +359,12 @@ type WatchRequest struct {
 	SendInitialEvents *bool `protobuf:"varint,7,opt,name=send_initial_events,json=sendInitialEvents,proto3,oneof" json:"send_initial_events,omitempty"`
 	// timeout_seconds ends the watch after this long; 0 lets the server pick.
 	TimeoutSeconds int64 `protobuf:"varint,8,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	// accept is the media type of the event stream.
-	Accept        string `protobuf:"bytes,9,opt,name=accept,proto3" json:"accept,omitempty"`
+	// accept is the client's Accept header; events carry Tables when it asks
+	// for them.
+	Accept string `protobuf:"bytes,9,opt,name=accept,proto3" json:"accept,omitempty"`
+	// include_object is None, Metadata (default) or Object: what a Table row
+	// carries.
+	IncludeObject string `protobuf:"bytes,10,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -432,6 +458,13 @@ func (x *WatchRequest) GetTimeoutSeconds() int64 {
 func (x *WatchRequest) GetAccept() string {
 	if x != nil {
 		return x.Accept
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
 	}
 	return ""
 }
@@ -1004,12 +1037,13 @@ const file_meridian_api_v1_resource_proto_rawDesc = "" +
 	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12 \n" +
-	"\vsubresource\x18\x06 \x01(\tR\vsubresource\"\x7f\n" +
+	"\vsubresource\x18\x06 \x01(\tR\vsubresource\"\xa6\x01\n" +
 	"\n" +
 	"GetRequest\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.meridian.api.v1.ResourceRefR\x03ref\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12\x16\n" +
-	"\x06accept\x18\x03 \x01(\tR\x06accept\"\xbc\x02\n" +
+	"\x06accept\x18\x03 \x01(\tR\x06accept\x12%\n" +
+	"\x0einclude_object\x18\x04 \x01(\tR\rincludeObject\"\xe3\x02\n" +
 	"\vListRequest\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.meridian.api.v1.ResourceRefR\x03ref\x12%\n" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12%\n" +
@@ -1018,7 +1052,8 @@ const file_meridian_api_v1_resource_proto_rawDesc = "" +
 	"\x16resource_version_match\x18\x05 \x01(\tR\x14resourceVersionMatch\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12 \n" +
 	"\x0econtinue_token\x18\a \x01(\tR\bcontinue\x12\x16\n" +
-	"\x06accept\x18\b \x01(\tR\x06accept\"\xaf\x03\n" +
+	"\x06accept\x18\b \x01(\tR\x06accept\x12%\n" +
+	"\x0einclude_object\x18\t \x01(\tR\rincludeObject\"\xd6\x03\n" +
 	"\fWatchRequest\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.meridian.api.v1.ResourceRefR\x03ref\x12%\n" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12%\n" +
@@ -1028,7 +1063,9 @@ const file_meridian_api_v1_resource_proto_rawDesc = "" +
 	"\x15allow_watch_bookmarks\x18\x06 \x01(\bR\x13allowWatchBookmarks\x123\n" +
 	"\x13send_initial_events\x18\a \x01(\bH\x00R\x11sendInitialEvents\x88\x01\x01\x12'\n" +
 	"\x0ftimeout_seconds\x18\b \x01(\x03R\x0etimeoutSeconds\x12\x16\n" +
-	"\x06accept\x18\t \x01(\tR\x06acceptB\x16\n" +
+	"\x06accept\x18\t \x01(\tR\x06accept\x12%\n" +
+	"\x0einclude_object\x18\n" +
+	" \x01(\tR\rincludeObjectB\x16\n" +
 	"\x14_send_initial_events\"\xea\x01\n" +
 	"\rCreateRequest\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.meridian.api.v1.ResourceRefR\x03ref\x12(\n" +
