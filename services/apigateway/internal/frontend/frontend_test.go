@@ -1,0 +1,234 @@
+package frontend
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// recordingService is a ResourceService that records the requests that
+// reach it and answers Get with a fixed body or error, so the front end's
+// routing and error paths can be checked without a store.
+type recordingService struct {
+	apiv1.UnimplementedResourceServiceServer
+	mu   sync.Mutex
+	gets []*apiv1.GetRequest
+	err  error
+}
+
+func (s *recordingService) Get(_ context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gets = append(s.gets, req)
+	if s.err != nil {
+		return nil, apistatus.ToGRPC(s.err)
+	}
+	return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap"}`)}, nil
+}
+
+func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr error) http.Handler {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	apiv1.RegisterResourceServiceServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///test",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	tokens, err := authn.ParseTokenFile(strings.NewReader("good-token,alice,uid-1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(context.Background(), Config{
+		Registry:      registry.New(registry.Core()...),
+		Authenticator: authn.New(nil, tokens),
+		Resources:     apiv1.NewResourceServiceClient(conn),
+		Readyz:        []healthz.Check{{Name: "store", Run: func(context.Context) error { return readyErr }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func do(t *testing.T, h http.Handler, method, path, token string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	req.TLS = &tls.ConnectionState{}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Result(), string(body)
+}
+
+func decodeStatus(t *testing.T, body string) metav1.Status {
+	t.Helper()
+	var st metav1.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Kind != "Status" || st.APIVersion != "v1" {
+		t.Fatalf("not a Status (%v): %s", err, body)
+	}
+	return st
+}
+
+func TestAuthentication(t *testing.T) {
+	h := newTestHandler(t, &recordingService{}, nil)
+	for _, tc := range []struct {
+		path, token string
+		code        int
+	}{
+		{"/api/v1/namespaces/default/configmaps/x", "", 401},
+		{"/api/v1/namespaces/default/configmaps/x", "bad-token", 401},
+		{"/api", "", 401},
+		{"/healthz", "bad-token", 401},
+		{"/readyz", "", 200},
+		{"/version", "", 200},
+		{"/api/v1/namespaces/default/configmaps/x", "good-token", 200},
+	} {
+		resp, body := do(t, h, "GET", tc.path, tc.token, nil)
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET %s token=%q: %d, want %d: %s", tc.path, tc.token, resp.StatusCode, tc.code, body)
+		}
+		if tc.code == 401 {
+			if st := decodeStatus(t, body); st.Reason != metav1.StatusReasonUnauthorized || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("401 body: %+v", st)
+			}
+		}
+	}
+}
+
+func TestHealth(t *testing.T) {
+	h := newTestHandler(t, &recordingService{}, nil)
+	if _, body := do(t, h, "GET", "/readyz", "", nil); body != "ok" {
+		t.Errorf("/readyz: %q", body)
+	}
+	_, body := do(t, h, "GET", "/readyz?verbose", "", nil)
+	if body != "[+]ping ok\n[+]store ok\nreadyz check passed\n" {
+		t.Errorf("/readyz?verbose: %q", body)
+	}
+	if _, body := do(t, h, "GET", "/readyz/store", "", nil); body != "ok" {
+		t.Errorf("/readyz/store: %q", body)
+	}
+	if resp, _ := do(t, h, "GET", "/readyz/nope", "", nil); resp.StatusCode != 404 {
+		t.Errorf("/readyz/nope: %d", resp.StatusCode)
+	}
+
+	failing := newTestHandler(t, &recordingService{}, errors.New("down"))
+	resp, body := do(t, failing, "GET", "/readyz?verbose", "", nil)
+	if resp.StatusCode != 500 || body != "[+]ping ok\n[-]store failed: reason withheld\nreadyz check failed\n" {
+		t.Errorf("failing /readyz?verbose: %d %q", resp.StatusCode, body)
+	}
+	resp, body = do(t, failing, "GET", "/readyz?exclude=store", "", nil)
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Errorf("failing /readyz?exclude=store: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := do(t, failing, "GET", "/livez", "", nil); resp.StatusCode != 200 {
+		t.Errorf("/livez must not depend on the store: %d", resp.StatusCode)
+	}
+}
+
+func TestDiscovery(t *testing.T) {
+	h := newTestHandler(t, &recordingService{}, nil)
+	_, body := do(t, h, "GET", "/api/v1", "good-token", nil)
+	var list metav1.APIResourceList
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]metav1.APIResource{}
+	for _, r := range list.APIResources {
+		names[r.Name] = r
+	}
+	if cm := names["configmaps"]; !cm.Namespaced || cm.Kind != "ConfigMap" || cm.ShortNames[0] != "cm" || len(cm.Verbs) != 8 {
+		t.Errorf("configmaps: %+v", cm)
+	}
+	if ns := names["namespaces"]; ns.Namespaced || ns.Kind != "Namespace" {
+		t.Errorf("namespaces: %+v", ns)
+	}
+	_, body = do(t, h, "GET", "/api", "good-token", nil)
+	if !strings.Contains(body, `"versions":["v1"]`) {
+		t.Errorf("/api: %s", body)
+	}
+	_, body = do(t, h, "GET", "/apis", "good-token", nil)
+	if !strings.Contains(body, `"kind":"APIGroupList"`) {
+		t.Errorf("/apis: %s", body)
+	}
+}
+
+func TestRoutingAndErrors(t *testing.T) {
+	svc := &recordingService{}
+	h := newTestHandler(t, svc, nil)
+
+	// The resource reaches the ResourceService named by the path; only
+	// Kubernetes parameters come through, never the client's ref.*.
+	resp, _ := do(t, h, "GET", "/api/v1/namespaces/demo/configmaps/app?resourceVersion=7&ref.namespace=evil&pretty=true", "good-token", nil)
+	if resp.StatusCode != 200 || len(svc.gets) != 1 {
+		t.Fatalf("get: %d, %d calls", resp.StatusCode, len(svc.gets))
+	}
+	got := svc.gets[0]
+	if r := got.GetRef(); r.GetNamespace() != "demo" || r.GetName() != "app" || r.GetResource() != "configmaps" || r.GetVersion() != "v1" || got.GetResourceVersion() != "7" {
+		t.Errorf("request reached the service as %+v", got)
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		hdr          map[string]string
+		code         int
+		reason       metav1.StatusReason
+	}{
+		{"GET", "/api/v1/namespaces/demo/widgets", nil, 404, metav1.StatusReasonNotFound},
+		{"GET", "/apis/apps/v1/namespaces/demo/deployments", nil, 404, metav1.StatusReasonNotFound},
+		{"GET", "/nope", nil, 404, metav1.StatusReasonNotFound},
+		{"DELETE", "/api/v1/namespaces", nil, 405, metav1.StatusReasonMethodNotAllowed},
+		{"GET", "/api/v1/namespaces/demo/configmaps/app", map[string]string{"Accept": "text/html"}, 406, metav1.StatusReasonNotAcceptable},
+	} {
+		resp, body := do(t, h, tc.method, tc.path, "good-token", tc.hdr)
+		st := decodeStatus(t, body)
+		if resp.StatusCode != tc.code || st.Code != int32(tc.code) || st.Reason != tc.reason {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, resp.StatusCode, st.Reason, tc.code, tc.reason)
+		}
+	}
+
+	// A Kubernetes error from the service keeps its code, reason and details.
+	svc.err = apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "app")
+	resp, body := do(t, h, "GET", "/api/v1/namespaces/demo/configmaps/app", "good-token", nil)
+	st := decodeStatus(t, body)
+	if resp.StatusCode != 404 || st.Reason != metav1.StatusReasonNotFound || st.Details == nil || st.Details.Name != "app" || st.Details.Kind != "configmaps" {
+		t.Errorf("not found: %d %+v", resp.StatusCode, st)
+	}
+	svc.err = apierrors.NewTooManyRequests("slow down", 3)
+	resp, _ = do(t, h, "GET", "/api/v1/namespaces/demo/configmaps/app", "good-token", nil)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("429: %d Retry-After=%q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
