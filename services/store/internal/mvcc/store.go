@@ -63,7 +63,8 @@ func decodeMeta(v []byte) (meta, error) {
 }
 
 // Open loads the store's state from db. A new DB starts at revision 0. It
-// fails with ErrIncompleteRestore if a snapshot restore was interrupted.
+// does not check for an interrupted restore: callers check NeedsRestore and
+// restore before serving.
 func Open(db *pebble.DB) (*Store, error) {
 	s := &Store{db: db}
 	if err := s.reload(); err != nil {
@@ -74,12 +75,6 @@ func Open(db *pebble.DB) (*Store, error) {
 
 // reload reads the meta key into the atomics.
 func (s *Store) reload() error {
-	if _, closer, err := s.db.Get(restoreKey); err == nil {
-		closer.Close()
-		return ErrIncompleteRestore
-	} else if !errors.Is(err, pebble.ErrNotFound) {
-		return fmt.Errorf("mvcc: read restore marker: %w", err)
-	}
 	m := meta{}
 	v, closer, err := s.db.Get(metaKey)
 	switch {

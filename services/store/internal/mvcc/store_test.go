@@ -565,7 +565,4 @@ func TestReopenAndSnapshotRestore(t *testing.T) {
 	if need, _ := NeedsRestore(other.db); !need {
 		t.Fatal("interrupted restore not reported")
 	}
-	if _, err := Open(other.db); !errors.Is(err, ErrIncompleteRestore) {
-		t.Fatalf("Open after interrupted restore: %v", err)
-	}
 }

@@ -1,0 +1,302 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/fsm"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
+	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
+	"github.com/meridian-cp/meridian/services/store/internal/server"
+	"github.com/meridian-cp/meridian/services/store/internal/watch"
+)
+
+// healthInterval is how often the gRPC health status is re-evaluated.
+const healthInterval = time.Second
+
+// gracefulStopTimeout bounds Close's graceful gRPC stop.
+const gracefulStopTimeout = 10 * time.Second
+
+// App is a running store member. Its methods are safe for concurrent use.
+type App struct {
+	cfg    Config
+	log    *slog.Logger
+	db     *pebble.DB
+	store  *mvcc.Store
+	hub    *watch.Hub
+	fsm    *fsm.FSM
+	node   *raftnode.Node
+	grpc   *grpc.Server
+	health *health.Server
+	reg    *trackingRegisterer // nil without a Registerer
+
+	cancel context.CancelFunc // stops background goroutines
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+	mu        sync.Mutex
+	closed    bool
+}
+
+// New opens the data directory, starts raft (bootstrapping a single-voter
+// cluster if cfg.Bootstrap and the directory is new) and waits, bounded by
+// ctx, until the group has a leader and this member applied its log. It
+// does not listen; call Serve.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &App{cfg: cfg, log: cfg.Logger.With("component", "store", "id", cfg.ID)}
+	if err := a.open(ctx); err != nil {
+		a.closeParts()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) open(ctx context.Context) error {
+	cfg := a.cfg
+	var reg prometheus.Registerer
+	if cfg.Registerer != nil {
+		a.reg = &trackingRegisterer{reg: cfg.Registerer}
+		reg = a.reg
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("store: data dir: %w", err)
+	}
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}})
+	if err != nil {
+		return fmt.Errorf("store: open pebble: %w", err)
+	}
+	a.db = db
+	needsRestore, err := mvcc.NeedsRestore(db)
+	if err != nil {
+		return err
+	}
+	if needsRestore {
+		a.log.Warn("an interrupted snapshot restore was found; restoring from the newest raft snapshot")
+	}
+	if a.store, err = mvcc.Open(db); err != nil {
+		return err
+	}
+	if a.hub, err = watch.New(a.store, a.store.Rev(), watch.Options{
+		ProgressInterval: cfg.ProgressInterval, Logger: a.log, Registerer: reg,
+	}); err != nil {
+		return err
+	}
+	if a.fsm, err = fsm.New(a.store, a.hub, fsm.Options{
+		Logger: a.log, Registerer: reg, ReasonRestored: watch.ReasonRestored,
+		OnFatal: func(error) { a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING) },
+	}); err != nil {
+		return err
+	}
+	a.health = health.NewServer()
+	a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	if a.node, err = raftnode.Start(raftnode.Config{
+		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
+		PeerAddress: cfg.PeerAddress, Bootstrap: cfg.Bootstrap, RestoreOnStart: needsRestore,
+		FSM: a.fsm, Logger: a.log, Registerer: reg,
+	}); err != nil {
+		return err
+	}
+	if err := a.node.WaitReady(ctx); err != nil {
+		return fmt.Errorf("store: waiting for raft: %w", err)
+	}
+	if still, err := mvcc.NeedsRestore(db); err != nil || still {
+		return errors.Join(err, fmt.Errorf("store: %w and no raft snapshot restored it; remove %s and rejoin", mvcc.ErrIncompleteRestore, cfg.DataDir))
+	}
+	if err := a.registerMetrics(reg); err != nil {
+		return err
+	}
+
+	opts := []grpc.ServerOption{
+		// Above the request limit, so that oversized requests reach the
+		// handler and get INVALID_ARGUMENT rather than RESOURCE_EXHAUSTED.
+		grpc.MaxRecvMsgSize(cfg.MaxValueBytes + requestOverheadBytes + 1<<20),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	opts = append(opts, cfg.GRPCServerOptions...)
+	a.grpc = grpc.NewServer(opts...)
+	server.New(server.Config{
+		Node: a.node, KV: a.store, Watches: a.hub,
+		Limits: mvcc.Limits{MaxValueBytes: cfg.MaxValueBytes, MaxRequestBytes: cfg.MaxValueBytes + requestOverheadBytes},
+		DBSize: a.dbSize, Logger: a.log,
+	}).Register(a.grpc)
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+
+	bg, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.watchHealth(bg) }()
+	if cfg.CompactionRetention > 0 {
+		c := &compactor{
+			interval: time.Minute, retention: cfg.CompactionRetention, log: a.log,
+			rev: a.store.Rev, compactRev: a.store.CompactRev, isLeader: a.node.IsLeader,
+			compact: func(ctx context.Context, rev int64) error { _, err := a.node.Compact(ctx, rev); return err },
+		}
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); c.run(bg) }()
+	}
+	a.updateHealth()
+	a.log.Info("store ready", "revision", a.store.Rev(), "compact_revision", a.store.CompactRev(),
+		"applied_index", a.store.AppliedIndex(), "data_dir", cfg.DataDir)
+	return nil
+}
+
+// serviceNames are the gRPC health service names reported besides "".
+var serviceNames = []string{
+	storev1.KVService_ServiceDesc.ServiceName,
+	storev1.WatchService_ServiceDesc.ServiceName,
+	storev1.MaintenanceService_ServiceDesc.ServiceName,
+	storev1.ClusterService_ServiceDesc.ServiceName,
+}
+
+func (a *App) setHealth(s healthpb.HealthCheckResponse_ServingStatus) {
+	a.health.SetServingStatus("", s)
+	for _, n := range serviceNames {
+		a.health.SetServingStatus(n, s)
+	}
+}
+
+// updateHealth reports SERVING while the group has a leader and the state
+// machine has not failed.
+func (a *App) updateHealth() {
+	st := a.node.Status()
+	if st.LeaderID != "" && a.fsm.Err() == nil {
+		a.setHealth(healthpb.HealthCheckResponse_SERVING)
+	} else {
+		a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+}
+
+func (a *App) watchHealth(ctx context.Context) {
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.updateHealth()
+		}
+	}
+}
+
+func (a *App) dbSize() int64 { return int64(a.db.Metrics().DiskSpaceUsage()) }
+
+func (a *App) registerMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_db_size_bytes", Help: "On-disk size of the store's pebble DB.",
+		}, func() float64 { return float64(a.dbSize()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_current_revision", Help: "Current store revision.",
+		}, func() float64 { return float64(a.store.Rev()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_compact_revision", Help: "Compacted store revision.",
+		}, func() float64 { return float64(a.store.CompactRev()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("store: register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Serve serves the gRPC API on lis until Close, then returns nil.
+func (a *App) Serve(lis net.Listener) error {
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		_ = lis.Close()
+		return nil
+	}
+	err := a.grpc.Serve(lis)
+	a.mu.Lock()
+	closed = a.closed
+	a.mu.Unlock()
+	if closed || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// GRPCServer returns the gRPC server, for the caller to register more
+// services (before Serve).
+func (a *App) GRPCServer() *grpc.Server { return a.grpc }
+
+// Close stops gracefully: health NOT_SERVING, watchers cancelled, gRPC
+// drained (bounded), background work stopped, raft shut down, pebble
+// closed. Idempotent and safe to call twice.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		a.mu.Lock()
+		a.closed = true
+		a.mu.Unlock()
+		a.closeErr = a.closeParts()
+		a.log.Info("store stopped")
+	})
+	return a.closeErr
+}
+
+// closeParts releases whatever open or New managed to create.
+func (a *App) closeParts() error {
+	var errs []error
+	if a.health != nil {
+		a.health.Shutdown()
+	}
+	if a.hub != nil {
+		a.hub.Close() // ends watch streams so the graceful stop can finish
+	}
+	if a.grpc != nil {
+		done := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(gracefulStopTimeout):
+			a.grpc.Stop()
+			<-done
+		}
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	if a.node != nil {
+		if err := a.node.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("store: raft shutdown: %w", err))
+		}
+	}
+	if a.db != nil {
+		if err := a.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("store: close pebble: %w", err))
+		}
+	}
+	if a.reg != nil {
+		a.reg.unregisterAll()
+	}
+	return errors.Join(errs...)
+}

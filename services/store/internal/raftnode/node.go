@@ -1,0 +1,417 @@
+// Package raftnode runs the hashicorp/raft node of the store: log and
+// stable store in pebble (package raftlog), file snapshots, the transport,
+// bootstrap, proposals and linearizable reads.
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/fsm"
+	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
+)
+
+// Errors of the node; all map to UNAVAILABLE at the API.
+var (
+	// ErrNotLeader: this member is not the leader (or lost leadership
+	// while the request was in flight; a write's outcome is then unknown).
+	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrStopped: the node is shutting down.
+	ErrStopped = errors.New("raftnode: stopped")
+	// ErrTimeout: the proposal could not be enqueued in time.
+	ErrTimeout = errors.New("raftnode: timed out")
+)
+
+// Config configures a Node.
+type Config struct {
+	// ID is the raft server id.
+	ID string
+	// DB holds the raft log and stable store (prefix "r/"); it must be the
+	// DB of the FSM's store (see package fsm, "Durability invariant"). The
+	// caller closes it after Shutdown.
+	DB *pebble.DB
+	// SnapshotDir holds raft's file snapshots.
+	SnapshotDir string
+	// PeerAddress is the raft TCP bind and advertise address ("host:port",
+	// port not 0). Empty selects an in-memory transport: a single-node
+	// group that no other member can join.
+	PeerAddress string
+	// Bootstrap creates a single-voter configuration when there is no
+	// raft state yet.
+	Bootstrap bool
+	// RestoreOnStart restores the newest raft snapshot into the FSM at
+	// start; needed only after an interrupted restore (the FSM's state is
+	// otherwise durable in pebble).
+	RestoreOnStart bool
+	// FSM is the state machine.
+	FSM *fsm.FSM
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the node's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// ApplyTimeout bounds how long a proposal may wait to be enqueued;
+	// default 10s.
+	ApplyTimeout time.Duration
+}
+
+// Node is a running raft member.
+type Node struct {
+	id      string
+	raft    *raft.Raft
+	logs    raft.LogStore
+	fsm     *fsm.FSM
+	trans   raft.Transport
+	log     *slog.Logger
+	metrics *metrics
+	timeout time.Duration
+
+	// barrierTerm is the last term in which this node, as leader, applied
+	// a barrier: from then on its commit index covers every entry
+	// committed by earlier leaders.
+	barrierTerm atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens the raft node. It does not wait for a leader (see
+// WaitReady).
+func Start(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = 10 * time.Second
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	hl := newHCLog(cfg.Logger, "raft")
+
+	store, err := raftlog.New(cfg.DB, func(d time.Duration) { m.logSync.Observe(d.Seconds()) })
+	if err != nil {
+		return nil, err
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: log cache: %w", err)
+	}
+	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot dir: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir, 2, hl.Named("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	trans, err := newTransport(cfg, hl)
+	if err != nil {
+		return nil, err
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hl
+	rc.BatchApplyCh = true    // group commit: the leader appends queued proposals together
+	rc.MaxAppendEntries = 256 // and the FSM applies them in one batch
+	rc.NoSnapshotRestoreOnStart = !cfg.RestoreOnStart
+	if err := raft.ValidateConfig(rc); err != nil {
+		closeTransport(trans)
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, store, snaps)
+		if err != nil {
+			closeTransport(trans)
+			return nil, fmt.Errorf("raftnode: check state: %w", err)
+		}
+		if !has {
+			conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+			if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, conf); err != nil {
+				closeTransport(trans)
+				return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+			}
+			cfg.Logger.Info("bootstrapped a single-voter raft cluster", "id", cfg.ID, "address", trans.LocalAddr())
+		}
+	}
+	r, err := raft.NewRaft(rc, cfg.FSM, logs, store, snaps, trans)
+	if err != nil {
+		closeTransport(trans)
+		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout}
+	m.observe(n)
+	return n, nil
+}
+
+func closeTransport(t raft.Transport) {
+	if c, ok := t.(raft.WithClose); ok {
+		_ = c.Close()
+	}
+}
+
+// ID returns the raft server id.
+func (n *Node) ID() string { return n.id }
+
+// MemberID returns the numeric member id used in response headers: the
+// FNV-64a hash of the server id.
+func (n *Node) MemberID() uint64 { return MemberID(n.id) }
+
+// MemberID hashes a raft server id to the numeric id of response headers.
+func MemberID(id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// Term returns the current raft term.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// IsLeader reports whether this member is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// WaitReady blocks until the group has a leader and this member has applied
+// every entry the leader had committed when it was elected (for the leader:
+// a barrier), or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, id := n.raft.LeaderWithID(); id != "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("raftnode: waiting for a leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	if n.IsLeader() {
+		return n.leaderBarrier(ctx)
+	}
+	return n.waitApplied(ctx, n.raft.CommitIndex())
+}
+
+// waitApplied waits until the FSM has applied every entry up to index that
+// it will ever see. Raft keeps no-op and barrier entries to itself, so the
+// FSM's applied index stops at the last command or configuration entry:
+// waiting for a no-op's index would never end.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	target, err := n.fsmIndex(index)
+	if err != nil {
+		return err
+	}
+	return n.fsm.WaitApplied(ctx, target)
+}
+
+// fsmIndex returns the newest index at or below index whose entry reaches
+// the FSM, or 0 when the FSM has nothing to wait for.
+func (n *Node) fsmIndex(index uint64) (uint64, error) {
+	var l raft.Log
+	for i := index; i > n.fsm.AppliedIndex(); i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				// Compacted into a snapshot, which raft takes only after
+				// the FSM applied everything handed to it.
+				return 0, nil
+			}
+			return 0, fmt.Errorf("raftnode: read log %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return i, nil
+		}
+	}
+	return 0, nil
+}
+
+// leaderBarrier applies a barrier once per term, so the leader's commit
+// index covers every entry committed by earlier leaders.
+func (n *Node) leaderBarrier(ctx context.Context) error {
+	term := n.raft.CurrentTerm()
+	if n.barrierTerm.Load() == term {
+		return nil
+	}
+	if err := wait(ctx, n.raft.Barrier(n.timeout)); err != nil {
+		return n.mapErr(err)
+	}
+	n.barrierTerm.Store(term)
+	return nil
+}
+
+// LinearizableBarrier returns once this member's state reflects every write
+// acknowledged before the call: it captures the commit index, confirms
+// leadership with a heartbeat round (VerifyLeader), then waits for the FSM's
+// own applied index (not raft's AppliedIndex, which moves when entries are
+// handed to the FSM) to reach the captured index.
+//
+// Only the leader serves them for now; followers answer ErrNotLeader (the
+// multi-node work adds a ReadIndex RPC to the leader).
+func (n *Node) LinearizableBarrier(ctx context.Context) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := n.leaderBarrier(ctx); err != nil {
+		return err
+	}
+	index := n.raft.CommitIndex()
+	if err := wait(ctx, n.raft.VerifyLeader()); err != nil {
+		return n.mapErr(err)
+	}
+	return n.waitApplied(ctx, index)
+}
+
+// Txn proposes a transaction and returns its result once applied.
+func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
+	data, err := fsm.EncodeTxn(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := resp.(*storev1.TxnResponse)
+	if !ok {
+		return nil, fmt.Errorf("raftnode: txn applied with response %T", resp)
+	}
+	return r, nil
+}
+
+// Compact proposes a compaction and returns its result once applied.
+func (n *Node) Compact(ctx context.Context, rev int64) (*storev1.CompactResponse, error) {
+	data, err := fsm.EncodeCompact(&storev1.CompactRequest{Revision: rev})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.propose(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := resp.(*storev1.CompactResponse)
+	if !ok {
+		return nil, fmt.Errorf("raftnode: compact applied with response %T", resp)
+	}
+	return r, nil
+}
+
+// propose appends data to the raft log and waits until it is applied. If
+// ctx ends first the proposal may still be applied.
+func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
+	if !n.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	n.metrics.pending.Inc()
+	defer n.metrics.pending.Dec()
+	start := time.Now()
+	timeout := n.timeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	f := n.raft.Apply(data, timeout)
+	if err := wait(ctx, f); err != nil {
+		return nil, n.mapErr(err)
+	}
+	n.metrics.propose.Observe(time.Since(start).Seconds())
+	if err, ok := f.Response().(error); ok {
+		return nil, err
+	}
+	return f.Response(), nil
+}
+
+// wait waits for f or ctx.
+func wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) mapErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrNotVoter):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrStopped, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}
+
+// Status is a snapshot of the node's raft state.
+type Status struct {
+	ID           string
+	LeaderID     string
+	State        string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64 // the FSM's
+	Voter        bool
+}
+
+// Status reports the node's raft state.
+func (n *Node) Status() Status {
+	_, leader := n.raft.LeaderWithID()
+	st := Status{
+		ID:           n.id,
+		LeaderID:     string(leader),
+		State:        n.raft.State().String(),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.fsm.AppliedIndex(),
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == n.id {
+				st.Voter = s.Suffrage == raft.Voter
+			}
+		}
+	}
+	return st
+}
+
+// Members lists the members of the raft configuration.
+func (n *Node) Members(ctx context.Context) ([]*storev1.Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := wait(ctx, f); err != nil {
+		return nil, n.mapErr(err)
+	}
+	_, leader := n.raft.LeaderWithID()
+	var out []*storev1.Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, &storev1.Member{
+			Id:          string(s.ID),
+			PeerAddress: string(s.Address),
+			Voter:       s.Suffrage == raft.Voter,
+			Leader:      s.ID == leader,
+		})
+	}
+	return out, nil
+}
+
+// Shutdown stops raft and closes the transport. Safe to call twice.
+func (n *Node) Shutdown() error {
+	n.closeOnce.Do(func() {
+		n.closeErr = n.raft.Shutdown().Error()
+		closeTransport(n.trans)
+	})
+	return n.closeErr
+}

@@ -1,0 +1,261 @@
+// Package server is the store's thin gRPC layer: it validates requests,
+// routes writes through raft and reads to the MVCC store, streams watches
+// from the hub, fills response headers, and maps errors to gRPC statuses
+// (errors.go). It holds no state of its own.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
+	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
+	"github.com/meridian-cp/meridian/services/store/internal/watch"
+)
+
+// Node is the raft side: writes, linearizable read barriers, state.
+type Node interface {
+	Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error)
+	Compact(ctx context.Context, rev int64) (*storev1.CompactResponse, error)
+	LinearizableBarrier(ctx context.Context) error
+	Status() raftnode.Status
+	Members(ctx context.Context) ([]*storev1.Member, error)
+	MemberID() uint64
+	Term() uint64
+}
+
+// KV is the local MVCC state.
+type KV interface {
+	Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error)
+	Rev() int64
+	CompactRev() int64
+}
+
+// Watches registers watchers.
+type Watches interface {
+	Watch(req *storev1.WatchCreateRequest) (*watch.Watcher, error)
+}
+
+var (
+	_ Node    = (*raftnode.Node)(nil)
+	_ KV      = (*mvcc.Store)(nil)
+	_ Watches = (*watch.Hub)(nil)
+)
+
+// Config wires a Server.
+type Config struct {
+	Node    Node
+	KV      KV
+	Watches Watches
+	// Limits are checked before proposing.
+	Limits mvcc.Limits
+	// DBSize reports the on-disk size of the store in bytes.
+	DBSize func() int64
+	// WatchCancelGrace is how long a watch stream cancelled by the store
+	// may take to deliver its final response before the stream is ended;
+	// default 5s.
+	WatchCancelGrace time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server implements the storev1 services.
+type Server struct {
+	cfg Config
+}
+
+// New returns a server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WatchCancelGrace <= 0 {
+		cfg.WatchCancelGrace = 5 * time.Second
+	}
+	if cfg.DBSize == nil {
+		cfg.DBSize = func() int64 { return 0 }
+	}
+	return &Server{cfg: cfg}
+}
+
+// Register registers every storev1 service on g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	storev1.RegisterKVServiceServer(g, &kvServer{s: s})
+	storev1.RegisterWatchServiceServer(g, &watchServer{s: s})
+	storev1.RegisterMaintenanceServiceServer(g, &maintenanceServer{s: s})
+	storev1.RegisterClusterServiceServer(g, &clusterServer{s: s})
+	storev1.RegisterLeaseServiceServer(g, &leaseServer{})
+}
+
+// header returns a response header at revision rev (0 = current).
+func (s *Server) header(rev int64) *storev1.ResponseHeader {
+	if rev == 0 {
+		rev = s.cfg.KV.Rev()
+	}
+	return &storev1.ResponseHeader{
+		MemberId:        s.cfg.Node.MemberID(),
+		Revision:        rev,
+		RaftTerm:        s.cfg.Node.Term(),
+		CompactRevision: s.cfg.KV.CompactRev(),
+	}
+}
+
+// fillHeader completes a header whose revision (and compacted revision)
+// the store set.
+func (s *Server) fillHeader(h *storev1.ResponseHeader) *storev1.ResponseHeader {
+	if h == nil {
+		return s.header(0)
+	}
+	h.MemberId = s.cfg.Node.MemberID()
+	h.RaftTerm = s.cfg.Node.Term()
+	if h.CompactRevision == 0 {
+		h.CompactRevision = s.cfg.KV.CompactRev()
+	}
+	return h
+}
+
+type kvServer struct {
+	storev1.UnimplementedKVServiceServer
+	s *Server
+}
+
+// Range serves a read: linearizable (the default) after a raft read
+// barrier, serializable from local state.
+func (k *kvServer) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error) {
+	if err := mvcc.ValidateRange(req); err != nil {
+		return nil, toStatus(err)
+	}
+	if !req.GetSerializable() {
+		if err := k.s.cfg.Node.LinearizableBarrier(ctx); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	resp, err := k.s.cfg.KV.Range(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp.Header = k.s.fillHeader(resp.Header)
+	return resp, nil
+}
+
+// Txn proposes a transaction through raft.
+func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
+	if err := mvcc.ValidateTxn(req); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
+		return nil, toStatus(err)
+	}
+	resp, err := k.s.cfg.Node.Txn(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp.Header = k.s.fillHeader(resp.Header)
+	return resp, nil
+}
+
+// Compact proposes a compaction through raft.
+func (k *kvServer) Compact(ctx context.Context, req *storev1.CompactRequest) (*storev1.CompactResponse, error) {
+	if req.GetRevision() <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "store: compact revision must be positive")
+	}
+	resp, err := k.s.cfg.Node.Compact(ctx, req.GetRevision())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp.Header = k.s.fillHeader(resp.Header)
+	return resp, nil
+}
+
+type maintenanceServer struct {
+	storev1.UnimplementedMaintenanceServiceServer
+	s *Server
+}
+
+// Status reports this member's state.
+func (m *maintenanceServer) Status(ctx context.Context, _ *storev1.StatusRequest) (*storev1.StatusResponse, error) {
+	st := m.s.cfg.Node.Status()
+	return &storev1.StatusResponse{
+		Header:       m.s.header(0),
+		MemberId:     st.ID,
+		LeaderId:     st.LeaderID,
+		RaftState:    st.State,
+		RaftTerm:     st.Term,
+		AppliedIndex: st.AppliedIndex,
+		CommitIndex:  st.CommitIndex,
+		DbSizeBytes:  m.s.cfg.DBSize(),
+		Voter:        st.Voter,
+	}, nil
+}
+
+// Snapshot is not implemented yet.
+func (m *maintenanceServer) Snapshot(*storev1.SnapshotRequest, grpc.ServerStreamingServer[storev1.SnapshotResponse]) error {
+	return notYet("Snapshot")
+}
+
+type clusterServer struct {
+	storev1.UnimplementedClusterServiceServer
+	s *Server
+}
+
+// MemberList lists the raft configuration.
+func (c *clusterServer) MemberList(ctx context.Context, _ *storev1.MemberListRequest) (*storev1.MemberListResponse, error) {
+	ms, err := c.s.cfg.Node.Members(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storev1.MemberListResponse{Header: c.s.header(0), Members: ms}, nil
+}
+
+func (c *clusterServer) MemberAdd(context.Context, *storev1.MemberAddRequest) (*storev1.MemberAddResponse, error) {
+	return nil, notYet("MemberAdd")
+}
+
+func (c *clusterServer) MemberRemove(context.Context, *storev1.MemberRemoveRequest) (*storev1.MemberRemoveResponse, error) {
+	return nil, notYet("MemberRemove")
+}
+
+func (c *clusterServer) MemberPromote(context.Context, *storev1.MemberPromoteRequest) (*storev1.MemberPromoteResponse, error) {
+	return nil, notYet("MemberPromote")
+}
+
+func (c *clusterServer) TransferLeadership(context.Context, *storev1.TransferLeadershipRequest) (*storev1.TransferLeadershipResponse, error) {
+	return nil, notYet("TransferLeadership")
+}
+
+func (c *clusterServer) ReadIndex(context.Context, *storev1.ReadIndexRequest) (*storev1.ReadIndexResponse, error) {
+	return nil, notYet("ReadIndex")
+}
+
+type leaseServer struct {
+	storev1.UnimplementedLeaseServiceServer
+}
+
+func (leaseServer) LeaseGrant(context.Context, *storev1.LeaseGrantRequest) (*storev1.LeaseGrantResponse, error) {
+	return nil, notYet("LeaseGrant")
+}
+
+func (leaseServer) LeaseRevoke(context.Context, *storev1.LeaseRevokeRequest) (*storev1.LeaseRevokeResponse, error) {
+	return nil, notYet("LeaseRevoke")
+}
+
+func (leaseServer) LeaseKeepAlive(grpc.BidiStreamingServer[storev1.LeaseKeepAliveRequest, storev1.LeaseKeepAliveResponse]) error {
+	return notYet("LeaseKeepAlive")
+}
+
+func (leaseServer) LeaseTimeToLive(context.Context, *storev1.LeaseTimeToLiveRequest) (*storev1.LeaseTimeToLiveResponse, error) {
+	return nil, notYet("LeaseTimeToLive")
+}
+
+// notYet answers RPCs that the multi-node store issue implements.
+func notYet(method string) error {
+	return status.Errorf(codes.Unimplemented,
+		"store: %s is not implemented yet; it arrives with the multi-node store issue (leases, membership, ReadIndex, snapshots)", method)
+}
