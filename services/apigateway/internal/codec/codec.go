@@ -26,10 +26,12 @@ import (
 // Codec holds the scheme of served kinds and their serializers. It is safe
 // for concurrent use.
 type Codec struct {
-	scheme *runtime.Scheme
-	json   *json.Serializer
-	yaml   *json.Serializer
-	proto  *protobuf.Serializer
+	scheme     *runtime.Scheme
+	json       *json.Serializer
+	yaml       *json.Serializer
+	strictJSON *json.Serializer
+	strictYAML *json.Serializer
+	proto      *protobuf.Serializer
 }
 
 // New returns a Codec for the built-in kinds meridian serves.
@@ -42,10 +44,12 @@ func New() (*Codec, error) {
 	// Options objects also travel as meta.k8s.io/v1.
 	s.AddKnownTypes(metav1.SchemeGroupVersion, &metav1.DeleteOptions{}, &metav1.CreateOptions{}, &metav1.UpdateOptions{}, &metav1.PatchOptions{})
 	return &Codec{
-		scheme: s,
-		json:   json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{}),
-		yaml:   json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: true}),
-		proto:  protobuf.NewSerializer(s, s),
+		scheme:     s,
+		json:       json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{}),
+		yaml:       json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: true}),
+		strictJSON: json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Strict: true}),
+		strictYAML: json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: true, Strict: true}),
+		proto:      protobuf.NewSerializer(s, s),
 	}, nil
 }
 
@@ -99,20 +103,48 @@ func (c *Codec) EncodeToBytes(obj runtime.Object, mediaType string) ([]byte, err
 
 // Decode reads data of mediaType into into. gvk is the kind the endpoint
 // serves: a body without apiVersion/kind gets it, and a body naming another
-// kind is an error.
+// kind is an error. Unknown and duplicate fields are dropped; DecodeStrict
+// reports them.
 func (c *Codec) Decode(data []byte, mediaType string, gvk schema.GroupVersionKind, into runtime.Object) error {
+	_, err := c.decode(data, mediaType, gvk, into, false)
+	return err
+}
+
+// DecodeStrict is Decode that also returns the unknown and duplicate
+// fields of a JSON or YAML body, one message each (e.g. `unknown field
+// "spec.foo"`). The object is decoded either way.
+func (c *Codec) DecodeStrict(data []byte, mediaType string, gvk schema.GroupVersionKind, into runtime.Object) ([]string, error) {
+	return c.decode(data, mediaType, gvk, into, true)
+}
+
+func (c *Codec) decode(data []byte, mediaType string, gvk schema.GroupVersionKind, into runtime.Object, strict bool) ([]string, error) {
 	s, err := c.serializer(mediaType)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	if strict {
+		switch mediaType {
+		case negotiation.JSON, "":
+			s = c.strictJSON
+		case negotiation.YAML:
+			s = c.strictYAML
+		}
+	}
+	var problems []string
 	_, got, err := s.Decode(data, &gvk, into)
 	if err != nil {
-		return err
+		sde, ok := runtime.AsStrictDecodingError(err)
+		if !ok {
+			return nil, err
+		}
+		for _, e := range sde.Errors() {
+			problems = append(problems, e.Error())
+		}
 	}
 	if got != nil && *got != gvk {
-		return fmt.Errorf("the body is a %s, but this endpoint serves %s", got, gvk)
+		return nil, fmt.Errorf("the body is a %s, but this endpoint serves %s", got, gvk)
 	}
-	return nil
+	return problems, nil
 }
 
 // EncodeStorage returns the stored form of obj: the protobuf envelope, with

@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,7 @@ type Handler struct {
 	cfg       Config
 	gw        *runtime.ServeMux
 	discovery *discovery.Documents
+	openapi   *openapi.Documents
 	health    map[string]*healthz.Handler
 	metrics   *metrics
 }
@@ -93,6 +95,11 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 			"/healthz": healthz.New("/healthz", cfg.Readyz...),
 		},
 	}
+	oa, err := openapi.New(cfg.Registry, discovery.Version.GitVersion)
+	if err != nil {
+		return nil, err
+	}
+	h.openapi = oa
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -157,6 +164,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			if doc, found := h.discovery.Lookup(path, r); found {
 				writeJSON(w, doc)
+				return
+			}
+			if doc, found := h.openapi.Lookup(path); found {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(doc)
 				return
 			}
 		}

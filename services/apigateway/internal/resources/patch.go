@@ -76,6 +76,10 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 	if err != nil {
 		return nil, err
 	}
+	fv, err := parseFieldValidation(req.GetFieldValidation())
+	if err != nil {
+		return nil, err
+	}
 	return s.updateLoop(ctx, res, ref, precondition, dryRun, func(old runtime.Object) (runtime.Object, error) {
 		cur, err := s.cfg.Codec.EncodeToBytes(old.DeepCopyObject(), negotiation.JSON)
 		if err != nil {
@@ -95,8 +99,12 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 			return nil, patchError(res.GVR.GroupResource(), ref.GetName(), err)
 		}
 		obj := res.New()
-		if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), obj); err != nil {
+		problems, err := s.cfg.Codec.DecodeStrict(patched, negotiation.JSON, res.GVK(), obj)
+		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("the patched object is invalid: %v", err))
+		}
+		if err := fv.apply(ctx, problems); err != nil {
+			return nil, err
 		}
 		// The patched resourceVersion was checked as a precondition; the
 		// stored one is authoritative.

@@ -162,12 +162,8 @@ func (s *Server) rowObject(item runtime.Object, policy metav1.IncludeObjectPolic
 		if err != nil {
 			return runtime.RawExtension{}, apierrors.NewInternalError(err)
 		}
-		pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
-		om, ok := a.(*metav1.ObjectMeta)
-		if !ok {
-			return runtime.RawExtension{}, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", item))
-		}
-		pom.ObjectMeta = *om.DeepCopy()
+		pom := meta.AsPartialObjectMetadata(a)
+		pom.TypeMeta = metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}
 		obj = pom
 	}
 	data, err := s.cfg.Codec.EncodeToBytes(obj, negotiation.JSON)

@@ -52,8 +52,13 @@ func isDryRun(v []string) (bool, error) {
 	return true, nil
 }
 
-// decodeBody decodes a create or update body into a new object of res.
-func (s *Server) decodeBody(res *registry.Resource, body *httpbody.HttpBody) (runtime.Object, metav1.Object, error) {
+// decodeBody decodes a create or update body into a new object of res,
+// handling unknown and duplicate fields as fieldValidation says.
+func (s *Server) decodeBody(ctx context.Context, res *registry.Resource, body *httpbody.HttpBody, fieldValidation string) (runtime.Object, metav1.Object, error) {
+	fv, err := parseFieldValidation(fieldValidation)
+	if err != nil {
+		return nil, nil, err
+	}
 	if body == nil || len(body.GetData()) == 0 {
 		return nil, nil, apierrors.NewBadRequest("the request body is empty")
 	}
@@ -65,8 +70,12 @@ func (s *Server) decodeBody(res *registry.Resource, body *httpbody.HttpBody) (ru
 			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", negotiation.JSON, negotiation.YAML, negotiation.Protobuf), 0, false)
 	}
 	obj := res.New()
-	if err := s.cfg.Codec.Decode(body.GetData(), ct, res.GVK(), obj); err != nil {
+	problems, err := s.cfg.Codec.DecodeStrict(body.GetData(), ct, res.GVK(), obj)
+	if err != nil {
 		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the object provided is unrecognized or malformed: %v", err))
+	}
+	if err := fv.apply(ctx, problems); err != nil {
+		return nil, nil, err
 	}
 	acc, err := meta.Accessor(obj)
 	if err != nil {
@@ -122,7 +131,7 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	obj, acc, err := s.decodeBody(res, req.GetBody())
+	obj, acc, err := s.decodeBody(ctx, res, req.GetBody(), req.GetFieldValidation())
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +228,7 @@ func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	obj, acc, err := s.decodeBody(res, req.GetBody())
+	obj, acc, err := s.decodeBody(ctx, res, req.GetBody(), req.GetFieldValidation())
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,153 @@
+package openapi
+
+import (
+	"reflect"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// schema is an OpenAPI v3 schema object, as JSON.
+type schema = map[string]any
+
+// schemas derives OpenAPI schemas from Go types by reflection: properties
+// from json tags, descriptions from the SwaggerDoc() methods that
+// k8s.io/api and k8s.io/apimachinery generate for every type. Named
+// structs become component definitions referenced by $ref, named as
+// kube-apiserver names them (k8s.io/api/core/v1.ConfigMap →
+// io.k8s.api.core.v1.ConfigMap).
+type schemas struct {
+	defs map[string]schema
+}
+
+func newSchemas() *schemas { return &schemas{defs: map[string]schema{}} }
+
+// special are types whose JSON form is not their Go shape.
+var special = map[reflect.Type]schema{
+	reflect.TypeOf(metav1.Time{}):          {"type": "string", "format": "date-time"},
+	reflect.TypeOf(metav1.MicroTime{}):     {"type": "string", "format": "date-time"},
+	reflect.TypeOf(metav1.Duration{}):      {"type": "string"},
+	reflect.TypeOf(resource.Quantity{}):    {"type": "string", "x-kubernetes-int-or-string": true},
+	reflect.TypeOf(intstr.IntOrString{}):   {"type": "string", "format": "int-or-string", "x-kubernetes-int-or-string": true},
+	reflect.TypeOf(runtime.RawExtension{}): {"type": "object"},
+	reflect.TypeOf(metav1.FieldsV1{}):      {"type": "object"},
+}
+
+// defName is the component name of a named type.
+func defName(t reflect.Type) string {
+	pkg := t.PkgPath()
+	if rest, ok := strings.CutPrefix(pkg, "k8s.io/"); ok {
+		pkg = "io.k8s." + rest
+	}
+	return strings.ReplaceAll(pkg, "/", ".") + "." + t.Name()
+}
+
+// ref returns the schema of t: a $ref to its definition for named structs
+// (defining it on first use), an inline schema otherwise.
+func (s *schemas) ref(t reflect.Type) schema {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if sp, ok := special[t]; ok {
+		out := schema{}
+		for k, v := range sp {
+			out[k] = v
+		}
+		return out
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		name := defName(t)
+		if _, done := s.defs[name]; !done {
+			s.defs[name] = schema{} // placeholder breaks recursion
+			s.defs[name] = s.object(t)
+		}
+		return schema{"$ref": "#/components/schemas/" + name}
+	case reflect.String:
+		return schema{"type": "string"}
+	case reflect.Bool:
+		return schema{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		return schema{"type": "integer", "format": "int32"}
+	case reflect.Int64, reflect.Uint64, reflect.Uint:
+		return schema{"type": "integer", "format": "int64"}
+	case reflect.Float32, reflect.Float64:
+		return schema{"type": "number", "format": "double"}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return schema{"type": "string", "format": "byte"}
+		}
+		return schema{"type": "array", "items": s.ref(t.Elem())}
+	case reflect.Map:
+		return schema{"type": "object", "additionalProperties": s.ref(t.Elem())}
+	case reflect.Interface:
+		return schema{"type": "object"}
+	}
+	return schema{}
+}
+
+// object builds the definition of a struct type.
+func (s *schemas) object(t reflect.Type) schema {
+	docs := swaggerDoc(t)
+	props := schema{}
+	s.fields(t, props)
+	out := schema{"type": "object", "properties": props}
+	if d := docs[""]; d != "" {
+		out["description"] = d
+	}
+	return out
+}
+
+// fields adds t's serialized fields to props, flattening inlined structs.
+func (s *schemas) fields(t reflect.Type, props schema) {
+	docs := swaggerDoc(t)
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") || (f.Anonymous && name == "") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				s.fields(ft, props)
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		p := s.ref(f.Type)
+		if d := docs[name]; d != "" {
+			if _, isRef := p["$ref"]; isRef {
+				p = schema{"allOf": []any{p}, "description": d}
+			} else {
+				p["description"] = d
+			}
+		}
+		props[name] = p
+	}
+}
+
+type swaggerDocer interface{ SwaggerDoc() map[string]string }
+
+// swaggerDoc returns the generated field descriptions of t, if any.
+func swaggerDoc(t reflect.Type) map[string]string {
+	if d, ok := reflect.New(t).Elem().Interface().(swaggerDocer); ok {
+		return d.SwaggerDoc()
+	}
+	if d, ok := reflect.New(t).Interface().(swaggerDocer); ok {
+		return d.SwaggerDoc()
+	}
+	return nil
+}
