@@ -1,0 +1,60 @@
+// Command meridian runs the whole control plane in one process: the store,
+// admission, flow control, the watch fan-out tier and the API gateway, with
+// data in one directory. It writes an admin kubeconfig and prints how to use
+// kubectl with it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/meridian-cp/meridian/internal/allinone"
+	"github.com/meridian-cp/meridian/lib/telemetry"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "meridian:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		dataDir   = flag.String("data-dir", ".meridian", "directory for the store, certificates and the admin kubeconfig")
+		listen    = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS Kubernetes API")
+		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
+		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+		logFormat = flag.String("log-format", "text", "text or json")
+	)
+	flag.Parse()
+	logger, err := telemetry.NewLogger(os.Stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, TokenAuthFile: *tokenFile, Logger: logger})
+	if err != nil {
+		return err
+	}
+	logger.Info("meridian is ready",
+		"api", "https://"+cp.Addr.String(),
+		"kubeconfig", cp.Kubeconfig,
+		"try", "kubectl --kubeconfig "+cp.Kubeconfig+" get namespaces")
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err = <-cp.Err():
+		logger.Error("a service stopped", "error", err)
+	}
+	if cerr := cp.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,213 @@
+// Package e2e drives a real meridian binary with the real kubectl and
+// client-go, as a user would: build once, start the all-in-one in a temp
+// data dir on a free loopback port, talk to it, restart it.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// binary is the meridian binary built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "meridian-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "meridian")
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/meridian")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building meridian:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// tokens is the static token file every test control plane is started with.
+const tokens = `e2e-token-alice,alice,uid-alice,"dev"
+`
+
+// controlPlane is a running meridian process.
+type controlPlane struct {
+	t          *testing.T
+	dataDir    string
+	addr       string
+	kubeconfig string
+	cmd        *exec.Cmd
+	logs       *syncBuffer
+	done       chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs meridian on dataDir (a new temp dir when empty) and waits
+// until it is ready.
+func start(t *testing.T, dataDir string) *controlPlane {
+	t.Helper()
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	tokenFile := filepath.Join(dataDir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cp := &controlPlane{t: t, dataDir: dataDir, addr: addr, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
+	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", addr, "--token-auth-file", tokenFile, "--log-level", "info")
+	cp.cmd.Stdout, cp.cmd.Stderr = cp.logs, cp.logs
+	if err := cp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cp.cmd.Wait(); close(cp.done) }()
+	t.Cleanup(func() {
+		cp.stop()
+		if t.Failed() {
+			t.Logf("meridian logs:\n%s", cp.logs.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-cp.done:
+			t.Fatalf("meridian exited before it was ready:\n%s", cp.logs.String())
+		default:
+		}
+		if strings.Contains(cp.logs.String(), "meridian is ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("meridian not ready after 60s:\n%s", cp.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cp
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (cp *controlPlane) stop() {
+	if cp.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-cp.done:
+		return
+	default:
+	}
+	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cp.done:
+	case <-time.After(30 * time.Second):
+		_ = cp.cmd.Process.Kill()
+		<-cp.done
+		cp.t.Errorf("meridian did not stop within 30s of SIGTERM")
+	}
+	if code := cp.cmd.ProcessState.ExitCode(); code != 0 {
+		cp.t.Errorf("meridian exited with %d after SIGTERM", code)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// kubectl runs kubectl against cp and returns stdout; it fails the test on a
+// non-zero exit.
+func (cp *controlPlane) kubectl(args ...string) string {
+	cp.t.Helper()
+	out, errOut, err := cp.kubectlErr(args...)
+	if err != nil {
+		cp.t.Fatalf("kubectl %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// kubectlErr runs kubectl and returns stdout, stderr and the exit error.
+func (cp *controlPlane) kubectlErr(args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", cp.kubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// restConfig is the admin client configuration.
+func (cp *controlPlane) restConfig() *rest.Config {
+	cp.t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.kubeconfig)
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	return cfg
+}
+
+func (cp *controlPlane) client() kubernetes.Interface {
+	cp.t.Helper()
+	c, err := kubernetes.NewForConfig(cp.restConfig())
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	return c
+}
+
+// anonymousHTTP is an HTTPS client that trusts the control plane's CA and
+// presents no credentials.
+func (cp *controlPlane) anonymousHTTP() *http.Client {
+	cp.t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(cp.dataDir, "pki", "ca.crt"))
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		cp.t.Fatal("no CA certificate")
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+func (cp *controlPlane) url(path string) string { return "https://" + cp.addr + path }
