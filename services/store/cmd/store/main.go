@@ -1,0 +1,179 @@
+// Command store runs one member of meridian's raft-replicated MVCC store and
+// serves the storev1 gRPC API.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meridian-cp/meridian/services/store/app"
+)
+
+type flags struct {
+	id, dataDir, listen, peerListen string
+	bootstrap                       bool
+	tlsCert, tlsKey, clientCA       string
+	metricsListen                   string
+	maxValueBytes                   int
+	compactionRetention             time.Duration
+	logLevel                        string
+	startupTimeout                  time.Duration
+}
+
+func parseFlags(args []string) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	fs.StringVar(&f.id, "id", app.DefaultID, "raft server id of this member")
+	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the raft log, snapshots and state (required)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:2479", "gRPC API listen address")
+	fs.StringVar(&f.peerListen, "peer-listen", "", "raft TCP transport address (ip:port, advertised to peers); empty = single-node in-memory transport")
+	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a single-voter cluster when the data dir is new")
+	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "server certificate (PEM) for the gRPC API; empty = plaintext")
+	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
+	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates; when set, clients must present a certificate it verifies (mTLS)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9479", "Prometheus /metrics listen address; empty disables")
+	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
+	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	var errs []error
+	if f.dataDir == "" {
+		errs = append(errs, errors.New("--data-dir is required"))
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
+	}
+	if f.clientCA != "" && f.tlsCert == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	return f, errors.Join(errs...)
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "store:", err)
+		os.Exit(2)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "store: --log-level:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := run(f, log); err != nil {
+		log.Error("store failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(f flags, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	tlsConfig, err := serverTLS(f)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	startCtx, cancel := context.WithTimeout(ctx, f.startupTimeout)
+	a, err := app.New(startCtx, app.Config{
+		ID:                  f.id,
+		DataDir:             f.dataDir,
+		PeerAddress:         f.peerListen,
+		Bootstrap:           f.bootstrap,
+		TLS:                 tlsConfig,
+		Registerer:          reg,
+		Logger:              log,
+		MaxValueBytes:       f.maxValueBytes,
+		CompactionRetention: f.compactionRetention,
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", f.listen, err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- a.Serve(lis) }()
+	log.Info("serving gRPC", "address", lis.Addr().String(), "tls", tlsConfig != nil, "mtls", f.clientCA != "")
+
+	var metricsSrv *http.Server
+	if f.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		metricsSrv = &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := metricsSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+		log.Info("serving metrics", "address", f.metricsListen)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-errc:
+	}
+	if metricsSrv != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = metricsSrv.Shutdown(shutdownCtx)
+		cancel()
+	}
+	return errors.Join(err, a.Close())
+}
+
+// serverTLS builds the gRPC server's TLS config from the flags; nil when
+// TLS is off. With a client CA, clients must present a verified
+// certificate.
+func serverTLS(f flags) (*tls.Config, error) {
+	if f.tlsCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("load server certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.clientCA != "" {
+		pem, err := os.ReadFile(f.clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s holds no PEM certificate", f.clientCA)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
