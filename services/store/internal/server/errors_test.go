@@ -1,0 +1,48 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
+	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
+)
+
+func TestToStatus(t *testing.T) {
+	cases := []struct {
+		err  error
+		code codes.Code
+	}{
+		{fmt.Errorf("wrapped: %w", &mvcc.CompactedError{CompactRev: 7, Requested: 3}), codes.OutOfRange},
+		{&mvcc.FutureRevError{CurrentRev: 7, Requested: 9}, codes.FailedPrecondition},
+		{mvcc.ErrEmptyKey, codes.InvalidArgument},
+		{fmt.Errorf("%w: 2 MiB", mvcc.ErrValueTooLarge), codes.InvalidArgument},
+		{mvcc.ErrLeaseNotFound, codes.NotFound},
+		{fmt.Errorf("x: %w", raftnode.ErrNotLeader), codes.Unavailable},
+		{raftnode.ErrStopped, codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{fmt.Errorf("disk on fire"), codes.Internal},
+	}
+	for _, c := range cases {
+		st, _ := status.FromError(toStatus(c.err))
+		if st.Code() != c.code {
+			t.Errorf("%v → %v, want %v", c.err, st.Code(), c.code)
+		}
+	}
+	st, _ := status.FromError(toStatus(&mvcc.CompactedError{CompactRev: 7, Requested: 3}))
+	if d, ok := st.Details()[0].(*storev1.CompactedError); !ok || d.CompactRevision != 7 || d.RequestedRevision != 3 {
+		t.Fatalf("compacted detail %v", st.Details())
+	}
+	st, _ = status.FromError(toStatus(&mvcc.FutureRevError{CurrentRev: 7, Requested: 9}))
+	if d, ok := st.Details()[0].(*storev1.FutureRevisionError); !ok || d.CurrentRevision != 7 || d.RequestedRevision != 9 {
+		t.Fatalf("future detail %v", st.Details())
+	}
+	if toStatus(nil) != nil {
+		t.Fatal("nil error mapped to a status")
+	}
+}
