@@ -27,6 +27,7 @@ func run() error {
 	var (
 		dataDir   = flag.String("data-dir", ".meridian", "directory for the store, certificates and the admin kubeconfig")
 		listen    = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS Kubernetes API")
+		grpcAddr  = flag.String("grpc-listen", "127.0.0.1:6444", "address of the gRPC API (meridian.api.v1.ResourceService); empty: none")
 		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
@@ -39,12 +40,17 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, TokenAuthFile: *tokenFile, Logger: logger})
+	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile, Logger: logger})
 	if err != nil {
 		return err
 	}
+	grpcAPI := "off"
+	if cp.GRPCAddr != nil {
+		grpcAPI = cp.GRPCAddr.String()
+	}
 	logger.Info("meridian is ready",
 		"api", "https://"+cp.Addr.String(),
+		"grpc", grpcAPI,
 		"kubeconfig", cp.Kubeconfig,
 		"try", "kubectl --kubeconfig "+cp.Kubeconfig+" get namespaces")
 	select {

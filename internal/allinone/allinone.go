@@ -34,6 +34,9 @@ type Config struct {
 	DataDir string
 	// Listen is the address of the HTTPS API, e.g. 127.0.0.1:6443.
 	Listen string
+	// GRPCListen is the address of the gRPC API (ResourceService); empty:
+	// none.
+	GRPCListen string
 	// TokenAuthFile is a kube-apiserver static token file; empty: none.
 	TokenAuthFile string
 	// Logger logs; nil means slog.Default().
@@ -47,6 +50,8 @@ const KubeconfigName = "admin.kubeconfig"
 type ControlPlane struct {
 	// Addr is the address the API listens on.
 	Addr net.Addr
+	// GRPCAddr is the address of the gRPC API; nil when it is off.
+	GRPCAddr net.Addr
 	// Kubeconfig is the path of the admin kubeconfig.
 	Kubeconfig string
 
@@ -165,6 +170,21 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 			cp.errc <- fmt.Errorf("apigateway: %w", err)
 		}
 	}()
+
+	if cfg.GRPCListen != "" {
+		glis, err := net.Listen("tcp", cfg.GRPCListen)
+		if err != nil {
+			return nil, fmt.Errorf("allinone: grpc listen: %w", err)
+		}
+		cp.GRPCAddr = glis.Addr()
+		cp.wg.Add(1)
+		go func() {
+			defer cp.wg.Done()
+			if err := gw.ServeGRPC(glis); err != nil {
+				cp.errc <- fmt.Errorf("apigateway grpc: %w", err)
+			}
+		}()
+	}
 
 	cp.Kubeconfig = filepath.Join(dataDir, KubeconfigName)
 	if err := writeKubeconfig(cp.Kubeconfig, "https://"+apiLis.Addr().String(), c); err != nil {

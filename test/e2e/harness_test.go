@@ -55,6 +55,7 @@ type controlPlane struct {
 	t          *testing.T
 	dataDir    string
 	addr       string
+	grpcAddr   string
 	kubeconfig string
 	cmd        *exec.Cmd
 	logs       *syncBuffer
@@ -89,9 +90,9 @@ func start(t *testing.T, dataDir string) *controlPlane {
 	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	cp := &controlPlane{t: t, dataDir: dataDir, addr: addr, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
-	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", addr, "--token-auth-file", tokenFile, "--log-level", "info")
+	addr, grpcAddr := freeAddr(t), freeAddr(t)
+	cp := &controlPlane{t: t, dataDir: dataDir, addr: addr, grpcAddr: grpcAddr, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
+	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", addr, "--grpc-listen", grpcAddr, "--token-auth-file", tokenFile, "--log-level", "info")
 	cp.cmd.Stdout, cp.cmd.Stderr = cp.logs, cp.logs
 	if err := cp.cmd.Start(); err != nil {
 		t.Fatal(err)

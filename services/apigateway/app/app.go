@@ -24,7 +24,9 @@ import (
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/codec"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/grpcapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
@@ -91,6 +93,7 @@ type App struct {
 	log      *slog.Logger
 	conns    []*grpc.ClientConn
 	internal *grpc.Server
+	grpc     *grpc.Server
 	inLis    *bufconn.Listener
 	http     *http.Server
 	cancel   context.CancelFunc
@@ -149,23 +152,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		rcfg.Admission = admissionv1.NewAdmissionServiceClient(conn)
 		readyz = append(readyz, grpcHealthCheck("admission", conn))
 	}
-	var fc flowcontrolv1.FlowControlServiceClient
+	var fc *flowclient.Client
 	if cfg.FlowControlAddress != "" {
 		conn, err := a.dial(cfg.FlowControlAddress)
 		if err != nil {
 			return nil, err
 		}
-		fc = flowcontrolv1.NewFlowControlServiceClient(conn)
+		fc = flowclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), cfg.GatewayID, cfg.Logger)
 		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
 		a.wg.Add(1)
-		go a.heartbeat(bg, fc)
+		go func() { defer a.wg.Done(); fc.Heartbeat(bg) }()
 	}
+	authenticator := authn.New(cfg.ClientCAs, tokens)
+	resourceServer := resources.New(rcfg)
 
 	// The ResourceService runs on an in-process gRPC server: grpc-gateway
 	// reaches it through a client connection (streams need one), and only
 	// the front end, which authenticated the caller, can dial it — so it
 	// believes the identity in the metadata.
-	if err := a.startInternal(resources.New(rcfg)); err != nil {
+	if err := a.startInternal(resourceServer); err != nil {
 		return nil, err
 	}
 	inConn, err := grpc.NewClient("passthrough:///internal",
@@ -184,10 +189,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	handler, err := frontend.New(bg, frontend.Config{
 		Registry:      reg,
-		Authenticator: authn.New(cfg.ClientCAs, tokens),
+		Authenticator: authenticator,
 		Resources:     apiv1.NewResourceServiceClient(inConn),
 		FlowControl:   fc,
-		GatewayID:     cfg.GatewayID,
 		Readyz:        readyz,
 		Metrics:       metrics,
 		Registerer:    cfg.Registerer,
@@ -204,6 +208,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.ClientCAs != nil {
 		tlsConf.ClientCAs = cfg.ClientCAs
 		tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	a.grpc, err = grpcapi.New(grpcapi.Config{
+		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger, MaxRecvMsgSize: grpcclient.MaxMsgSize},
+		Authenticator: authenticator,
+		FlowControl:   fc,
+		Resources:     resourceServer,
+	})
+	if err != nil {
+		return nil, err
 	}
 	a.http = &http.Server{
 		Handler:           handler,
@@ -245,28 +258,22 @@ func (a *App) startInternal(srv apiv1.ResourceServiceServer) error {
 	return nil
 }
 
-// heartbeat keeps this gateway's flow-control grants alive.
-func (a *App) heartbeat(ctx context.Context, fc flowcontrolv1.FlowControlServiceClient) {
-	defer a.wg.Done()
-	interval := 5 * time.Second
-	for {
-		resp, err := fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: a.cfg.GatewayID})
-		if err == nil && resp.GetInterval().AsDuration() > 0 {
-			interval = resp.GetInterval().AsDuration()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
-}
-
 // Serve serves the HTTPS API on lis until Close. It returns nil after
 // Close.
 func (a *App) Serve(lis net.Listener) error {
 	err := a.http.ServeTLS(lis, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeGRPC serves the gRPC API (meridian.api.v1.ResourceService and gRPC
+// health) on lis until Close, with the same TLS, authentication and flow
+// control as the HTTPS API. It returns nil after Close.
+func (a *App) ServeGRPC(lis net.Listener) error {
+	err := a.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
 	return err
@@ -285,6 +292,15 @@ func (a *App) Close() error {
 				_ = a.http.Close()
 			}
 			cancel()
+		}
+		if a.grpc != nil {
+			stopped := make(chan struct{})
+			go func() { a.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				a.grpc.Stop()
+			}
 		}
 		if a.cancel != nil {
 			a.cancel()

@@ -27,6 +27,7 @@ func main() {
 func run() error {
 	var (
 		listen        = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS API")
+		grpcListen    = flag.String("grpc-listen", "127.0.0.1:6444", "address of the gRPC API (meridian.api.v1.ResourceService, gRPC health); empty: none")
 		certFile      = flag.String("tls-cert-file", "", "serving certificate of the HTTPS API (required)")
 		keyFile       = flag.String("tls-key-file", "", "key of the serving certificate (required)")
 		clientCAFile  = flag.String("client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O)")
@@ -78,9 +79,18 @@ func run() error {
 		_ = a.Close()
 		return err
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- a.Serve(lis) }()
 	logger.Info("apigateway serving", "address", lis.Addr().String())
+	if *grpcListen != "" {
+		glis, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			_ = a.Close()
+			return err
+		}
+		go func() { errc <- a.ServeGRPC(glis) }()
+		logger.Info("apigateway gRPC API serving", "address", glis.Addr().String())
+	}
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down")

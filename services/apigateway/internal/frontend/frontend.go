@@ -22,9 +22,9 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/identity"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
@@ -50,9 +50,7 @@ type Config struct {
 	// Resources is a client of the ResourceService. Required.
 	Resources apiv1.ResourceServiceClient
 	// FlowControl hands out seats; nil serves every request at once.
-	FlowControl flowcontrolv1.FlowControlServiceClient
-	// GatewayID identifies this gateway replica to flow control.
-	GatewayID string
+	FlowControl *flowclient.Client
 	// Livez and Readyz are the health checks beyond "ping".
 	Livez, Readyz []healthz.Check
 	// Metrics serves /metrics to authenticated callers; nil: 404.
