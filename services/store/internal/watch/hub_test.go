@@ -260,6 +260,9 @@ func TestSlowWatcherIsCancelledOthersContinue(t *testing.T) {
 	fs := run(t, fast)
 	for i := range 50 {
 		f.apply(put("k", fmt.Sprint(i)))
+		// A reader that keeps up: it has consumed each write before the
+		// next, so only the blocked watcher's queue can overflow.
+		waitFor(t, "fast watcher keeps up", func() bool { return len(fs.events()) == i+1 })
 	}
 	select {
 	case <-slow.Canceled():
