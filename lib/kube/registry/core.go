@@ -1,9 +1,14 @@
 package registry
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -18,20 +23,66 @@ func Core() []*Resource {
 			Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
 			New:   func() runtime.Object { return &corev1.Namespace{} }, NewList: func() runtime.Object { return &corev1.NamespaceList{} },
 			Strategy: namespaceStrategy{},
+			Columns: []Column{{
+				Definition: metav1.TableColumnDefinition{Name: "Status", Type: "string", Description: "The status of the namespace"},
+				Cell:       func(obj runtime.Object, _ time.Time) any { return string(obj.(*corev1.Namespace).Status.Phase) },
+			}, AgeColumn},
+			Fields: func(obj runtime.Object) map[string]string {
+				if ns, ok := obj.(*corev1.Namespace); ok {
+					return map[string]string{"status.phase": string(ns.Status.Phase)}
+				}
+				return map[string]string{"status.phase": ""}
+			},
 		},
 		{
 			GVR: gv.WithResource("configmaps"), Kind: "ConfigMap", ListKind: "ConfigMapList",
 			SingularName: "configmap", ShortNames: []string{"cm"}, Namespaced: true, Verbs: CRUDVerbs,
 			New: func() runtime.Object { return &corev1.ConfigMap{} }, NewList: func() runtime.Object { return &corev1.ConfigMapList{} },
 			Strategy: configMapStrategy{},
+			Columns: []Column{{
+				Definition: metav1.TableColumnDefinition{Name: "Data", Type: "string", Description: "Number of keys"},
+				Cell: func(obj runtime.Object, _ time.Time) any {
+					cm := obj.(*corev1.ConfigMap)
+					return int64(len(cm.Data) + len(cm.BinaryData))
+				},
+			}, AgeColumn},
 		},
 		{
 			GVR: gv.WithResource("secrets"), Kind: "Secret", ListKind: "SecretList",
 			SingularName: "secret", Namespaced: true, Verbs: CRUDVerbs,
 			New: func() runtime.Object { return &corev1.Secret{} }, NewList: func() runtime.Object { return &corev1.SecretList{} },
 			Strategy: secretStrategy{},
+			Columns: []Column{{
+				Definition: metav1.TableColumnDefinition{Name: "Type", Type: "string", Description: "The type of the secret"},
+				Cell:       func(obj runtime.Object, _ time.Time) any { return string(obj.(*corev1.Secret).Type) },
+			}, {
+				Definition: metav1.TableColumnDefinition{Name: "Data", Type: "string", Description: "Number of keys"},
+				Cell:       func(obj runtime.Object, _ time.Time) any { return int64(len(obj.(*corev1.Secret).Data)) },
+			}, AgeColumn},
+			Fields: func(obj runtime.Object) map[string]string {
+				if s, ok := obj.(*corev1.Secret); ok {
+					return map[string]string{"type": string(s.Type)}
+				}
+				return map[string]string{"type": ""}
+			},
 		},
 	}
+}
+
+// AgeColumn is kubectl's AGE column.
+var AgeColumn = Column{
+	Definition: metav1.TableColumnDefinition{Name: "Age", Type: "string", Description: "CreationTimestamp is the time the object was created."},
+	Cell: func(obj runtime.Object, now time.Time) any {
+		a, err := meta.Accessor(obj)
+		if err != nil {
+			return "<unknown>"
+		}
+		ts := a.GetCreationTimestamp()
+		if ts.IsZero() {
+			return "<unknown>"
+		}
+		return duration.HumanDuration(now.Sub(ts.Time))
+	},
 }
 
 type namespaceStrategy struct{}

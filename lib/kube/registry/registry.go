@@ -7,6 +7,7 @@ package registry
 import (
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,6 +49,22 @@ type Resource struct {
 	Strategy Strategy
 	// Subresources are the served subresources (e.g. "status").
 	Subresources []string
+	// Fields returns the kind's own selectable fields (beyond metadata.name
+	// and metadata.namespace, which every kind has) with their values in
+	// obj; nil when the kind has none. Called with a nil obj it must still
+	// return every field name (values empty), so selectors can be checked.
+	Fields func(obj runtime.Object) map[string]string
+	// Columns are the kind's Table columns after Name (what kubectl get
+	// prints); nil gives the default, Created At.
+	Columns []Column
+}
+
+// Column is one Table column of a kind.
+type Column struct {
+	// Definition describes the column.
+	Definition metav1.TableColumnDefinition
+	// Cell computes the column's cell for obj at time now.
+	Cell func(obj runtime.Object, now time.Time) any
 }
 
 // GVK returns the resource's group, version and kind.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -3,11 +3,12 @@ package resources
 import (
 	"context"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"strconv"
 
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,7 +105,7 @@ func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.Ht
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	filter, err := newFilter(res, req.GetRef().GetNamespace(), req.GetLabelSelector(), req.GetFieldSelector())
+	filter, err := selection.New(res, req.GetLabelSelector(), req.GetFieldSelector())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -118,7 +119,7 @@ func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.Ht
 	return toGRPCBody(s.respondAs(res, list, out))
 }
 
-func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *filter) (runtime.Object, error) {
+func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter) (runtime.Object, error) {
 	prefix := res.KeyPrefix(req.GetRef().GetNamespace())
 	opts := storage.ListOptions{Limit: req.GetLimit()}
 	var minRV int64
@@ -161,7 +162,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
 				return nil, apierrors.NewInternalError(err)
 			}
-			if filter.matches(obj) {
+			if filter.Matches(obj) {
 				items = append(items, obj)
 			}
 		}
@@ -172,7 +173,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 		// The page was cut by the limit: continue from the key after the last,
 		// at the same revision, so every chunk sees one snapshot.
 		next = page.KVs[len(page.KVs)-1].Key + "\x00"
-		if filter.empty() {
+		if filter.Empty() {
 			r := page.Count - int64(len(page.KVs))
 			remaining = &r
 		}

@@ -2,17 +2,18 @@ package resources
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"io"
 	"strconv"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/negotiation"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,11 +70,10 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 // watchState is one watch's parameters, resolved.
 type watchState struct {
 	res         *registry.Resource
-	filter      *filter
+	filter      *selection.Filter
 	prefix      string
-	mediaType   string
-	out         output
 	contentType string
+	enc         *watchframe.Encoder
 	server      *Server
 }
 
@@ -90,7 +90,7 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 		}
 		fieldSel += "metadata.name=" + name
 	}
-	f, err := newFilter(res, req.GetRef().GetNamespace(), req.GetLabelSelector(), fieldSel)
+	f, err := selection.New(res, req.GetLabelSelector(), fieldSel)
 	if err != nil {
 		return nil, err
 	}
@@ -101,11 +101,11 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	if _, err := parseWatchRV(req); err != nil {
 		return nil, err
 	}
-	ct := out.mediaType
-	if out.mediaType == negotiation.Protobuf {
-		ct += ";stream=watch"
-	}
-	return &watchState{res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()), mediaType: out.mediaType, out: out, contentType: ct, server: s}, nil
+	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, IncludeObject: out.includeObject}
+	return &watchState{
+		res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()),
+		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
+	}, nil
 }
 
 // parseWatchRV validates the resourceVersion parameters of a watch and
@@ -164,7 +164,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 				if err := w.server.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
 					return apierrors.NewInternalError(err)
 				}
-				if !w.filter.matches(obj) {
+				if !w.filter.Matches(obj) {
 					continue
 				}
 				f, err := w.frame(watch.Added, obj)
@@ -248,8 +248,8 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 			return nil, apierrors.NewInternalError(err)
 		}
 	}
-	curMatch := cur != nil && w.filter.matches(cur)
-	prevMatch := prev != nil && w.filter.matches(prev)
+	curMatch := cur != nil && w.filter.Matches(cur)
+	prevMatch := prev != nil && w.filter.Matches(prev)
 	switch {
 	case curMatch && prevMatch:
 		return w.frame(watch.Modified, cur)
@@ -278,40 +278,11 @@ func (w *watchState) bookmark(rev int64, initialEnd bool) ([]byte, error) {
 	return w.frame(watch.Bookmark, obj)
 }
 
-// frame encodes one watch event in the watch's media type:
-//
-//	JSON:      {"type":"ADDED","object":{...}}\n
-//	protobuf:  | length uint32 BE | meta/v1 WatchEvent, raw protobuf |
-//	           whose object is the k8s\x00 envelope of the object (as
-//	           kube-apiserver frames it and client-go decodes it)
+// frame encodes one watch event in the watch's format.
 func (w *watchState) frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
-	var raw []byte
-	var err error
-	if w.out.table && (t == watch.Added || t == watch.Modified || t == watch.Deleted) {
-		// A Table watch carries each object as a one-row Table.
-		raw, err = w.server.render(w.res, obj, w.out)
-	} else {
-		raw, err = w.server.cfg.Codec.EncodeToBytes(obj, w.mediaType)
-	}
+	data, err := w.enc.Frame(t, obj)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
-	}
-	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: raw}}
-	if w.mediaType == negotiation.Protobuf {
-		data, err := ev.Marshal()
-		if err != nil {
-			return nil, apierrors.NewInternalError(err)
-		}
-		out := make([]byte, 4, 4+len(data))
-		binary.BigEndian.PutUint32(out, uint32(len(data)))
-		return append(out, data...), nil
-	}
-	data, err := w.server.cfg.Codec.EncodeToBytes(ev, w.mediaType)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	if n := len(data); n > 0 && data[n-1] != '\n' {
-		data = append(data, '\n')
 	}
 	return data, nil
 }
