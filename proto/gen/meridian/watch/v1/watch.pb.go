@@ -38,6 +38,9 @@ const (
 	// ENCODING_PROTOBUF is the Kubernetes protobuf envelope; watch frames
 	// are 4-byte big-endian length-prefixed WatchEvents.
 	Encoding_ENCODING_PROTOBUF Encoding = 2
+	// ENCODING_TABLE is JSON in which objects are meta.k8s.io/v1 Tables
+	// (what kubectl get asks for); rows carry what include_object says.
+	Encoding_ENCODING_TABLE Encoding = 3
 )
 
 // Enum value maps for Encoding.
@@ -46,11 +49,13 @@ var (
 		0: "ENCODING_UNSPECIFIED",
 		1: "ENCODING_JSON",
 		2: "ENCODING_PROTOBUF",
+		3: "ENCODING_TABLE",
 	}
 	Encoding_value = map[string]int32{
 		"ENCODING_UNSPECIFIED": 0,
 		"ENCODING_JSON":        1,
 		"ENCODING_PROTOBUF":    2,
+		"ENCODING_TABLE":       3,
 	}
 )
 
@@ -170,7 +175,10 @@ type WatchRequest struct {
 	// timeout_seconds ends the watch after this long; 0 lets the server pick.
 	TimeoutSeconds int64 `protobuf:"varint,9,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	// encoding is the wire format of the frames.
-	Encoding      Encoding `protobuf:"varint,10,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	Encoding Encoding `protobuf:"varint,10,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	// include_object is None, Metadata (default) or Object: what a Table
+	// row carries, with ENCODING_TABLE.
+	IncludeObject string `protobuf:"bytes,11,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +283,13 @@ func (x *WatchRequest) GetEncoding() Encoding {
 	return Encoding_ENCODING_UNSPECIFIED
 }
 
+func (x *WatchRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
+	}
+	return ""
+}
+
 // WatchResponse carries pre-encoded frames.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -352,7 +367,9 @@ type ListRequest struct {
 	// continue_token continues a chunked list.
 	ContinueToken string `protobuf:"bytes,8,opt,name=continue_token,json=continueToken,proto3" json:"continue_token,omitempty"`
 	// encoding is the wire format of the list.
-	Encoding      Encoding `protobuf:"varint,9,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	Encoding Encoding `protobuf:"varint,9,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	// include_object is what a Table row carries, with ENCODING_TABLE.
+	IncludeObject string `protobuf:"bytes,10,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +467,13 @@ func (x *ListRequest) GetEncoding() Encoding {
 	return Encoding_ENCODING_UNSPECIFIED
 }
 
+func (x *ListRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
+	}
+	return ""
+}
+
 // ListResponse is an encoded list.
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -535,7 +559,9 @@ type GetRequest struct {
 	// resource_version: unset consistent, "0" any, N not older than N.
 	ResourceVersion string `protobuf:"bytes,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	// encoding is the wire format of the object.
-	Encoding      Encoding `protobuf:"varint,5,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	Encoding Encoding `protobuf:"varint,5,opt,name=encoding,proto3,enum=meridian.watch.v1.Encoding" json:"encoding,omitempty"`
+	// include_object is what a Table row carries, with ENCODING_TABLE.
+	IncludeObject string `protobuf:"bytes,6,opt,name=include_object,json=includeObject,proto3" json:"include_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -605,6 +631,13 @@ func (x *GetRequest) GetEncoding() Encoding {
 	return Encoding_ENCODING_UNSPECIFIED
 }
 
+func (x *GetRequest) GetIncludeObject() string {
+	if x != nil {
+		return x.IncludeObject
+	}
+	return ""
+}
+
 // GetResponse is an encoded object.
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -668,7 +701,7 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\bResource\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\"\xec\x03\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\"\x93\x04\n" +
 	"\fWatchRequest\x127\n" +
 	"\bresource\x18\x01 \x01(\v2\x1b.meridian.watch.v1.ResourceR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -680,11 +713,12 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x0fallow_bookmarks\x18\b \x01(\bR\x0eallowBookmarks\x12'\n" +
 	"\x0ftimeout_seconds\x18\t \x01(\x03R\x0etimeoutSeconds\x127\n" +
 	"\bencoding\x18\n" +
-	" \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencodingB\x16\n" +
+	" \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\x12%\n" +
+	"\x0einclude_object\x18\v \x01(\tR\rincludeObjectB\x16\n" +
 	"\x14_send_initial_events\"R\n" +
 	"\rWatchResponse\x12\x16\n" +
 	"\x06frames\x18\x01 \x01(\fR\x06frames\x12)\n" +
-	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\x89\x03\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\xb0\x03\n" +
 	"\vListRequest\x127\n" +
 	"\bresource\x18\x01 \x01(\v2\x1b.meridian.watch.v1.ResourceR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -694,27 +728,31 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x16resource_version_match\x18\x06 \x01(\tR\x14resourceVersionMatch\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x03R\x05limit\x12%\n" +
 	"\x0econtinue_token\x18\b \x01(\tR\rcontinueToken\x127\n" +
-	"\bencoding\x18\t \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\"\xc4\x01\n" +
+	"\bencoding\x18\t \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\x12%\n" +
+	"\x0einclude_object\x18\n" +
+	" \x01(\tR\rincludeObject\"\xc4\x01\n" +
 	"\fListResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12%\n" +
 	"\x0econtinue_token\x18\x03 \x01(\tR\rcontinueToken\x125\n" +
 	"\x14remaining_item_count\x18\x04 \x01(\x03H\x00R\x12remainingItemCount\x88\x01\x01B\x17\n" +
-	"\x15_remaining_item_count\"\xdb\x01\n" +
+	"\x15_remaining_item_count\"\x82\x02\n" +
 	"\n" +
 	"GetRequest\x127\n" +
 	"\bresource\x18\x01 \x01(\v2\x1b.meridian.watch.v1.ResourceR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12)\n" +
 	"\x10resource_version\x18\x04 \x01(\tR\x0fresourceVersion\x127\n" +
-	"\bencoding\x18\x05 \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\"L\n" +
+	"\bencoding\x18\x05 \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\x12%\n" +
+	"\x0einclude_object\x18\x06 \x01(\tR\rincludeObject\"L\n" +
 	"\vGetResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
-	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion*N\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion*b\n" +
 	"\bEncoding\x12\x18\n" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rENCODING_JSON\x10\x01\x12\x15\n" +
-	"\x11ENCODING_PROTOBUF\x10\x022\xeb\x01\n" +
+	"\x11ENCODING_PROTOBUF\x10\x02\x12\x12\n" +
+	"\x0eENCODING_TABLE\x10\x032\xeb\x01\n" +
 	"\fWatchService\x12L\n" +
 	"\x05Watch\x12\x1f.meridian.watch.v1.WatchRequest\x1a .meridian.watch.v1.WatchResponse0\x01\x12G\n" +
 	"\x04List\x12\x1e.meridian.watch.v1.ListRequest\x1a\x1f.meridian.watch.v1.ListResponse\x12D\n" +

@@ -36,9 +36,14 @@ const (
 //
 // WatchService serves watches and cached reads.
 type WatchServiceClient interface {
-	// Watch streams events. A watcher that falls behind is ended with a
-	// final message whose error says so; it re-watches from the
-	// resource_version of the last event it received.
+	// Watch streams events, pre-encoded. The first message may be empty (it
+	// lets a relay send its response headers at once). Failures after the
+	// stream started — a resourceVersion older than the history (410
+	// Expired), a watcher that fell behind — arrive as an ERROR event frame
+	// carrying a Kubernetes Status, after which the stream ends; the client
+	// re-watches from the resource_version of the last event it received.
+	// Failures before it started (bad selectors, unknown resource) are gRPC
+	// errors carrying a meridian.api.v1.Status detail.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// List reads a collection from the cache.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
@@ -99,9 +104,14 @@ func (c *watchServiceClient) Get(ctx context.Context, in *GetRequest, opts ...gr
 //
 // WatchService serves watches and cached reads.
 type WatchServiceServer interface {
-	// Watch streams events. A watcher that falls behind is ended with a
-	// final message whose error says so; it re-watches from the
-	// resource_version of the last event it received.
+	// Watch streams events, pre-encoded. The first message may be empty (it
+	// lets a relay send its response headers at once). Failures after the
+	// stream started — a resourceVersion older than the history (410
+	// Expired), a watcher that fell behind — arrive as an ERROR event frame
+	// carrying a Kubernetes Status, after which the stream ends; the client
+	// re-watches from the resource_version of the last event it received.
+	// Failures before it started (bad selectors, unknown resource) are gRPC
+	// errors carrying a meridian.api.v1.Status detail.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// List reads a collection from the cache.
 	List(context.Context, *ListRequest) (*ListResponse, error)
