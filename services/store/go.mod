@@ -8,6 +8,7 @@ require (
 	github.com/hashicorp/raft v1.8.0
 	github.com/meridian-cp/meridian/proto/gen v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260918162117-cecb64721679
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -49,7 +50,6 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto v0.0.0-20240123012728-ef4313101c80 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260918162117-cecb64721679 // indirect
 )
 
 replace (

@@ -41,6 +41,7 @@ type App struct {
 	hub    *watch.Hub
 	fsm    *fsm.FSM
 	node   *raftnode.Node
+	srv    *server.Server
 	grpc   *grpc.Server
 	health *health.Server
 	reg    *trackingRegisterer // nil without a Registerer
@@ -109,12 +110,26 @@ func (a *App) open(ctx context.Context) error {
 	}
 	a.health = health.NewServer()
 	a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
-	if a.node, err = raftnode.Start(raftnode.Config{
+	rcfg := raftnode.Config{
 		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
-		PeerAddress: cfg.PeerAddress, Bootstrap: cfg.Bootstrap, RestoreOnStart: needsRestore,
+		PeerAddress: cfg.PeerAddress, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
-	}); err != nil {
+		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+	}
+	if cfg.PeerAddress != "" && cfg.TLS != nil {
+		rcfg.ServerTLS, rcfg.ClientTLS = cfg.TLS, cfg.ClientTLS
+	}
+	for _, m := range cfg.InitialCluster {
+		rcfg.InitialCluster = append(rcfg.InitialCluster, raftnode.Peer{ID: m.ID, Address: m.PeerAddress})
+	}
+	if a.node, err = raftnode.Start(rcfg); err != nil {
 		return err
+	}
+	if a.node.Fresh() && len(cfg.Join) > 0 {
+		if err := a.join(ctx); err != nil {
+			return err
+		}
 	}
 	if err := a.node.WaitReady(ctx); err != nil {
 		return fmt.Errorf("store: waiting for raft: %w", err)
@@ -136,17 +151,22 @@ func (a *App) open(ctx context.Context) error {
 	}
 	opts = append(opts, cfg.GRPCServerOptions...)
 	a.grpc = grpc.NewServer(opts...)
-	server.New(server.Config{
+	a.srv = server.New(server.Config{
 		Node: a.node, KV: a.store, Watches: a.hub,
 		Limits: mvcc.Limits{MaxValueBytes: cfg.MaxValueBytes, MaxRequestBytes: cfg.MaxValueBytes + requestOverheadBytes},
-		DBSize: a.dbSize, Logger: a.log,
-	}).Register(a.grpc)
+		DBSize: a.dbSize, Logger: a.log, Members: a.store.Members, ClientTLS: cfg.ClientTLS,
+	})
+	a.srv.Register(a.grpc)
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 
 	bg, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.watchHealth(bg) }()
+	if cfg.PeerAddress != "" {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.registerAddresses(bg) }()
+	}
 	if cfg.CompactionRetention > 0 {
 		c := &compactor{
 			interval: time.Minute, retention: cfg.CompactionRetention, log: a.log,
@@ -285,6 +305,9 @@ func (a *App) closeParts() error {
 		a.cancel()
 	}
 	a.wg.Wait()
+	if a.srv != nil {
+		a.srv.Close()
+	}
 	if a.node != nil {
 		if err := a.node.Shutdown(); err != nil {
 			errs = append(errs, fmt.Errorf("store: raft shutdown: %w", err))

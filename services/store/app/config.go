@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,8 +42,38 @@ type Config struct {
 	// advertises it, so it must be "ip:port" with a concrete IP and a
 	// non-zero port (":0" cannot be advertised).
 	PeerAddress string
-	// Bootstrap bootstraps a single-voter cluster when the data dir is new.
+	// Bootstrap bootstraps a cluster when the data dir is new: the voters
+	// of InitialCluster, or a single voter (this member) when it is empty.
 	Bootstrap bool
+	// InitialCluster lists the voters of a new cluster, this member
+	// included; every member is started with the same list. Needs
+	// PeerAddress.
+	InitialCluster []Member
+	// ClientAddress is the gRPC address other members and clients use to
+	// reach this member ("host:port"). It is recorded in the membership
+	// keyspace through raft (at start, by this member, via the leader), and
+	// is needed for other members to forward requests here when it leads.
+	// Empty: not recorded (the single-node default).
+	ClientAddress string
+	// Join lists client addresses of members of a running cluster. A
+	// member whose data dir is new (and that does not bootstrap) asks them,
+	// at start, to add it (MemberAdd) with PeerAddress and ClientAddress,
+	// as a non-voter when NonVoter is set. A member that lost its data dir
+	// rejoins the same way and catches up by snapshot.
+	Join []string
+	// NonVoter joins as a non-voting replica (see Join).
+	NonVoter bool
+	// ClientTLS is the TLS config to dial other members: the raft
+	// transport (when TLS is set, raft runs over mutual TLS with TLS as its
+	// server side) and forwarding to the leader. Required when TLS and
+	// PeerAddress are both set.
+	ClientTLS *tls.Config
+	// SnapshotThreshold and TrailingLogs tune raft snapshots and log
+	// truncation (entries); 0 keeps raft's defaults (8192, 10240).
+	SnapshotThreshold, TrailingLogs uint64
+	// HeartbeatTimeout and ElectionTimeout tune failure detection; 0 keeps
+	// raft's defaults (1s each).
+	HeartbeatTimeout, ElectionTimeout time.Duration
 	// TLS is the gRPC server TLS config (set ClientAuth for mTLS); nil
 	// serves plaintext, for tests only.
 	TLS *tls.Config
@@ -65,6 +96,34 @@ type Config struct {
 	GRPCServerOptions []grpc.ServerOption
 }
 
+// Member is a member of the initial cluster.
+type Member struct {
+	// ID is the raft server id.
+	ID string
+	// PeerAddress is its raft transport address.
+	PeerAddress string
+	// ClientAddress is its gRPC address (optional; each member also
+	// registers its own at start).
+	ClientAddress string
+}
+
+// ParseInitialCluster parses "id=peer[/client],id=peer[/client],…".
+func ParseInitialCluster(s string) ([]Member, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []Member
+	for _, part := range strings.Split(s, ",") {
+		id, addrs, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addrs == "" {
+			return nil, fmt.Errorf("store: initial cluster member %q is not id=peer[/client]", part)
+		}
+		peer, client, _ := strings.Cut(addrs, "/")
+		out = append(out, Member{ID: id, PeerAddress: peer, ClientAddress: client})
+	}
+	return out, nil
+}
+
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -75,6 +134,39 @@ func (c *Config) Validate() error {
 		if _, err := raftnode.ValidatePeerAddress(c.PeerAddress); err != nil {
 			errs = append(errs, fmt.Errorf("store: PeerAddress: %w", err))
 		}
+	}
+	if c.TLS != nil && c.PeerAddress != "" && c.ClientTLS == nil {
+		errs = append(errs, errors.New("store: ClientTLS is required with TLS and PeerAddress (raft runs over mutual TLS)"))
+	}
+	if len(c.InitialCluster) > 0 {
+		if c.PeerAddress == "" {
+			errs = append(errs, errors.New("store: InitialCluster needs PeerAddress"))
+		}
+		self := false
+		for _, m := range c.InitialCluster {
+			if m.ID == "" {
+				errs = append(errs, errors.New("store: InitialCluster: a member has no id"))
+			}
+			if _, err := raftnode.ValidatePeerAddress(m.PeerAddress); err != nil {
+				errs = append(errs, fmt.Errorf("store: InitialCluster member %q: %w", m.ID, err))
+			}
+			id := c.ID
+			if id == "" {
+				id = DefaultID
+			}
+			if m.ID == id {
+				self = true
+				if m.PeerAddress != c.PeerAddress {
+					errs = append(errs, fmt.Errorf("store: InitialCluster gives this member (%q) peer address %s, not PeerAddress %s", id, m.PeerAddress, c.PeerAddress))
+				}
+			}
+		}
+		if !self {
+			errs = append(errs, errors.New("store: InitialCluster does not include this member's ID"))
+		}
+	}
+	if len(c.Join) > 0 && c.PeerAddress == "" {
+		errs = append(errs, errors.New("store: Join needs PeerAddress"))
 	}
 	if c.MaxValueBytes < 0 {
 		errs = append(errs, fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes))

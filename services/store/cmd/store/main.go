@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +28,13 @@ import (
 type flags struct {
 	id, dataDir, listen, peerListen string
 	bootstrap                       bool
+	initialCluster, advertiseClient string
+	join                            string
+	nonVoter                        bool
+	snapshotThreshold, trailingLogs uint64
+	heartbeatTimeout, electionTimt  time.Duration
 	tlsCert, tlsKey, clientCA       string
+	peerCA                          string
 	metricsListen                   string
 	maxValueBytes                   int
 	compactionRetention             time.Duration
@@ -42,7 +49,16 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the raft log, snapshots and state (required)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:2479", "gRPC API listen address")
 	fs.StringVar(&f.peerListen, "peer-listen", "", "raft TCP transport address (ip:port, advertised to peers); empty = single-node in-memory transport")
-	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a single-voter cluster when the data dir is new")
+	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a cluster when the data dir is new: the voters of --initial-cluster, or this member alone; ignored with --join")
+	fs.StringVar(&f.initialCluster, "initial-cluster", "", "voters of a new cluster, the same on every member: id=peer-ip:port[/client-host:port],… (needs --peer-listen)")
+	fs.StringVar(&f.advertiseClient, "advertise-client", "", "gRPC address other members and clients use to reach this member; default --listen when it names a concrete IP")
+	fs.StringVar(&f.join, "join", "", "comma-separated gRPC addresses of members of a running cluster; a new data dir asks them to add this member")
+	fs.BoolVar(&f.nonVoter, "non-voter", false, "join as a non-voting replica (with --join)")
+	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 0, "raft entries between snapshots; 0 = raft's default (8192)")
+	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 0, "raft entries kept after a snapshot; 0 = raft's default (10240)")
+	fs.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", 0, "raft heartbeat timeout; 0 = 1s")
+	fs.DurationVar(&f.electionTimt, "election-timeout", 0, "raft election timeout; 0 = 1s")
+	fs.StringVar(&f.peerCA, "peer-ca-file", "", "CA bundle (PEM) verifying other members' certificates when dialing them (raft, forwarding); default --client-ca-file")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "server certificate (PEM) for the gRPC API; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates; when set, clients must present a certificate it verifies (mTLS)")
@@ -64,10 +80,16 @@ func parseFlags(args []string) (flags, error) {
 	if f.clientCA != "" && f.tlsCert == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
 	}
+	if f.join != "" && f.peerListen == "" {
+		errs = append(errs, errors.New("--join needs --peer-listen"))
+	}
 	return f, errors.Join(errs...)
 }
 
 func main() {
+	if len(os.Args) > 1 && isCLICommand(os.Args[1]) {
+		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	f, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -99,13 +121,42 @@ func run(f flags, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	clientTLS, err := peerClientTLS(f)
+	if err != nil {
+		return err
+	}
+	initial, err := app.ParseInitialCluster(f.initialCluster)
+	if err != nil {
+		return err
+	}
+	advertise := f.advertiseClient
+	if advertise == "" && f.peerListen != "" {
+		if host, _, err := net.SplitHostPort(f.listen); err == nil {
+			if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+				advertise = f.listen
+			}
+		}
+	}
+	var join []string
+	if f.join != "" {
+		join = strings.Split(f.join, ",")
+	}
 	startCtx, cancel := context.WithTimeout(ctx, f.startupTimeout)
 	a, err := app.New(startCtx, app.Config{
 		ID:                  f.id,
 		DataDir:             f.dataDir,
 		PeerAddress:         f.peerListen,
 		Bootstrap:           f.bootstrap,
+		InitialCluster:      initial,
+		ClientAddress:       advertise,
+		Join:                join,
+		NonVoter:            f.nonVoter,
 		TLS:                 tlsConfig,
+		ClientTLS:           clientTLS,
+		SnapshotThreshold:   f.snapshotThreshold,
+		TrailingLogs:        f.trailingLogs,
+		HeartbeatTimeout:    f.heartbeatTimeout,
+		ElectionTimeout:     f.electionTimt,
 		Registerer:          reg,
 		Logger:              log,
 		MaxValueBytes:       f.maxValueBytes,
@@ -117,6 +168,8 @@ func run(f flags, log *slog.Logger) error {
 	}
 	defer a.Close()
 
+	// Listen once ready: until then a client's connection is refused,
+	// which it knows to retry elsewhere.
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", f.listen, err)
@@ -176,4 +229,43 @@ func serverTLS(f flags) (*tls.Config, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// peerClientTLS builds the TLS config for dialing other members (raft
+// transport, forwarding): this member's certificate as its client
+// certificate, verified against --peer-ca-file (default --client-ca-file).
+// nil when TLS is off.
+func peerClientTLS(f flags) (*tls.Config, error) {
+	if f.tlsCert == "" {
+		return nil, nil
+	}
+	caFile := f.peerCA
+	if caFile == "" {
+		caFile = f.clientCA
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("load certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := loadPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+func loadPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA %s holds no PEM certificate", file)
+	}
+	return pool, nil
 }

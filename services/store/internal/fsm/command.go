@@ -12,8 +12,13 @@ import (
 // Command encoding (the Data of a raft LogCommand entry):
 //
 //	+-----------+------+------------------------------------------+
-//	| 0x01 (v1) | kind | proto bytes (TxnRequest | CompactRequest) |
+//	| 0x01 (v1) | kind | proto bytes (TxnRequest | CompactRequest |  |
+//	|           |      |   MemberAddRequest)                       |
 //	+-----------+------+------------------------------------------+
+//
+// A member command (KindMember) records a member's client address in the
+// membership keyspace (mvcc "s/n/"); only its id and client_address are
+// used, and an empty client_address removes the record.
 const commandV1 = 1
 
 // Kind is the kind of a command.
@@ -23,6 +28,7 @@ type Kind byte
 const (
 	KindTxn     Kind = 1
 	KindCompact Kind = 2
+	KindMember  Kind = 3
 )
 
 // ErrBadCommand is returned (as an entry's response) for an entry that does
@@ -33,6 +39,7 @@ type command struct {
 	kind    Kind
 	txn     *storev1.TxnRequest
 	compact *storev1.CompactRequest
+	member  *storev1.MemberAddRequest
 }
 
 // EncodeTxn encodes a transaction command.
@@ -40,6 +47,12 @@ func EncodeTxn(req *storev1.TxnRequest) ([]byte, error) { return encode(KindTxn,
 
 // EncodeCompact encodes a compaction command.
 func EncodeCompact(req *storev1.CompactRequest) ([]byte, error) { return encode(KindCompact, req) }
+
+// EncodeMember encodes a member command: id's client address (empty
+// removes it).
+func EncodeMember(id, clientAddr string) ([]byte, error) {
+	return encode(KindMember, &storev1.MemberAddRequest{Id: id, ClientAddress: clientAddr})
+}
 
 func encode(k Kind, m proto.Message) ([]byte, error) {
 	b, err := proto.MarshalOptions{}.MarshalAppend([]byte{commandV1, byte(k)}, m)
@@ -62,6 +75,9 @@ func decode(data []byte) (command, error) {
 	case KindCompact:
 		c.compact = &storev1.CompactRequest{}
 		m = c.compact
+	case KindMember:
+		c.member = &storev1.MemberAddRequest{}
+		m = c.member
 	default:
 		return command{}, fmt.Errorf("%w: kind %d", ErrBadCommand, c.kind)
 	}

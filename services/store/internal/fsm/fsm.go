@@ -162,6 +162,8 @@ func (f *FSM) applyCommand(w *mvcc.WriteBatch, data []byte) (any, error) {
 		return w.Txn(cmd.txn)
 	case KindCompact:
 		return w.Compact(cmd.compact.GetRevision())
+	case KindMember:
+		return nil, w.SetMember(cmd.member.GetId(), cmd.member.GetClientAddress())
 	}
 	return nil, ErrBadCommand
 }

@@ -5,6 +5,7 @@ package raftnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -32,7 +33,22 @@ var (
 	ErrStopped = errors.New("raftnode: stopped")
 	// ErrTimeout: the proposal could not be enqueued in time.
 	ErrTimeout = errors.New("raftnode: timed out")
+	// ErrNotProposed is wrapped (with ErrNotLeader or ErrTimeout) when the
+	// request provably never reached the raft log: a client may retry it
+	// elsewhere, even a write.
+	ErrNotProposed = errors.New("raftnode: request was not proposed")
+	// ErrNoSuchMember: a membership change names an unknown member (maps to
+	// NOT_FOUND).
+	ErrNoSuchMember = errors.New("raftnode: no such member")
 )
+
+// Peer is a voter of the initial configuration.
+type Peer struct {
+	// ID is the raft server id.
+	ID string
+	// Address is its raft transport address.
+	Address string
+}
 
 // Config configures a Node.
 type Config struct {
@@ -48,9 +64,26 @@ type Config struct {
 	// port not 0). Empty selects an in-memory transport: a single-node
 	// group that no other member can join.
 	PeerAddress string
-	// Bootstrap creates a single-voter configuration when there is no
-	// raft state yet.
+	// Bootstrap creates the initial configuration when there is no raft
+	// state yet: the voters InitialCluster, or this node alone when it is
+	// empty. Every member of a new cluster is started with the same
+	// InitialCluster (raft ignores identical bootstraps).
 	Bootstrap bool
+	// InitialCluster lists the voters of a bootstrapped cluster; it must
+	// include this node.
+	InitialCluster []Peer
+	// ServerTLS, when set, serves the raft transport over TLS (set
+	// ClientAuth for mutual TLS); ClientTLS is then required and used to
+	// dial peers. Both nil: plain TCP (tests only).
+	ServerTLS, ClientTLS *tls.Config
+	// SnapshotThreshold and TrailingLogs override raft's (8192 and 10240
+	// entries): a snapshot is taken once that many entries were appended
+	// since the last one, and that many entries are kept after it so that
+	// slow followers catch up from the log rather than a snapshot.
+	SnapshotThreshold, TrailingLogs uint64
+	// HeartbeatTimeout and ElectionTimeout override raft's (1s each);
+	// LeaderLeaseTimeout is set to half the heartbeat timeout.
+	HeartbeatTimeout, ElectionTimeout time.Duration
 	// RestoreOnStart restores the newest raft snapshot into the FSM at
 	// start; needed only after an interrupted restore (the FSM's state is
 	// otherwise durable in pebble).
@@ -81,6 +114,14 @@ type Node struct {
 	// a barrier: from then on its commit index covers every entry
 	// committed by earlier leaders.
 	barrierTerm atomic.Uint64
+	// fresh is true when the node started without raft state (a new
+	// member waiting to be added, or one that lost its data).
+	fresh bool
+
+	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
+	vmu      sync.Mutex
+	vwaiting []chan error
+	vrunning bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -127,32 +168,49 @@ func Start(cfg Config) (*Node, error) {
 	rc.BatchApplyCh = true    // group commit: the leader appends queued proposals together
 	rc.MaxAppendEntries = 256 // and the FSM applies them in one batch
 	rc.NoSnapshotRestoreOnStart = !cfg.RestoreOnStart
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+		rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
 	if err := raft.ValidateConfig(rc); err != nil {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
 
-	if cfg.Bootstrap {
-		has, err := raft.HasExistingState(logs, store, snaps)
-		if err != nil {
-			closeTransport(trans)
-			return nil, fmt.Errorf("raftnode: check state: %w", err)
-		}
-		if !has {
-			conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
-			if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, conf); err != nil {
-				closeTransport(trans)
-				return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+	has, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		closeTransport(trans)
+		return nil, fmt.Errorf("raftnode: check state: %w", err)
+	}
+	if cfg.Bootstrap && !has {
+		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if len(cfg.InitialCluster) > 0 {
+			conf.Servers = nil
+			for _, p := range cfg.InitialCluster {
+				conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
 			}
-			cfg.Logger.Info("bootstrapped a single-voter raft cluster", "id", cfg.ID, "address", trans.LocalAddr())
 		}
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, conf); err != nil {
+			closeTransport(trans)
+			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+		}
+		cfg.Logger.Info("bootstrapped a raft cluster", "id", cfg.ID, "address", trans.LocalAddr(), "voters", len(conf.Servers))
 	}
 	r, err := raft.NewRaft(rc, cfg.FSM, logs, store, snaps, trans)
 	if err != nil {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout}
+	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, fresh: !has}
 	m.observe(n)
 	return n, nil
 }
@@ -202,7 +260,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	if n.IsLeader() {
 		return n.leaderBarrier(ctx)
 	}
-	return n.waitApplied(ctx, n.raft.CommitIndex())
+	return n.WaitIndex(ctx, n.raft.CommitIndex())
 }
 
 // waitApplied waits until the FSM has applied every entry up to index that
@@ -257,18 +315,12 @@ func (n *Node) leaderBarrier(ctx context.Context) error {
 // own applied index (not raft's AppliedIndex, which moves when entries are
 // handed to the FSM) to reach the captured index.
 //
-// Only the leader serves them for now; followers answer ErrNotLeader (the
-// multi-node work adds a ReadIndex RPC to the leader).
+// Only the leader serves it; followers answer ErrNotLeader and use
+// ReadIndex on the leader, then WaitIndex.
 func (n *Node) LinearizableBarrier(ctx context.Context) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
-	}
-	if err := n.leaderBarrier(ctx); err != nil {
+	index, err := n.ReadIndex(ctx)
+	if err != nil {
 		return err
-	}
-	index := n.raft.CommitIndex()
-	if err := wait(ctx, n.raft.VerifyLeader()); err != nil {
-		return n.mapErr(err)
 	}
 	return n.waitApplied(ctx, index)
 }
@@ -311,7 +363,7 @@ func (n *Node) Compact(ctx context.Context, rev int64) (*storev1.CompactResponse
 // ctx ends first the proposal may still be applied.
 func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
 	if !n.IsLeader() {
-		return nil, ErrNotLeader
+		return nil, fmt.Errorf("%w: %w", ErrNotLeader, ErrNotProposed)
 	}
 	n.metrics.pending.Inc()
 	defer n.metrics.pending.Dec()
@@ -344,14 +396,19 @@ func wait(ctx context.Context, f raft.Future) error {
 }
 
 func (n *Node) mapErr(err error) error {
+	// raft answers ErrNotLeader, ErrLeadershipTransferInProgress and
+	// ErrEnqueueTimeout before appending; ErrLeadershipLost and
+	// ErrRaftShutdown may come after (the outcome is then unknown).
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrNotVoter):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrNotVoter):
+		return fmt.Errorf("%w: %w: %w", ErrNotLeader, ErrNotProposed, err)
+	case errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("%w: %w", ErrStopped, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
+		return fmt.Errorf("%w: %w: %w", ErrTimeout, ErrNotProposed, err)
 	}
 	return err
 }

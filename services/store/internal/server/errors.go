@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -13,6 +14,7 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
 	"github.com/meridian-cp/meridian/services/store/internal/watch"
+	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
 
 // codeTable maps package sentinels to gRPC codes; the first match (by
@@ -27,7 +29,9 @@ var codeTable = []struct {
 	{mvcc.ErrInvalidArgument, codes.InvalidArgument},
 	{fsm.ErrBadCommand, codes.InvalidArgument},
 	{mvcc.ErrLeaseNotFound, codes.NotFound},
+	{raftnode.ErrNoSuchMember, codes.NotFound},
 	{raftnode.ErrNotLeader, codes.Unavailable},
+	{ErrNoLeader, codes.Unavailable},
 	{raftnode.ErrStopped, codes.Unavailable},
 	{raftnode.ErrTimeout, codes.Unavailable},
 	{watch.ErrClosed, codes.Unavailable},
@@ -61,6 +65,9 @@ func toStatus(err error) error {
 		detail = protoadapt.MessageV1Of(&storev1.CompactedError{CompactRevision: ce.CompactRev, RequestedRevision: ce.Requested})
 	case errors.As(err, &fe):
 		detail = protoadapt.MessageV1Of(&storev1.FutureRevisionError{CurrentRevision: fe.CurrentRev, RequestedRevision: fe.Requested})
+	}
+	if detail == nil && errors.Is(err, raftnode.ErrNotProposed) {
+		detail = protoadapt.MessageV1Of(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonNotProposed})
 	}
 	if detail != nil {
 		if withDetail, derr := st.WithDetails(detail); derr == nil {

@@ -6,6 +6,8 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -20,13 +22,26 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/watch"
 )
 
-// Node is the raft side: writes, linearizable read barriers, state.
+// Node is the raft side: writes, linearizable read barriers, membership,
+// state. Leader-only methods fail with an error wrapping
+// raftnode.ErrNotLeader and raftnode.ErrNotProposed elsewhere; the server
+// then forwards the request to the leader.
 type Node interface {
 	Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error)
 	Compact(ctx context.Context, rev int64) (*storev1.CompactResponse, error)
 	LinearizableBarrier(ctx context.Context) error
+	ReadIndex(ctx context.Context) (uint64, error)
+	WaitIndex(ctx context.Context, index uint64) error
+	AddMember(ctx context.Context, id, peerAddr, clientAddr string, nonVoter bool) error
+	UpdateClientAddress(ctx context.Context, id, clientAddr string) error
+	RemoveMember(ctx context.Context, id string) error
+	PromoteMember(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, id string) (string, error)
 	Status() raftnode.Status
 	Members(ctx context.Context) ([]*storev1.Member, error)
+	IsLeader() bool
+	LeaderID() string
+	ID() string
 	MemberID() uint64
 	Term() uint64
 }
@@ -58,6 +73,12 @@ type Config struct {
 	Limits mvcc.Limits
 	// DBSize reports the on-disk size of the store in bytes.
 	DBSize func() int64
+	// Members returns the client address of each member (the membership
+	// keyspace); used to forward to the leader and in MemberList.
+	Members func() (map[string]string, error)
+	// ClientTLS dials the leader when forwarding; nil dials in plaintext
+	// (tests).
+	ClientTLS *tls.Config
 	// WatchCancelGrace is how long a watch stream cancelled by the store
 	// may take to deliver its final response before the stream is ended;
 	// default 5s.
@@ -69,6 +90,7 @@ type Config struct {
 // Server implements the storev1 services.
 type Server struct {
 	cfg Config
+	fwd *forwarder
 }
 
 // New returns a server.
@@ -82,8 +104,14 @@ func New(cfg Config) *Server {
 	if cfg.DBSize == nil {
 		cfg.DBSize = func() int64 { return 0 }
 	}
-	return &Server{cfg: cfg}
+	if cfg.Members == nil {
+		cfg.Members = func() (map[string]string, error) { return nil, nil }
+	}
+	return &Server{cfg: cfg, fwd: newForwarder(cfg.Node, cfg.Members, cfg.ClientTLS)}
 }
+
+// Close releases the connections used to forward to the leader.
+func (s *Server) Close() { s.fwd.Close() }
 
 // Register registers every storev1 service on g.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
@@ -121,6 +149,52 @@ func (s *Server) fillHeader(h *storev1.ResponseHeader) *storev1.ResponseHeader {
 	return h
 }
 
+// leaderCall runs local on the leader and remote (forwarded to the leader)
+// elsewhere. A local attempt refused before proposing (this member is not
+// or no longer the leader) is forwarded; a request that was itself
+// forwarded is never forwarded again.
+func leaderCall[Resp any](ctx context.Context, s *Server, local func(context.Context) (Resp, error),
+	remote func(context.Context, *grpc.ClientConn) (Resp, error)) (Resp, error) {
+	if s.cfg.Node.IsLeader() || isForwarded(ctx) {
+		resp, err := local(ctx)
+		if err == nil || isForwarded(ctx) || !errIsNotLeader(err) || !errors.Is(err, raftnode.ErrNotProposed) {
+			return resp, err
+		}
+	}
+	var zero Resp
+	conn, fctx, err := s.fwd.leader(ctx)
+	if err != nil {
+		return zero, err
+	}
+	resp, err := remote(fctx, conn)
+	if err != nil {
+		return zero, forwardErr(err)
+	}
+	return resp, nil
+}
+
+// linearize returns once this member's state reflects every write
+// acknowledged before the call: on the leader with a local read barrier;
+// elsewhere with a read index from the leader (ClusterService.ReadIndex),
+// then waiting to apply up to it locally.
+func (s *Server) linearize(ctx context.Context) error {
+	if s.cfg.Node.IsLeader() || isForwarded(ctx) {
+		err := s.cfg.Node.LinearizableBarrier(ctx)
+		if err == nil || isForwarded(ctx) || !errIsNotLeader(err) || !errors.Is(err, raftnode.ErrNotProposed) {
+			return err
+		}
+	}
+	conn, fctx, err := s.fwd.leader(ctx)
+	if err != nil {
+		return err
+	}
+	ri, err := storev1.NewClusterServiceClient(conn).ReadIndex(fctx, &storev1.ReadIndexRequest{})
+	if err != nil {
+		return forwardErr(err)
+	}
+	return s.cfg.Node.WaitIndex(ctx, ri.GetIndex())
+}
+
 type kvServer struct {
 	storev1.UnimplementedKVServiceServer
 	s *Server
@@ -133,7 +207,7 @@ func (k *kvServer) Range(ctx context.Context, req *storev1.RangeRequest) (*store
 		return nil, toStatus(err)
 	}
 	if !req.GetSerializable() {
-		if err := k.s.cfg.Node.LinearizableBarrier(ctx); err != nil {
+		if err := k.s.linearize(ctx); err != nil {
 			return nil, toStatus(err)
 		}
 	}
@@ -153,7 +227,11 @@ func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.T
 	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
 		return nil, toStatus(err)
 	}
-	resp, err := k.s.cfg.Node.Txn(ctx, req)
+	resp, err := leaderCall(ctx, k.s,
+		func(ctx context.Context) (*storev1.TxnResponse, error) { return k.s.cfg.Node.Txn(ctx, req) },
+		func(ctx context.Context, c *grpc.ClientConn) (*storev1.TxnResponse, error) {
+			return storev1.NewKVServiceClient(c).Txn(ctx, req)
+		})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -166,7 +244,13 @@ func (k *kvServer) Compact(ctx context.Context, req *storev1.CompactRequest) (*s
 	if req.GetRevision() <= 0 {
 		return nil, status.Error(codes.InvalidArgument, "store: compact revision must be positive")
 	}
-	resp, err := k.s.cfg.Node.Compact(ctx, req.GetRevision())
+	resp, err := leaderCall(ctx, k.s,
+		func(ctx context.Context) (*storev1.CompactResponse, error) {
+			return k.s.cfg.Node.Compact(ctx, req.GetRevision())
+		},
+		func(ctx context.Context, c *grpc.ClientConn) (*storev1.CompactResponse, error) {
+			return storev1.NewKVServiceClient(c).Compact(ctx, req)
+		})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -200,40 +284,6 @@ func (m *maintenanceServer) Snapshot(*storev1.SnapshotRequest, grpc.ServerStream
 	return notYet("Snapshot")
 }
 
-type clusterServer struct {
-	storev1.UnimplementedClusterServiceServer
-	s *Server
-}
-
-// MemberList lists the raft configuration.
-func (c *clusterServer) MemberList(ctx context.Context, _ *storev1.MemberListRequest) (*storev1.MemberListResponse, error) {
-	ms, err := c.s.cfg.Node.Members(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &storev1.MemberListResponse{Header: c.s.header(0), Members: ms}, nil
-}
-
-func (c *clusterServer) MemberAdd(context.Context, *storev1.MemberAddRequest) (*storev1.MemberAddResponse, error) {
-	return nil, notYet("MemberAdd")
-}
-
-func (c *clusterServer) MemberRemove(context.Context, *storev1.MemberRemoveRequest) (*storev1.MemberRemoveResponse, error) {
-	return nil, notYet("MemberRemove")
-}
-
-func (c *clusterServer) MemberPromote(context.Context, *storev1.MemberPromoteRequest) (*storev1.MemberPromoteResponse, error) {
-	return nil, notYet("MemberPromote")
-}
-
-func (c *clusterServer) TransferLeadership(context.Context, *storev1.TransferLeadershipRequest) (*storev1.TransferLeadershipResponse, error) {
-	return nil, notYet("TransferLeadership")
-}
-
-func (c *clusterServer) ReadIndex(context.Context, *storev1.ReadIndexRequest) (*storev1.ReadIndexResponse, error) {
-	return nil, notYet("ReadIndex")
-}
-
 type leaseServer struct {
 	storev1.UnimplementedLeaseServiceServer
 }
@@ -259,3 +309,7 @@ func notYet(method string) error {
 	return status.Errorf(codes.Unimplemented,
 		"store: %s is not implemented yet; it arrives with the multi-node store issue (leases, membership, ReadIndex, snapshots)", method)
 }
+
+// Cluster returns the ClusterService implementation, for in-process calls
+// (a member registering its own client address through the leader).
+func (s *Server) Cluster() storev1.ClusterServiceServer { return &clusterServer{s: s} }

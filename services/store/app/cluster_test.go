@@ -1,0 +1,253 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/internal/testcerts"
+)
+
+// node is an in-process member of a TLS cluster on loopback.
+type node struct {
+	cfg    Config
+	app    *App
+	lis    net.Listener
+	served chan error
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// clusterConfigs returns configs of n voters with mTLS everywhere.
+func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
+	var initial []Member
+	var cfgs []Config
+	for i := range n {
+		cfg := Config{
+			ID: fmt.Sprintf("s%d", i), DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1,
+			PeerAddress: freePort(t), ClientAddress: freePort(t), TLS: certs.Server(), ClientTLS: certs.Client(),
+			Logger: testLogger(), HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+		}
+		initial = append(initial, Member{ID: cfg.ID, PeerAddress: cfg.PeerAddress, ClientAddress: cfg.ClientAddress})
+		cfgs = append(cfgs, cfg)
+	}
+	for i := range cfgs {
+		cfgs[i].InitialCluster = initial
+	}
+	return cfgs
+}
+
+// startNodes starts members concurrently (they wait for each other).
+func startNodes(t *testing.T, cfgs ...Config) []*node {
+	t.Helper()
+	nodes := make([]*node, len(cfgs))
+	var wg sync.WaitGroup
+	errs := make([]error, len(cfgs))
+	for i, cfg := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			a, err := New(ctx, cfg)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			lis, err := net.Listen("tcp", cfg.ClientAddress)
+			if err != nil {
+				errs[i] = err
+				_ = a.Close()
+				return
+			}
+			nd := &node{cfg: cfg, app: a, lis: lis, served: make(chan error, 1)}
+			go func() { nd.served <- a.Serve(lis) }()
+			nodes[i] = nd
+		}()
+	}
+	wg.Wait()
+	for _, nd := range nodes {
+		if nd != nil {
+			t.Cleanup(func() { nd.stop() })
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	return nodes
+}
+
+func (nd *node) stop() {
+	if nd.app != nil {
+		_ = nd.app.Close()
+		<-nd.served
+		nd.app = nil
+	}
+}
+
+func endpoints(nodes []*node) []string {
+	var eps []string
+	for _, nd := range nodes {
+		eps = append(eps, nd.cfg.ClientAddress)
+	}
+	return eps
+}
+
+func dialOne(t *testing.T, certs *testcerts.Set, nd *node) *client.Client {
+	t.Helper()
+	c, err := client.Dial([]string{nd.cfg.ClientAddress}, certs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func leaderOf(nodes []*node) (leader *node, followers []*node) {
+	for _, nd := range nodes {
+		if nd.app != nil && nd.app.node.IsLeader() {
+			leader = nd
+		} else if nd.app != nil {
+			followers = append(followers, nd)
+		}
+	}
+	return leader, followers
+}
+
+func putVia(ctx context.Context, c *client.Client, key, val string) (*storev1.TxnResponse, error) {
+	return c.KV().Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{put(key, val)}})
+}
+
+func getVia(ctx context.Context, c *client.Client, key string, serializable bool) (string, int64, error) {
+	r, err := c.KV().Range(ctx, &storev1.RangeRequest{Key: []byte(key), Serializable: serializable})
+	if err != nil {
+		return "", 0, err
+	}
+	if len(r.GetKvs()) == 0 {
+		return "", r.GetHeader().GetRevision(), nil
+	}
+	return string(r.GetKvs()[0].GetValue()), r.GetHeader().GetRevision(), nil
+}
+
+// TestClusterForwardingReadIndexMembership runs a 3-voter mTLS cluster
+// (raft over TLS, forwarding over TLS): writes and linearizable reads on
+// followers, a non-voter joining and serving both kinds of reads, member
+// list with client addresses, leadership transfer, promotion and removal.
+func TestClusterForwardingReadIndexMembership(t *testing.T) {
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := clusterConfigs(t, certs, 3)
+	nodes := startNodes(t, cfgs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	leader, followers := leaderOf(nodes)
+	if leader == nil || len(followers) != 2 {
+		t.Fatalf("want one leader and two followers")
+	}
+	fc := dialOne(t, certs, followers[0])
+	for i := range 20 {
+		if _, err := putVia(ctx, fc, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatalf("write via follower: %v", err)
+		}
+		// Linearizable read on the other follower sees the write at once.
+		v, _, err := getVia(ctx, dialOne(t, certs, followers[1]), fmt.Sprintf("k%d", i), false)
+		if err != nil || v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("linearizable read on follower: %q %v", v, err)
+		}
+	}
+
+	// A non-voter joins through a follower and serves reads.
+	nv := cfgs[0]
+	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), freePort(t), freePort(t)
+	nv.InitialCluster, nv.Join, nv.NonVoter = nil, []string{followers[0].cfg.ClientAddress}, true
+	nvNode := startNodes(t, nv)[0]
+	nc := dialOne(t, certs, nvNode)
+	if v, _, err := getVia(ctx, nc, "k19", false); err != nil || v != "v19" {
+		t.Fatalf("linearizable read on non-voter: %q %v", v, err)
+	}
+	if v, _, err := getVia(ctx, nc, "k0", true); err != nil || v != "v0" {
+		t.Fatalf("serializable read on non-voter: %q %v", v, err)
+	}
+	if _, err := putVia(ctx, nc, "from-nv", "x"); err != nil {
+		t.Fatalf("write via non-voter: %v", err)
+	}
+	st, err := nc.Maintenance().Status(ctx, &storev1.StatusRequest{})
+	if err != nil || st.GetVoter() || st.GetLeaderId() != leader.cfg.ID {
+		t.Fatalf("non-voter status: %v %v", st, err)
+	}
+
+	// Member list: four members, client addresses recorded.
+	all := append(append([]*node{}, nodes...), nvNode)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ml, err := fc.Cluster().MemberList(ctx, &storev1.MemberListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := len(ml.GetMembers()) == 4
+		for _, m := range ml.GetMembers() {
+			ok = ok && m.GetClientAddress() != "" && m.GetVoter() == (m.GetId() != "nv")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member list: %v", ml.GetMembers())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Leadership transfer, driven from a follower; the multi-endpoint
+	// client keeps writing.
+	cc, err := client.Dial(endpoints(all), certs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	tr, err := fc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: followers[1].cfg.ID})
+	if err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	if tr.GetLeaderId() != followers[1].cfg.ID {
+		t.Fatalf("transfer went to %q", tr.GetLeaderId())
+	}
+	if _, err := putVia(ctx, cc, "after-transfer", "y"); err != nil {
+		t.Fatalf("write after transfer: %v", err)
+	}
+
+	// Promote then remove the non-voter.
+	if _, err := cc.Cluster().MemberPromote(ctx, &storev1.MemberPromoteRequest{Id: "nv"}); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	rm, err := cc.Cluster().MemberRemove(ctx, &storev1.MemberRemoveRequest{Id: "nv"})
+	if err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if len(rm.GetMembers()) != 3 {
+		t.Fatalf("after remove: %v", rm.GetMembers())
+	}
+	if _, err := cc.Cluster().MemberRemove(ctx, &storev1.MemberRemoveRequest{Id: "nope"}); err == nil {
+		t.Fatal("removing an unknown member succeeded")
+	}
+	if v, _, err := getVia(ctx, cc, "from-nv", false); err != nil || v != "x" {
+		t.Fatalf("read: %q %v", v, err)
+	}
+}
