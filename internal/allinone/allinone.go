@@ -52,6 +52,9 @@ type ControlPlane struct {
 	Addr net.Addr
 	// GRPCAddr is the address of the gRPC API; nil when it is off.
 	GRPCAddr net.Addr
+	// StoreAddr is the store's gRPC address (mTLS with the CA in
+	// <data-dir>/pki), for tools and tests that talk to the store directly.
+	StoreAddr string
 	// Kubeconfig is the path of the admin kubeconfig.
 	Kubeconfig string
 
@@ -122,6 +125,7 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	cp.StoreAddr = storeAddr
 	adm, err := admission.New(ctx, admission.Config{TLS: serverTLS("admission"), Registerer: wrap("admission"), Logger: logFor("admission"), Trust: trust})
 	if err != nil {
 		return nil, fmt.Errorf("allinone: admission: %w", err)

@@ -137,13 +137,13 @@ func ContentType(header string) (string, bool) {
 	return typ, true
 }
 
-// Reads are what get and list serve: JSON, YAML, protobuf, and JSON Tables
-// of meta.k8s.io v1 and v1beta1.
-var Reads = Options{Types: []string{JSON, YAML, Protobuf}, AcceptParams: tableParams}
+// Reads are what get and list serve: JSON, YAML, protobuf, JSON Tables and
+// PartialObjectMetadata(List) of meta.k8s.io v1 and v1beta1.
+var Reads = Options{Types: []string{JSON, YAML, Protobuf}, AcceptParams: transformParams}
 
-// Watches are what watch streams serve: JSON and protobuf events, and JSON
-// Tables.
-var Watches = Options{Types: []string{JSON, Protobuf}, AcceptParams: tableParams}
+// Watches are what watch streams serve: JSON and protobuf events, whose
+// objects may be Tables or PartialObjectMetadata.
+var Watches = Options{Types: []string{JSON, Protobuf}, AcceptParams: transformParams}
 
 // Writes are what create, update, patch and delete return.
 var Writes = Options{Types: []string{JSON, YAML, Protobuf}}
@@ -151,8 +151,16 @@ var Writes = Options{Types: []string{JSON, YAML, Protobuf}}
 // IsTable reports whether a negotiated media type asks for a Table.
 func IsTable(mt MediaType) bool { return mt.Params["as"] == "Table" }
 
-// tableParams accepts plain media ranges and JSON Tables.
-func tableParams(mediaType string, params map[string]string) bool {
+// IsPartialObjectMetadata reports whether a negotiated media type asks for
+// metadata only (PartialObjectMetadata or PartialObjectMetadataList).
+func IsPartialObjectMetadata(mt MediaType) bool {
+	as := mt.Params["as"]
+	return as == "PartialObjectMetadata" || as == "PartialObjectMetadataList"
+}
+
+// transformParams accepts plain media ranges, JSON Tables, and JSON or
+// protobuf PartialObjectMetadata(List).
+func transformParams(mediaType string, params map[string]string) bool {
 	as, hasAs := params["as"]
 	for k := range params {
 		switch k {
@@ -166,5 +174,14 @@ func tableParams(mediaType string, params map[string]string) bool {
 		_, v := params["v"]
 		return !g && !v
 	}
-	return as == "Table" && mediaType == JSON && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1")
+	if params["g"] != "meta.k8s.io" || (params["v"] != "v1" && params["v"] != "v1beta1") {
+		return false
+	}
+	switch as {
+	case "Table":
+		return mediaType == JSON
+	case "PartialObjectMetadata", "PartialObjectMetadataList":
+		return mediaType == JSON || mediaType == Protobuf
+	}
+	return false
 }

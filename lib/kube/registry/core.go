@@ -22,7 +22,8 @@ func Core() []*Resource {
 			SingularName: "namespace", ShortNames: []string{"ns"},
 			Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
 			New:   func() runtime.Object { return &corev1.Namespace{} }, NewList: func() runtime.Object { return &corev1.NamespaceList{} },
-			Strategy: namespaceStrategy{},
+			Strategy:     namespaceStrategy{},
+			Subresources: []string{"status"},
 			Columns: []Column{{
 				Definition: metav1.TableColumnDefinition{Name: "Status", Type: "string", Description: "The status of the namespace"},
 				Cell:       func(obj runtime.Object, _ time.Time) any { return string(obj.(*corev1.Namespace).Status.Phase) },
@@ -107,6 +108,14 @@ func setNameLabel(ns *corev1.Namespace) {
 		ns.Labels = map[string]string{}
 	}
 	ns.Labels[corev1.LabelMetadataName] = ns.Name
+}
+
+// PrepareForStatusUpdate keeps the spec and the metadata a status writer
+// may not change, as kube-apiserver's status strategies do.
+func (namespaceStrategy) PrepareForStatusUpdate(obj, old runtime.Object) {
+	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+	ns.Spec = oldNS.Spec
+	metav1.ResetObjectMetaForStatus(&ns.ObjectMeta, &oldNS.ObjectMeta)
 }
 
 func (namespaceStrategy) Validate(obj runtime.Object) field.ErrorList {

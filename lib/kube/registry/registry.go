@@ -27,6 +27,24 @@ type Strategy interface {
 	ValidateUpdate(obj, old runtime.Object) field.ErrorList
 }
 
+// StatusStrategy is implemented by the Strategy of kinds with a status
+// subresource.
+type StatusStrategy interface {
+	// PrepareForStatusUpdate keeps everything of obj but its status as in
+	// old: a write through the status subresource changes only status.
+	PrepareForStatusUpdate(obj, old runtime.Object)
+}
+
+// HasSubresource reports whether r serves subresource sub.
+func (r *Resource) HasSubresource(sub string) bool {
+	for _, s := range r.Subresources {
+		if s == sub {
+			return true
+		}
+	}
+	return false
+}
+
 // Resource describes one served resource.
 type Resource struct {
 	// GVR is the resource's group, version and plural name.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/metaonly"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/table"
@@ -31,6 +32,9 @@ type Format struct {
 	// (JSON only), with IncludeObject in their rows.
 	Table         bool
 	IncludeObject metav1.IncludeObjectPolicy
+	// Partial sends ADDED, MODIFIED and DELETED objects as
+	// PartialObjectMetadata (JSON or protobuf).
+	Partial bool
 }
 
 // ContentType is the Content-Type of a stream in this format.
@@ -69,6 +73,12 @@ func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 			return nil, terr
 		}
 		raw, err = e.codec.EncodeToBytes(tbl, negotiation.JSON)
+	} else if e.format.Partial && (t == watch.Added || t == watch.Modified || t == watch.Deleted) {
+		p, perr := metaonly.Object(obj)
+		if perr != nil {
+			return nil, perr
+		}
+		raw, err = e.codec.EncodeToBytes(p, e.format.MediaType)
 	} else {
 		raw, err = e.codec.EncodeToBytes(obj, e.format.MediaType)
 	}

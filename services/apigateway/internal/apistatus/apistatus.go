@@ -96,7 +96,7 @@ func fromStatus(s metav1.Status) error {
 	if s.Reason == metav1.StatusReasonAlreadyExists {
 		code = codes.AlreadyExists
 	}
-	detail := &apiv1.Status{Code: s.Code, Reason: string(s.Reason), Message: s.Message}
+	detail := &apiv1.Status{Code: s.Code, Reason: string(s.Reason), Message: s.Message, ContinueToken: s.Continue}
 	if s.Details != nil {
 		detail.DetailsJson, _ = json.Marshal(s.Details)
 		detail.RetryAfterSeconds = s.Details.RetryAfterSeconds
@@ -115,10 +115,11 @@ func FromGRPC(st *status.Status) metav1.Status {
 	for _, d := range st.Details() {
 		if s, ok := d.(*apiv1.Status); ok {
 			out := metav1.Status{
-				Status:  metav1.StatusFailure,
-				Code:    s.Code,
-				Reason:  metav1.StatusReason(s.Reason),
-				Message: s.Message,
+				Status:   metav1.StatusFailure,
+				Code:     s.Code,
+				Reason:   metav1.StatusReason(s.Reason),
+				Message:  s.Message,
+				ListMeta: metav1.ListMeta{Continue: s.ContinueToken},
 			}
 			if len(s.DetailsJson) > 0 {
 				var details metav1.StatusDetails

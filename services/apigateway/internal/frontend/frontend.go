@@ -10,6 +10,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -160,6 +161,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		}
 	case !info.IsResourceRequest:
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if (path == "/api" || path == "/apis") && wantsAggregated(r.Header.Get("Accept")) {
+				w.Header().Set("Content-Type", discovery.AggregatedMediaType)
+				w.Header().Set("Vary", "Accept")
+				_ = json.NewEncoder(w).Encode(h.discovery.Aggregated(path == "/api"))
+				return
+			}
 			if doc, found := h.discovery.Lookup(path, r); found {
 				writeJSON(w, doc)
 				return
@@ -177,6 +184,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, "").ErrStatus)
 }
 
+// wantsAggregated reports whether an Accept header prefers the aggregated
+// discovery document (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) over
+// the legacy one.
+func wantsAggregated(accept string) bool {
+	mt, ok := negotiation.Negotiate(accept, negotiation.Options{
+		Types: []string{negotiation.JSON},
+		AcceptParams: func(_ string, p map[string]string) bool {
+			if _, as := p["as"]; !as {
+				return len(p) == 0
+			}
+			return p["as"] == "APIGroupDiscoveryList" && p["g"] == "apidiscovery.k8s.io" && p["v"] == "v2"
+		},
+	})
+	return ok && mt.Params["as"] == "APIGroupDiscoveryList"
+}
+
 // publicPath lists what anonymous callers may read, as kube-apiserver's
 // system:public-info-viewer role allows: health and version.
 func publicPath(p string) bool {
@@ -192,12 +215,12 @@ func publicPath(p string) bool {
 func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info requestinfo.Info) {
 	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 	res, ok := h.cfg.Registry.Lookup(gvr)
-	if !ok || info.Subresource != "" || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
+	if !ok || (info.Subresource != "" && !res.HasSubresource(info.Subresource)) || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
 		writeStatus(w, metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
 			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}})
 		return
 	}
-	if info.Verb == "" || !allowed(res, info.Verb) {
+	if info.Verb == "" || !allowed(res, info.Subresource, info.Verb) {
 		writeStatus(w, apierrors.NewMethodNotSupported(gvr.GroupResource(), strings.ToLower(r.Method)).ErrStatus)
 		return
 	}
@@ -211,11 +234,20 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		return
 	}
 	defer release()
+	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
+		gz := &gzipWriter{ResponseWriter: w}
+		defer gz.Close()
+		w = gz
+	}
 	h.gw.ServeHTTP(w, r)
 }
 
-func allowed(res *registry.Resource, verb string) bool {
-	for _, v := range res.Verbs {
+func allowed(res *registry.Resource, subresource, verb string) bool {
+	verbs := res.Verbs
+	if subresource != "" {
+		verbs = []string{"get", "patch", "update"}
+	}
+	for _, v := range verbs {
 		if v == verb {
 			return true
 		}

@@ -19,6 +19,10 @@ type continueToken struct {
 	Start      string `json:"start"`
 }
 
+// inconsistentRevision in a continue token continues at the latest
+// revision (kube-apiserver writes -1 for the same purpose).
+const inconsistentRevision = -1
+
 type decodedContinue struct {
 	Revision int64
 	StartKey string
@@ -50,7 +54,7 @@ func decodeContinue(tok, prefix string) (decodedContinue, error) {
 	if t.APIVersion != "meta.k8s.io/v1" {
 		return bad("unknown version")
 	}
-	if t.Revision <= 0 {
+	if t.Revision <= 0 && t.Revision != inconsistentRevision {
 		return bad("no resource version")
 	}
 	if strings.Contains(t.Start, "/../") || strings.HasPrefix(t.Start, "../") || strings.HasPrefix(t.Start, "/") {

@@ -46,3 +46,13 @@ func tooLargeResourceVersion(requested, current int64) error {
 	}}
 	return err
 }
+
+// storageErrorNoResource converts a storage error that concerns no
+// particular object.
+func storageErrorNoResource(err error) error {
+	var compacted *storage.CompactedError
+	if errors.As(err, &compacted) {
+		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", compacted.Requested, compacted.CompactRevision))
+	}
+	return apierrors.NewInternalError(err)
+}

@@ -2,9 +2,11 @@ package resources
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"strconv"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -41,6 +43,9 @@ func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.Http
 
 // get reads and decodes one object; rev is the store revision read at.
 func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name string, opts storage.ReadOptions, minRV int64) (runtime.Object, int64, error) {
+	if err := s.waitForRevision(ctx, minRV); err != nil {
+		return nil, 0, err
+	}
 	kv, rev, err := s.cfg.Store.Get(ctx, res.Key(ns, name), opts)
 	if err == nil || err == storage.ErrNotFound {
 		if minRV > 0 && rev < minRV {
@@ -134,7 +139,10 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 		if err != nil {
 			return nil, err
 		}
-		opts.Revision, opts.Start, opts.Serializable = c.Revision, c.StartKey, true
+		opts.Start = c.StartKey
+		if c.Revision > 0 {
+			opts.Revision, opts.Serializable = c.Revision, true
+		}
 	} else {
 		ro, m, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch())
 		if err != nil {
@@ -143,6 +151,9 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 		opts.ReadOptions, minRV = ro, m
 	}
 
+	if err := s.waitForRevision(ctx, minRV); err != nil {
+		return nil, err
+	}
 	list := res.NewList()
 	var items []runtime.Object
 	var rev int64
@@ -150,6 +161,10 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	var remaining *int64
 	for {
 		page, err := s.cfg.Store.List(ctx, prefix, opts)
+		var compacted *storage.CompactedError
+		if errors.As(err, &compacted) && req.GetContinueToken() != "" {
+			return nil, expiredContinue(prefix, opts.Start)
+		}
 		if err != nil {
 			return nil, storageError(err, res, req.GetRef().GetNamespace(), "")
 		}
@@ -201,4 +216,45 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 		lm.SetRemainingItemCount(remaining)
 	}
 	return list, nil
+}
+
+// expiredContinue is the 410 for a continue token whose revision has been
+// compacted. Like kube-apiserver it carries a token that continues from the
+// same key at the latest revision, for clients that accept an inconsistent
+// list.
+func expiredContinue(prefix, start string) error {
+	err := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. " +
+		"You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. " +
+		"Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+	if tok, terr := encodeContinue(inconsistentRevision, start, prefix); terr == nil {
+		err.ErrStatus.ListMeta.Continue = tok
+	}
+	return err
+}
+
+// waitForRevision waits, bounded by ResourceVersionWait, until the store
+// has reached revision minRV (0: no wait), then returns; past the bound it
+// is kube-apiserver's 504 "Too large resource version".
+func (s *Server) waitForRevision(ctx context.Context, minRV int64) error {
+	if minRV <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(s.cfg.ResourceVersionWait)
+	for {
+		rev, err := s.cfg.Store.Revision(ctx, true)
+		if err != nil {
+			return storageErrorNoResource(err)
+		}
+		if rev >= minRV {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return tooLargeResourceVersion(minRV, rev)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

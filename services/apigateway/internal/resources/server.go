@@ -50,6 +50,10 @@ type Config struct {
 	// WatchTimeout bounds watches whose client asked for no timeout;
 	// 0 means 30 minutes.
 	WatchTimeout time.Duration
+	// ResourceVersionWait bounds how long a read that asks for a
+	// resourceVersion the store has not reached waits for it, before a 504
+	// "Too large resource version"; 0 means 3 seconds.
+	ResourceVersionWait time.Duration
 }
 
 // Server implements apiv1.ResourceServiceServer.
@@ -71,6 +75,9 @@ func New(cfg Config) *Server {
 	if cfg.WatchTimeout == 0 {
 		cfg.WatchTimeout = 30 * time.Minute
 	}
+	if cfg.ResourceVersionWait == 0 {
+		cfg.ResourceVersionWait = 3 * time.Second
+	}
 	return &Server{cfg: cfg}
 }
 
@@ -78,7 +85,7 @@ func New(cfg Config) *Server {
 func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resource, error) {
 	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
 	res, ok := s.cfg.Registry.Lookup(gvr)
-	if !ok || ref.GetSubresource() != "" {
+	if !ok || (ref.GetSubresource() != "" && (!res.HasSubresource(ref.GetSubresource()) || ref.GetName() == "")) {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), ref.GetName())
 	}
 	if !res.Namespaced && ref.GetNamespace() != "" {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/meridian-cp/meridian/lib/kube/metaonly"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/table"
@@ -20,6 +21,7 @@ import (
 type output struct {
 	mediaType     string
 	table         bool
+	partial       bool
 	includeObject metav1.IncludeObjectPolicy
 }
 
@@ -31,7 +33,7 @@ func negotiateOutput(accept, includeObject string, opts negotiation.Options) (ou
 		return output{}, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
 			"none of the requested media types is served: "+strings.Join(opts.Types, ", ")+" and application/json;as=Table;g=meta.k8s.io;v=v1 are", 0, false)
 	}
-	out := output{mediaType: mt.Type}
+	out := output{mediaType: mt.Type, partial: negotiation.IsPartialObjectMetadata(mt)}
 	if negotiation.IsTable(mt) {
 		out.table = true
 		switch p := metav1.IncludeObjectPolicy(includeObject); p {
@@ -49,6 +51,13 @@ func negotiateOutput(accept, includeObject string, opts negotiation.Options) (ou
 // render encodes a read's result as the client asked: a Table or the
 // object.
 func (s *Server) render(res *registry.Resource, obj runtime.Object, out output) ([]byte, error) {
+	if out.partial {
+		p, err := metaonly.Convert(obj)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		return s.cfg.Codec.EncodeToBytes(p, out.mediaType)
+	}
 	if !out.table {
 		return s.cfg.Codec.EncodeToBytes(obj, out.mediaType)
 	}

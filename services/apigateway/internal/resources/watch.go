@@ -101,7 +101,7 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	if _, err := parseWatchRV(req); err != nil {
 		return nil, err
 	}
-	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, IncludeObject: out.includeObject}
+	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
 		res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()),
 		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
@@ -145,6 +145,9 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 	initial := rv == 0 && req.SendInitialEvents == nil || req.GetSendInitialEvents()
 	after := rv
 	if initial {
+		if err := s.waitForRevision(ctx, rv); err != nil {
+			return err
+		}
 		opts := storage.ListOptions{}
 		if req.GetSendInitialEvents() || req.GetResourceVersion() == "0" {
 			opts.Serializable = true

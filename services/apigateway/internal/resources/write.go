@@ -286,7 +286,15 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
 		acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
 		acc.SetResourceVersion(oldAcc.GetResourceVersion())
-		res.Strategy.PrepareForUpdate(obj, old)
+		if ref.GetSubresource() == "status" {
+			ss, ok := res.Strategy.(registry.StatusStrategy)
+			if !ok {
+				return nil, apierrors.NewNotFound(gr, ref.GetName())
+			}
+			ss.PrepareForStatusUpdate(obj, old)
+		} else {
+			res.Strategy.PrepareForUpdate(obj, old)
+		}
 		if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
 			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
 		}

@@ -99,6 +99,16 @@ func (s *Store) Get(ctx context.Context, key string, opts ReadOptions) (KV, int6
 	return fromProto(resp.Kvs[0]), rev, nil
 }
 
+// Revision returns the store's current revision: linearizable, or the
+// answering member's own when serializable.
+func (s *Store) Revision(ctx context.Context, serializable bool) (int64, error) {
+	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{Key: []byte{0}, CountOnly: true, Serializable: serializable})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	return resp.GetHeader().GetRevision(), nil
+}
+
 // ListOptions select a page of a prefix.
 type ListOptions struct {
 	ReadOptions

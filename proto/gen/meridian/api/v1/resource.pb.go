@@ -957,8 +957,11 @@ type Status struct {
 	DetailsJson []byte `protobuf:"bytes,4,opt,name=details_json,json=detailsJson,proto3" json:"details_json,omitempty"`
 	// retry_after_seconds is sent as Retry-After when positive.
 	RetryAfterSeconds int32 `protobuf:"varint,5,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// continue_token is the Status's metadata.continue: with a 410 for an
+	// expired continue token, a token that continues the list inconsistently.
+	ContinueToken string `protobuf:"bytes,6,opt,name=continue_token,json=continueToken,proto3" json:"continue_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -1024,6 +1027,13 @@ func (x *Status) GetRetryAfterSeconds() int32 {
 		return x.RetryAfterSeconds
 	}
 	return 0
+}
+
+func (x *Status) GetContinueToken() string {
+	if x != nil {
+		return x.ContinueToken
+	}
+	return ""
 }
 
 var File_meridian_api_v1_resource_proto protoreflect.FileDescriptor
@@ -1105,13 +1115,14 @@ const file_meridian_api_v1_resource_proto_rawDesc = "" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12\x17\n" +
 	"\adry_run\x18\x05 \x03(\tR\x06dryRun\x12-\n" +
 	"\x12propagation_policy\x18\x06 \x01(\tR\x11propagationPolicy\x12\x16\n" +
-	"\x06accept\x18\a \x01(\tR\x06accept\"\xa1\x01\n" +
+	"\x06accept\x18\a \x01(\tR\x06accept\"\xc8\x01\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12!\n" +
 	"\fdetails_json\x18\x04 \x01(\fR\vdetailsJson\x12.\n" +
-	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds2\xab\x06\n" +
+	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\x12%\n" +
+	"\x0econtinue_token\x18\x06 \x01(\tR\rcontinueToken2\xab\x06\n" +
 	"\x0fResourceService\x12S\n" +
 	"\x03Get\x12\x1b.meridian.api.v1.GetRequest\x1a\x14.google.api.HttpBody\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/_meridian/v1/get\x12V\n" +
 	"\x04List\x12\x1c.meridian.api.v1.ListRequest\x1a\x14.google.api.HttpBody\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/_meridian/v1/list\x12[\n" +
