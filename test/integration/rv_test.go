@@ -48,10 +48,10 @@ func TestResourceVersionSemantics(t *testing.T) {
 		cause  metav1.CauseType
 	}
 	cases := []struct {
-		name       string
-		list       bool
-		rv, match  string
-		want       want
+		name      string
+		list      bool
+		rv, match string
+		want      want
 	}{
 		{"get, unset: most recent", false, "", "", want{value: "2"}},
 		{"get, 0: any", false, "0", "", want{value: "2"}},

@@ -209,8 +209,16 @@ func TestInformers(t *testing.T) {
 			seen := map[string]string{}
 			deleted := map[string]bool{}
 			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(o any) { mu.Lock(); seen[o.(*corev1.ConfigMap).Name] = o.(*corev1.ConfigMap).Data["v"]; mu.Unlock() },
-				UpdateFunc: func(_, o any) { mu.Lock(); seen[o.(*corev1.ConfigMap).Name] = o.(*corev1.ConfigMap).Data["v"]; mu.Unlock() },
+				AddFunc: func(o any) {
+					mu.Lock()
+					seen[o.(*corev1.ConfigMap).Name] = o.(*corev1.ConfigMap).Data["v"]
+					mu.Unlock()
+				},
+				UpdateFunc: func(_, o any) {
+					mu.Lock()
+					seen[o.(*corev1.ConfigMap).Name] = o.(*corev1.ConfigMap).Data["v"]
+					mu.Unlock()
+				},
 				DeleteFunc: func(o any) {
 					if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 						o = d.Obj
