@@ -1,8 +1,7 @@
-// Package app assembles the watchfanout service. The watch cache and
-// fan-out come with their own issue; today the service serves gRPC health
-// (meridian.watch.v1.WatchService NOT_SERVING) and metrics, and validates
-// the configuration of its store connection. The watchfanout binary and
-// the all-in-one binary both use it.
+// Package app assembles the watchfanout service: a watch cache that
+// follows the store (internal/cache) and meridian.watch.v1.WatchService
+// on top of it (internal/server), with gRPC health and metrics. The
+// watchfanout binary and the all-in-one binary both use it.
 package app
 
 import (
@@ -14,24 +13,33 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/server"
 )
 
-// ServiceName is the gRPC service this binary will serve. It is reported
-// NOT_SERVING by the health service until the watch cache exists.
+// ServiceName is the gRPC service served. Health reports it NOT_SERVING
+// until the cache has synced with the store.
 const ServiceName = "meridian.watch.v1.WatchService"
 
-// Config configures the watchfanout service.
+// Config configures the watchfanout service. The zero value of each
+// optional field means its default.
 type Config struct {
 	// StoreAddress is the gRPC target of the store whose watch stream the
-	// cache will follow: host:port or a gRPC target URI such as
+	// cache follows: host:port or a gRPC target URI such as
 	// dns:///store:7001. Required.
 	StoreAddress string
 	// StoreTLS is the client TLS configuration for the store (with a
@@ -47,6 +55,32 @@ type Config struct {
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
 	Trust identity.TrustFunc
+
+	// Registry lists the served resources; nil means registry.Core().
+	Registry *registry.Registry
+	// HistoryWindow is how long events stay in each resource's history
+	// (watches from an older resourceVersion get 410); default 5m.
+	HistoryWindow time.Duration
+	// HistoryMaxEvents caps each resource's history; default 10000.
+	HistoryMaxEvents int
+	// WatcherBuffer is how many events may wait for one watcher before it
+	// is cut off (ERROR 429; the client re-watches); default 1000.
+	WatcherBuffer int
+	// BookmarkInterval is the period of bookmarks to watchers that allow
+	// them; default 1m.
+	BookmarkInterval time.Duration
+	// StartupReplay is how many revisions of the store's history the cache
+	// replays on start, so clients of a restarted replica can resume;
+	// default 10000 (bounded by the store's compaction).
+	StartupReplay int64
+	// WatchTimeout ends watches that asked for no timeout; default 30m.
+	WatchTimeout time.Duration
+	// ReadWaitTimeout bounds waits for the cache to reach a
+	// resourceVersion; default 3s, then 504.
+	ReadWaitTimeout time.Duration
+	// InitialEventsConcurrency caps the watches sending their initial
+	// state at once; default 16.
+	InitialEventsConcurrency int
 }
 
 // Validate reports every problem of c at once.
@@ -62,25 +96,41 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("StoreAddress %q: want host:port or a gRPC target URI: %w", c.StoreAddress, err))
 		}
 	}
+	for name, d := range map[string]time.Duration{"HistoryWindow": c.HistoryWindow, "BookmarkInterval": c.BookmarkInterval, "WatchTimeout": c.WatchTimeout, "ReadWaitTimeout": c.ReadWaitTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	for name, n := range map[string]int64{"HistoryMaxEvents": int64(c.HistoryMaxEvents), "WatcherBuffer": int64(c.WatcherBuffer), "StartupReplay": c.StartupReplay, "InitialEventsConcurrency": int64(c.InitialEventsConcurrency)} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s %d is negative", name, n))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("watchfanout: invalid config: %w", err)
 	}
 	return nil
 }
 
-// App is the watchfanout service. New builds it, Serve serves it, Close
-// stops it.
+// App is the watchfanout service. New builds it and starts following the
+// store, Serve serves it, Close stops it.
 type App struct {
 	srv    *grpc.Server
 	health *health.Server
 	logger *slog.Logger
 	cfg    Config
+	conn   *grpc.ClientConn
+	cache  *cache.Cache
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the cache's Run returned
 
 	closeOnce sync.Once
 }
 
-// New builds the service. It does not listen and does not contact the
-// store yet; call Serve. ctx is not retained.
+// New builds the service and starts the cache, which follows the store in
+// the background until Close (health turns SERVING once it has synced).
+// ctx is not retained.
 func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -88,6 +138,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = registry.New(registry.Core()...)
+	}
+	cdc, err := codec.New()
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
 	srv, hs, err := grpcserver.New(grpcserver.Options{
 		Service:    "watchfanout",
@@ -99,28 +157,70 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
-	// No WatchService is registered: clients get UNIMPLEMENTED, and health
-	// says so ahead of the call.
+	conn, err := grpcclient.Dial(cfg.StoreAddress, cfg.StoreTLS)
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: dial store: %w", err)
+	}
+	c, err := cache.New(cache.Options{
+		Registry: reg, Codec: cdc,
+		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
+		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
+		Registerer: cfg.Registerer, Logger: logger,
+	}, conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("watchfanout: %w", err)
+	}
+	ws, err := server.New(server.Config{
+		Cache: c, Codec: cdc, KV: storev1.NewKVServiceClient(conn),
+		WatchTimeout: cfg.WatchTimeout, ReadWaitTimeout: cfg.ReadWaitTimeout, InitialEventsConcurrency: cfg.InitialEventsConcurrency,
+	})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("watchfanout: %w", err)
+	}
+	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	return &App{srv: srv, health: hs, logger: logger, cfg: cfg}, nil
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	a := &App{srv: srv, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		_ = c.Run(runCtx)
+	}()
+	go func() {
+		select {
+		case <-c.Synced():
+			logger.Info("watch cache synced with the store", "rev", c.Rev())
+			hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+		case <-runCtx.Done():
+		}
+	}()
+	return a, nil
 }
+
+// Synced is closed once the cache has synced with the store.
+func (a *App) Synced() <-chan struct{} { return a.cache.Synced() }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
 func (a *App) Serve(lis net.Listener) error {
-	a.logger.Info("watchfanout serving (watch cache not implemented yet; WatchService NOT_SERVING)",
-		"addr", lis.Addr().String(), "store", a.cfg.StoreAddress, "store_tls", a.cfg.StoreTLS != nil)
+	a.logger.Info("watchfanout serving", "addr", lis.Addr().String(), "store", a.cfg.StoreAddress, "store_tls", a.cfg.StoreTLS != nil)
 	if err := a.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("watchfanout: serve: %w", err)
 	}
 	return nil
 }
 
-// Close stops the service gracefully: health reports NOT_SERVING and
-// in-flight calls finish. It is safe to call more than once.
+// Close stops the service: health reports NOT_SERVING, the cache stops
+// (open watches end), in-flight calls finish. It is safe to call more than
+// once.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
+		a.cancel()
+		<-a.done
 		a.srv.GracefulStop()
+		a.conn.Close()
 	})
 	return nil
 }

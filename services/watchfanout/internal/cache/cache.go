@@ -1,0 +1,597 @@
+// Package cache is watchfanout's watch cache: it follows the store's watch
+// stream over /registry/, keeps per-resource current state and a bounded
+// event history, and fans each event out to the registered watchers,
+// encoding it at most once per wire format.
+//
+// # Revisions
+//
+// The cache's revision is the store revision up to which every event has
+// been applied (the "complete" revision). Events are dispatched as soon as
+// they arrive; the complete revision advances with the next batch of a
+// later revision or with a progress notification, because the store may
+// split the events of one revision over several responses. Bookmarks,
+// list revisions and consistent reads use the complete revision only.
+//
+// # Start and re-list
+//
+// On start the cache lists the store at an old revision (the compacted
+// revision, at most StartupReplay revisions back) and replays the store's
+// history from there, so that its own history covers what the store still
+// has: a client of a restarted replica that re-watches from its last
+// resourceVersion loses nothing. When the store watch fails because the
+// cache fell behind compaction, the cache lists at the current revision,
+// replaces every resource's state and terminates their watchers (ErrReset).
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Prefix is the store key prefix the cache follows.
+const Prefix = "/registry/"
+
+// Defaults of Options fields.
+const (
+	DefaultHistoryWindow    = 5 * time.Minute
+	DefaultHistoryMaxEvents = 10000
+	DefaultWatcherBuffer    = 1000
+	DefaultBookmarkInterval = time.Minute
+	DefaultMaxSnapshots     = 32
+	DefaultStartupReplay    = 10000
+	DefaultListPageSize     = 1000
+)
+
+// Options configure a Cache. The zero value of each field means its
+// default.
+type Options struct {
+	// Registry lists the served resources; keys of other resources are
+	// ignored. Required.
+	Registry *registry.Registry
+	// Codec decodes stored objects and encodes frames. Required.
+	Codec *codec.Codec
+	// HistoryWindow is how long events stay in the history; default 5m.
+	HistoryWindow time.Duration
+	// HistoryMaxEvents caps the history of each resource; default 10000.
+	HistoryMaxEvents int
+	// WatcherBuffer is how many events may wait for one watcher before it
+	// is terminated (ErrTooSlow); default 1000.
+	WatcherBuffer int
+	// BookmarkInterval is the period of bookmarks to watchers that allow
+	// them; default 1m.
+	BookmarkInterval time.Duration
+	// SnapshotTTL is how long a list snapshot is kept for continue tokens
+	// after its last use; default HistoryWindow.
+	SnapshotTTL time.Duration
+	// MaxSnapshots caps the kept snapshots per resource; default 32.
+	MaxSnapshots int
+	// StartupReplay is how many revisions of store history the cache
+	// replays on start (bounded by the store's compaction); default 10000.
+	StartupReplay int64
+	// ListPageSize is the page size of lists from the store; default 1000.
+	ListPageSize int64
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of o at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Registry == nil {
+		errs = append(errs, errors.New("Registry is required"))
+	}
+	if o.Codec == nil {
+		errs = append(errs, errors.New("Codec is required"))
+	}
+	for name, d := range map[string]time.Duration{"HistoryWindow": o.HistoryWindow, "BookmarkInterval": o.BookmarkInterval, "SnapshotTTL": o.SnapshotTTL} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	for name, n := range map[string]int64{"HistoryMaxEvents": int64(o.HistoryMaxEvents), "WatcherBuffer": int64(o.WatcherBuffer), "MaxSnapshots": int64(o.MaxSnapshots), "StartupReplay": o.StartupReplay, "ListPageSize": o.ListPageSize} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s %d is negative", name, n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureDefaults fills in zero fields.
+func (o *Options) EnsureDefaults() {
+	if o.HistoryWindow == 0 {
+		o.HistoryWindow = DefaultHistoryWindow
+	}
+	if o.HistoryMaxEvents == 0 {
+		o.HistoryMaxEvents = DefaultHistoryMaxEvents
+	}
+	if o.WatcherBuffer == 0 {
+		o.WatcherBuffer = DefaultWatcherBuffer
+	}
+	if o.BookmarkInterval == 0 {
+		o.BookmarkInterval = DefaultBookmarkInterval
+	}
+	if o.SnapshotTTL == 0 {
+		o.SnapshotTTL = o.HistoryWindow
+	}
+	if o.MaxSnapshots == 0 {
+		o.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if o.StartupReplay == 0 {
+		o.StartupReplay = DefaultStartupReplay
+	}
+	if o.ListPageSize == 0 {
+		o.ListPageSize = DefaultListPageSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Cache is the watch cache of every served resource. Run follows the
+// store; everything else is safe for concurrent use.
+type Cache struct {
+	opts   Options
+	kv     storev1.KVServiceClient
+	wc     storev1.WatchServiceClient
+	m      *metrics
+	logger *slog.Logger
+
+	byGVR    map[schema.GroupVersionResource]*Resource
+	byPrefix map[string]*Resource // KeyPrefix("") → resource
+	all      []*Resource
+
+	synced   chan struct{}
+	syncOnce sync.Once
+
+	// revMu guards rev and revCh. Never held while taking a Resource's mu.
+	revMu sync.Mutex
+	rev   int64
+	revCh chan struct{} // closed and replaced whenever rev advances
+
+	// streamMu guards stream and progressPending.
+	streamMu        sync.Mutex
+	stream          storev1.WatchService_WatchClient
+	progressPending bool
+
+	fetch revFetcher
+}
+
+// New returns a cache reading the store over conn. It does not contact the
+// store until Run.
+func New(opts Options, conn grpc.ClientConnInterface) (*Cache, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("cache: invalid options: %w", err)
+	}
+	opts.EnsureDefaults()
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("cache: metrics: %w", err)
+	}
+	c := &Cache{
+		opts: opts, kv: storev1.NewKVServiceClient(conn), wc: storev1.NewWatchServiceClient(conn), m: m, logger: opts.Logger,
+		byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{},
+		synced: make(chan struct{}), revCh: make(chan struct{}),
+	}
+	c.fetch.kv = c.kv
+	for _, gv := range opts.Registry.GroupVersions() {
+		for _, res := range opts.Registry.Resources(gv) {
+			r := newResource(res, newEncoders(opts.Codec, res, nil), &c.opts, m.forResource(res.GVR.Group, res.GVR.Version, res.GVR.Resource))
+			c.byGVR[res.GVR] = r
+			c.byPrefix[res.KeyPrefix("")] = r
+			c.all = append(c.all, r)
+		}
+	}
+	return c, nil
+}
+
+// Resource returns the cache of one resource.
+func (c *Cache) Resource(gvr schema.GroupVersionResource) (*Resource, bool) {
+	r, ok := c.byGVR[gvr]
+	return r, ok
+}
+
+// Synced is closed once the cache has caught up with the store's revision
+// at start.
+func (c *Cache) Synced() <-chan struct{} { return c.synced }
+
+// Rev returns the cache's complete revision.
+func (c *Cache) Rev() int64 {
+	c.revMu.Lock()
+	defer c.revMu.Unlock()
+	return c.rev
+}
+
+// resourceFor finds the resource of a store key.
+func (c *Cache) resourceFor(key string) *Resource {
+	rest, ok := strings.CutPrefix(key, Prefix)
+	if !ok {
+		return nil
+	}
+	// /registry/<resource>/... or /registry/<group>/<resource>/...
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return nil
+	}
+	if r := c.byPrefix[key[:len(Prefix)+i+1]]; r != nil {
+		return r
+	}
+	j := strings.IndexByte(rest[i+1:], '/')
+	if j < 0 {
+		return nil
+	}
+	return c.byPrefix[key[:len(Prefix)+i+1+j+1]]
+}
+
+// setRev publishes rev as the complete revision (it may go back only in a
+// startup list) and advances every resource.
+func (c *Cache) setRev(rev int64) {
+	now := time.Now()
+	for _, r := range c.all {
+		r.advance(rev, now)
+	}
+	c.revMu.Lock()
+	if rev != c.rev {
+		c.rev = rev
+		close(c.revCh)
+		c.revCh = make(chan struct{})
+	}
+	c.revMu.Unlock()
+	c.m.revision.Set(float64(rev))
+}
+
+// WaitForRev waits until the cache has applied every event up to rev, or
+// ctx ends. It asks the store for progress notifications while it waits.
+func (c *Cache) WaitForRev(ctx context.Context, rev int64) error {
+	retry := time.NewTicker(100 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		c.revMu.Lock()
+		cur, ch := c.rev, c.revCh
+		c.revMu.Unlock()
+		if cur >= rev {
+			return nil
+		}
+		c.requestProgress(false)
+		select {
+		case <-ch:
+		case <-retry.C:
+			c.requestProgress(true)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ConsistentRev returns the store's current revision, read linearizably:
+// a read served from the cache once it reaches that revision is
+// consistent. Concurrent callers share store reads (each waits for a read
+// that started after it called).
+func (c *Cache) ConsistentRev(ctx context.Context) (int64, error) { return c.fetch.get(ctx) }
+
+// requestProgress asks the store for a progress notification, unless one
+// is pending (force asks again).
+func (c *Cache) requestProgress(force bool) {
+	c.streamMu.Lock()
+	defer c.streamMu.Unlock()
+	if c.stream == nil || (c.progressPending && !force) {
+		return
+	}
+	c.progressPending = true
+	if err := c.stream.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_ProgressRequest{ProgressRequest: &storev1.WatchProgressRequest{}}}); err != nil {
+		c.logger.Debug("watch progress request failed", "err", err)
+	}
+}
+
+// Run follows the store until ctx ends: it lists, watches, reconnects
+// after errors (from the revision it reached) and re-lists after
+// compaction. It returns nil when ctx ends.
+func (c *Cache) Run(ctx context.Context) error {
+	go c.bookmarks(ctx)
+	needList, startup := true, true
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		var err error
+		if needList {
+			if err = c.list(ctx, startup); err == nil {
+				needList, startup = false, false
+			}
+		}
+		if err == nil {
+			err = c.follow(ctx)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if isCompacted(err) {
+			// Startup lists at an old revision: a compaction in between is
+			// retried the same way; later ones re-list at the current one.
+			needList = true
+			backoff = 50 * time.Millisecond
+		}
+		c.logger.Warn("store watch interrupted; resuming", "err", err, "rev", c.Rev(), "relist", needList)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	for _, r := range c.all {
+		r.closeWatchers()
+	}
+	return nil
+}
+
+func isCompacted(err error) bool {
+	var ce *compactedErr
+	return errors.As(err, &ce) || status.Code(err) == codes.OutOfRange
+}
+
+type compactedErr struct{ rev int64 }
+
+func (e *compactedErr) Error() string {
+	return fmt.Sprintf("cache: store watch compacted at %d", e.rev)
+}
+
+// list reads the whole /registry/ prefix at one revision and replaces every
+// resource's state with it.
+func (c *Cache) list(ctx context.Context, startup bool) error {
+	head, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
+	if err != nil {
+		return fmt.Errorf("cache: read store revision: %w", err)
+	}
+	cur, compacted := head.GetHeader().GetRevision(), head.GetHeader().GetCompactRevision()
+	at := cur
+	if startup {
+		at = max(compacted, cur-c.opts.StartupReplay, 1)
+		if at > cur {
+			at = cur
+		}
+	}
+	trees := map[*Resource]*tree{}
+	for _, r := range c.all {
+		trees[r] = btree.NewG(32, lessEvent)
+	}
+	start := []byte(Prefix)
+	end := prefixEnd(Prefix)
+	n := 0
+	for {
+		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: c.opts.ListPageSize, Serializable: true})
+		if err != nil {
+			return fmt.Errorf("cache: list at %d: %w", at, err)
+		}
+		for _, kv := range resp.GetKvs() {
+			r := c.resourceFor(string(kv.GetKey()))
+			if r == nil {
+				continue
+			}
+			obj, err := c.decode(r, kv.GetValue(), kv.GetModRevision())
+			if err != nil {
+				c.logger.Error("skipping undecodable object", "key", string(kv.GetKey()), "err", err)
+				continue
+			}
+			key := string(kv.GetKey())
+			trees[r].ReplaceOrInsert(&Event{Rev: kv.GetModRevision(), Key: key, Namespace: r.namespaceOf(key), Obj: obj, enc: r.enc, at: time.Now()})
+			n++
+		}
+		kvs := resp.GetKvs()
+		if !resp.GetMore() || len(kvs) == 0 {
+			break
+		}
+		start = append(append([]byte(nil), kvs[len(kvs)-1].GetKey()...), 0)
+	}
+	for r, t := range trees {
+		r.reset(t, at)
+	}
+	c.setRev(at)
+	c.m.relists.Inc()
+	c.logger.Info("listed the store", "rev", at, "store_rev", cur, "compacted", compacted, "objects", n, "startup", startup)
+	c.syncTarget(cur)
+	return nil
+}
+
+// syncTarget records the revision at which the cache counts as synced.
+func (c *Cache) syncTarget(rev int64) {
+	go func() {
+		ctx := context.Background()
+		if err := c.WaitForRev(ctx, rev); err == nil {
+			c.syncOnce.Do(func() { close(c.synced) })
+		}
+	}()
+}
+
+func (c *Cache) decode(r *Resource, value []byte, modRev int64) (runtime.Object, error) {
+	obj := r.res.New()
+	if err := c.opts.Codec.DecodeStorage(value, modRev, obj); err != nil {
+		return nil, err
+	}
+	// Set apiVersion/kind now: encoding later must not write to a shared
+	// object.
+	if err := c.opts.Codec.SetKind(obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+func prefixEnd(p string) []byte {
+	b := []byte(p)
+	b[len(b)-1]++
+	return b
+}
+
+// follow watches the store from the revision after the cache's until the
+// stream fails.
+func (c *Cache) follow(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	from := c.Rev() + 1
+	stream, err := c.wc.Watch(ctx)
+	if err != nil {
+		return fmt.Errorf("cache: open store watch: %w", err)
+	}
+	if err := stream.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{
+		Key: []byte(Prefix), RangeEnd: prefixEnd(Prefix), StartRevision: from, ProgressNotify: true,
+	}}}); err != nil {
+		return fmt.Errorf("cache: open store watch: %w", err)
+	}
+	c.streamMu.Lock()
+	c.stream, c.progressPending = stream, false
+	c.streamMu.Unlock()
+	defer func() {
+		c.streamMu.Lock()
+		c.stream = nil
+		c.streamMu.Unlock()
+	}()
+
+	lastEvent := c.Rev()
+	batches := map[*Resource][]change{}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("cache: store watch: %w", err)
+		}
+		if resp.GetCanceled() {
+			if cr := resp.GetCompactRevision(); cr > 0 {
+				return &compactedErr{rev: cr}
+			}
+			return fmt.Errorf("cache: store ended the watch: %s", resp.GetCancelReason())
+		}
+		if resp.GetCreated() {
+			c.requestProgress(true)
+			continue
+		}
+		evs := resp.GetEvents()
+		if len(evs) == 0 {
+			if resp.GetProgressNotify() {
+				c.streamMu.Lock()
+				c.progressPending = false
+				c.streamMu.Unlock()
+				if rev := resp.GetHeader().GetRevision(); rev > c.Rev() && rev >= lastEvent {
+					c.setRev(rev)
+				}
+			}
+			continue
+		}
+		// Events of one revision may span responses, but every revision
+		// before this batch's last event is complete once it is applied.
+		lastEvent = evs[len(evs)-1].GetKv().GetModRevision()
+		complete := max(c.Rev(), lastEvent-1)
+		for _, ev := range evs {
+			kv := ev.GetKv()
+			key := string(kv.GetKey())
+			r := c.resourceFor(key)
+			if r == nil {
+				continue
+			}
+			var obj runtime.Object
+			if ev.GetType() == storev1.Event_TYPE_PUT {
+				if obj, err = c.decode(r, kv.GetValue(), kv.GetModRevision()); err != nil {
+					c.logger.Error("skipping undecodable object", "key", key, "rev", kv.GetModRevision(), "err", err)
+					continue
+				}
+			}
+			batches[r] = append(batches[r], change{key: key, rev: kv.GetModRevision(), obj: obj})
+		}
+		now := time.Now()
+		for r, chs := range batches {
+			if err := r.applyBatch(chs, complete, now); err != nil {
+				return err
+			}
+			clear(chs)
+			batches[r] = chs[:0]
+		}
+		if complete > c.Rev() {
+			c.setRev(complete)
+		}
+		// Learn soon that lastEvent is complete too.
+		c.requestProgress(false)
+	}
+}
+
+// bookmarks sends periodic bookmarks until ctx ends.
+func (c *Cache) bookmarks(ctx context.Context) {
+	t := time.NewTicker(c.opts.BookmarkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, r := range c.all {
+				if err := r.bookmark(); err != nil {
+					c.logger.Error("bookmark", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// revFetcher reads the store's current revision linearizably, sharing one
+// read among the callers that arrived before it started.
+type revFetcher struct {
+	kv storev1.KVServiceClient
+
+	mu       sync.Mutex
+	inflight bool
+	next     *revCall
+}
+
+type revCall struct {
+	done chan struct{}
+	rev  int64
+	err  error
+}
+
+func (f *revFetcher) get(ctx context.Context) (int64, error) {
+	f.mu.Lock()
+	call := f.next
+	if call == nil {
+		call = &revCall{done: make(chan struct{})}
+		f.next = call
+	}
+	if !f.inflight {
+		f.startLocked()
+	}
+	f.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.rev, call.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (f *revFetcher) startLocked() {
+	call := f.next
+	f.next, f.inflight = nil, true
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := f.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
+		call.rev, call.err = resp.GetHeader().GetRevision(), err
+		f.mu.Lock()
+		f.inflight = false
+		if f.next != nil {
+			f.startLocked()
+		}
+		f.mu.Unlock()
+		close(call.done)
+	}()
+}

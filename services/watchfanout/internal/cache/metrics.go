@@ -1,0 +1,85 @@
+package cache
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the cache's metrics, on an injected registerer.
+type metrics struct {
+	watchers   *prometheus.GaugeVec
+	terminated *prometheus.CounterVec
+	events     *prometheus.CounterVec
+	received   *prometheus.CounterVec
+	objects    *prometheus.GaugeVec
+	history    *prometheus.GaugeVec
+	revision   prometheus.Gauge
+	relists    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	gvr := []string{"group", "version", "resource"}
+	m := &metrics{
+		watchers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "watchfanout_watchers", Help: "Registered watchers per resource.",
+		}, gvr),
+		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "watchfanout_terminated_watchers_total", Help: "Watchers ended by the cache, by reason: too_slow (buffer overflow) or reset (cache re-listed).",
+		}, append(gvr, "reason")),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "apiserver_watch_events_total", Help: "Events queued to watchers.",
+		}, gvr),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "apiserver_watch_cache_events_received_total", Help: "Events the cache received from the store.",
+		}, gvr),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "watchfanout_cache_objects", Help: "Objects in the cache per resource.",
+		}, gvr),
+		history: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "watchfanout_cache_history_events", Help: "Events in the history per resource.",
+		}, gvr),
+		revision: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "watchfanout_cache_revision", Help: "The store revision the cache has fully applied.",
+		}),
+		relists: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "watchfanout_cache_lists_total", Help: "Lists of the whole state from the store (start and re-lists after compaction).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.history, m.revision, m.relists} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// resourceMetrics are metrics curried for one resource.
+type resourceMetrics struct {
+	watchers, objects, history prometheus.Gauge
+	events, received           prometheus.Counter
+	tooSlow, reset             prometheus.Counter
+}
+
+func (m *metrics) forResource(group, version, resource string) *resourceMetrics {
+	l := prometheus.Labels{"group": group, "version": version, "resource": resource}
+	with := func(reason string) prometheus.Counter {
+		return m.terminated.With(prometheus.Labels{"group": group, "version": version, "resource": resource, "reason": reason})
+	}
+	return &resourceMetrics{
+		watchers: m.watchers.With(l), objects: m.objects.With(l), history: m.history.With(l),
+		events: m.events.With(l), received: m.received.With(l),
+		tooSlow: with("too_slow"), reset: with("reset"),
+	}
+}
+
+func (m *resourceMetrics) terminated(err error) {
+	switch {
+	case errors.Is(err, ErrTooSlow):
+		m.tooSlow.Inc()
+	case errors.Is(err, ErrReset):
+		m.reset.Inc()
+	}
+}

@@ -1,0 +1,470 @@
+package cache
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// ExpiredError is returned by Watch for a revision older than the history.
+type ExpiredError struct {
+	// Requested is the revision asked for; Oldest the oldest revision the
+	// history can serve changes after.
+	Requested, Oldest int64
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("too old resource version: %d (%d)", e.Requested, e.Oldest)
+}
+
+func lessEvent(a, b *Event) bool { return a.Key < b.Key }
+
+// tree is the current state of one resource, ordered by key. Its items are
+// the last event of each live key.
+type tree = btree.BTreeG[*Event]
+
+// Resource is the cache of one served resource: current state, a bounded
+// history of events, and the watchers to fan events out to.
+//
+// Lock rules: mu guards everything below it. The cache's apply goroutine
+// is the only writer (apply, advance, bookmark, reset); it holds mu while
+// it updates state and history and pushes to watchers, which never blocks.
+// Readers hold mu only to look up a key, clone the tree (O(1),
+// copy-on-write) or register a watcher. Never take Cache.revMu while
+// holding mu.
+type Resource struct {
+	res  *registry.Resource
+	enc  *encoders
+	opts *Options
+	m    *resourceMetrics
+
+	mu struct {
+		sync.RWMutex
+		state *tree
+		// rev is the revision the state reflects: every event up to it is
+		// applied.
+		rev int64
+		// hist holds the events after histStart in revision order, from
+		// hist[head].
+		hist      []*Event
+		head      int
+		histStart int64
+		// watchers by namespace; "" holds all-namespace (and
+		// cluster-scoped) watchers.
+		watchers  map[string]map[*Watcher]struct{}
+		snapshots map[int64]*keptSnapshot
+	}
+}
+
+type keptSnapshot struct {
+	snap *Snapshot
+	used time.Time
+}
+
+func newResource(res *registry.Resource, enc *encoders, opts *Options, m *resourceMetrics) *Resource {
+	r := &Resource{res: res, enc: enc, opts: opts, m: m}
+	r.mu.state = btree.NewG(32, lessEvent)
+	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.mu.snapshots = map[int64]*keptSnapshot{}
+	return r
+}
+
+// Registry returns the served resource.
+func (r *Resource) Registry() *registry.Resource { return r.res }
+
+// namespaceOf returns the namespace part of key ("" when cluster-scoped).
+func (r *Resource) namespaceOf(key string) string {
+	if !r.res.Namespaced {
+		return ""
+	}
+	rest := strings.TrimPrefix(key, r.res.KeyPrefix(""))
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
+// change is one store event for a resource: obj is the decoded new state,
+// nil for a delete.
+type change struct {
+	key string
+	rev int64
+	obj runtime.Object
+}
+
+// applyBatch records changes (in revision order) and then that every event
+// up to complete has been applied, in one critical section, so no reader
+// sees part of a batch. Called by the apply goroutine only.
+func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ch := range chs {
+		if err := r.applyLocked(ch, now); err != nil {
+			return err
+		}
+	}
+	r.m.received.Add(float64(len(chs)))
+	r.m.objects.Set(float64(r.mu.state.Len()))
+	r.advanceLocked(complete, now)
+	return nil
+}
+
+func (r *Resource) applyLocked(ch change, now time.Time) error {
+	prev, had := r.mu.state.Get(&Event{Key: ch.key})
+	ev := &Event{Rev: ch.rev, Key: ch.key, Namespace: r.namespaceOf(ch.key), Obj: ch.obj, enc: r.enc, at: now}
+	if had {
+		ev.Prev = prev.Obj
+	}
+	if ch.obj == nil {
+		if !had {
+			// A delete of a key the cache never saw: nobody can have seen it.
+			return nil
+		}
+		last := prev.Obj.DeepCopyObject()
+		if err := setRV(last, ch.rev); err != nil {
+			return err
+		}
+		ev.Obj, ev.Prev, ev.Deleted = last, nil, true
+		r.mu.state.Delete(prev)
+	} else {
+		r.mu.state.ReplaceOrInsert(ev)
+	}
+	r.mu.hist = append(r.mu.hist, ev)
+	r.dispatchLocked(ev)
+	return nil
+}
+
+// advance records that every event up to rev has been applied, and trims
+// the history. Called by the apply goroutine only.
+func (r *Resource) advance(rev int64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.advanceLocked(rev, now)
+}
+
+func (r *Resource) advanceLocked(rev int64, now time.Time) {
+	if rev > r.mu.rev {
+		r.mu.rev = rev
+	}
+	cutoff := now.Add(-r.opts.HistoryWindow)
+	for r.mu.head < len(r.mu.hist) {
+		ev := r.mu.hist[r.mu.head]
+		if len(r.mu.hist)-r.mu.head <= r.opts.HistoryMaxEvents && !ev.at.Before(cutoff) {
+			break
+		}
+		r.mu.histStart = ev.Rev
+		r.mu.hist[r.mu.head] = nil
+		r.mu.head++
+	}
+	if r.mu.head > 1024 && r.mu.head > len(r.mu.hist)/2 {
+		n := copy(r.mu.hist, r.mu.hist[r.mu.head:])
+		clear(r.mu.hist[n:])
+		r.mu.hist, r.mu.head = r.mu.hist[:n], 0
+	}
+	r.m.history.Set(float64(len(r.mu.hist) - r.mu.head))
+	for rv, k := range r.mu.snapshots {
+		if now.Sub(k.used) > r.opts.SnapshotTTL {
+			delete(r.mu.snapshots, rv)
+		}
+	}
+}
+
+// reset replaces the state with a fresh list at rev and empties the
+// history; every watcher is terminated with ErrReset (it may have missed
+// events). Called by the apply goroutine only.
+func (r *Resource) reset(state *tree, rev int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.state = state
+	r.mu.rev = rev
+	clear(r.mu.hist)
+	r.mu.hist, r.mu.head, r.mu.histStart = r.mu.hist[:0], 0, rev
+	r.mu.snapshots = map[int64]*keptSnapshot{}
+	for _, set := range r.mu.watchers {
+		for w := range set {
+			w.terminate(ErrReset)
+			r.m.terminated(ErrReset)
+		}
+	}
+	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.m.watchers.Set(0)
+	r.m.objects.Set(float64(state.Len()))
+	r.m.history.Set(0)
+}
+
+// bookmark sends a BOOKMARK at the current revision to every watcher that
+// allows bookmarks. Called by the apply goroutine only.
+func (r *Resource) bookmark() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.mu.watchers) == 0 {
+		return nil
+	}
+	ev, err := newBookmark(r.res, r.enc, r.mu.rev, false)
+	if err != nil {
+		return err
+	}
+	for _, set := range r.mu.watchers {
+		r.dispatchSetLocked(set, ev)
+	}
+	return nil
+}
+
+func (r *Resource) dispatchLocked(ev *Event) {
+	n := r.dispatchSetLocked(r.mu.watchers[""], ev)
+	if ev.Namespace != "" {
+		n += r.dispatchSetLocked(r.mu.watchers[ev.Namespace], ev)
+	}
+	if n > 0 {
+		r.m.events.Add(float64(n))
+	}
+}
+
+func (r *Resource) dispatchSetLocked(set map[*Watcher]struct{}, ev *Event) int {
+	n := 0
+	for w := range set {
+		kind, ok := w.kindFor(ev)
+		if !ok {
+			continue
+		}
+		if !w.push(Item{Ev: ev, Kind: kind}) {
+			r.m.terminated(ErrTooSlow)
+			r.unregisterLocked(w)
+			continue
+		}
+		w.sent = ev.Rev
+		n++
+	}
+	return n
+}
+
+// WatchOptions describe a watch.
+type WatchOptions struct {
+	// Namespace limits the watch; "" is every namespace.
+	Namespace string
+	// Filter selects objects; required.
+	Filter *selection.Filter
+	// Bookmarks asks for periodic bookmarks.
+	Bookmarks bool
+	// Initial starts with the current state: Subscription.Initial is a
+	// snapshot, and changes after its revision follow.
+	Initial bool
+	// After, without Initial, starts with the changes after this revision;
+	// negative means after the current revision.
+	After int64
+}
+
+// Subscription is a registered watch and what it must send before its
+// queued events.
+type Subscription struct {
+	*Watcher
+	// Rev is the revision the watch starts after: the snapshot's revision
+	// with Initial, else the requested one (or the current one).
+	Rev int64
+	// Initial is the state at Rev, with WatchOptions.Initial.
+	Initial *Snapshot
+	// Replay are the history events after the requested revision that
+	// precede the queued events (already in order); filter them with
+	// Kind.
+	Replay []*Event
+
+	from int64 // the requested revision of Replay
+}
+
+// Kind decides what ev is for this watch; see Watcher.
+func (s *Subscription) Kind(ev *Event) (FrameKind, bool) { return s.kindAfter(ev, s.from) }
+
+// Watch registers a watch. It returns *ExpiredError when opts.After is
+// older than the history. The caller must Close the subscription.
+func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
+	ns := opts.Namespace
+	if !r.res.Namespaced {
+		ns = ""
+	}
+	w := &Watcher{ns: ns, filter: opts.Filter, bookmarks: opts.Bookmarks, limit: r.opts.WatcherBuffer, res: r, notify: make(chan struct{}, 1)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sub := &Subscription{Watcher: w}
+	switch {
+	case opts.Initial:
+		sub.Initial = &Snapshot{Rev: r.mu.rev, tree: r.mu.state.Clone(), prefix: r.res.KeyPrefix(ns)}
+		w.after = r.mu.rev
+	case opts.After < 0:
+		w.after = r.mu.rev
+	default:
+		if opts.After < r.mu.histStart {
+			return nil, &ExpiredError{Requested: opts.After, Oldest: r.mu.histStart}
+		}
+		hist := r.mu.hist[r.mu.head:]
+		i := sort.Search(len(hist), func(i int) bool { return hist[i].Rev > opts.After })
+		sub.Replay = append([]*Event(nil), hist[i:]...)
+		sub.from = opts.After
+		w.after = max(opts.After, r.mu.rev)
+	}
+	sub.Rev = w.after
+	w.sent = w.after
+	if n := len(sub.Replay); n > 0 && sub.Replay[n-1].Rev > w.sent {
+		w.sent = sub.Replay[n-1].Rev
+	}
+	if opts.After > sub.Rev {
+		sub.Rev = opts.After
+	}
+	set := r.mu.watchers[ns]
+	if set == nil {
+		set = map[*Watcher]struct{}{}
+		r.mu.watchers[ns] = set
+	}
+	set[w] = struct{}{}
+	r.m.watchers.Inc()
+	return sub, nil
+}
+
+// unregister removes w; reason is only for the log of metrics ("" when
+// the watch ended by itself).
+func (r *Resource) unregister(w *Watcher, _ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unregisterLocked(w)
+}
+
+func (r *Resource) unregisterLocked(w *Watcher) {
+	set := r.mu.watchers[w.ns]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(r.mu.watchers, w.ns)
+	}
+	r.m.watchers.Dec()
+}
+
+// Rev returns the revision the resource's state reflects.
+func (r *Resource) Rev() int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.mu.rev
+}
+
+// Get returns the current state of key (nil when absent) and the revision
+// the state reflects.
+func (r *Resource) Get(key string) (*Event, int64) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ev, _ := r.mu.state.Get(&Event{Key: key})
+	return ev, r.mu.rev
+}
+
+// Snapshot returns the current state of namespace ns ("" for all) at the
+// current revision. It is O(1): the tree is cloned copy-on-write.
+func (r *Resource) Snapshot(ns string) *Snapshot {
+	if !r.res.Namespaced {
+		ns = ""
+	}
+	r.mu.Lock() // Clone writes the tree's copy-on-write context.
+	defer r.mu.Unlock()
+	return &Snapshot{Rev: r.mu.rev, tree: r.mu.state.Clone(), prefix: r.res.KeyPrefix(ns)}
+}
+
+// Keep retains snap (its whole resource) so a continued list can read the
+// same state; it expires after Options.SnapshotTTL without use, and at
+// most Options.MaxSnapshots are kept per resource.
+func (r *Resource) Keep(snap *Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if k, ok := r.mu.snapshots[snap.Rev]; ok {
+		k.used = now
+		return
+	}
+	if len(r.mu.snapshots) >= r.opts.MaxSnapshots {
+		var oldest int64 = -1
+		for rv, k := range r.mu.snapshots {
+			if oldest < 0 || k.used.Before(r.mu.snapshots[oldest].used) {
+				oldest = rv
+			}
+		}
+		delete(r.mu.snapshots, oldest)
+	}
+	r.mu.snapshots[snap.Rev] = &keptSnapshot{snap: &Snapshot{Rev: snap.Rev, tree: snap.tree, prefix: r.res.KeyPrefix("")}, used: now}
+}
+
+// Kept returns the state of namespace ns at rev if a snapshot at rev is
+// kept, or if rev is the current revision.
+func (r *Resource) Kept(ns string, rev int64) (*Snapshot, bool) {
+	if !r.res.Namespaced {
+		ns = ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k, ok := r.mu.snapshots[rev]; ok {
+		k.used = time.Now()
+		return &Snapshot{Rev: rev, tree: k.snap.tree, prefix: r.res.KeyPrefix(ns)}, true
+	}
+	if rev == r.mu.rev {
+		return &Snapshot{Rev: rev, tree: r.mu.state.Clone(), prefix: r.res.KeyPrefix(ns)}, true
+	}
+	return nil, false
+}
+
+// Snapshot is an immutable state of a resource (one namespace or all) at
+// one revision. It is safe for concurrent use.
+type Snapshot struct {
+	// Rev is the revision of the state.
+	Rev    int64
+	tree   *tree
+	prefix string
+}
+
+// Prefix returns the key prefix the snapshot covers.
+func (s *Snapshot) Prefix() string { return s.prefix }
+
+// Ascend calls fn for each object with key >= from (from "" is the start)
+// under the snapshot's prefix, in key order, until fn returns false.
+func (s *Snapshot) Ascend(from string, fn func(*Event) bool) {
+	if from < s.prefix {
+		from = s.prefix
+	}
+	s.tree.AscendGreaterOrEqual(&Event{Key: from}, func(ev *Event) bool {
+		if !strings.HasPrefix(ev.Key, s.prefix) {
+			return false
+		}
+		return fn(ev)
+	})
+}
+
+// closeWatchers terminates every watcher with ErrClosed.
+func (r *Resource) closeWatchers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, set := range r.mu.watchers {
+		for w := range set {
+			w.terminate(ErrClosed)
+		}
+	}
+	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.m.watchers.Set(0)
+}
+
+// Bookmark returns a bookmark event at rev for one watch (it is not
+// dispatched); initialEnd annotates it k8s.io/initial-events-end.
+func (r *Resource) Bookmark(rev int64, initialEnd bool) (*Event, error) {
+	return newBookmark(r.res, r.enc, rev, initialEnd)
+}
+
+// ErrorFrame encodes an ERROR event carrying st in format f.
+func (r *Resource) ErrorFrame(f Format, st *metav1.Status) ([]byte, error) {
+	return r.enc[f].Frame(watch.Error, st)
+}
+
+// Resource returns the resource the subscription watches.
+func (s *Subscription) Resource() *Resource { return s.res }

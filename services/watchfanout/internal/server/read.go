@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	"github.com/meridian-cp/meridian/lib/kube/table"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Get reads one object from the cache:
+//
+//	resourceVersion unset  consistent (the cache reaches the store's current revision first)
+//	"0"                    the cache as it is
+//	N                      not older than N (wait, then 504 ResourceVersionTooLarge)
+func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
+	r, err := s.resolve(req.GetResource())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	rv, err := parseRV(req.GetResourceVersion())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if err := s.waitRead(ctx, rv); err != nil {
+		return nil, toGRPC(err)
+	}
+	ns := req.GetNamespace()
+	if !r.Registry().Namespaced {
+		ns = ""
+	}
+	ev, _ := r.Get(r.Registry().Key(ns, req.GetName()))
+	if ev == nil {
+		return nil, toGRPC(apierrors.NewNotFound(r.Registry().GVR.GroupResource(), req.GetName()))
+	}
+	data, err := s.encode(r.Registry(), ev.Obj, f)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &watchv1.GetResponse{Data: data, ResourceVersion: strconv.FormatInt(ev.Rev, 10)}, nil
+}
+
+// waitRead applies the freshness rule of a read at rv (-1 unset).
+func (s *Server) waitRead(ctx context.Context, rv int64) error {
+	switch {
+	case rv < 0:
+		return s.waitConsistent(ctx)
+	case rv > 0:
+		return s.waitNotOlder(ctx, rv)
+	}
+	return nil
+}
+
+// List reads a collection from the cache, with the rules of Get plus:
+// resourceVersionMatch=Exact reads a kept snapshot at exactly N (or the
+// store at N); limit cuts the list into chunks read from one snapshot, and
+// continue_token continues it (from the store at the token's revision once
+// the snapshot expired; 410 Expired once the store compacted it).
+func (s *Server) List(ctx context.Context, req *watchv1.ListRequest) (*watchv1.ListResponse, error) {
+	resp, err := s.list(ctx, req)
+	return resp, toGRPC(err)
+}
+
+func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.ListResponse, error) {
+	r, err := s.resolve(req.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	if err != nil {
+		return nil, err
+	}
+	flt, err := filter(r, req.GetLabelSelector(), req.GetFieldSelector())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetLimit() < 0 {
+		return nil, apierrors.NewBadRequest("limit must not be negative")
+	}
+	res := r.Registry()
+	ns := req.GetNamespace()
+	if !res.Namespaced {
+		ns = ""
+	}
+	prefix := res.KeyPrefix(ns)
+	match := req.GetResourceVersionMatch()
+	var snap *cache.Snapshot
+	var start string
+	exact := int64(0) // a revision to read from the store when no snapshot has it
+	if tok := req.GetContinueToken(); tok != "" {
+		if rv := req.GetResourceVersion(); rv != "" && rv != "0" {
+			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		}
+		if match != "" {
+			return nil, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
+		}
+		rev, key, err := decodeContinue(tok, prefix)
+		if err != nil {
+			return nil, err
+		}
+		start = key
+		if snap, _ = r.Kept(ns, rev); snap == nil {
+			exact = rev
+		}
+	} else {
+		rv, err := parseRV(req.GetResourceVersion())
+		if err != nil {
+			return nil, err
+		}
+		switch match {
+		case "", string(metav1.ResourceVersionMatchNotOlderThan), string(metav1.ResourceVersionMatchExact):
+		default:
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: unsupported value %q: supported values are %q and %q",
+				match, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
+		}
+		switch {
+		case rv < 0 && match != "":
+			return nil, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+		case rv == 0 && match == string(metav1.ResourceVersionMatchExact):
+			return nil, apierrors.NewBadRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
+		case match == string(metav1.ResourceVersionMatchExact):
+			if snap, _ = r.Kept(ns, rv); snap == nil {
+				exact = rv
+			}
+		default:
+			if err := s.waitRead(ctx, rv); err != nil {
+				return nil, err
+			}
+			snap = r.Snapshot(ns)
+		}
+	}
+
+	var page listPage
+	if snap != nil {
+		page = listSnapshot(snap, start, req.GetLimit(), flt)
+		if page.next != "" {
+			r.Keep(snap)
+		}
+	} else {
+		if start == "" {
+			start = prefix
+		}
+		if page, err = s.listStore(ctx, r, prefix, start, exact, req.GetLimit(), flt); err != nil {
+			return nil, err
+		}
+	}
+	list := res.NewList()
+	if err := meta.SetList(list, page.items); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	out := &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}
+	lm.SetResourceVersion(out.ResourceVersion)
+	if page.next != "" {
+		if out.ContinueToken, err = encodeContinue(page.rev, page.next, prefix); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		lm.SetContinue(out.ContinueToken)
+		lm.SetRemainingItemCount(page.remaining)
+		out.RemainingItemCount = page.remaining
+	}
+	if out.Data, err = s.encode(res, list, f); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// listPage is one chunk of a list.
+type listPage struct {
+	items     []runtime.Object
+	rev       int64
+	next      string // the key to continue from; "" when complete
+	remaining *int64 // without selectors: the items after this chunk
+}
+
+// listSnapshot reads up to limit (0: all) selected items from key start.
+func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selection.Filter) listPage {
+	p := listPage{rev: snap.Rev}
+	var rest int64
+	snap.Ascend(start, func(ev *cache.Event) bool {
+		if p.next != "" {
+			if !flt.Empty() {
+				return false
+			}
+			rest++
+			return true
+		}
+		if !flt.Matches(ev.Obj) {
+			return true
+		}
+		if limit > 0 && int64(len(p.items)) == limit {
+			p.next = ev.Key
+			rest = 1
+			return true
+		}
+		p.items = append(p.items, ev.Obj)
+		return true
+	})
+	if p.next != "" && flt.Empty() {
+		p.remaining = &rest
+	}
+	return p
+}
+
+// encode writes obj (an object or a list) in format f.
+func (s *Server) encode(res *registry.Resource, obj runtime.Object, f cache.Format) ([]byte, error) {
+	var include metav1.IncludeObjectPolicy
+	switch f {
+	case cache.FormatTableNone:
+		include = metav1.IncludeNone
+	case cache.FormatTableMetadata:
+		include = metav1.IncludeMetadata
+	case cache.FormatTableObject:
+		include = metav1.IncludeObject
+	default:
+		data, err := s.cfg.Codec.EncodeToBytes(obj, mediaType(f))
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		return data, nil
+	}
+	t, err := table.Render(s.cfg.Codec, res, obj, include, s.cfg.Now())
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	data, err := s.cfg.Codec.EncodeToBytes(t, negotiation.JSON)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	return data, nil
+}

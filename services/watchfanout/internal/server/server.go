@@ -1,0 +1,179 @@
+// Package server implements meridian.watch.v1.WatchService on top of the
+// watch cache: watches with the Kubernetes resourceVersion semantics, and
+// List/Get served from the cache.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Defaults of Config fields.
+const (
+	DefaultWatchTimeout             = 30 * time.Minute
+	DefaultReadWaitTimeout          = 3 * time.Second
+	DefaultMaxBatchBytes            = 64 << 10
+	DefaultInitialEventsConcurrency = 16
+)
+
+// Config configures a Server. Zero fields mean their defaults.
+type Config struct {
+	// Cache serves everything. Required.
+	Cache *cache.Cache
+	// Codec encodes lists and objects. Required.
+	Codec *codec.Codec
+	// KV reads the store for what the cache cannot serve: lists at an
+	// exact revision it does not hold, and continue tokens whose snapshot
+	// expired. Required.
+	KV storev1.KVServiceClient
+	// WatchTimeout ends watches that asked for no timeout; default 30m.
+	WatchTimeout time.Duration
+	// ReadWaitTimeout bounds how long a read or watch waits for the cache
+	// to reach a resourceVersion (NotOlderThan, consistent reads); default
+	// 3s, then 504 Timeout (ResourceVersionTooLarge).
+	ReadWaitTimeout time.Duration
+	// MaxBatchBytes caps the frames of one WatchResponse; default 64 KiB.
+	MaxBatchBytes int
+	// InitialEventsConcurrency caps the watches sending initial state at
+	// once (a relist storm), which bounds memory; default 16.
+	InitialEventsConcurrency int
+	// Now is the clock of Table ages; nil is time.Now.
+	Now func() time.Time
+}
+
+// Server serves watch.v1.WatchService.
+type Server struct {
+	watchv1.UnimplementedWatchServiceServer
+	cfg     Config
+	initial chan struct{} // semaphore of InitialEventsConcurrency
+}
+
+var _ watchv1.WatchServiceServer = (*Server)(nil)
+
+// New returns a server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Cache == nil || cfg.Codec == nil || cfg.KV == nil {
+		return nil, errors.New("server: Cache, Codec and KV are required")
+	}
+	if cfg.WatchTimeout <= 0 {
+		cfg.WatchTimeout = DefaultWatchTimeout
+	}
+	if cfg.ReadWaitTimeout <= 0 {
+		cfg.ReadWaitTimeout = DefaultReadWaitTimeout
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.InitialEventsConcurrency <= 0 {
+		cfg.InitialEventsConcurrency = DefaultInitialEventsConcurrency
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{cfg: cfg, initial: make(chan struct{}, cfg.InitialEventsConcurrency)}, nil
+}
+
+// resolve finds the cache of a resource; 404 when it is not served, 503
+// before the cache has synced.
+func (s *Server) resolve(ref *watchv1.Resource) (*cache.Resource, error) {
+	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
+	r, ok := s.cfg.Cache.Resource(gvr)
+	if !ok {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+	}
+	select {
+	case <-s.cfg.Cache.Synced():
+	default:
+		return nil, notSynced()
+	}
+	return r, nil
+}
+
+// format maps the requested encoding to a cache format.
+func format(enc watchv1.Encoding, includeObject string) (cache.Format, error) {
+	switch enc {
+	case watchv1.Encoding_ENCODING_UNSPECIFIED, watchv1.Encoding_ENCODING_JSON:
+		return cache.FormatJSON, nil
+	case watchv1.Encoding_ENCODING_PROTOBUF:
+		return cache.FormatProtobuf, nil
+	case watchv1.Encoding_ENCODING_TABLE:
+		switch metav1.IncludeObjectPolicy(includeObject) {
+		case "", metav1.IncludeMetadata:
+			return cache.FormatTableMetadata, nil
+		case metav1.IncludeNone:
+			return cache.FormatTableNone, nil
+		case metav1.IncludeObject:
+			return cache.FormatTableObject, nil
+		}
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("includeObject: unsupported value %q", includeObject))
+	}
+	return 0, apierrors.NewBadRequest(fmt.Sprintf("unsupported encoding %v", enc))
+}
+
+// mediaType is the media type of objects and lists in a format.
+func mediaType(f cache.Format) string {
+	if f == cache.FormatProtobuf {
+		return negotiation.Protobuf
+	}
+	return negotiation.JSON
+}
+
+// parseRV parses a resourceVersion: -1 when unset.
+func parseRV(rv string) (int64, error) {
+	if rv == "" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
+	}
+	return n, nil
+}
+
+// filter parses selectors.
+func filter(r *cache.Resource, labelSel, fieldSel string) (*selection.Filter, error) {
+	return selection.New(r.Registry(), labelSel, fieldSel)
+}
+
+// waitConsistent waits until the cache has every write acknowledged before
+// the call: it reads the store's revision linearizably and waits for the
+// cache to reach it, bounded by ReadWaitTimeout.
+func (s *Server) waitConsistent(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadWaitTimeout)
+	defer cancel()
+	rev, err := s.cfg.Cache.ConsistentRev(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return apierrors.NewTimeoutError("could not read the store's current revision in time", 1)
+		}
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("could not read the store's current revision: %v", err))
+	}
+	if err := s.cfg.Cache.WaitForRev(ctx, rev); err != nil {
+		return tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
+	}
+	return nil
+}
+
+// waitNotOlder waits until the cache reaches rev, bounded by
+// ReadWaitTimeout, then 504 ResourceVersionTooLarge.
+func (s *Server) waitNotOlder(ctx context.Context, rev int64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadWaitTimeout)
+	defer cancel()
+	if err := s.cfg.Cache.WaitForRev(ctx, rev); err != nil {
+		return tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
+	}
+	return nil
+}

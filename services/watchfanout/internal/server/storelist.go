@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// listStore reads a chunk of a list from the store at revision rev: what
+// the cache cannot serve (an exact revision it keeps no snapshot of, a
+// continue token whose snapshot expired).
+func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start string, rev, limit int64, flt *selection.Filter) (listPage, error) {
+	p := listPage{rev: rev}
+	end := []byte(prefix)
+	end[len(end)-1]++
+	key := []byte(start)
+	for {
+		req := &storev1.RangeRequest{Key: key, RangeEnd: end, Revision: rev, Serializable: true}
+		if limit > 0 {
+			req.Limit = limit - int64(len(p.items))
+		}
+		resp, err := s.cfg.KV.Range(ctx, req)
+		if err != nil {
+			switch status.Code(err) {
+			case codes.OutOfRange:
+				return p, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the list snapshot expired and the store compacted it; start a new list", rev))
+			case codes.FailedPrecondition:
+				return p, tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
+			}
+			return p, apierrors.NewServiceUnavailable(fmt.Sprintf("store: %v", err))
+		}
+		kvs := resp.GetKvs()
+		for _, kv := range kvs {
+			obj := r.Registry().New()
+			if err := s.cfg.Codec.DecodeStorage(kv.GetValue(), kv.GetModRevision(), obj); err != nil {
+				return p, apierrors.NewInternalError(err)
+			}
+			if flt.Matches(obj) {
+				p.items = append(p.items, obj)
+			}
+		}
+		if !resp.GetMore() || len(kvs) == 0 {
+			return p, nil
+		}
+		key = append(append([]byte(nil), kvs[len(kvs)-1].GetKey()...), 0)
+		if limit > 0 && int64(len(p.items)) >= limit {
+			p.next = string(key)
+			if flt.Empty() {
+				n := resp.GetCount() - int64(len(kvs))
+				p.remaining = &n
+			}
+			return p, nil
+		}
+	}
+}
