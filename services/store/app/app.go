@@ -112,7 +112,7 @@ func (a *App) open(ctx context.Context) error {
 	a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
 	rcfg := raftnode.Config{
 		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
-		PeerAddress: cfg.PeerAddress, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
+		PeerAddress: cfg.PeerAddress, PeerAdvertise: cfg.PeerAdvertise, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,

@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ type Config struct {
 	// advertises it, so it must be "ip:port" with a concrete IP and a
 	// non-zero port (":0" cannot be advertised).
 	PeerAddress string
+	// PeerAdvertise is the raft address given to peers when it differs
+	// from PeerAddress (a proxy, NAT); default PeerAddress. Outgoing raft
+	// connections are bound to PeerAddress's IP.
+	PeerAdvertise string
 	// Bootstrap bootstraps a cluster when the data dir is new: the voters
 	// of InitialCluster, or a single voter (this member) when it is empty.
 	Bootstrap bool
@@ -156,8 +161,8 @@ func (c *Config) Validate() error {
 			}
 			if m.ID == id {
 				self = true
-				if m.PeerAddress != c.PeerAddress {
-					errs = append(errs, fmt.Errorf("store: InitialCluster gives this member (%q) peer address %s, not PeerAddress %s", id, m.PeerAddress, c.PeerAddress))
+				if adv := cmp.Or(c.PeerAdvertise, c.PeerAddress); m.PeerAddress != adv {
+					errs = append(errs, fmt.Errorf("store: InitialCluster gives this member (%q) peer address %s, not its advertised %s", id, m.PeerAddress, cmp.Or(c.PeerAdvertise, c.PeerAddress)))
 				}
 			}
 		}

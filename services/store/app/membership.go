@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ func (a *App) join(ctx context.Context) error {
 		creds = credentials.NewTLS(a.cfg.ClientTLS)
 	}
 	req := &storev1.MemberAddRequest{
-		Id: a.cfg.ID, PeerAddress: a.cfg.PeerAddress, ClientAddress: a.cfg.ClientAddress, NonVoter: a.cfg.NonVoter,
+		Id: a.cfg.ID, PeerAddress: cmp.Or(a.cfg.PeerAdvertise, a.cfg.PeerAddress), ClientAddress: a.cfg.ClientAddress, NonVoter: a.cfg.NonVoter,
 	}
 	var errs []error
 	for attempt := 0; ; attempt++ {
@@ -85,7 +86,7 @@ func (a *App) registerOnce(ctx context.Context) {
 	if a.cfg.ClientAddress != "" && ms[a.cfg.ID] != a.cfg.ClientAddress && a.node.LeaderID() != "" {
 		ctx := metadata.NewIncomingContext(ctx, metadata.Pairs(wire.AddressOnlyKey, "1"))
 		_, err := a.srv.Cluster().MemberAdd(ctx, &storev1.MemberAddRequest{
-			Id: a.cfg.ID, PeerAddress: a.cfg.PeerAddress, ClientAddress: a.cfg.ClientAddress,
+			Id: a.cfg.ID, PeerAddress: cmp.Or(a.cfg.PeerAdvertise, a.cfg.PeerAddress), ClientAddress: a.cfg.ClientAddress,
 		})
 		if err != nil {
 			a.log.Debug("registering the client address", "error", err)

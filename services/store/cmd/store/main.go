@@ -27,6 +27,7 @@ import (
 
 type flags struct {
 	id, dataDir, listen, peerListen string
+	peerAdvertise                   string
 	bootstrap                       bool
 	initialCluster, advertiseClient string
 	join                            string
@@ -49,6 +50,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the raft log, snapshots and state (required)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:2479", "gRPC API listen address")
 	fs.StringVar(&f.peerListen, "peer-listen", "", "raft TCP transport address (ip:port, advertised to peers); empty = single-node in-memory transport")
+	fs.StringVar(&f.peerAdvertise, "peer-advertise", "", "raft address given to peers when it differs from --peer-listen (proxy, NAT)")
 	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a cluster when the data dir is new: the voters of --initial-cluster, or this member alone; ignored with --join")
 	fs.StringVar(&f.initialCluster, "initial-cluster", "", "voters of a new cluster, the same on every member: id=peer-ip:port[/client-host:port],… (needs --peer-listen)")
 	fs.StringVar(&f.advertiseClient, "advertise-client", "", "gRPC address other members and clients use to reach this member; default --listen when it names a concrete IP")
@@ -146,6 +148,7 @@ func run(f flags, log *slog.Logger) error {
 		ID:                  f.id,
 		DataDir:             f.dataDir,
 		PeerAddress:         f.peerListen,
+		PeerAdvertise:       f.peerAdvertise,
 		Bootstrap:           f.bootstrap,
 		InitialCluster:      initial,
 		ClientAddress:       advertise,

@@ -64,6 +64,9 @@ type Config struct {
 	// port not 0). Empty selects an in-memory transport: a single-node
 	// group that no other member can join.
 	PeerAddress string
+	// PeerAdvertise is the raft address given to peers when it differs
+	// from PeerAddress (a proxy, NAT); default PeerAddress.
+	PeerAdvertise string
 	// Bootstrap creates the initial configuration when there is no raft
 	// state yet: the voters InitialCluster, or this node alone when it is
 	// empty. Every member of a new cluster is started with the same

@@ -20,9 +20,9 @@ const transportPool = 3
 //
 // Without a PeerAddress the node uses raft's in-memory transport with the
 // address "inmem:<id>": a single-node group needs no network, and nothing
-// listens. With one, it uses raft's NetworkTransport, bound to and
-// advertising PeerAddress, which must therefore name a concrete IP and a
-// non-zero port. With ServerTLS set the stream layer is TLS in both
+// listens. With one, it uses raft's NetworkTransport, bound to PeerAddress
+// and advertising PeerAdvertise (default PeerAddress), which must therefore
+// name a concrete IP and a non-zero port. With ServerTLS set the stream layer is TLS in both
 // directions (mutual when ServerTLS requires client certificates and
 // ClientTLS carries one); otherwise plain TCP, for tests.
 // The address is stored in the raft configuration: switching a data
@@ -32,43 +32,53 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 		_, t := raft.NewInmemTransport(raft.ServerAddress("inmem:" + cfg.ID))
 		return t, nil
 	}
-	addr, err := ValidatePeerAddress(cfg.PeerAddress)
+	bind, err := ValidatePeerAddress(cfg.PeerAddress)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ServerTLS == nil {
-		t, err := raft.NewTCPTransportWithLogger(cfg.PeerAddress, addr, transportPool, transportTimeout, hl.Named("transport"))
-		if err != nil {
-			return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.PeerAddress, err)
+	advertise := bind
+	if cfg.PeerAdvertise != "" {
+		if advertise, err = ValidatePeerAddress(cfg.PeerAdvertise); err != nil {
+			return nil, err
 		}
-		return t, nil
 	}
-	if cfg.ClientTLS == nil {
+	if cfg.ServerTLS != nil && cfg.ClientTLS == nil {
 		return nil, fmt.Errorf("raftnode: a TLS raft transport needs ClientTLS to dial peers")
 	}
 	lis, err := net.Listen("tcp", cfg.PeerAddress)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.PeerAddress, err)
 	}
-	sl := &tlsStreamLayer{Listener: tls.NewListener(lis, cfg.ServerTLS), advertise: addr, client: cfg.ClientTLS}
+	sl := &streamLayer{Listener: lis, advertise: advertise, client: cfg.ClientTLS,
+		local: &net.TCPAddr{IP: bind.IP}}
+	if cfg.ServerTLS != nil {
+		sl.Listener = tls.NewListener(lis, cfg.ServerTLS)
+	}
 	return raft.NewNetworkTransportWithLogger(sl, transportPool, transportTimeout, hl.Named("transport")), nil
 }
 
-// tlsStreamLayer is a raft.StreamLayer over TLS. Accepted connections
-// complete their handshake on first read (in the transport's per-connection
-// goroutine), so a slow or hostile peer never blocks Accept.
-type tlsStreamLayer struct {
+// streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
+// Accepted TLS connections complete their handshake on first read (in the
+// transport's per-connection goroutine), so a slow or hostile peer never
+// blocks Accept. Outgoing connections are bound to the IP of the listen
+// address, so that peers (and test proxies) see which member dials.
+type streamLayer struct {
 	net.Listener
 	advertise net.Addr
 	client    *tls.Config
+	local     *net.TCPAddr
 }
 
 // Addr returns the advertised address.
-func (l *tlsStreamLayer) Addr() net.Addr { return l.advertise }
+func (l *streamLayer) Addr() net.Addr { return l.advertise }
 
-// Dial opens a TLS connection to a peer. Without a ServerName in the client
+// Dial opens a connection to a peer. Without a ServerName in the client
 // config, the peer's certificate is verified against the dialled host.
-func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout, LocalAddr: l.local}
+	if l.client == nil {
+		return d.Dial("tcp", string(address))
+	}
 	cfg := l.client.Clone()
 	if cfg.ServerName == "" {
 		host, _, err := net.SplitHostPort(string(address))
@@ -77,7 +87,6 @@ func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 		}
 		cfg.ServerName = host
 	}
-	d := &net.Dialer{Timeout: timeout}
 	return tls.DialWithDialer(d, "tcp", string(address), cfg)
 }
 
