@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -40,6 +41,7 @@ type flags struct {
 	maxValueBytes                   int
 	compactionRetention             time.Duration
 	logLevel                        string
+	pprof                           bool
 	startupTimeout                  time.Duration
 }
 
@@ -67,6 +69,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9479", "Prometheus /metrics listen address; empty disables")
 	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +188,12 @@ func run(f flags, log *slog.Logger) error {
 	if f.metricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if f.pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		metricsSrv = &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := metricsSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
