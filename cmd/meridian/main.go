@@ -51,6 +51,7 @@ func run() error {
 	logger.Info("meridian is ready",
 		"api", "https://"+cp.Addr.String(),
 		"grpc", grpcAPI,
+		"store", cp.StoreAddr,
 		"kubeconfig", cp.Kubeconfig,
 		"try", "kubectl --kubeconfig "+cp.Kubeconfig+" get namespaces")
 	select {

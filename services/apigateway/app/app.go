@@ -188,14 +188,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 	}
 	handler, err := frontend.New(bg, frontend.Config{
-		Registry:      reg,
-		Authenticator: authenticator,
-		Resources:     apiv1.NewResourceServiceClient(inConn),
-		FlowControl:   fc,
-		Readyz:        readyz,
-		Metrics:       metrics,
-		Registerer:    cfg.Registerer,
-		Logger:        cfg.Logger,
+		Registry:       reg,
+		Authenticator:  authenticator,
+		Resources:      apiv1.NewResourceServiceClient(inConn),
+		LocalResources: resourceServer,
+		FlowControl:    fc,
+		Readyz:         readyz,
+		Metrics:        metrics,
+		Registerer:     cfg.Registerer,
+		Logger:         cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -48,8 +48,12 @@ type Config struct {
 	Registry *registry.Registry
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
-	// Resources is a client of the ResourceService. Required.
+	// Resources is a client of the ResourceService, used for watches
+	// (grpc-gateway streams only through a client). Required.
 	Resources apiv1.ResourceServiceClient
+	// LocalResources, when set, serves the unary methods by a direct call
+	// instead of through Resources, saving a gRPC hop per request.
+	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowclient.Client
 	// Livez and Readyz are the health checks beyond "ping".
@@ -67,7 +71,8 @@ type Config struct {
 // Handler is the REST front end. It is safe for concurrent use.
 type Handler struct {
 	cfg       Config
-	gw        *runtime.ServeMux
+	gw        *runtime.ServeMux // watches; everything when local is nil
+	local     *runtime.ServeMux // unary methods by direct call
 	discovery *discovery.Documents
 	openapi   *openapi.Documents
 	health    map[string]*healthz.Handler
@@ -107,6 +112,12 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	h.gw = newGatewayMux()
 	if err := apiv1.RegisterResourceServiceHandlerClient(ctx, h.gw, cfg.Resources); err != nil {
 		return nil, fmt.Errorf("frontend: register routes: %w", err)
+	}
+	if cfg.LocalResources != nil {
+		h.local = newGatewayMux()
+		if err := apiv1.RegisterResourceServiceHandlerServer(ctx, h.local, cfg.LocalResources); err != nil {
+			return nil, fmt.Errorf("frontend: register local routes: %w", err)
+		}
 	}
 	return h, nil
 }
@@ -233,11 +244,17 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		writeStatus(w, toStatus(err))
 		return
 	}
-	defer release()
+	// Seats go back once the response is written; the release call itself
+	// must not hold the end of the response.
+	defer func() { go release() }()
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
 		gz := &gzipWriter{ResponseWriter: w}
 		defer gz.Close()
 		w = gz
+	}
+	if h.local != nil && info.Verb != "watch" {
+		h.local.ServeHTTP(w, r)
+		return
 	}
 	h.gw.ServeHTTP(w, r)
 }

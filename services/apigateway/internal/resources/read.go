@@ -125,7 +125,7 @@ func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.Ht
 }
 
 func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter) (runtime.Object, error) {
-	prefix := res.KeyPrefix(req.GetRef().GetNamespace())
+	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
 	opts := storage.ListOptions{Limit: req.GetLimit()}
 	var minRV int64
 	if tok := req.GetContinueToken(); tok != "" {
@@ -257,4 +257,17 @@ func (s *Server) waitForRevision(ctx context.Context, minRV int64) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// keyRange is the key prefix a read of res in namespace ns must scan: the
+// collection's prefix, or — when a field selector pins metadata.name and
+// the object's key is known — just that object's key, so that a list or
+// watch of one object (kubectl's delete --wait, client-go's single-object
+// informers) does not decode the whole collection. Keys that merely start
+// with the name are dropped by the selector.
+func keyRange(res *registry.Resource, ns string, f *selection.Filter) string {
+	if name, ok := f.Name(); ok && (ns != "" || !res.Namespaced) {
+		return res.Key(ns, name)
+	}
+	return res.KeyPrefix(ns)
 }

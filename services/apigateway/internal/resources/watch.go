@@ -103,7 +103,7 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	}
 	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
-		res: res, filter: f, prefix: res.KeyPrefix(req.GetRef().GetNamespace()),
+		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f),
 		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
 	}, nil
 }

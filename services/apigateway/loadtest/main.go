@@ -1,0 +1,319 @@
+// Command loadtest measures the gateway's read path against a running
+// control plane, side by side with the same reads served by the store alone,
+// so the gateway's own cost shows:
+//
+//	GET one object           vs store Range of one key
+//	LIST N objects (JSON, protobuf; whole and in chunks of 500)
+//	                         vs store Range of the prefix (whole, chunked)
+//	watch start (headers + first event)
+//
+// each at several client concurrencies for a fixed duration. Start meridian
+// first (its ready log line names the store address), e.g.:
+//
+//	go run ./cmd/meridian --data-dir /tmp/bench &
+//	go run ./services/apigateway/loadtest --data-dir /tmp/bench --api https://127.0.0.1:6443 --store <addr>
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/pki"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func main() {
+	var (
+		dataDir  = flag.String("data-dir", ".meridian", "meridian's data dir (for pki/)")
+		api      = flag.String("api", "https://127.0.0.1:6443", "the gateway's HTTPS address")
+		store    = flag.String("store", "", "the store's gRPC address (from meridian's ready line)")
+		objects  = flag.Int("objects", 10000, "objects in the listed namespace")
+		duration = flag.Duration("duration", 5*time.Second, "how long each measurement runs")
+		levels   = flag.String("concurrency", "1,32", "client concurrencies")
+	)
+	flag.Parse()
+	if err := run(*dataDir, *api, *store, *objects, *duration, *levels); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dataDir, api, storeAddr string, n int, d time.Duration, levels string) error {
+	ctx := context.Background()
+	pdir := filepath.Join(dataDir, "pki")
+	pool, err := pki.LoadPool(filepath.Join(pdir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"))
+	if err != nil {
+		return err
+	}
+	tlsConf := pki.ClientTLS(&cert, pool, "127.0.0.1")
+	httpc := &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
+	conn, err := grpc.NewClient(storeAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	kv := storev1.NewKVServiceClient(conn)
+
+	ns := "loadtest"
+	if err := seed(ctx, httpc, api, kv, ns, n); err != nil {
+		return err
+	}
+	c, err := codec.New()
+	if err != nil {
+		return err
+	}
+	cmRes := registry.New(registry.Core()...)
+	res, _ := cmRes.Lookup(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
+	prefix := res.KeyPrefix(ns)
+	base := api + "/api/v1/namespaces/" + ns + "/configmaps"
+
+	var conc []int
+	for _, s := range strings.Split(levels, ",") {
+		var v int
+		fmt.Sscan(s, &v)
+		conc = append(conc, v)
+	}
+	fmt.Printf("%-44s %6s %10s %10s %10s %12s\n", "operation", "conc", "ops/s", "p50", "p99", "bytes/op")
+	for _, cc := range conc {
+		report("gateway GET one (json)", cc, measure(d, cc, func() (int, error) { return get(httpc, base+"/cm-00000", "application/json") }))
+		report("store   Range one key (linearizable)", cc, measure(d, cc, func() (int, error) {
+			r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix + "cm-00000")})
+			return size(r), err
+		}))
+		report(fmt.Sprintf("gateway LIST %d (json)", n), cc, measure(d, cc, func() (int, error) { return get(httpc, base, "application/json") }))
+		report(fmt.Sprintf("gateway LIST %d (protobuf)", n), cc, measure(d, cc, func() (int, error) { return get(httpc, base, "application/vnd.kubernetes.protobuf") }))
+		report(fmt.Sprintf("gateway LIST %d chunked 500 (json)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, c, base, "application/json") }))
+		report(fmt.Sprintf("gateway LIST %d chunked 500 (protobuf)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, c, base, "application/vnd.kubernetes.protobuf") }))
+		report(fmt.Sprintf("store   Range %d (prefix)", n), cc, measure(d, cc, func() (int, error) {
+			r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(prefix[:len(prefix)-1] + "0")})
+			return size(r), err
+		}))
+		report(fmt.Sprintf("store   Range %d chunked 500", n), cc, measure(d, cc, func() (int, error) {
+			total, start := 0, []byte(prefix)
+			for {
+				r, err := kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: []byte(prefix[:len(prefix)-1] + "0"), Limit: 500, Revision: 0})
+				if err != nil {
+					return total, err
+				}
+				total += size(r)
+				if !r.More {
+					return total, nil
+				}
+				start = append(append([]byte(nil), r.Kvs[len(r.Kvs)-1].Key...), 0)
+			}
+		}))
+		report("gateway watch start (one object)", cc, measure(d, cc, func() (int, error) { return watchStart(httpc, base) }))
+	}
+	return nil
+}
+
+// size is the encoded size of a store response.
+func size(m proto.Message) int { return proto.Size(m) }
+
+// seed creates n configmaps of about 1 KiB, unless they exist.
+func seed(ctx context.Context, c *http.Client, api string, kv storev1.KVServiceClient, ns string, n int) error {
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)
+	if resp, err := c.Post(api+"/api/v1/namespaces", "application/json", strings.NewReader(body)); err == nil {
+		resp.Body.Close()
+	}
+	if code, _ := getCode(c, fmt.Sprintf("%s/api/v1/namespaces/%s/configmaps/cm-%05d", api, ns, n-1)); code == 200 {
+		return nil
+	}
+	value := strings.Repeat("x", 1000)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cm := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%05d", i)}, Data: map[string]string{"v": value}}
+			b, _ := json.Marshal(cm)
+			resp, err := c.Post(api+"/api/v1/namespaces/"+ns+"/configmaps", "application/json", bytes.NewReader(b))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 201 && resp.StatusCode != 409 {
+					err = fmt.Errorf("create: %s", resp.Status)
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return first
+}
+
+func getCode(c *http.Client, url string) (int, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func get(c *http.Client, url, accept string) (int, error) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", accept)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		return int(n), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return int(n), err
+}
+
+// chunked lists in pages of 500, following continue tokens; each page is
+// decoded, as a client must, to read its token.
+func chunked(c *http.Client, cd *codec.Codec, base, accept string) (int, error) {
+	total, cont := 0, ""
+	for {
+		url := base + "?limit=500"
+		if cont != "" {
+			url += "&continue=" + neturl.QueryEscape(cont)
+		}
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Accept", accept)
+		resp, err := c.Do(req)
+		if err != nil {
+			return total, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return total, fmt.Errorf("chunk: %v %s", err, resp.Status)
+		}
+		total += len(body)
+		var page corev1.ConfigMapList
+		if err := cd.Decode(body, accept, corev1.SchemeGroupVersion.WithKind("ConfigMapList"), &page); err != nil {
+			return total, err
+		}
+		cont = page.Continue
+		if cont == "" {
+			return total, nil
+		}
+	}
+}
+
+func watchStart(c *http.Client, base string) (int, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+"?watch=1&fieldSelector=metadata.name%3Dcm-00000", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	n, err := resp.Body.Read(buf)
+	if n == 0 {
+		return 0, fmt.Errorf("watch: no event: %v", err)
+	}
+	return n, nil
+}
+
+type result struct {
+	ops   int
+	bytes int
+	lat   []time.Duration
+	err   error
+	took  time.Duration
+}
+
+// measure runs op from cc goroutines for d.
+func measure(d time.Duration, cc int, op func() (int, error)) result {
+	var mu sync.Mutex
+	var all result
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for i := 0; i < cc; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			bytes, ops := 0, 0
+			var ferr error
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				n, err := op()
+				if err != nil {
+					ferr = err
+					break
+				}
+				lat = append(lat, time.Since(t0))
+				bytes += n
+				ops++
+			}
+			mu.Lock()
+			all.ops += ops
+			all.bytes += bytes
+			all.lat = append(all.lat, lat...)
+			if ferr != nil && all.err == nil {
+				all.err = ferr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	all.took = time.Since(start)
+	return all
+}
+
+func report(name string, cc int, r result) {
+	if r.err != nil {
+		fmt.Printf("%-44s %6d  error: %v\n", name, cc, r.err)
+		return
+	}
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	p := func(q float64) time.Duration {
+		if len(r.lat) == 0 {
+			return 0
+		}
+		return r.lat[int(q*float64(len(r.lat)-1))]
+	}
+	per := 0
+	if r.ops > 0 {
+		per = r.bytes / r.ops
+	}
+	fmt.Printf("%-44s %6d %10.0f %10s %10s %12d\n", name, cc, float64(r.ops)/r.took.Seconds(), p(0.50).Round(time.Microsecond), p(0.99).Round(time.Microsecond), per)
+}
