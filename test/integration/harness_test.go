@@ -44,6 +44,8 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The tests seed hundreds of objects: lift client-go's default 5 QPS.
+	cfg.QPS, cfg.Burst = 2000, 2000
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -252,7 +252,12 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		defer gz.Close()
 		w = gz
 	}
-	if h.local != nil && info.Verb != "watch" {
+	if info.Verb == "list" || info.Verb == "watch" {
+		// Server streams: only the client mux streams.
+		h.gw.ServeHTTP(&streamErrorWriter{ResponseWriter: w}, r)
+		return
+	}
+	if h.local != nil {
 		h.local.ServeHTTP(w, r)
 		return
 	}

@@ -61,6 +61,21 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Flush sends what is compressed so far (a streamed list flushes after
+// every chunk); below the threshold it keeps buffering.
+func (g *gzipWriter) Flush() {
+	if g.gz == nil {
+		return
+	}
+	_ = g.gz.Flush()
+	if f, ok := g.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (g *gzipWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
 // Close sends what is buffered.
 func (g *gzipWriter) Close() error {
 	if g.gz != nil {

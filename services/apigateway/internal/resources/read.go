@@ -101,43 +101,54 @@ func readOptions(rv, match string) (opts storage.ReadOptions, minRV int64, err e
 }
 
 // List reads a collection, filtered by selectors, optionally in chunks.
-func (s *Server) List(ctx context.Context, req *apiv1.ListRequest) (*httpbody.HttpBody, error) {
+// JSON lists stream (see streamList); other encodings, Tables and
+// metadata-only lists are built whole and sent as one message.
+func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
+	ctx := stream.Context()
 	res, err := s.resolve(req.GetRef(), false)
 	if err != nil {
-		return nil, toGRPC(err)
+		return toGRPC(err)
 	}
 	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Reads)
 	if err != nil {
-		return nil, toGRPC(err)
+		return toGRPC(err)
 	}
 	filter, err := selection.New(res, req.GetLabelSelector(), req.GetFieldSelector())
 	if err != nil {
-		return nil, toGRPC(err)
+		return toGRPC(err)
 	}
 	if req.GetLimit() < 0 {
-		return nil, toGRPC(apierrors.NewBadRequest("limit must not be negative"))
+		return toGRPC(apierrors.NewBadRequest("limit must not be negative"))
+	}
+	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
+		return toGRPC(s.streamList(ctx, res, req, filter, stream))
 	}
 	list, err := s.list(ctx, res, req, filter)
 	if err != nil {
-		return nil, toGRPC(err)
+		return toGRPC(err)
 	}
-	return toGRPCBody(s.respondAs(res, list, out))
+	body, err := s.respondAs(res, list, out)
+	if err != nil {
+		return toGRPC(err)
+	}
+	return stream.Send(body)
 }
 
-func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter) (runtime.Object, error) {
-	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
-	opts := storage.ListOptions{Limit: req.GetLimit()}
-	var minRV int64
+// listOptions turns a list request's resourceVersion, match and continue
+// token into the store read of its first page, and waits for a
+// NotOlderThan revision. minRV is that revision (0: none).
+func (s *Server) listOptions(ctx context.Context, req *apiv1.ListRequest, prefix string) (opts storage.ListOptions, minRV int64, err error) {
+	opts.Limit = req.GetLimit()
 	if tok := req.GetContinueToken(); tok != "" {
 		if req.GetResourceVersion() != "" && req.GetResourceVersion() != "0" {
-			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+			return opts, 0, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 		}
 		if req.GetResourceVersionMatch() != "" {
-			return nil, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
+			return opts, 0, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
 		}
 		c, err := decodeContinue(tok, prefix)
 		if err != nil {
-			return nil, err
+			return opts, 0, err
 		}
 		opts.Start = c.StartKey
 		if c.Revision > 0 {
@@ -146,12 +157,31 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	} else {
 		ro, m, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch())
 		if err != nil {
-			return nil, err
+			return opts, 0, err
 		}
 		opts.ReadOptions, minRV = ro, m
 	}
+	return opts, minRV, s.waitForRevision(ctx, minRV)
+}
 
-	if err := s.waitForRevision(ctx, minRV); err != nil {
+// listPage reads one page, mapping a compacted continue revision to the
+// 410 kube-apiserver returns for it.
+func (s *Server) listPage(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, prefix string, opts storage.ListOptions) (storage.ListResult, error) {
+	page, err := s.cfg.Store.List(ctx, prefix, opts)
+	var compacted *storage.CompactedError
+	if errors.As(err, &compacted) && req.GetContinueToken() != "" {
+		return page, expiredContinue(prefix, opts.Start)
+	}
+	if err != nil {
+		return page, storageError(err, res, req.GetRef().GetNamespace(), "")
+	}
+	return page, nil
+}
+
+func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter) (runtime.Object, error) {
+	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
+	opts, minRV, err := s.listOptions(ctx, req, prefix)
+	if err != nil {
 		return nil, err
 	}
 	list := res.NewList()
@@ -160,13 +190,9 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	var next string
 	var remaining *int64
 	for {
-		page, err := s.cfg.Store.List(ctx, prefix, opts)
-		var compacted *storage.CompactedError
-		if errors.As(err, &compacted) && req.GetContinueToken() != "" {
-			return nil, expiredContinue(prefix, opts.Start)
-		}
+		page, err := s.listPage(ctx, res, req, prefix, opts)
 		if err != nil {
-			return nil, storageError(err, res, req.GetRef().GetNamespace(), "")
+			return nil, err
 		}
 		if minRV > 0 && page.Revision < minRV {
 			return nil, tooLargeResourceVersion(minRV, page.Revision)

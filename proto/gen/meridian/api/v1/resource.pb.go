@@ -1122,10 +1122,10 @@ const file_meridian_api_v1_resource_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12!\n" +
 	"\fdetails_json\x18\x04 \x01(\fR\vdetailsJson\x12.\n" +
 	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\x12%\n" +
-	"\x0econtinue_token\x18\x06 \x01(\tR\rcontinueToken2\xab\x06\n" +
+	"\x0econtinue_token\x18\x06 \x01(\tR\rcontinueToken2\xad\x06\n" +
 	"\x0fResourceService\x12S\n" +
-	"\x03Get\x12\x1b.meridian.api.v1.GetRequest\x1a\x14.google.api.HttpBody\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/_meridian/v1/get\x12V\n" +
-	"\x04List\x12\x1c.meridian.api.v1.ListRequest\x1a\x14.google.api.HttpBody\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/_meridian/v1/list\x12[\n" +
+	"\x03Get\x12\x1b.meridian.api.v1.GetRequest\x1a\x14.google.api.HttpBody\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/_meridian/v1/get\x12X\n" +
+	"\x04List\x12\x1c.meridian.api.v1.ListRequest\x1a\x14.google.api.HttpBody\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/_meridian/v1/list0\x01\x12[\n" +
 	"\x05Watch\x12\x1d.meridian.api.v1.WatchRequest\x1a\x14.google.api.HttpBody\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/_meridian/v1/watch0\x01\x12b\n" +
 	"\x06Create\x12\x1e.meridian.api.v1.CreateRequest\x1a\x14.google.api.HttpBody\"\"\x82\xd3\xe4\x93\x02\x1c:\x04body\"\x14/_meridian/v1/create\x12b\n" +
 	"\x06Update\x12\x1e.meridian.api.v1.UpdateRequest\x1a\x14.google.api.HttpBody\"\"\x82\xd3\xe4\x93\x02\x1c:\x04body\x1a\x14/_meridian/v1/update\x12_\n" +

@@ -65,8 +65,12 @@ const (
 type ResourceServiceClient interface {
 	// Get reads one object.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
-	// List reads a collection.
-	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
+	// List reads a collection. The concatenated data of the messages is the
+	// list document: a large JSON list is encoded and sent item by item while
+	// the store is read in pages at one revision, so neither side holds it
+	// whole. Errors before the first message are gRPC errors with a Status
+	// detail; a failure after it ends the stream with an error.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error)
 	// Watch streams changes to a collection (or one object, with a
 	// metadata.name field selector). Each message holds one or more complete
 	// frames of the watch stream in the negotiated encoding: a JSON
@@ -104,19 +108,28 @@ func (c *resourceServiceClient) Get(ctx context.Context, in *GetRequest, opts ..
 	return out, nil
 }
 
-func (c *resourceServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
+func (c *resourceServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(httpbody.HttpBody)
-	err := c.cc.Invoke(ctx, ResourceService_List_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ResourceService_ServiceDesc.Streams[0], ResourceService_List_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListRequest, httpbody.HttpBody]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ResourceService_ListClient = grpc.ServerStreamingClient[httpbody.HttpBody]
 
 func (c *resourceServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ResourceService_ServiceDesc.Streams[0], ResourceService_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ResourceService_ServiceDesc.Streams[1], ResourceService_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +204,12 @@ func (c *resourceServiceClient) DeleteCollection(ctx context.Context, in *Delete
 type ResourceServiceServer interface {
 	// Get reads one object.
 	Get(context.Context, *GetRequest) (*httpbody.HttpBody, error)
-	// List reads a collection.
-	List(context.Context, *ListRequest) (*httpbody.HttpBody, error)
+	// List reads a collection. The concatenated data of the messages is the
+	// list document: a large JSON list is encoded and sent item by item while
+	// the store is read in pages at one revision, so neither side holds it
+	// whole. Errors before the first message are gRPC errors with a Status
+	// detail; a failure after it ends the stream with an error.
+	List(*ListRequest, grpc.ServerStreamingServer[httpbody.HttpBody]) error
 	// Watch streams changes to a collection (or one object, with a
 	// metadata.name field selector). Each message holds one or more complete
 	// frames of the watch stream in the negotiated encoding: a JSON
@@ -223,8 +240,8 @@ type UnimplementedResourceServiceServer struct{}
 func (UnimplementedResourceServiceServer) Get(context.Context, *GetRequest) (*httpbody.HttpBody, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
 }
-func (UnimplementedResourceServiceServer) List(context.Context, *ListRequest) (*httpbody.HttpBody, error) {
-	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+func (UnimplementedResourceServiceServer) List(*ListRequest, grpc.ServerStreamingServer[httpbody.HttpBody]) error {
+	return status.Error(codes.Unimplemented, "method List not implemented")
 }
 func (UnimplementedResourceServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[httpbody.HttpBody]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -283,23 +300,16 @@ func _ResourceService_Get_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
-func _ResourceService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _ResourceService_List_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(ResourceServiceServer).List(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: ResourceService_List_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ResourceServiceServer).List(ctx, req.(*ListRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(ResourceServiceServer).List(m, &grpc.GenericServerStream[ListRequest, httpbody.HttpBody]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ResourceService_ListServer = grpc.ServerStreamingServer[httpbody.HttpBody]
 
 func _ResourceService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
@@ -414,10 +424,6 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ResourceService_Get_Handler,
 		},
 		{
-			MethodName: "List",
-			Handler:    _ResourceService_List_Handler,
-		},
-		{
 			MethodName: "Create",
 			Handler:    _ResourceService_Create_Handler,
 		},
@@ -439,6 +445,11 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "List",
+			Handler:       _ResourceService_List_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _ResourceService_Watch_Handler,
