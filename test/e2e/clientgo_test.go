@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,37 @@ func TestClientGo(t *testing.T) {
 			}
 			roundTrip(t, c)
 		})
+	}
+}
+
+// TestOpenAPI reads the OpenAPI documents the way client-go does.
+func TestOpenAPI(t *testing.T) {
+	cp := start(t, "")
+	c := cp.client()
+	doc, err := c.Discovery().OpenAPISchema()
+	if err != nil {
+		t.Fatalf("OpenAPI v2 (protobuf): %v", err)
+	}
+	found := false
+	for _, d := range doc.GetDefinitions().GetAdditionalProperties() {
+		if d.GetName() == "io.k8s.api.core.v1.ConfigMap" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("OpenAPI v2 has no io.k8s.api.core.v1.ConfigMap definition")
+	}
+	paths, err := c.Discovery().OpenAPIV3().Paths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gv, ok := paths["api/v1"]
+	if !ok {
+		t.Fatalf("OpenAPI v3 paths: %v", paths)
+	}
+	schema, err := gv.Schema("application/json")
+	if err != nil || !strings.Contains(string(schema), `"io.k8s.api.core.v1.ConfigMap"`) {
+		t.Errorf("OpenAPI v3 api/v1: %v", err)
 	}
 }
 

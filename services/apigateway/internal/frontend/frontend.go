@@ -75,6 +75,7 @@ type Handler struct {
 	local     *runtime.ServeMux // unary methods by direct call
 	discovery *discovery.Documents
 	openapi   *openapi.Documents
+	openapiV2 *openapi.V2
 	health    map[string]*healthz.Handler
 	metrics   *metrics
 }
@@ -104,6 +105,9 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h.openapi = oa
+	if h.openapiV2, err = openapi.NewV2(cfg.Registry, discovery.Version.GitVersion); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -180,6 +184,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 			}
 			if doc, found := h.discovery.Lookup(path, r); found {
 				writeJSON(w, doc)
+				return
+			}
+			if path == "/openapi/v2" || path == "/openapi/v2/" {
+				if strings.Contains(r.Header.Get("Accept"), "protobuf") {
+					w.Header().Set("Content-Type", openapi.V2ProtobufMediaType)
+					_, _ = w.Write(h.openapiV2.Protobuf)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(h.openapiV2.JSON)
 				return
 			}
 			if doc, found := h.openapi.Lookup(path); found {

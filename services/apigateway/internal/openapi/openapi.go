@@ -68,7 +68,7 @@ func (d *Documents) Lookup(path string) ([]byte, bool) {
 }
 
 func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([]byte, error) {
-	s := newSchemas()
+	s := newSchemas("#/components/schemas/")
 	paths := map[string]any{}
 	for _, res := range reg.Resources(gv) {
 		objType := reflect.TypeOf(res.New()).Elem()
@@ -79,7 +79,7 @@ func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([
 			ref  schema
 			kind string
 		}{{objRef, res.Kind}, {listRef, res.ListKind}} {
-			name := strings.TrimPrefix(t.ref["$ref"].(string), "#/components/schemas/")
+			name := strings.TrimPrefix(t.ref["$ref"].(string), s.refPrefix)
 			s.defs[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
 		}
 		prefix := "/" + gvPath(gv)

@@ -21,9 +21,14 @@ type schema = map[string]any
 // io.k8s.api.core.v1.ConfigMap).
 type schemas struct {
 	defs map[string]schema
+	// refPrefix is where definitions live: "#/components/schemas/" in
+	// OpenAPI v3, "#/definitions/" in Swagger 2.0.
+	refPrefix string
 }
 
-func newSchemas() *schemas { return &schemas{defs: map[string]schema{}} }
+func newSchemas(refPrefix string) *schemas {
+	return &schemas{defs: map[string]schema{}, refPrefix: refPrefix}
+}
 
 // special are types whose JSON form is not their Go shape.
 var special = map[reflect.Type]schema{
@@ -65,7 +70,7 @@ func (s *schemas) ref(t reflect.Type) schema {
 			s.defs[name] = schema{} // placeholder breaks recursion
 			s.defs[name] = s.object(t)
 		}
-		return schema{"$ref": "#/components/schemas/" + name}
+		return schema{"$ref": s.refPrefix + name}
 	case reflect.String:
 		return schema{"type": "string"}
 	case reflect.Bool:
