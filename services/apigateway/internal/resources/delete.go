@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,4 +106,3 @@ func (s *Server) deleteOptions(body *httpbody.HttpBody) (*metav1.DeleteOptions, 
 	}
 	return opts, nil
 }
-
