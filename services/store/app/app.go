@@ -82,7 +82,9 @@ func (a *App) open(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("store: data dir: %w", err)
 	}
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}})
+	cache := pebble.NewCache(cfg.CacheBytes)
+	defer cache.Unref() // the DB holds its own reference
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}, Cache: cache})
 	if err != nil {
 		return fmt.Errorf("store: open pebble: %w", err)
 	}
@@ -114,7 +116,7 @@ func (a *App) open(ctx context.Context) error {
 		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
 		PeerAddress: cfg.PeerAddress, PeerAdvertise: cfg.PeerAdvertise, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
-		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs,
+		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 	}
 	if cfg.PeerAddress != "" && cfg.TLS != nil {
@@ -167,6 +169,8 @@ func (a *App) open(ctx context.Context) error {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); a.registerAddresses(bg) }()
 	}
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.node.RunLessor(bg) }()
 	if cfg.CompactionRetention > 0 {
 		c := &compactor{
 			interval: time.Minute, retention: cfg.CompactionRetention, log: a.log,

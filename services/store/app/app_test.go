@@ -391,8 +391,15 @@ func TestStatusMembersHealthAndUnimplemented(t *testing.T) {
 		t.Fatalf("health %v, %v", h, err)
 	}
 	_, err = storev1.NewLeaseServiceClient(m.conn).LeaseGrant(context.Background(), &storev1.LeaseGrantRequest{})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "multi-node store issue") {
-		t.Fatalf("LeaseGrant: %v", err)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("LeaseGrant without a TTL: %v", err)
+	}
+	ss, err := storev1.NewMaintenanceServiceClient(m.conn).Snapshot(context.Background(), &storev1.SnapshotRequest{})
+	if err == nil {
+		_, err = ss.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "not implemented yet") {
+		t.Fatalf("Snapshot: %v", err)
 	}
 	// Metrics are registered on the injected registry and removed by Close.
 	reg := cfg.Registerer.(*prometheus.Registry)

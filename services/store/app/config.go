@@ -24,6 +24,7 @@ const (
 	DefaultMaxValueBytes       = 3 << 19 // 1.5 MiB
 	DefaultProgressInterval    = 5 * time.Second
 	DefaultCompactionRetention = 5 * time.Minute
+	DefaultCacheBytes          = 128 << 20
 	// requestOverheadBytes is allowed on top of MaxValueBytes for a whole
 	// request (key, compares, other ops), as etcd does.
 	requestOverheadBytes = 512 << 10
@@ -76,6 +77,9 @@ type Config struct {
 	// SnapshotThreshold and TrailingLogs tune raft snapshots and log
 	// truncation (entries); 0 keeps raft's defaults (8192, 10240).
 	SnapshotThreshold, TrailingLogs uint64
+	// SnapshotInterval is how often raft checks whether to snapshot; 0
+	// keeps raft's default (120s).
+	SnapshotInterval time.Duration
 	// HeartbeatTimeout and ElectionTimeout tune failure detection; 0 keeps
 	// raft's defaults (1s each).
 	HeartbeatTimeout, ElectionTimeout time.Duration
@@ -96,6 +100,10 @@ type Config struct {
 	// CompactionRetention is how much history automatic compaction keeps;
 	// 0 means the default (5m), negative disables automatic compaction.
 	CompactionRetention time.Duration
+	// CacheBytes is the size of pebble's block cache; default 128 MiB.
+	// Every write looks up the previous version of its key, so a cache that
+	// holds the index and recent blocks saves a disk read per write.
+	CacheBytes int64
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors, stats handlers).
 	GRPCServerOptions []grpc.ServerOption
@@ -192,6 +200,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = DefaultCacheBytes
 	}
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultMaxValueBytes

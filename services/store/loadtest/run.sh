@@ -31,11 +31,11 @@ meridian() { # n
   for i in $(seq 0 $((n-1))); do
     "$root/bin/store" --id m$i --data-dir "$root/m/$i" --listen 127.0.0.1:$((23790+i)) \
       --peer-listen 127.0.0.1:$((23800+i)) --initial-cluster "$initial" \
-      --metrics-listen 127.0.0.1:$((23810+i)) --pprof --log-level warn 2>"$root/m/$i.log" &
+      --metrics-listen 127.0.0.1:$((23810+i)) --pprof --log-level warn >"$root/m/$i.log" 2>&1 &
     pids+=($!)
   done
   for i in $(seq 0 $((n-1))); do wait_port $((23790+i)); done
-  echo "$eps"
+  EPS=$eps
 }
 
 etcdc() { # n
@@ -49,16 +49,16 @@ etcdc() { # n
     etcd --name e$i --data-dir "$root/e/$i" --listen-client-urls http://127.0.0.1:$((24790+i)) \
       --advertise-client-urls http://127.0.0.1:$((24790+i)) --listen-peer-urls http://127.0.0.1:$((24800+i)) \
       --initial-advertise-peer-urls http://127.0.0.1:$((24800+i)) --initial-cluster "$initial" \
-      --initial-cluster-state new --log-level warn --logger zap 2>"$root/e/$i.log" &
+      --initial-cluster-state new --log-level warn --logger zap >"$root/e/$i.log" 2>&1 &
     pids+=($!)
   done
   for i in $(seq 0 $((n-1))); do wait_port $((24790+i)); done
   sleep 2
-  echo "$eps"
+  EPS=$eps
 }
 
 for n in 3 1; do
-  eps=$(meridian $n); sleep 1
+  meridian $n; eps=$EPS; sleep 1
   echo "## meridian, $n member(s)"
   # CPU profile of the leader (member 0 or whichever leads) during the run.
   curls=()
@@ -69,7 +69,7 @@ for n in 3 1; do
   "$root/bin/loadtest" -target meridian -endpoints "$eps" -duration "$dur"
   wait "${curls[@]}" 2>/dev/null || true
   cleanup; sleep 1
-  eps=$(etcdc $n)
+  etcdc $n; eps=$EPS
   echo "## etcd $(etcd --version | head -1 | awk '{print $3}'), $n member(s)"
   "$root/bin/loadtest" -target etcd -endpoints "$eps" -duration "$dur"
   cleanup; sleep 1

@@ -29,6 +29,10 @@ const (
 	KindTxn     Kind = 1
 	KindCompact Kind = 2
 	KindMember  Kind = 3
+	// KindLeaseGrant and KindLeaseRevoke carry a LeaseGrantRequest (id
+	// chosen by the leader, never 0) and a LeaseRevokeRequest.
+	KindLeaseGrant  Kind = 4
+	KindLeaseRevoke Kind = 5
 )
 
 // ErrBadCommand is returned (as an entry's response) for an entry that does
@@ -40,6 +44,18 @@ type command struct {
 	txn     *storev1.TxnRequest
 	compact *storev1.CompactRequest
 	member  *storev1.MemberAddRequest
+	grant   *storev1.LeaseGrantRequest
+	revoke  *storev1.LeaseRevokeRequest
+}
+
+// EncodeLeaseGrant encodes a lease grant.
+func EncodeLeaseGrant(req *storev1.LeaseGrantRequest) ([]byte, error) {
+	return encode(KindLeaseGrant, req)
+}
+
+// EncodeLeaseRevoke encodes a lease revocation.
+func EncodeLeaseRevoke(id int64) ([]byte, error) {
+	return encode(KindLeaseRevoke, &storev1.LeaseRevokeRequest{Id: id})
 }
 
 // EncodeTxn encodes a transaction command.
@@ -78,6 +94,12 @@ func decode(data []byte) (command, error) {
 	case KindMember:
 		c.member = &storev1.MemberAddRequest{}
 		m = c.member
+	case KindLeaseGrant:
+		c.grant = &storev1.LeaseGrantRequest{}
+		m = c.grant
+	case KindLeaseRevoke:
+		c.revoke = &storev1.LeaseRevokeRequest{}
+		m = c.revoke
 	default:
 		return command{}, fmt.Errorf("%w: kind %d", ErrBadCommand, c.kind)
 	}

@@ -164,13 +164,24 @@ func (f *FSM) applyCommand(w *mvcc.WriteBatch, data []byte) (any, error) {
 		return w.Compact(cmd.compact.GetRevision())
 	case KindMember:
 		return nil, w.SetMember(cmd.member.GetId(), cmd.member.GetClientAddress())
+	case KindLeaseGrant:
+		if err := w.LeaseGrant(cmd.grant.GetId(), cmd.grant.GetTtl().AsDuration().Milliseconds()); err != nil {
+			return nil, err
+		}
+		return &storev1.LeaseGrantResponse{Id: cmd.grant.GetId(), Ttl: cmd.grant.GetTtl()}, nil
+	case KindLeaseRevoke:
+		r, err := w.LeaseRevoke(cmd.revoke.GetId())
+		if err != nil {
+			return nil, err
+		}
+		return &storev1.LeaseRevokeResponse{Header: r.GetHeader()}, nil
 	}
 	return nil, ErrBadCommand
 }
 
 // isStorageError reports whether err is not a deterministic request error.
 func isStorageError(err error) bool {
-	for _, e := range []error{mvcc.ErrInvalidArgument, mvcc.ErrCompacted, mvcc.ErrFutureRev, mvcc.ErrLeaseNotFound, ErrBadCommand} {
+	for _, e := range []error{mvcc.ErrInvalidArgument, mvcc.ErrCompacted, mvcc.ErrFutureRev, mvcc.ErrLeaseNotFound, mvcc.ErrLeaseExists, ErrBadCommand} {
 		if errors.Is(err, e) {
 			return false
 		}
@@ -211,6 +222,12 @@ func (f *FSM) notifyAdvanced() {
 	f.advanced = make(chan struct{})
 	f.mu.Unlock()
 }
+
+// Leases returns every lease with its granted TTL in milliseconds.
+func (f *FSM) Leases() (map[int64]int64, error) { return f.store.Leases() }
+
+// LeaseKeys returns the keys attached to a lease.
+func (f *FSM) LeaseKeys(id int64) ([][]byte, error) { return f.store.LeaseKeys(id) }
 
 // AppliedIndex returns the index of the last entry the FSM applied (not
 // raft's AppliedIndex, which moves when entries are handed to the FSM).

@@ -34,8 +34,11 @@ var (
 	ErrValueTooLarge = fmt.Errorf("%w: value is too large", ErrInvalidArgument)
 	// ErrRequestTooLarge: a request exceeds the configured size limit.
 	ErrRequestTooLarge = fmt.Errorf("%w: request is too large", ErrInvalidArgument)
-	// ErrLeaseNotFound: a put names a lease; leases are not implemented yet.
+	// ErrLeaseNotFound: a put, revoke or renewal names a lease that does
+	// not exist.
 	ErrLeaseNotFound = errors.New("mvcc: requested lease not found")
+	// ErrLeaseExists: a grant names a lease id already in use.
+	ErrLeaseExists = errors.New("mvcc: lease already exists")
 	// ErrCorrupt: stored bytes do not decode.
 	ErrCorrupt = errors.New("mvcc: corrupt stored data")
 	// ErrIncompleteRestore: a snapshot restore was interrupted; the state

@@ -42,6 +42,15 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 				return nil, err
 			}
 		}
+		if p := op.GetRequestPut(); p != nil && p.GetLease() != 0 {
+			ok, err := w.leaseExists(p.GetLease())
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, fmt.Errorf("%w: %d", ErrLeaseNotFound, p.GetLease())
+			}
+		}
 	}
 	t := txnWriter{w: w, rev: w.rev + 1}
 	resp := &storev1.TxnResponse{Succeeded: ok, Responses: make([]*storev1.ResponseOp, 0, len(ops))}
@@ -179,6 +188,9 @@ func (t *txnWriter) put(p *storev1.PutRequest) (*storev1.PutResponse, error) {
 	if err := t.w.put(rec); err != nil {
 		return nil, err
 	}
+	if err := t.w.reattach(rec.key, prev, rec.lease); err != nil {
+		return nil, err
+	}
 	t.sub++
 	ev := rec.event()
 	resp := &storev1.PutResponse{}
@@ -202,6 +214,9 @@ func (t *txnWriter) deleteRange(d *storev1.DeleteRangeRequest) (*storev1.DeleteR
 		rec := &record{key: prev.key, mod: t.rev, sub: t.sub, tomb: true}
 		if err := t.w.put(rec); err != nil {
 			return nil, fmt.Errorf("mvcc: delete %q: %w", prev.key, err)
+		}
+		if err := t.w.reattach(prev.key, prev, 0); err != nil {
+			return nil, err
 		}
 		t.sub++
 		ev := rec.event()

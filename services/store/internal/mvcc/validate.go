@@ -109,8 +109,8 @@ func validateOps(ops []*storev1.RequestOp) error {
 			if len(p.GetKey()) == 0 {
 				return ErrEmptyKey
 			}
-			if p.GetLease() != 0 {
-				return fmt.Errorf("%w: lease %d (leases are not implemented yet)", ErrLeaseNotFound, p.GetLease())
+			if p.GetLease() < 0 {
+				return fmt.Errorf("%w: negative lease %d", ErrInvalidOp, p.GetLease())
 			}
 			if _, dup := puts[string(p.GetKey())]; dup {
 				return fmt.Errorf("%w: %q", ErrDuplicateKey, p.GetKey())

@@ -84,6 +84,9 @@ type Config struct {
 	// since the last one, and that many entries are kept after it so that
 	// slow followers catch up from the log rather than a snapshot.
 	SnapshotThreshold, TrailingLogs uint64
+	// SnapshotInterval overrides how often raft checks whether to snapshot
+	// (120s).
+	SnapshotInterval time.Duration
 	// HeartbeatTimeout and ElectionTimeout override raft's (1s each);
 	// LeaderLeaseTimeout is set to half the heartbeat timeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
@@ -120,6 +123,8 @@ type Node struct {
 	// fresh is true when the node started without raft state (a new
 	// member waiting to be added, or one that lost its data).
 	fresh bool
+
+	lessor lessor
 
 	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
 	vmu      sync.Mutex
@@ -173,6 +178,9 @@ func Start(cfg Config) (*Node, error) {
 	rc.NoSnapshotRestoreOnStart = !cfg.RestoreOnStart
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
 	}
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
@@ -424,6 +432,7 @@ type Status struct {
 	Term         uint64
 	CommitIndex  uint64
 	AppliedIndex uint64 // the FSM's
+	FirstIndex   uint64 // first raft log index kept (log truncation)
 	Voter        bool
 }
 
@@ -438,6 +447,7 @@ func (n *Node) Status() Status {
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.fsm.AppliedIndex(),
 	}
+	st.FirstIndex, _ = n.logs.FirstIndex()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if string(s.ID) == n.id {

@@ -29,6 +29,7 @@ var codeTable = []struct {
 	{mvcc.ErrInvalidArgument, codes.InvalidArgument},
 	{fsm.ErrBadCommand, codes.InvalidArgument},
 	{mvcc.ErrLeaseNotFound, codes.NotFound},
+	{mvcc.ErrLeaseExists, codes.AlreadyExists},
 	{raftnode.ErrNoSuchMember, codes.NotFound},
 	{raftnode.ErrNotLeader, codes.Unavailable},
 	{ErrNoLeader, codes.Unavailable},

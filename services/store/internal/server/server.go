@@ -37,6 +37,10 @@ type Node interface {
 	RemoveMember(ctx context.Context, id string) error
 	PromoteMember(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) (string, error)
+	LeaseGrant(ctx context.Context, id int64, ttl time.Duration) (*storev1.LeaseGrantResponse, error)
+	LeaseRevoke(ctx context.Context, id int64) (*storev1.LeaseRevokeResponse, error)
+	LeaseRenew(ctx context.Context, id int64) (time.Duration, error)
+	LeaseTimeToLive(ctx context.Context, id int64, keys bool) (*storev1.LeaseTimeToLiveResponse, error)
 	Status() raftnode.Status
 	Members(ctx context.Context) ([]*storev1.Member, error)
 	IsLeader() bool
@@ -119,7 +123,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	storev1.RegisterWatchServiceServer(g, &watchServer{s: s})
 	storev1.RegisterMaintenanceServiceServer(g, &maintenanceServer{s: s})
 	storev1.RegisterClusterServiceServer(g, &clusterServer{s: s})
-	storev1.RegisterLeaseServiceServer(g, &leaseServer{})
+	storev1.RegisterLeaseServiceServer(g, &leaseServer{s: s})
 }
 
 // header returns a response header at revision rev (0 = current).
@@ -284,30 +288,10 @@ func (m *maintenanceServer) Snapshot(*storev1.SnapshotRequest, grpc.ServerStream
 	return notYet("Snapshot")
 }
 
-type leaseServer struct {
-	storev1.UnimplementedLeaseServiceServer
-}
-
-func (leaseServer) LeaseGrant(context.Context, *storev1.LeaseGrantRequest) (*storev1.LeaseGrantResponse, error) {
-	return nil, notYet("LeaseGrant")
-}
-
-func (leaseServer) LeaseRevoke(context.Context, *storev1.LeaseRevokeRequest) (*storev1.LeaseRevokeResponse, error) {
-	return nil, notYet("LeaseRevoke")
-}
-
-func (leaseServer) LeaseKeepAlive(grpc.BidiStreamingServer[storev1.LeaseKeepAliveRequest, storev1.LeaseKeepAliveResponse]) error {
-	return notYet("LeaseKeepAlive")
-}
-
-func (leaseServer) LeaseTimeToLive(context.Context, *storev1.LeaseTimeToLiveRequest) (*storev1.LeaseTimeToLiveResponse, error) {
-	return nil, notYet("LeaseTimeToLive")
-}
-
 // notYet answers RPCs that the multi-node store issue implements.
 func notYet(method string) error {
 	return status.Errorf(codes.Unimplemented,
-		"store: %s is not implemented yet; it arrives with the multi-node store issue (leases, membership, ReadIndex, snapshots)", method)
+		"store: %s is not implemented yet", method)
 }
 
 // Cluster returns the ClusterService implementation, for in-process calls

@@ -1,0 +1,138 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/internal/testcerts"
+)
+
+func leasedPut(key string, lease int64) *storev1.TxnRequest {
+	return &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestPut{
+		RequestPut: &storev1.PutRequest{Key: []byte(key), Value: []byte("v"), Lease: lease}}}}}
+}
+
+// TestLeasesExpireKeepAliveRevoke runs leases on a 3-member cluster
+// through a follower: keys attached to a lease that is kept alive stay;
+// once renewals stop, the leader revokes it through the log and every
+// member deletes its keys at the same revision; revoke deletes at once.
+func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, clusterConfigs(t, certs, 3)...)
+	_, followers := leaderOf(nodes)
+	fc := dialOne(t, certs, followers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	if _, err := fc.KV().Txn(ctx, leasedPut("orphan", 12345)); status.Code(err) != codes.NotFound {
+		t.Fatalf("put with an unknown lease: %v, want NOT_FOUND", err)
+	}
+	g, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(time.Second)})
+	if err != nil || g.GetId() == 0 {
+		t.Fatalf("grant: %v %v", g, err)
+	}
+	if _, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Id: g.GetId(), Ttl: durationpb.New(time.Second)}); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("grant of an existing id: %v", err)
+	}
+	for _, k := range []string{"lk1", "lk2"} {
+		if _, err := fc.KV().Txn(ctx, leasedPut(k, g.GetId())); err != nil {
+			t.Fatalf("put with lease: %v", err)
+		}
+	}
+	ttl, err := fc.Lease().LeaseTimeToLive(ctx, &storev1.LeaseTimeToLiveRequest{Id: g.GetId(), Keys: true})
+	if err != nil || len(ttl.GetKeys()) != 2 || ttl.GetGrantedTtl().AsDuration() != time.Second {
+		t.Fatalf("time to live: %v %v", ttl, err)
+	}
+
+	// Keep alive through the follower for 2.5s (> TTL): keys stay.
+	ka, err := fc.Lease().LeaseKeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := ka.Send(&storev1.LeaseKeepAliveRequest{Id: g.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ka.Recv()
+		if err != nil || r.GetTtl().AsDuration() != time.Second {
+			t.Fatalf("keep alive: %v %v", r, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if v, _, err := getVia(ctx, fc, "lk1", false); err != nil || v != "v" {
+		t.Fatalf("kept-alive key: %q %v", v, err)
+	}
+	_ = ka.CloseSend()
+
+	// Stop renewing: the keys go, on every member, in one revision.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _, err := getVia(ctx, fc, "lk1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, nd := range nodes {
+		r, err := dialOne(t, certs, nd).KV().Range(ctx, &storev1.RangeRequest{Key: []byte("lk"), RangeEnd: []byte("ll")})
+		if err != nil || len(r.GetKvs()) != 0 {
+			t.Fatalf("%s after expiry: %v %v", nd.cfg.ID, r.GetKvs(), err)
+		}
+	}
+	if ttl, err := fc.Lease().LeaseTimeToLive(ctx, &storev1.LeaseTimeToLiveRequest{Id: g.GetId()}); err != nil || ttl.GetTtl().AsDuration() >= 0 {
+		t.Fatalf("time to live of an expired lease: %v %v", ttl, err)
+	}
+
+	// Revoke deletes the attached keys at once, in one revision.
+	cc := dialAll(t, certs, nodes)
+	g2, err := cc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"rk1", "rk2"} {
+		if _, err := cc.KV().Txn(ctx, leasedPut(k, g2.GetId())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rv, err := cc.Lease().LeaseRevoke(ctx, &storev1.LeaseRevokeRequest{Id: g2.GetId()})
+	if err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	r, err := cc.KV().Range(ctx, &storev1.RangeRequest{Key: []byte("rk"), RangeEnd: []byte("rl"), Revision: rv.GetHeader().GetRevision() - 1})
+	if err != nil || len(r.GetKvs()) != 2 {
+		t.Fatalf("before the revoke's revision: %v %v", r.GetKvs(), err)
+	}
+	r, err = cc.KV().Range(ctx, &storev1.RangeRequest{Key: []byte("rk"), RangeEnd: []byte("rl")})
+	if err != nil || len(r.GetKvs()) != 0 {
+		t.Fatalf("after revoke: %v %v", r.GetKvs(), err)
+	}
+	if _, err := cc.Lease().LeaseRevoke(ctx, &storev1.LeaseRevokeRequest{Id: g2.GetId()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second revoke: %v", err)
+	}
+}
+
+func dialAll(t *testing.T, certs *testcerts.Set, nodes []*node) *client.Client {
+	t.Helper()
+	c, err := client.Dial(endpoints(nodes), certs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
