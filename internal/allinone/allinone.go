@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
@@ -41,6 +42,22 @@ type Config struct {
 	TokenAuthFile string
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// WatchCache tunes the watch fan-out tier; zero values keep its
+	// defaults.
+	WatchCache WatchCacheConfig
+	// DisableWatchCache serves watches and cached reads straight from the
+	// store, as when the tier is down.
+	DisableWatchCache bool
+}
+
+// WatchCacheConfig tunes the watch fan-out tier.
+type WatchCacheConfig struct {
+	// BookmarkInterval is the period of bookmarks (default 1m).
+	BookmarkInterval time.Duration
+	// HistoryMaxEvents caps each resource's event history (default 10000):
+	// watches from before it get 410 Expired.
+	HistoryMaxEvents int
 }
 
 // KubeconfigName is the admin kubeconfig's file name in the data dir.
@@ -146,21 +163,28 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	wf, err := watchfanout.New(ctx, watchfanout.Config{
 		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.ca.Pool(), ""),
 		TLS: serverTLS("watchfanout"), Registerer: wrap("watchfanout"), Logger: logFor("watchfanout"), Trust: trust,
+		BookmarkInterval: cfg.WatchCache.BookmarkInterval, HistoryMaxEvents: cfg.WatchCache.HistoryMaxEvents,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("allinone: watchfanout: %w", err)
 	}
-	if _, err := cp.serve("watchfanout", wf); err != nil {
+	wfAddr, err := cp.serve("watchfanout", wf)
+	if err != nil {
 		return nil, err
 	}
 
+	watchAddrs := []string{wfAddr}
+	if cfg.DisableWatchCache {
+		watchAddrs = nil
+	}
 	gw, err := gateway.New(ctx, gateway.Config{
 		StoreAddress: storeAddr, AdmissionAddress: admAddr, FlowControlAddress: fcAddr,
-		ClientTLS:     pki.ClientTLS(&c.gateway, c.ca.Pool(), ""),
-		ServingTLS:    pki.ServerTLS(c.apiserver, nil, tls.NoClientCert),
-		ClientCAs:     c.ca.Pool(),
-		TokenAuthFile: cfg.TokenAuthFile,
-		Registerer:    wrap("apigateway"), Gatherer: reg,
+		WatchFanoutAddresses: watchAddrs,
+		ClientTLS:            pki.ClientTLS(&c.gateway, c.ca.Pool(), ""),
+		ServingTLS:           pki.ServerTLS(c.apiserver, nil, tls.NoClientCert),
+		ClientCAs:            c.ca.Pool(),
+		TokenAuthFile:        cfg.TokenAuthFile,
+		Registerer:           wrap("apigateway"), Gatherer: reg,
 		Logger: logFor("apigateway"),
 	})
 	if err != nil {

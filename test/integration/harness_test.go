@@ -30,27 +30,32 @@ type env struct {
 	dataDir string
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts a control plane; tune adjusts its configuration.
+func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cp, err := allinone.Start(ctx, allinone.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	cfg := allinone.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	cp, err := allinone.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Close() })
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The tests seed hundreds of objects: lift client-go's default 5 QPS.
-	cfg.QPS, cfg.Burst = 2000, 2000
-	c, err := kubernetes.NewForConfig(cfg)
+	rc.QPS, rc.Burst = 2000, 2000
+	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, cp: cp, config: cfg, client: c, dataDir: dir}
+	return &env{t: t, cp: cp, config: rc, client: c, dataDir: dir}
 }
 
 // compact compacts the store to its current revision, through the store's

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/internal/allinone"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,9 +40,20 @@ func nameOf(ev watch.Event) string {
 	return fmt.Sprintf("<%T>", ev.Object)
 }
 
-// TestWatchSemantics checks the rows of the watch table.
+// TestWatchSemantics checks the rows of the watch table, served by the
+// watch fan-out tier and, as when the tier is down, by the store.
 func TestWatchSemantics(t *testing.T) {
-	e := newEnv(t)
+	t.Run("watch tier", func(t *testing.T) {
+		watchSemantics(t, newEnv(t, func(c *allinone.Config) {
+			c.WatchCache = allinone.WatchCacheConfig{BookmarkInterval: time.Second, HistoryMaxEvents: 10}
+		}), true)
+	})
+	t.Run("store", func(t *testing.T) {
+		watchSemantics(t, newEnv(t, func(c *allinone.Config) { c.DisableWatchCache = true }), false)
+	})
+}
+
+func watchSemantics(t *testing.T, e *env, tier bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cms := e.client.CoreV1().ConfigMaps("default")
@@ -159,8 +171,18 @@ func TestWatchSemantics(t *testing.T) {
 		}
 	})
 
-	t.Run("compacted N: 410 Expired as an ERROR event", func(t *testing.T) {
-		e.compact(ctx)
+	t.Run("N older than the history: 410 Expired as an ERROR event", func(t *testing.T) {
+		if tier {
+			// The tier keeps its own history (here 10 events), like
+			// kube-apiserver's watch cache: push a's revision out of it.
+			for i := 0; i < 15; i++ {
+				if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fill-%d", i)}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else {
+			e.compact(ctx)
+		}
 		w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: a.ResourceVersion})
 		if err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
@@ -31,6 +32,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -48,6 +50,10 @@ type Config struct {
 	// FlowControlAddress is the flow-control service's address; empty: no
 	// flow control.
 	FlowControlAddress string
+	// WatchFanoutAddresses are the replicas of the watch fan-out tier,
+	// which serve watches and Any/NotOlderThan reads; empty: everything is
+	// served from the store.
+	WatchFanoutAddresses []string
 	// ClientTLS is the mTLS configuration for calls to the other services
 	// (the gateway's client certificate, O=meridian:gateways, and the CA);
 	// nil is plaintext, for tests only.
@@ -162,6 +168,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); fc.Heartbeat(bg) }()
+	}
+	if len(cfg.WatchFanoutAddresses) > 0 {
+		var conns []*grpc.ClientConn
+		for _, addr := range cfg.WatchFanoutAddresses {
+			conn, err := a.dial(addr)
+			if err != nil {
+				return nil, err
+			}
+			conns = append(conns, conn)
+		}
+		rcfg.WatchCache = watchcache.New(conns)
+		readyz = append(readyz, watchTierCheck(conns))
 	}
 	authenticator := authn.New(cfg.ClientCAs, tokens)
 	resourceServer := resources.New(rcfg)
@@ -318,6 +336,25 @@ func (a *App) Close() error {
 		a.closeErr = errors.Join(errs...)
 	})
 	return a.closeErr
+}
+
+// watchTierCheck is ready when some replica of the watch tier serves
+// watches (its cache has synced with the store).
+func watchTierCheck(conns []*grpc.ClientConn) healthz.Check {
+	return healthz.Check{Name: "watchfanout", Run: func(ctx context.Context) error {
+		var last error
+		for _, c := range conns {
+			resp, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{Service: watchv1.WatchService_ServiceDesc.ServiceName})
+			if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				return nil
+			}
+			if err == nil {
+				err = fmt.Errorf("watchfanout is %s", resp.GetStatus())
+			}
+			last = err
+		}
+		return last
+	}}
 }
 
 // grpcHealthCheck is a readiness check asking a service's gRPC health

@@ -24,6 +24,9 @@ type schemas struct {
 	// refPrefix is where definitions live: "#/components/schemas/" in
 	// OpenAPI v3, "#/definitions/" in Swagger 2.0.
 	refPrefix string
+	// ssa adds the list, map and struct extensions of server-side apply
+	// (ssa.go) and leaves descriptions out; false for the HTTP documents.
+	ssa bool
 }
 
 func newSchemas(refPrefix string) *schemas {
@@ -60,6 +63,9 @@ func (s *schemas) ref(t reflect.Type) schema {
 		out := schema{}
 		for k, v := range sp {
 			out[k] = v
+		}
+		if s.ssa {
+			ssaScalar(out)
 		}
 		return out
 	}
@@ -100,6 +106,10 @@ func (s *schemas) object(t reflect.Type) schema {
 	props := schema{}
 	s.fields(t, props)
 	out := schema{"type": "object", "properties": props}
+	if s.ssa {
+		ssaStruct(t, out)
+		return out
+	}
 	if d := docs[""]; d != "" {
 		out["description"] = d
 	}
@@ -133,6 +143,11 @@ func (s *schemas) fields(t reflect.Type, props schema) {
 			name = f.Name
 		}
 		p := s.ref(f.Type)
+		if s.ssa {
+			ssaField(t, f, name, p)
+			props[name] = p
+			continue
+		}
 		if d := docs[name]; d != "" {
 			if _, isRef := p["$ref"]; isRef {
 				p = schema{"allOf": []any{p}, "description": d}

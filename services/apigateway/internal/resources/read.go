@@ -34,6 +34,9 @@ func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.Http
 	if err != nil {
 		return nil, toGRPC(err)
 	}
+	if body, handled, err := s.cachedGet(ctx, res, req, out); handled {
+		return body, toGRPC(err)
+	}
 	obj, _, err := s.get(ctx, res, req.GetRef().GetNamespace(), req.GetRef().GetName(), opts, minRV)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -119,6 +122,12 @@ func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListS
 	}
 	if req.GetLimit() < 0 {
 		return toGRPC(apierrors.NewBadRequest("limit must not be negative"))
+	}
+	if _, _, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch()); err != nil && req.GetContinueToken() == "" {
+		return toGRPC(err)
+	}
+	if handled, err := s.cachedList(ctx, res, req, out, stream); handled {
+		return toGRPC(err)
 	}
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
 		return toGRPC(s.streamList(ctx, res, req, filter, stream))

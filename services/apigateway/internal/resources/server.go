@@ -21,6 +21,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -41,6 +42,9 @@ type Config struct {
 	Codec *codec.Codec
 	// Store is the store. Required.
 	Store *storage.Store
+	// WatchCache serves watches and Any/NotOlderThan reads from the watch
+	// fan-out tier; nil serves everything from the store.
+	WatchCache *watchcache.Pool
 	// Admission admits writes; nil admits everything.
 	Admission admissionv1.AdmissionServiceClient
 	// Logger logs; nil means slog.Default().

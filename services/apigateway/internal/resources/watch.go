@@ -54,6 +54,11 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
+	if enc, ok := cacheEncoding(w.out); ok && s.cfg.WatchCache != nil {
+		if handled, err := s.relayWatch(ctx, w, req, enc, stream); handled {
+			return err
+		}
+	}
 	err = s.runWatch(ctx, w, req, stream)
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
@@ -73,6 +78,7 @@ type watchState struct {
 	filter      *selection.Filter
 	prefix      string
 	contentType string
+	out         output
 	enc         *watchframe.Encoder
 	server      *Server
 }
@@ -103,7 +109,7 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	}
 	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
-		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f),
+		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f), out: out,
 		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
 	}, nil
 }

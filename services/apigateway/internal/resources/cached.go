@@ -1,0 +1,163 @@
+package resources
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// This file routes watches and cached reads to the watch fan-out tier,
+// which encodes each event once for all watchers, as ARCHITECTURE.md
+// assigns them:
+//
+//	watch (any resourceVersion)              → watch tier
+//	get/list resourceVersion="0" (Any)       → watch tier
+//	get/list resourceVersion=N, NotOlderThan → watch tier (it waits for N)
+//	get/list unset (consistent), Exact, continue → store
+//
+// Formats the tier does not encode (YAML, PartialObjectMetadata) are served
+// from the store. When the tier cannot be reached (UNAVAILABLE,
+// UNIMPLEMENTED), the request is served from the store instead: losing the
+// cache costs speed, never correctness.
+
+// cacheEncoding maps a negotiated output to the tier's encoding.
+func cacheEncoding(out output) (watchv1.Encoding, bool) {
+	switch {
+	case out.partial:
+		return 0, false
+	case out.table:
+		return watchv1.Encoding_ENCODING_TABLE, true
+	case out.mediaType == negotiation.JSON:
+		return watchv1.Encoding_ENCODING_JSON, true
+	case out.mediaType == negotiation.Protobuf:
+		return watchv1.Encoding_ENCODING_PROTOBUF, true
+	}
+	return 0, false
+}
+
+// fallBack reports whether a failed call to the tier should be served from
+// the store instead.
+func fallBack(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+func cacheResource(res *registry.Resource) *watchv1.Resource {
+	return &watchv1.Resource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource}
+}
+
+// cacheable reports whether a read's resourceVersion parameters are served
+// from the cache.
+func cacheable(rv, match, continueToken string) bool {
+	if rv == "" || continueToken != "" || match == string(metav1.ResourceVersionMatchExact) {
+		return false
+	}
+	return true
+}
+
+// relayWatch serves a watch from the tier, relaying its pre-encoded frames
+// untouched. The response headers have been sent. handled is false when
+// the tier could not take the watch and the store must serve it.
+func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (handled bool, err error) {
+	fieldSel := req.GetFieldSelector()
+	if name := req.GetRef().GetName(); name != "" {
+		if fieldSel != "" {
+			fieldSel += ","
+		}
+		fieldSel += "metadata.name=" + name
+	}
+	ws, err := s.cfg.WatchCache.Client().Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
+		Resource:             cacheResource(w.res),
+		Namespace:            req.GetRef().GetNamespace(),
+		LabelSelector:        req.GetLabelSelector(),
+		FieldSelector:        fieldSel,
+		ResourceVersion:      req.GetResourceVersion(),
+		ResourceVersionMatch: req.GetResourceVersionMatch(),
+		SendInitialEvents:    req.SendInitialEvents,
+		AllowBookmarks:       req.GetAllowWatchBookmarks(),
+		TimeoutSeconds:       req.GetTimeoutSeconds(),
+		Encoding:             enc,
+		IncludeObject:        req.GetIncludeObject(),
+	})
+	if err != nil {
+		return !fallBack(err), err
+	}
+	first := true
+	for {
+		msg, err := ws.Recv()
+		if err != nil {
+			if first && fallBack(err) {
+				return false, err
+			}
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return true, nil
+			}
+			// A replica that went away mid-watch: end the stream; the
+			// client re-watches from its last resourceVersion, and its
+			// next watch goes to a healthy replica.
+			return true, nil
+		}
+		first = false
+		if len(msg.GetFrames()) == 0 {
+			continue
+		}
+		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: msg.GetFrames()}); err != nil {
+			return true, err
+		}
+	}
+}
+
+// cachedGet serves a get from the tier. handled is false when the store
+// must serve it.
+func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *apiv1.GetRequest, out output) (*httpbody.HttpBody, bool, error) {
+	enc, ok := cacheEncoding(out)
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", "") {
+		return nil, false, nil
+	}
+	resp, err := s.cfg.WatchCache.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
+		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(), Name: req.GetRef().GetName(),
+		ResourceVersion: req.GetResourceVersion(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
+	})
+	if err != nil {
+		if fallBack(err) {
+			return nil, false, nil
+		}
+		return nil, true, err
+	}
+	return &httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()}, true, nil
+}
+
+// cachedList serves a list from the tier. handled is false when the store
+// must serve it.
+func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
+	enc, ok := cacheEncoding(out)
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken()) {
+		return false, nil
+	}
+	resp, err := s.cfg.WatchCache.Client().List(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.ListRequest{
+		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(),
+		LabelSelector: req.GetLabelSelector(), FieldSelector: req.GetFieldSelector(),
+		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
+		Limit: req.GetLimit(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
+	})
+	if err != nil {
+		if fallBack(err) {
+			return false, nil
+		}
+		return true, err
+	}
+	return true, stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()})
+}
