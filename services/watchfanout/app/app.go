@@ -218,8 +218,16 @@ func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
 		a.cancel()
-		<-a.done
-		a.srv.GracefulStop()
+		<-a.done // every watch is ended now
+		stopped := make(chan struct{})
+		go func() { a.srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			// A handler stuck sending to a client that does not read.
+			a.srv.Stop()
+			<-stopped
+		}
 		a.conn.Close()
 	})
 	return nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ type env struct {
 	codec    *codec.Codec
 	cms      *registry.Resource
 
+	mu      sync.Mutex // guards watch during restarts
 	fanout  *app.App
 	reg     *prometheus.Registry
 	addr    string
@@ -112,7 +114,9 @@ func (e *env) startFanout(addr string) {
 		e.t.Fatal(err)
 	}
 	e.clients = append(e.clients, conn)
+	e.mu.Lock()
 	e.fanout, e.addr, e.watch = a, lis.Addr().String(), watchv1.NewWatchServiceClient(conn)
+	e.mu.Unlock()
 }
 
 func (e *env) stopFanout() {
@@ -215,7 +219,10 @@ type stream struct {
 
 func (e *env) openWatch(ctx context.Context, req *watchv1.WatchRequest) (*stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	cl, err := e.watch.Watch(ctx, req)
+	e.mu.Lock()
+	wc := e.watch
+	e.mu.Unlock()
+	cl, err := wc.Watch(ctx, req)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -62,6 +62,7 @@ type Resource struct {
 		// cluster-scoped) watchers.
 		watchers  map[string]map[*Watcher]struct{}
 		snapshots map[int64]*keptSnapshot
+		closed    bool // no watcher may register any more
 	}
 }
 
@@ -284,7 +285,7 @@ type Subscription struct {
 func (s *Subscription) Kind(ev *Event) (FrameKind, bool) { return s.kindAfter(ev, s.from) }
 
 // Watch registers a watch. It returns *ExpiredError when opts.After is
-// older than the history. The caller must Close the subscription.
+// older than the history, ErrClosed once the cache stopped. The caller must Close the subscription.
 func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
 	ns := opts.Namespace
 	if !r.res.Namespaced {
@@ -293,6 +294,9 @@ func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
 	w := &Watcher{ns: ns, filter: opts.Filter, bookmarks: opts.Bookmarks, limit: r.opts.WatcherBuffer, res: r, notify: make(chan struct{}, 1)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mu.closed {
+		return nil, ErrClosed
+	}
 	sub := &Subscription{Watcher: w}
 	switch {
 	case opts.Initial:
@@ -446,6 +450,7 @@ func (s *Snapshot) Ascend(from string, fn func(*Event) bool) {
 func (r *Resource) closeWatchers() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.mu.closed = true
 	for _, set := range r.mu.watchers {
 		for w := range set {
 			w.terminate(ErrClosed)

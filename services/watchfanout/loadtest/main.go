@@ -1,0 +1,425 @@
+// Command loadtest drives a watchfanout replica over gRPC, writing to its
+// store directly (the gateway's key layout and stored encoding), and
+// reports delivery delays, memory and CPU. Run the store and watchfanout
+// as their own processes and pass the watchfanout's pid so its RSS and CPU
+// are read from /proc (see docs/benchmarks-watchfanout.md).
+//
+//	fanout: W watchers of one collection, R writes/s of S-byte objects:
+//	        p50/p99/max delay from the write (Txn sent, and Txn acknowledged)
+//	        to delivery.
+//	idle:   W idle watchers over N namespaces: RSS delta per watcher, CPU at
+//	        rest.
+//	storm:  O objects, then W watchers opened at once with
+//	        sendInitialEvents=true: time until every watcher has its
+//	        initial-events-end bookmark, peak RSS (VmHWM) against the RSS
+//	        before.
+//
+// Every phase is bounded in time.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+)
+
+type options struct {
+	store, fanout, scenario string
+	pid                     int
+	watchers, namespaces    int
+	objects, size           int
+	rate                    float64
+	duration, timeout       time.Duration
+	conns                   int
+	proto                   bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.store, "store", "127.0.0.1:2479", "store gRPC address")
+	flag.StringVar(&o.fanout, "fanout", "127.0.0.1:7004", "watchfanout gRPC address")
+	flag.StringVar(&o.scenario, "scenario", "fanout", "fanout, idle or storm")
+	flag.IntVar(&o.pid, "pid", 0, "watchfanout pid, for RSS and CPU from /proc")
+	flag.IntVar(&o.watchers, "watchers", 1000, "watchers")
+	flag.IntVar(&o.namespaces, "namespaces", 1000, "namespaces (idle)")
+	flag.IntVar(&o.objects, "objects", 10000, "objects (storm)")
+	flag.IntVar(&o.size, "size", 1024, "object data size in bytes")
+	flag.Float64Var(&o.rate, "rate", 100, "writes per second (fanout)")
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "measurement time (fanout, idle at rest)")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
+	flag.IntVar(&o.conns, "conns", 16, "client connections the watchers share")
+	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+type env struct {
+	o     options
+	kv    storev1.KVServiceClient
+	conns []*grpc.ClientConn
+	codec *codec.Codec
+	cms   *registry.Resource
+}
+
+func run(ctx context.Context, o options) error {
+	sc, err := grpcclient.Dial(o.store, nil)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	e := &env{o: o, kv: storev1.NewKVServiceClient(sc)}
+	for range o.conns {
+		c, err := grpcclient.Dial(o.fanout, nil)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		e.conns = append(e.conns, c)
+	}
+	if e.codec, err = codec.New(); err != nil {
+		return err
+	}
+	e.cms, _ = registry.New(registry.Core()...).Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	fmt.Printf("scenario=%s watchers=%d gomaxprocs-host=%d\n", o.scenario, o.watchers, numCPU())
+	switch o.scenario {
+	case "fanout":
+		return e.fanoutScenario(ctx)
+	case "idle":
+		return e.idleScenario(ctx)
+	case "storm":
+		return e.stormScenario(ctx)
+	}
+	return fmt.Errorf("unknown scenario %q", o.scenario)
+}
+
+func (e *env) client(i int) watchv1.WatchServiceClient {
+	return watchv1.NewWatchServiceClient(e.conns[i%len(e.conns)])
+}
+
+func (e *env) encoding() watchv1.Encoding {
+	if e.o.proto {
+		return watchv1.Encoding_ENCODING_PROTOBUF
+	}
+	return watchv1.Encoding_ENCODING_JSON
+}
+
+func (e *env) put(ctx context.Context, ns, name string, data string) (int64, error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"d": data}}
+	val, err := e.codec.EncodeStorage(cm)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := e.kv.Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(e.cms.Key(ns, name)), Value: val}}}}})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetHeader().GetRevision(), nil
+}
+
+// currentRev reads the store's revision.
+func (e *env) currentRev(ctx context.Context) (int64, error) {
+	resp, err := e.kv.Range(ctx, &storev1.RangeRequest{Key: []byte("/registry/")})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetHeader().GetRevision(), nil
+}
+
+// openWatch opens a watch and reads its first (empty) message.
+func (e *env) openWatch(ctx context.Context, i int, req *watchv1.WatchRequest) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	req.Encoding = e.encoding()
+	cl, err := e.client(i).Watch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cl.Recv(); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+func (e *env) fanoutScenario(ctx context.Context) error {
+	o := e.o
+	start, err := e.currentRev(ctx)
+	if err != nil {
+		return err
+	}
+	var sent, acked sync.Map // rev → time
+	var mu sync.Mutex
+	var fromSend, fromAck []time.Duration
+	var delivered atomic.Int64
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	before := readProc(o.pid)
+	for i := range o.watchers {
+		cl, err := e.openWatch(wctx, i, &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "load", ResourceVersion: strconv.FormatInt(start, 10)})
+		if err != nil {
+			return fmt.Errorf("watcher %d: %w", i, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var s, a []time.Duration
+			defer func() {
+				mu.Lock()
+				fromSend, fromAck = append(fromSend, s...), append(fromAck, a...)
+				mu.Unlock()
+			}()
+			for {
+				resp, err := cl.Recv()
+				now := time.Now()
+				if err != nil {
+					return
+				}
+				rev, _ := strconv.ParseInt(resp.GetResourceVersion(), 10, 64)
+				if t, ok := sent.Load(rev); ok {
+					s = append(s, now.Sub(t.(time.Time)))
+				}
+				if t, ok := acked.Load(rev); ok {
+					a = append(a, now.Sub(t.(time.Time)))
+				}
+				delivered.Add(1)
+			}
+		}()
+	}
+	fmt.Printf("%d watchers open\n", o.watchers)
+	payload := strings.Repeat("x", o.size)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / o.rate))
+	defer tick.Stop()
+	end := time.Now().Add(o.duration)
+	writes := 0
+	// The writer predicts nothing: it records the send time under the
+	// revision it gets back, before watchers could look it up only for
+	// the ack time; the send time is recorded against the previous
+	// revision + 1, which is exact with one writer.
+	next := start + 1
+	for time.Now().Before(end) && ctx.Err() == nil {
+		<-tick.C
+		sent.Store(next, time.Now())
+		rev, err := e.put(ctx, "load", fmt.Sprintf("cm-%d", writes%100), payload)
+		if err != nil {
+			return err
+		}
+		acked.Store(rev, time.Now())
+		if rev != next {
+			return fmt.Errorf("another writer: got rev %d, want %d", rev, next)
+		}
+		next++
+		writes++
+	}
+	time.Sleep(2 * time.Second)
+	after := readProc(o.pid)
+	stop()
+	wg.Wait()
+	want := int64(writes) * int64(o.watchers)
+	fmt.Printf("writes=%d (%.1f/s, %d B objects) deliveries=%d/%d\n", writes, float64(writes)/o.duration.Seconds(), o.size, delivered.Load(), want)
+	fmt.Printf("delay from Txn sent:  %s\n", percentiles(fromSend))
+	fmt.Printf("delay from Txn acked: %s\n", percentiles(fromAck))
+	fmt.Printf("watchfanout: %s\n", after.delta(before, o.duration+2*time.Second))
+	return nil
+}
+
+func (e *env) idleScenario(ctx context.Context) error {
+	o := e.o
+	time.Sleep(2 * time.Second)
+	before := readProc(o.pid)
+	var streams []grpc.ServerStreamingClient[watchv1.WatchResponse]
+	began := time.Now()
+	for i := range o.watchers {
+		cl, err := e.openWatch(ctx, i, &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: fmt.Sprintf("idle-%d", i%o.namespaces), ResourceVersion: "0"})
+		if err != nil {
+			return fmt.Errorf("watcher %d: %w", i, err)
+		}
+		streams = append(streams, cl)
+	}
+	fmt.Printf("%d watchers over %d namespaces open in %v\n", o.watchers, o.namespaces, time.Since(began).Round(time.Millisecond))
+	time.Sleep(5 * time.Second)
+	opened := readProc(o.pid)
+	time.Sleep(o.duration)
+	rest := readProc(o.pid)
+	fmt.Printf("RSS before %.1f MiB, with watchers %.1f MiB: %.2f KiB per watcher\n",
+		mib(before.rss), mib(opened.rss), float64(opened.rss-before.rss)/1024/float64(o.watchers))
+	fmt.Printf("at rest over %v: %s\n", o.duration, rest.delta(opened, o.duration))
+	_ = streams
+	return nil
+}
+
+func (e *env) stormScenario(ctx context.Context) error {
+	o := e.o
+	payload := strings.Repeat("x", o.size)
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < o.objects; i += 8 {
+				if _, err := e.put(ctx, "storm", fmt.Sprintf("cm-%05d", i), payload); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	fmt.Printf("%d objects of %d B written in %v\n", o.objects, o.size, time.Since(began).Round(time.Millisecond))
+	time.Sleep(5 * time.Second)
+	steady := readProc(o.pid)
+	fmt.Printf("steady: %s\n", steady)
+	var synced atomic.Int64
+	var bytesIn atomic.Int64
+	marker := []byte("k8s.io/initial-events-end")
+	began = time.Now()
+	var done sync.WaitGroup
+	var peak atomic.Int64
+	sample := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sample:
+				return
+			case <-t.C:
+				if p := readProc(o.pid); p.rss > peak.Load() {
+					peak.Store(p.rss)
+				}
+			}
+		}
+	}()
+	var firstErr atomic.Value
+	for i := range o.watchers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			req := &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "storm",
+				SendInitialEvents: ptr(true), ResourceVersionMatch: "NotOlderThan", AllowBookmarks: true}
+			cl, err := e.openWatch(ctx, i, req)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			for {
+				resp, err := cl.Recv()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				bytesIn.Add(int64(len(resp.GetFrames())))
+				if bytes.Contains(resp.GetFrames(), marker) {
+					synced.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	done.Wait()
+	close(sample)
+	took := time.Since(began)
+	final := readProc(o.pid)
+	if err, _ := firstErr.Load().(error); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Printf("first error: %v\n", err)
+	}
+	fmt.Printf("%d/%d watchers synced (%d objects each) in %v; %.1f MiB of frames (%.0f MiB/s)\n",
+		synced.Load(), o.watchers, o.objects, took.Round(time.Millisecond), mib(bytesIn.Load()), mib(bytesIn.Load())/took.Seconds())
+	fmt.Printf("RSS steady %.1f MiB, peak sampled %.1f MiB, VmHWM %.1f MiB (peak/steady %.2f)\n",
+		mib(steady.rss), mib(peak.Load()), mib(final.hwm), float64(max(peak.Load(), final.hwm))/float64(steady.rss))
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func percentiles(d []time.Duration) string {
+	if len(d) == 0 {
+		return "no samples"
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	p := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return fmt.Sprintf("n=%d p50=%v p90=%v p99=%v max=%v", len(d), p(0.50).Round(10*time.Microsecond), p(0.90).Round(10*time.Microsecond), p(0.99).Round(10*time.Microsecond), d[len(d)-1].Round(10*time.Microsecond))
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// proc is a sample of a process's /proc state.
+type proc struct {
+	rss, hwm int64         // bytes
+	cpu      time.Duration // user + system
+}
+
+func (p proc) String() string {
+	return fmt.Sprintf("RSS %.1f MiB, VmHWM %.1f MiB, CPU %v", mib(p.rss), mib(p.hwm), p.cpu.Round(time.Millisecond))
+}
+
+func (p proc) delta(before proc, over time.Duration) string {
+	cpu := p.cpu - before.cpu
+	return fmt.Sprintf("RSS %.1f → %.1f MiB, CPU %v over %v (%.1f%% of one core)", mib(before.rss), mib(p.rss), cpu.Round(time.Millisecond), over.Round(time.Second), 100*cpu.Seconds()/over.Seconds())
+}
+
+func readProc(pid int) proc {
+	var p proc
+	if pid == 0 {
+		return p
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				switch f[0] {
+				case "VmRSS:":
+					p.rss = n << 10
+				case "VmHWM:":
+					p.hwm = n << 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+2:])
+			if len(f) > 13 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				p.cpu = time.Duration(ut+st) * (time.Second / 100) // USER_HZ = 100
+			}
+		}
+	}
+	return p
+}
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return bytes.Count(b, []byte("processor\t:"))
+}
