@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
@@ -159,11 +160,14 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The gateway and the watch tier serve the same resources.
+	resources := registry.New(registry.Standard()...)
 	wfCert := c.services["watchfanout"]
 	wf, err := watchfanout.New(ctx, watchfanout.Config{
 		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.ca.Pool(), ""),
 		TLS: serverTLS("watchfanout"), Registerer: wrap("watchfanout"), Logger: logFor("watchfanout"), Trust: trust,
 		BookmarkInterval: cfg.WatchCache.BookmarkInterval, HistoryMaxEvents: cfg.WatchCache.HistoryMaxEvents,
+		Registry: resources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("allinone: watchfanout: %w", err)
@@ -180,6 +184,7 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	gw, err := gateway.New(ctx, gateway.Config{
 		StoreAddress: storeAddr, AdmissionAddress: admAddr, FlowControlAddress: fcAddr,
 		WatchFanoutAddresses: watchAddrs,
+		Registry:             resources,
 		ClientTLS:            pki.ClientTLS(&c.gateway, c.ca.Pool(), ""),
 		ServingTLS:           pki.ServerTLS(c.apiserver, nil, tls.NoClientCert),
 		ClientCAs:            c.ca.Pool(),

@@ -58,9 +58,8 @@ func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 	return &env{t: t, cp: cp, config: rc, client: c, dataDir: dir}
 }
 
-// compact compacts the store to its current revision, through the store's
-// own gRPC API, and returns that revision.
-func (e *env) compact(ctx context.Context) int64 {
+// storeConn dials the store's own gRPC API with the admin certificate.
+func (e *env) storeConn() *grpc.ClientConn {
 	e.t.Helper()
 	dir := filepath.Join(e.dataDir, "pki")
 	pool, err := pki.LoadPool(filepath.Join(dir, "ca.crt"))
@@ -75,8 +74,15 @@ func (e *env) compact(ctx context.Context) int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer conn.Close()
-	kv := storev1.NewKVServiceClient(conn)
+	e.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// compact compacts the store to its current revision, through the store's
+// own gRPC API, and returns that revision.
+func (e *env) compact(ctx context.Context) int64 {
+	e.t.Helper()
+	kv := storev1.NewKVServiceClient(e.storeConn())
 	r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte{0}, CountOnly: true})
 	if err != nil {
 		e.t.Fatal(err)

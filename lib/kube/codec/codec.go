@@ -13,7 +13,9 @@ import (
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,8 +39,10 @@ type Codec struct {
 // New returns a Codec for the built-in kinds meridian serves.
 func New() (*Codec, error) {
 	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("codec: core/v1: %w", err)
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, coordinationv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("codec: %w", err)
+		}
 	}
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 	// Options objects also travel as meta.k8s.io/v1.

@@ -75,6 +75,9 @@ type Resource struct {
 	// Columns are the kind's Table columns after Name (what kubectl get
 	// prints); nil gives the default, Created At.
 	Columns []Column
+	// TTL, when positive, makes objects expire that long after their last
+	// write (through store leases), as Events do.
+	TTL time.Duration
 }
 
 // Column is one Table column of a kind.

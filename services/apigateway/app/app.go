@@ -74,6 +74,9 @@ type Config struct {
 	Logger *slog.Logger
 	// GatewayID names this replica to flow control; empty: a random id.
 	GatewayID string
+	// Registry is the set of served resources; nil means every standard
+	// kind (registry.Standard). The watch tier must serve the same set.
+	Registry *registry.Registry
 }
 
 // Validate reports every problem with the configuration.
@@ -145,7 +148,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := registry.New(registry.Core()...)
+	reg := cfg.Registry
+	if reg == nil {
+		reg = registry.New(registry.Standard()...)
+	}
 	store := storage.New(storeConn)
 
 	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger}

@@ -9,11 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Errors returned by Store methods; match with errors.Is / errors.As.
@@ -67,13 +70,45 @@ type KV struct {
 
 // Store talks to the store service.
 type Store struct {
-	kv    storev1.KVServiceClient
-	watch storev1.WatchServiceClient
+	kv     storev1.KVServiceClient
+	watch  storev1.WatchServiceClient
+	leases storev1.LeaseServiceClient
+
+	// lease is the store lease shared by objects that expire (Events):
+	// granting one per object would cost a raft write each, so, like
+	// kube-apiserver, one lease is reused for leaseReuse.
+	lease struct {
+		sync.Mutex
+		id      int64
+		ttl     time.Duration
+		granted time.Time
+	}
 }
+
+// leaseReuse is how long one store lease is shared by expiring objects;
+// each lease lives leaseReuse longer than the TTL asked for, so no object
+// expires early.
+const leaseReuse = time.Minute
 
 // New returns a Store over a connection to the store service.
 func New(conn grpc.ClientConnInterface) *Store {
-	return &Store{kv: storev1.NewKVServiceClient(conn), watch: storev1.NewWatchServiceClient(conn)}
+	return &Store{kv: storev1.NewKVServiceClient(conn), watch: storev1.NewWatchServiceClient(conn), leases: storev1.NewLeaseServiceClient(conn)}
+}
+
+// Lease returns a store lease that expires between ttl and
+// ttl+leaseReuse from now, shared with other writes of the same minute.
+func (s *Store) Lease(ctx context.Context, ttl time.Duration) (int64, error) {
+	s.lease.Lock()
+	defer s.lease.Unlock()
+	if s.lease.id != 0 && s.lease.ttl == ttl && time.Since(s.lease.granted) < leaseReuse {
+		return s.lease.id, nil
+	}
+	resp, err := s.leases.LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(ttl + leaseReuse)})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	s.lease.id, s.lease.ttl, s.lease.granted = resp.GetId(), ttl, time.Now()
+	return resp.GetId(), nil
 }
 
 // ReadOptions select the revision of a read.
@@ -151,11 +186,11 @@ func (s *Store) List(ctx context.Context, prefix string, opts ListOptions) (List
 	return out, nil
 }
 
-// Create stores a new key. When parent is not empty, the create succeeds
-// only while that key exists (a namespaced object needs its namespace);
-// the check and the write are one transaction. It returns the new revision,
-// ErrExists or ErrParentMissing.
-func (s *Store) Create(ctx context.Context, key string, value []byte, parent string) (int64, error) {
+// Create stores a new key, attached to lease (0: none). When parent is not
+// empty, the create succeeds only while that key exists (a namespaced
+// object needs its namespace); the check and the write are one
+// transaction. It returns the new revision, ErrExists or ErrParentMissing.
+func (s *Store) Create(ctx context.Context, key string, value []byte, parent string, lease int64) (int64, error) {
 	cmp := []*storev1.Compare{{
 		Key: []byte(key), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL,
 		TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
@@ -168,7 +203,7 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, parent str
 	}
 	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
 		Compare: cmp,
-		Success: []*storev1.RequestOp{putOp(key, value)},
+		Success: []*storev1.RequestOp{putOp(key, value, lease)},
 		Failure: []*storev1.RequestOp{rangeOp(key, true)},
 	})
 	if err != nil {
@@ -183,10 +218,11 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, parent str
 	return 0, ErrParentMissing
 }
 
-// Update replaces a key whose mod revision is modRevision. It returns the
-// new revision, ErrConflict when the key changed, or ErrNotFound.
-func (s *Store) Update(ctx context.Context, key string, value []byte, modRevision int64) (int64, error) {
-	return s.guarded(ctx, key, modRevision, putOp(key, value))
+// Update replaces a key whose mod revision is modRevision, attached to
+// lease (0: none). It returns the new revision, ErrConflict when the key
+// changed, or ErrNotFound.
+func (s *Store) Update(ctx context.Context, key string, value []byte, modRevision, lease int64) (int64, error) {
+	return s.guarded(ctx, key, modRevision, putOp(key, value, lease))
 }
 
 // Delete removes a key whose mod revision is modRevision. It returns the
@@ -218,8 +254,8 @@ func (s *Store) guarded(ctx context.Context, key string, modRevision int64, op *
 	return 0, ErrNotFound
 }
 
-func putOp(key string, value []byte) *storev1.RequestOp {
-	return &storev1.RequestOp{Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(key), Value: value}}}
+func putOp(key string, value []byte, lease int64) *storev1.RequestOp {
+	return &storev1.RequestOp{Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(key), Value: value, Lease: lease}}}
 }
 
 func rangeOp(key string, keysOnly bool) *storev1.RequestOp {
