@@ -173,7 +173,11 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 		if res.Namespaced {
 			parent = namespaceKey(s, acc.GetNamespace())
 		}
-		rev, err := s.cfg.Store.Create(ctx, res.Key(acc.GetNamespace(), acc.GetName()), data, parent)
+		lease, err := s.leaseFor(ctx, res)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := s.cfg.Store.Create(ctx, res.Key(acc.GetNamespace(), acc.GetName()), data, parent, lease)
 		if errors.Is(err, storage.ErrExists) && generate && attempt+1 < attempts {
 			continue
 		}
@@ -309,7 +313,11 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 			return nil, apierrors.NewInternalError(err)
 		}
 		modRev, _ := parseRV(oldAcc.GetResourceVersion())
-		rev, err := s.cfg.Store.Update(ctx, res.Key(ref.GetNamespace(), ref.GetName()), data, modRev)
+		lease, err := s.leaseFor(ctx, res)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := s.cfg.Store.Update(ctx, res.Key(ref.GetNamespace(), ref.GetName()), data, modRev, lease)
 		if errors.Is(err, storage.ErrConflict) && precondition == "" {
 			continue
 		}
