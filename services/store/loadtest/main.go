@@ -169,6 +169,7 @@ func main() {
 	d := flag.Duration("duration", 10*time.Second, "duration of each workload")
 	conns := flag.Int("clients", 4, "client connections shared by the workers")
 	watchRate := flag.Int("watch-rate", 500, "puts per second during the watch-latency workload")
+	workloads := flag.String("workloads", "put,get,watch", "workloads to run: put, get (linearizable and serializable), watch")
 	flag.Parse()
 
 	endpoints := strings.Split(*eps, ",")
@@ -199,10 +200,23 @@ func main() {
 		}
 		levels = append(levels, n)
 	}
+	want := map[string]bool{}
+	for _, w := range strings.Split(*workloads, ",") {
+		want[w] = true
+	}
 	for _, conc := range levels {
+		if !want["put"] {
+			break
+		}
 		run("put", conc, func(ctx context.Context, c kv, w, seq int) error {
 			return c.put(ctx, fmt.Sprintf("/bench/put/%d/%d/%d", conc, w, seq), value)
 		})
+	}
+	if !want["get"] {
+		if want["watch"] {
+			fmt.Println(watchLatency(clients, *d, *watchRate, value))
+		}
+		return
 	}
 	// Reads of a key set written once.
 	for i := range 1000 {
@@ -221,7 +235,9 @@ func main() {
 			})
 		}
 	}
-	fmt.Println(watchLatency(clients, *d, *watchRate, value))
+	if want["watch"] {
+		fmt.Println(watchLatency(clients, *d, *watchRate, value))
+	}
 }
 
 // watchLatency puts at rate per second with the send time in the value and

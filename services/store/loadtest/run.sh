@@ -11,6 +11,8 @@
 set -euo pipefail
 root=${1:-/tmp/store-bench}
 dur=${2:-5s}
+workloads=${WORKLOADS:-put,get,watch}
+shapes=${SHAPES:-3 1}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$root/bin"
 (cd "$here" && GOWORK=off go build -o "$root/bin/loadtest" .)
@@ -57,7 +59,7 @@ etcdc() { # n
   EPS=$eps
 }
 
-for n in 3 1; do
+for n in $shapes; do
   meridian $n; eps=$EPS; sleep 1
   echo "## meridian, $n member(s)"
   # CPU profile of the leader (member 0 or whichever leads) during the run.
@@ -66,11 +68,11 @@ for n in 3 1; do
     curl -s -o "$root/meridian-$n-m$i.pprof" "http://127.0.0.1:$((23810+i))/debug/pprof/profile?seconds=20" &
     curls+=($!)
   done
-  "$root/bin/loadtest" -target meridian -endpoints "$eps" -duration "$dur"
+  "$root/bin/loadtest" -target meridian -endpoints "$eps" -duration "$dur" -workloads "$workloads"
   wait "${curls[@]}" 2>/dev/null || true
   cleanup; sleep 1
   etcdc $n; eps=$EPS
   echo "## etcd $(etcd --version | head -1 | awk '{print $3}'), $n member(s)"
-  "$root/bin/loadtest" -target etcd -endpoints "$eps" -duration "$dur"
+  "$root/bin/loadtest" -target etcd -endpoints "$eps" -duration "$dur" -workloads "$workloads"
   cleanup; sleep 1
 done

@@ -28,6 +28,12 @@ import (
 
 var duration = flag.Duration("robustness.duration", 0, "run the fault cycle for this long (0: one short cycle, ~25s of traffic)")
 
+// staleReads makes the clients' reads serializable (served by any member
+// without confirming it is current): a check of the checker, which should
+// then find a non-linearizable history (stale reads from a partitioned or
+// lagging member).
+var staleReads = flag.Bool("robustness.stale-reads", false, "issue serializable reads (the checker should then fail)")
+
 const clients = 6
 
 // fault is one step of the fault cycle.

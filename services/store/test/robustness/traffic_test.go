@@ -104,7 +104,7 @@ func do(ctx context.Context, c *client.Client, in kvInput) (kvOutput, *ack, erro
 	kv := c.KV()
 	switch in.kind {
 	case opGet:
-		r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(in.key)})
+		r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(in.key), Serializable: *staleReads})
 		if err != nil {
 			return kvOutput{}, nil, err
 		}
