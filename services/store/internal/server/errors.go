@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,9 @@ var codeTable = []struct {
 	{raftnode.ErrStopped, codes.Unavailable},
 	{raftnode.ErrTimeout, codes.Unavailable},
 	{watch.ErrClosed, codes.Unavailable},
+	// Disk full (raft log append or state batch): writes are refused
+	// with a clear code; reads of applied state keep working.
+	{syscall.ENOSPC, codes.ResourceExhausted},
 	{fsm.ErrFailed, codes.Internal},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},

@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
 )
@@ -27,6 +30,8 @@ func TestToStatus(t *testing.T) {
 		{raftnode.ErrStopped, codes.Unavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{fmt.Errorf("disk on fire"), codes.Internal},
+		{fmt.Errorf("raftlog: store logs: %w", &os.PathError{Op: "write", Path: "000001.log", Err: syscall.ENOSPC}), codes.ResourceExhausted},
+		{fmt.Errorf("%w: %w", fsm.ErrFailed, syscall.ENOSPC), codes.ResourceExhausted},
 	}
 	for _, c := range cases {
 		st, _ := status.FromError(toStatus(c.err))

@@ -19,12 +19,24 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/testcerts"
 )
 
+// binDir holds the store binary; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // buildStore builds the store binary once per test binary.
 var buildStore = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "meridian-store-bin-")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "store")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goBin); err != nil {
