@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +24,7 @@ func Core() []*Resource {
 			Verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
 			New:   func() runtime.Object { return &corev1.Namespace{} }, NewList: func() runtime.Object { return &corev1.NamespaceList{} },
 			Strategy:     namespaceStrategy{},
-			Subresources: []string{"status"},
+			Subresources: []string{"status", "finalize"},
 			Columns: []Column{{
 				Definition: metav1.TableColumnDefinition{Name: "Status", Type: "string", Description: "The status of the namespace"},
 				Cell:       func(obj runtime.Object, _ time.Time) any { return string(obj.(*corev1.Namespace).Status.Phase) },
@@ -91,13 +92,20 @@ type namespaceStrategy struct{}
 func (namespaceStrategy) PrepareForCreate(obj runtime.Object) {
 	ns := obj.(*corev1.Namespace)
 	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+	// The namespace controller removes this finalizer once a deleted
+	// namespace is empty.
+	if !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
+		ns.Spec.Finalizers = append(ns.Spec.Finalizers, corev1.FinalizerKubernetes)
+	}
 	setNameLabel(ns)
 }
 
 func (namespaceStrategy) PrepareForUpdate(obj, old runtime.Object) {
-	ns := obj.(*corev1.Namespace)
-	// Status is written through the status subresource only.
-	ns.Status = old.(*corev1.Namespace).Status
+	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+	// Status is written through the status subresource only, spec
+	// finalizers through finalize.
+	ns.Status = oldNS.Status
+	ns.Spec.Finalizers = oldNS.Spec.Finalizers
 	setNameLabel(ns)
 }
 
@@ -110,12 +118,26 @@ func setNameLabel(ns *corev1.Namespace) {
 	ns.Labels[corev1.LabelMetadataName] = ns.Name
 }
 
-// PrepareForStatusUpdate keeps the spec and the metadata a status writer
-// may not change, as kube-apiserver's status strategies do.
-func (namespaceStrategy) PrepareForStatusUpdate(obj, old runtime.Object) {
+// PrepareForSubresourceUpdate: status writes change only the status (and
+// not the metadata a status writer may not touch, as kube-apiserver's
+// status strategies reset it); finalize writes change only
+// spec.finalizers.
+func (namespaceStrategy) PrepareForSubresourceUpdate(sub string, obj, old runtime.Object) bool {
 	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
-	ns.Spec = oldNS.Spec
-	metav1.ResetObjectMetaForStatus(&ns.ObjectMeta, &oldNS.ObjectMeta)
+	switch sub {
+	case "status":
+		ns.Spec = oldNS.Spec
+		metav1.ResetObjectMetaForStatus(&ns.ObjectMeta, &oldNS.ObjectMeta)
+	case "finalize":
+		finalizers := ns.Spec.Finalizers
+		keep := oldNS.DeepCopy()
+		keep.Spec.Finalizers = finalizers
+		keep.ResourceVersion = ns.ResourceVersion
+		*ns = *keep
+	default:
+		return false
+	}
+	return true
 }
 
 func (namespaceStrategy) Validate(obj runtime.Object) field.ErrorList {

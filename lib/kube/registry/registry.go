@@ -27,12 +27,13 @@ type Strategy interface {
 	ValidateUpdate(obj, old runtime.Object) field.ErrorList
 }
 
-// StatusStrategy is implemented by the Strategy of kinds with a status
-// subresource.
-type StatusStrategy interface {
-	// PrepareForStatusUpdate keeps everything of obj but its status as in
-	// old: a write through the status subresource changes only status.
-	PrepareForStatusUpdate(obj, old runtime.Object)
+// SubresourceStrategy is implemented by the Strategy of kinds with
+// subresources that write part of the object (status, finalize).
+type SubresourceStrategy interface {
+	// PrepareForSubresourceUpdate keeps everything of obj that a write
+	// through subresource sub may not change as it is in old. It reports
+	// false for a subresource the kind does not write.
+	PrepareForSubresourceUpdate(sub string, obj, old runtime.Object) bool
 }
 
 // HasSubresource reports whether r serves subresource sub.

@@ -228,6 +228,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
 		return nil, err
 	}
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); resourceServer.RunNamespaceController(bg, time.Second) }()
 
 	tlsConf := cfg.ServingTLS.Clone()
 	if cfg.ClientCAs != nil {

@@ -30,6 +30,7 @@ func ensureNamespaces(ctx context.Context, store *storage.Store, c *codec.Codec,
 				Name: name, UID: types.UID(uuid.NewString()), CreationTimestamp: metav1.NewTime(time.Now().Truncate(time.Second)),
 				Labels: map[string]string{corev1.LabelMetadataName: name},
 			},
+			Spec:   corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{corev1.FinalizerKubernetes}},
 			Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
 		}
 		data, err := c.EncodeStorage(ns)

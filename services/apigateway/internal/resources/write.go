@@ -146,6 +146,9 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 	acc.SetDeletionGracePeriodSeconds(nil)
 	acc.SetSelfLink("")
 	res.Strategy.PrepareForCreate(obj)
+	if err := s.checkNamespaceActive(ctx, res, acc.GetNamespace(), acc.GetName()); err != nil {
+		return nil, err
+	}
 
 	generate := acc.GetName() == "" && acc.GetGenerateName() != ""
 	attempts := 1
@@ -290,12 +293,11 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
 		acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
 		acc.SetResourceVersion(oldAcc.GetResourceVersion())
-		if ref.GetSubresource() == "status" {
-			ss, ok := res.Strategy.(registry.StatusStrategy)
-			if !ok {
+		if sub := ref.GetSubresource(); sub != "" {
+			ss, ok := res.Strategy.(registry.SubresourceStrategy)
+			if !ok || !ss.PrepareForSubresourceUpdate(sub, obj, old) {
 				return nil, apierrors.NewNotFound(gr, ref.GetName())
 			}
-			ss.PrepareForStatusUpdate(obj, old)
 		} else {
 			res.Strategy.PrepareForUpdate(obj, old)
 		}
@@ -308,11 +310,19 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		if dryRun {
 			return obj, nil
 		}
+		modRev, _ := parseRV(oldAcc.GetResourceVersion())
+		if finalized(obj) {
+			// The last finalizer is gone: the object goes.
+			err := s.removeFinalized(ctx, res, ref, modRev)
+			if errors.Is(err, storage.ErrConflict) && precondition == "" {
+				continue
+			}
+			return obj, err
+		}
 		data, err := s.cfg.Codec.EncodeStorage(obj)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		modRev, _ := parseRV(oldAcc.GetResourceVersion())
 		lease, err := s.leaseFor(ctx, res)
 		if err != nil {
 			return nil, err

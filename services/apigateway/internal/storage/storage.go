@@ -305,33 +305,3 @@ func convert(err error, requested int64) error {
 	}
 	return fmt.Errorf("storage: %w", err)
 }
-
-// DeleteTree removes key, whose mod revision must be modRevision, together
-// with every key under each of prefixes, in one transaction (one revision).
-// It returns the revision of the delete, ErrConflict or ErrNotFound.
-func (s *Store) DeleteTree(ctx context.Context, key string, modRevision int64, prefixes []string) (int64, error) {
-	ops := []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestDeleteRange{RequestDeleteRange: &storev1.DeleteRangeRequest{Key: []byte(key)}}}}
-	for _, p := range prefixes {
-		ops = append(ops, &storev1.RequestOp{Request: &storev1.RequestOp_RequestDeleteRange{RequestDeleteRange: &storev1.DeleteRangeRequest{
-			Key: []byte(p), RangeEnd: PrefixEnd([]byte(p)),
-		}}})
-	}
-	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
-		Compare: []*storev1.Compare{{
-			Key: []byte(key), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL,
-			TargetUnion: &storev1.Compare_ModRevision{ModRevision: modRevision},
-		}},
-		Success: ops,
-		Failure: []*storev1.RequestOp{rangeOp(key, true)},
-	})
-	if err != nil {
-		return 0, convert(err, 0)
-	}
-	if resp.Succeeded {
-		return resp.GetHeader().GetRevision(), nil
-	}
-	if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
-		return 0, ErrConflict
-	}
-	return 0, ErrNotFound
-}
