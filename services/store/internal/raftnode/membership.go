@@ -163,6 +163,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 	if !n.IsLeader() {
 		return "", notLeader()
 	}
+	if id == n.id {
+		return n.id, nil // already the leader
+	}
 	var f raft.Future
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
