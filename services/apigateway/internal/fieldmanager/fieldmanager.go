@@ -2,18 +2,20 @@
 // apply requests, with k8s.io/apimachinery's managedfields package (which
 // wraps sigs.k8s.io/structured-merge-diff).
 //
-// One managedfields.FieldManager is built per kind and subresource when a
-// Managers is made, from a structured schema derived from the kind's Go
-// type (openapi.SSASchemas); a kind whose schema cannot be converted falls
-// back to the deduced type converter (every list atomic). Request-time work
-// is the merge itself.
+// One managedfields.FieldManager is built per kind and subresource, once
+// per process (ForKind, Prepare), from a structured schema derived from the
+// kind's Go type (openapi.SSASchemas); a kind whose schema cannot be
+// converted falls back to the deduced type converter (every list atomic).
+// Request-time work is the merge itself.
 package fieldmanager
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -38,49 +40,82 @@ const UserAgentMetadata = "x-meridian-user-agent"
 // from the main resource.
 const StatusSubresource = "status"
 
-// Managers holds the field managers of a registry's kinds. It is immutable
-// once built and safe for concurrent use.
-type Managers struct {
-	byKey map[key]*managedfields.FieldManager
-	// deduced lists the kinds served with the deduced type converter.
-	deduced []schema.GroupVersionKind
+// Kind holds the field managers of one kind: one for the main resource
+// and one for the status subresource where the kind serves it. It is
+// immutable and safe for concurrent use.
+type Kind struct {
+	res *registry.Resource
+	// main and status are the managers; status is nil without a status
+	// subresource.
+	main, status *managedfields.FieldManager
+	// deduced: the kind's schema did not convert, so every list is atomic.
+	deduced bool
 }
 
-type key struct {
-	gvr         schema.GroupVersionResource
-	subresource string
+// kindKey is what a Kind depends on: the kind, its Go type, and whether
+// it has a status subresource.
+type kindKey struct {
+	gvk    schema.GroupVersionKind
+	typ    reflect.Type
+	status bool
 }
 
-// New builds the field managers of every kind of reg: one for the main
-// resource and one for the status subresource where it is served.
-func New(reg *registry.Registry) (*Managers, error) {
-	m := &Managers{byKey: map[key]*managedfields.FieldManager{}}
+// kinds caches Kinds for the whole process. A Kind depends only on its
+// kindKey (the Go types are static), so gateways and tests that build
+// several registries share them, and the cache is bounded by the number of
+// kinds compiled in. Values are *Kind.
+var kinds sync.Map
+
+// ForKind returns the field managers of res, building them on first use
+// (converting the kind's schema takes milliseconds; Prepare does it for a
+// whole registry up front).
+func ForKind(res *registry.Resource) (*Kind, error) {
+	k := kindKey{res.GVK(), reflect.TypeOf(res.New()), res.HasSubresource(StatusSubresource)}
+	if v, ok := kinds.Load(k); ok {
+		return v.(*Kind), nil
+	}
+	kind, err := newKind(res)
+	if err != nil {
+		return nil, err
+	}
+	v, _ := kinds.LoadOrStore(k, kind)
+	return v.(*Kind), nil
+}
+
+// Prepare builds the field managers of every kind of reg, so that no
+// request pays for it, and returns the kinds served with the deduced type
+// converter (lists merged atomically) because their schema did not
+// convert.
+func Prepare(reg *registry.Registry) (deduced []schema.GroupVersionKind, err error) {
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
-			tc, deduced := typeConverter(res)
-			if deduced {
-				m.deduced = append(m.deduced, res.GVK())
+			k, err := ForKind(res)
+			if err != nil {
+				return nil, err
 			}
-			subs := []string{""}
-			if res.HasSubresource(StatusSubresource) {
-				subs = append(subs, StatusSubresource)
-			}
-			for _, sub := range subs {
-				conv := kindConverter{res: res}
-				fm, err := managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), sub, resetFields(res, sub))
-				if err != nil {
-					return nil, fmt.Errorf("fieldmanager: %s: %w", res.GVR, err)
-				}
-				m.byKey[key{res.GVR, sub}] = fm
+			if k.deduced {
+				deduced = append(deduced, res.GVK())
 			}
 		}
 	}
-	return m, nil
+	return deduced, nil
 }
 
-// Deduced returns the kinds whose schema could not be converted and whose
-// lists are therefore all merged atomically.
-func (m *Managers) Deduced() []schema.GroupVersionKind { return m.deduced }
+func newKind(res *registry.Resource) (*Kind, error) {
+	tc, deduced := typeConverter(res)
+	k := &Kind{res: res, deduced: deduced}
+	conv := kindConverter{res: res}
+	var err error
+	if k.main, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), "", resetFields(res, "")); err != nil {
+		return nil, fmt.Errorf("fieldmanager: %s: %w", res.GVR, err)
+	}
+	if res.HasSubresource(StatusSubresource) {
+		if k.status, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), StatusSubresource, resetFields(res, StatusSubresource)); err != nil {
+			return nil, fmt.Errorf("fieldmanager: %s/status: %w", res.GVR, err)
+		}
+	}
+	return k, nil
+}
 
 // typeConverter builds the structured type converter of one kind, or the
 // deduced one when its schema does not convert.
@@ -95,8 +130,8 @@ func typeConverter(res *registry.Resource) (tc managedfields.TypeConverter, dedu
 }
 
 // resetFields are the fields a write through (sub)resource sub does not set
-// and so never owns: status through the main resource, everything but
-// status (spec and metadata) through the status subresource.
+// and so never owns: status through the main resource, spec through the
+// status subresource.
 func resetFields(res *registry.Resource, sub string) map[fieldpath.APIVersion]fieldpath.Filter {
 	if !res.HasSubresource(StatusSubresource) {
 		return nil
@@ -112,12 +147,16 @@ func resetFields(res *registry.Resource, sub string) map[fieldpath.APIVersion]fi
 	}
 }
 
-func (m *Managers) lookup(res *registry.Resource, sub string) (*managedfields.FieldManager, bool) {
-	if sub != StatusSubresource {
-		sub = ""
+// manager returns the field manager of a write through subresource sub
+// ("" or "status"); nil for other subresources, which are not tracked.
+func (k *Kind) manager(sub string) *managedfields.FieldManager {
+	switch sub {
+	case "":
+		return k.main
+	case StatusSubresource:
+		return k.status
 	}
-	fm, ok := m.byKey[key{res.GVR, sub}]
-	return fm, ok
+	return nil
 }
 
 // Update records manager's write of obj over live (an empty object of the
@@ -126,9 +165,9 @@ func (m *Managers) lookup(res *registry.Resource, sub string) (*managedfields.Fi
 // valid (a client may rewrite them), reset when they are [] or [{}], and
 // replaced by live's otherwise. It never fails a write: when tracking
 // fails, obj keeps live's managedFields.
-func (m *Managers) Update(res *registry.Resource, subresource string, live, obj runtime.Object, manager string) runtime.Object {
-	fm, ok := m.lookup(res, subresource)
-	if !ok {
+func (k *Kind) Update(sub string, live, obj runtime.Object, manager string) runtime.Object {
+	fm := k.manager(sub)
+	if fm == nil {
 		return obj
 	}
 	return fm.UpdateNoErrors(live, obj, manager)
@@ -140,10 +179,10 @@ func (m *Managers) Update(res *registry.Resource, subresource string, live, obj 
 // Conflict with one FieldManagerConflict cause per field; a patch that does
 // not fit the kind's schema, names another kind or sets managedFields is a
 // 400 BadRequest.
-func (m *Managers) Apply(res *registry.Resource, subresource string, live runtime.Object, patch *unstructured.Unstructured, manager string, force bool) (runtime.Object, error) {
-	fm, ok := m.lookup(res, subresource)
-	if !ok {
-		return nil, apierrors.NewMethodNotSupported(res.GVR.GroupResource(), "apply")
+func (k *Kind) Apply(sub string, live runtime.Object, patch *unstructured.Unstructured, manager string, force bool) (runtime.Object, error) {
+	fm := k.manager(sub)
+	if fm == nil {
+		return nil, apierrors.NewMethodNotSupported(k.res.GVR.GroupResource(), "apply")
 	}
 	obj, err := fm.Apply(live, patch, manager, force)
 	if err != nil {
@@ -155,10 +194,10 @@ func (m *Managers) Apply(res *registry.Resource, subresource string, live runtim
 		// applied configuration.
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	if _, ok := obj.(*unstructured.Unstructured); ok {
-		// The managers convert to the kind's Go type; an unstructured
-		// result would be a bug, not the client's fault.
-		return nil, apierrors.NewInternalError(fmt.Errorf("fieldmanager: apply of %s returned an unstructured object", res.GVK()))
+	if reflect.TypeOf(obj) != reflect.TypeOf(live) {
+		// The managers convert to the kind's Go type; anything else would
+		// be a bug, not the client's fault.
+		return nil, apierrors.NewInternalError(fmt.Errorf("fieldmanager: apply of %s returned a %T", k.res.GVK(), obj))
 	}
 	return obj, nil
 }

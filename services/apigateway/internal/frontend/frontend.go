@@ -305,7 +305,7 @@ var bodyTypes = map[string][]string{
 	"update":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
 	"delete":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
 	"deletecollection": {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
-	"patch":            {negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch},
+	"patch":            {negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch, negotiation.ApplyPatchYAML},
 }
 
 // rewrite turns a Kubernetes resource request into a request on the

@@ -10,6 +10,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -37,12 +38,14 @@ func newGatewayMux() *runtime.ServeMux {
 			return "", false
 		}),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+			// The User-Agent names the field manager of writes that name none.
+			ua := metadata.Pairs(fieldmanager.UserAgentMetadata, r.Header.Get("User-Agent"))
 			u, ok := identity.UserFrom(r.Context())
 			if !ok {
-				return nil
+				return ua
 			}
 			md, _ := metadata.FromOutgoingContext(identity.AppendToOutgoing(context.Background(), u))
-			return md
+			return metadata.Join(md, ua)
 		}),
 		runtime.WithForwardResponseOption(setStatusCode),
 		runtime.WithDisableChunkedEncoding(),

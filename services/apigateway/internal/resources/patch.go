@@ -55,7 +55,12 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 	}
 	patch := body.GetData()
 	kind := body.GetContentType()
+	if err := validatePatchOptions(req); err != nil {
+		return nil, err
+	}
 	switch kind {
+	case negotiation.ApplyPatchYAML:
+		return s.apply(ctx, req, res, dryRun)
 	case negotiation.JSONPatch:
 		ops, err := jsonpatch.DecodePatch(patch)
 		if err != nil {
@@ -70,7 +75,7 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 		}
 	default:
 		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", res.GVR.GroupResource(), ref.GetName(),
-			fmt.Sprintf("unsupported patch type %q: use %s, %s or %s", kind, negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch), 0, false)
+			fmt.Sprintf("unsupported patch type %q: use %s, %s, %s or %s", kind, negotiation.JSONPatch, negotiation.MergePatch, negotiation.StrategicMergePatch, negotiation.ApplyPatchYAML), 0, false)
 	}
 	precondition, err := patchPrecondition(kind, patch)
 	if err != nil {
@@ -111,7 +116,7 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 		if acc, err := meta.Accessor(obj); err == nil {
 			acc.SetResourceVersion("")
 		}
-		return obj, nil
+		return s.trackUpdate(ctx, res, ref, old, obj, req.GetFieldManager()), nil
 	})
 }
 

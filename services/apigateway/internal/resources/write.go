@@ -138,6 +138,15 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
 		return nil, err
 	}
+	if obj, acc, err = s.trackCreate(ctx, res, obj, req.GetFieldManager()); err != nil {
+		return nil, err
+	}
+	return s.insert(ctx, res, ref, obj, acc, dryRun)
+}
+
+// insert stores a new, decoded object: server-owned fields, defaults,
+// validation, admission, then a store create (retried over generated names).
+func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj runtime.Object, acc metav1.Object, dryRun bool) (runtime.Object, error) {
 	// Fields the server owns.
 	acc.SetUID(types.UID(uuid.NewString()))
 	acc.SetCreationTimestamp(metav1.NewTime(s.cfg.Now().Truncate(1e9)))
@@ -246,8 +255,11 @@ func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
 	}
 	precondition := acc.GetResourceVersion()
-	return s.updateLoop(ctx, res, ref, precondition, dryRun, func(runtime.Object) (runtime.Object, error) {
-		return obj.DeepCopyObject(), nil
+	if err := validateManager(req.GetFieldManager()); err != nil {
+		return nil, err
+	}
+	return s.updateLoop(ctx, res, ref, precondition, dryRun, func(old runtime.Object) (runtime.Object, error) {
+		return s.trackUpdate(ctx, res, ref, old, obj.DeepCopyObject(), req.GetFieldManager()), nil
 	})
 }
 
