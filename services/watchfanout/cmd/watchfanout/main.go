@@ -1,6 +1,5 @@
-// Command watchfanout will serve meridian's watch cache and fan-out
-// (meridian.watch.v1.WatchService). Today it serves health and metrics
-// only; see the README.
+// Command watchfanout serves meridian's watch cache and fan-out
+// (meridian.watch.v1.WatchService); see the README.
 package main
 
 import (
