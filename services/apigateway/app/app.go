@@ -230,6 +230,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); resourceServer.RunNamespaceController(bg, time.Second) }()
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); resourceServer.RunGarbageCollector(bg, 2*time.Second) }()
 
 	tlsConf := cfg.ServingTLS.Clone()
 	if cfg.ClientCAs != nil {
