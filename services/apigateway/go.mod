@@ -8,6 +8,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0
 	github.com/meridian-cp/meridian/lib v0.0.0-00010101000000-000000000000
 	github.com/meridian-cp/meridian/proto/gen v0.0.0-00010101000000-000000000000
+	github.com/meridian-cp/meridian/services/store v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	golang.org/x/net v0.62.0
 	google.golang.org/genproto/googleapis/api v0.0.0-20260921155816-b14227669459
@@ -54,6 +55,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto v0.0.0-20240123012728-ef4313101c80 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
@@ -64,4 +66,5 @@ require (
 replace (
 	github.com/meridian-cp/meridian/lib => ../../lib
 	github.com/meridian-cp/meridian/proto/gen => ../../proto/gen
+	github.com/meridian-cp/meridian/services/store => ../store
 )

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
@@ -33,6 +35,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -42,7 +45,9 @@ import (
 
 // Config configures the gateway.
 type Config struct {
-	// StoreAddress is the store's gRPC address. Required.
+	// StoreAddress is the store's gRPC address, or several members'
+	// addresses separated by commas: the store client follows the leader
+	// and retries what is safe to retry. Required.
 	StoreAddress string
 	// AdmissionAddress is the admission service's address; empty: no
 	// admission.
@@ -101,6 +106,7 @@ type App struct {
 	cfg      Config
 	log      *slog.Logger
 	conns    []*grpc.ClientConn
+	closers  []func() error
 	internal *grpc.Server
 	grpc     *grpc.Server
 	inLis    *bufconn.Listener
@@ -140,10 +146,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
-	storeConn, err := a.dial(cfg.StoreAddress)
+	storeConn, err := storeclient.Dial(splitList(cfg.StoreAddress), cfg.ClientTLS)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("apigateway: store: %w", err)
 	}
+	a.closers = append(a.closers, storeConn.Close)
 	c, err := codec.New()
 	if err != nil {
 		return nil, err
@@ -155,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	store := storage.New(storeConn)
 
 	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger}
-	readyz := []healthz.Check{grpcHealthCheck("store", storeConn)}
+	readyz := []healthz.Check{storeCheck(storeConn)}
 	if cfg.AdmissionAddress != "" {
 		conn, err := a.dial(cfg.AdmissionAddress)
 		if err != nil {
@@ -342,10 +349,36 @@ func (a *App) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		for _, c := range a.closers {
+			if err := c(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		a.wg.Wait()
 		a.closeErr = errors.Join(errs...)
 	})
 	return a.closeErr
+}
+
+// storeCheck is ready when the store answers a linearizable read: a
+// leader is reachable and serving.
+func storeCheck(c grpc.ClientConnInterface) healthz.Check {
+	kv := storev1.NewKVServiceClient(c)
+	return healthz.Check{Name: "store", Run: func(ctx context.Context) error {
+		_, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte{0}, CountOnly: true})
+		return err
+	}}
+}
+
+// splitList splits a comma-separated list, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // watchTierCheck is ready when some replica of the watch tier serves
