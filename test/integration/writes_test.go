@@ -82,8 +82,9 @@ func TestRetryOnConflict(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				// DefaultBackoff gives up after 4 tries, which 8 writers on one
-				// object exhaust (against kube-apiserver too).
-				err := retry.RetryOnConflict(wait.Backoff{Steps: 100, Duration: 2 * time.Millisecond, Factor: 1.5, Jitter: 1, Cap: 200 * time.Millisecond}, func() error {
+				// object exhaust (against kube-apiserver too). No Cap: in
+				// wait.Backoff, reaching the cap ends the retries.
+				err := retry.RetryOnConflict(wait.Backoff{Steps: 60, Duration: 2 * time.Millisecond, Factor: 1.1, Jitter: 1}, func() error {
 					cur, err := cms.Get(ctx, "counter", metav1.GetOptions{})
 					if err != nil {
 						return err
