@@ -13,9 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"google.golang.org/genproto/googleapis/api/httpbody"

@@ -3,11 +3,11 @@ package resources
 import (
 	"errors"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -29,23 +29,12 @@ func storageError(err error, res *registry.Resource, ns, name string) error {
 	case errors.As(err, &compacted):
 		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", compacted.Requested, compacted.CompactRevision))
 	case errors.As(err, &future):
-		return tooLargeResourceVersion(future.Requested, future.Current)
+		return apistatus.TooLargeResourceVersion(future.Requested, future.Current)
 	}
 	return apierrors.NewInternalError(err)
 }
 
 const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
-
-// tooLargeResourceVersion is the 504 kube-apiserver returns when a read asks
-// for a resourceVersion the storage has not reached.
-func tooLargeResourceVersion(requested, current int64) error {
-	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", requested, current), 1)
-	err.ErrStatus.Details.Causes = []metav1.StatusCause{{
-		Type:    metav1.CauseTypeResourceVersionTooLarge,
-		Message: "Too large resource version",
-	}}
-	return err
-}
 
 // storageErrorNoResource converts a storage error that concerns no
 // particular object.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"strconv"
 	"time"
@@ -52,7 +54,7 @@ func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name strin
 	kv, rev, err := s.cfg.Store.Get(ctx, res.Key(ns, name), opts)
 	if err == nil || err == storage.ErrNotFound {
 		if minRV > 0 && rev < minRV {
-			return nil, 0, tooLargeResourceVersion(minRV, rev)
+			return nil, 0, apistatus.TooLargeResourceVersion(minRV, rev)
 		}
 	}
 	if err != nil {
@@ -155,13 +157,13 @@ func (s *Server) listOptions(ctx context.Context, req *apiv1.ListRequest, prefix
 		if req.GetResourceVersionMatch() != "" {
 			return opts, 0, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
 		}
-		c, err := decodeContinue(tok, prefix)
+		rev, start, err := continuetoken.Decode(tok, prefix)
 		if err != nil {
 			return opts, 0, err
 		}
-		opts.Start = c.StartKey
-		if c.Revision > 0 {
-			opts.Revision, opts.Serializable = c.Revision, true
+		opts.Start = start
+		if rev > 0 {
+			opts.Revision, opts.Serializable = rev, true
 		}
 	} else {
 		ro, m, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch())
@@ -204,7 +206,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 			return nil, err
 		}
 		if minRV > 0 && page.Revision < minRV {
-			return nil, tooLargeResourceVersion(minRV, page.Revision)
+			return nil, apistatus.TooLargeResourceVersion(minRV, page.Revision)
 		}
 		rev = page.Revision
 		for _, kv := range page.KVs {
@@ -243,7 +245,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	}
 	lm.SetResourceVersion(strconv.FormatInt(rev, 10))
 	if next != "" {
-		tok, err := encodeContinue(rev, next, prefix)
+		tok, err := continuetoken.Encode(rev, next, prefix)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
@@ -261,7 +263,7 @@ func expiredContinue(prefix, start string) error {
 	err := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. " +
 		"You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. " +
 		"Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
-	if tok, terr := encodeContinue(inconsistentRevision, start, prefix); terr == nil {
+	if tok, terr := continuetoken.Encode(continuetoken.Inconsistent, start, prefix); terr == nil {
 		err.ErrStatus.ListMeta.Continue = tok
 	}
 	return err
@@ -284,7 +286,7 @@ func (s *Server) waitForRevision(ctx context.Context, minRV int64) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return tooLargeResourceVersion(minRV, rev)
+			return apistatus.TooLargeResourceVersion(minRV, rev)
 		}
 		select {
 		case <-ctx.Done():

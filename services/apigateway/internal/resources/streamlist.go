@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"strconv"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
@@ -82,7 +84,7 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 		}
 		if first {
 			if minRV > 0 && page.Revision < minRV {
-				return tooLargeResourceVersion(minRV, page.Revision)
+				return apistatus.TooLargeResourceVersion(minRV, page.Revision)
 			}
 			rev = page.Revision
 		}
@@ -127,7 +129,7 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 
 	lm := metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10), RemainingItemCount: remaining}
 	if next != "" {
-		tok, err := encodeContinue(rev, next, prefix)
+		tok, err := continuetoken.Encode(rev, next, prefix)
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}

@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/apistatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -165,7 +165,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 				return storageError(err, w.res, req.GetRef().GetNamespace(), "")
 			}
 			if rv > 0 && page.Revision < rv {
-				return tooLargeResourceVersion(rv, page.Revision)
+				return apistatus.TooLargeResourceVersion(rv, page.Revision)
 			}
 			after = page.Revision
 			for _, kv := range page.KVs {

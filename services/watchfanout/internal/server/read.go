@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"strconv"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
@@ -107,13 +108,20 @@ func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 		if match != "" {
 			return nil, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
 		}
-		rev, key, err := decodeContinue(tok, prefix)
+		rev, key, err := continuetoken.Decode(tok, prefix)
 		if err != nil {
 			return nil, err
 		}
 		start = key
-		if snap, _ = r.Kept(ns, rev); snap == nil {
-			exact = rev
+		switch {
+		case rev == continuetoken.Inconsistent:
+			// An inconsistent continuation (offered with a 410 for an
+			// expired token) reads the current state.
+			snap = r.Snapshot(ns)
+		default:
+			if snap, _ = r.Kept(ns, rev); snap == nil {
+				exact = rev
+			}
 		}
 	} else {
 		rv, err := parseRV(req.GetResourceVersion())
@@ -168,7 +176,7 @@ func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 	out := &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}
 	lm.SetResourceVersion(out.ResourceVersion)
 	if page.next != "" {
-		if out.ContinueToken, err = encodeContinue(page.rev, page.next, prefix); err != nil {
+		if out.ContinueToken, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 		lm.SetContinue(out.ContinueToken)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -148,4 +149,16 @@ func FromError(err error) metav1.Status {
 	}
 	st, _ := status.FromError(ToGRPC(err))
 	return FromGRPC(st)
+}
+
+// TooLargeResourceVersion is the 504 kube-apiserver returns when a read
+// asks for a resourceVersion that storage (or a cache) has not reached in
+// time: a Timeout with a ResourceVersionTooLarge cause and Retry-After 1.
+func TooLargeResourceVersion(requested, current int64) *apierrors.StatusError {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", requested, current), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{
+		Type:    metav1.CauseTypeResourceVersionTooLarge,
+		Message: "Too large resource version",
+	}}
+	return err
 }
