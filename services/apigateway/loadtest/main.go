@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -52,15 +53,16 @@ func main() {
 		objects  = flag.Int("objects", 10000, "objects in the listed namespace")
 		duration = flag.Duration("duration", 5*time.Second, "how long each measurement runs")
 		levels   = flag.String("concurrency", "1,32", "client concurrencies")
+		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both")
 	)
 	flag.Parse()
-	if err := run(*dataDir, *api, *store, *objects, *duration, *levels); err != nil {
+	if err := run(*dataDir, *api, *store, *objects, *duration, *levels, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dataDir, api, storeAddr string, n int, d time.Duration, levels string) error {
+func run(dataDir, api, storeAddr string, n int, d time.Duration, levels, only string) error {
 	ctx := context.Background()
 	pdir := filepath.Join(dataDir, "pki")
 	pool, err := pki.LoadPool(filepath.Join(pdir, "ca.crt"))
@@ -100,7 +102,14 @@ func run(dataDir, api, storeAddr string, n int, d time.Duration, levels string) 
 		conc = append(conc, v)
 	}
 	fmt.Printf("%-44s %6s %10s %10s %10s %12s\n", "operation", "conc", "ops/s", "p50", "p99", "bytes/op")
+	var writeID atomic.Int64
 	for _, cc := range conc {
+		if strings.Contains(only, "writes") {
+			writes(ctx, httpc, kv, api, ns, d, cc, &writeID)
+		}
+		if !strings.Contains(only, "reads") {
+			continue
+		}
 		report("gateway GET one (json)", cc, measure(d, cc, func() (int, error) { return get(httpc, base+"/cm-00000", "application/json") }))
 		report("store   Range one key (linearizable)", cc, measure(d, cc, func() (int, error) {
 			r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix + "cm-00000")})

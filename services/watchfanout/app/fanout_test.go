@@ -23,7 +23,7 @@ import (
 // is terminated when its buffer overflows (ERROR 429, counted), while 100
 // watchers that read receive every event.
 func TestSlowWatcherIsCutOffFastWatchersKeepUp(t *testing.T) {
-	e := newEnv(t, app.Config{WatcherBuffer: 200})
+	e := newEnv(t, app.Config{WatcherBuffer: 500})
 	ctx := t.Context()
 	start := e.mustPut(configMap("ns", "seed", nil, ""))
 	rv := strconv.FormatInt(start, 10)
@@ -43,7 +43,7 @@ func TestSlowWatcherIsCutOffFastWatchersKeepUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const fast, events = 100, 500
+	const fast, events = 100, 1000
 	var got [fast]atomic.Int64
 	var wg sync.WaitGroup
 	for i := range fast {
