@@ -174,6 +174,29 @@ func TestServerSideApply(t *testing.T) {
 	if err != nil || ns.Labels["team"] != "x" || ns.Status.Phase != corev1.NamespaceActive {
 		t.Fatalf("namespace apply: %+v %v", ns, err)
 	}
+	// A status write is recorded apart, with subresource "status"; the
+	// status an apply through the main resource carries is not its to own.
+	ns.Status.Conditions = append(ns.Status.Conditions, corev1.NamespaceCondition{Type: "Checked", Status: corev1.ConditionTrue})
+	ns, err = e.client.CoreV1().Namespaces().UpdateStatus(ctx, ns, metav1.UpdateOptions{FieldManager: "checker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, en := range ns.ManagedFields {
+		if en.Manager == "checker" {
+			found = en.Subresource == "status" && en.Operation == metav1.ManagedFieldsOperationUpdate && strings.Contains(string(en.FieldsV1.Raw), "f:conditions")
+		}
+		if en.Manager == "a" && strings.Contains(string(en.FieldsV1.Raw), "f:status") {
+			t.Errorf("the applier owns status: %s", en.FieldsV1.Raw)
+		}
+	}
+	if !found {
+		t.Fatalf("status entry: %+v", ns.ManagedFields)
+	}
+	ns, err = e.client.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace("ssa-ns").WithLabels(map[string]string{"team": "y"}).WithStatus(corev1ac.NamespaceStatus().WithPhase(corev1.NamespaceTerminating)), metav1.ApplyOptions{FieldManager: "a"})
+	if err != nil || ns.Labels["team"] != "y" || ns.Status.Phase != corev1.NamespaceActive || len(ns.Status.Conditions) != 1 {
+		t.Fatalf("apply with a status through the main resource: %+v %v", ns, err)
+	}
 }
 
 // TestApplyRequestErrors checks the requests server-side apply refuses,

@@ -2,11 +2,13 @@ package fieldmanager
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"google.golang.org/grpc/metadata"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,5 +229,61 @@ func BenchmarkUpdate(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Update(cms, "", live, next.DeepCopyObject(), "x")
+	}
+}
+
+// TestManyKinds builds structured schemas for kinds beyond the registry's
+// core ones (kinds other engineers add must not fall back to the deduced
+// converter), and merges a Deployment's containers by name, ports by
+// (containerPort, protocol) with the protocol defaulted.
+func TestManyKinds(t *testing.T) {
+	kinds := map[string]runtime.Object{
+		"pods": &corev1.Pod{}, "services": &corev1.Service{}, "nodes": &corev1.Node{}, "events": &corev1.Event{},
+		"persistentvolumeclaims": &corev1.PersistentVolumeClaim{}, "serviceaccounts": &corev1.ServiceAccount{},
+		"endpoints": &corev1.Endpoints{}, "limitranges": &corev1.LimitRange{}, "resourcequotas": &corev1.ResourceQuota{},
+	}
+	for resName, obj := range kinds {
+		o := obj
+		res := &registry.Resource{GVR: corev1.SchemeGroupVersion.WithResource(resName), Kind: reflect.TypeOf(o).Elem().Name(),
+			New: func() runtime.Object { return o.DeepCopyObject() }, Subresources: []string{"status"}}
+		k, err := ForKind(res)
+		if err != nil {
+			t.Fatalf("%s: %v", resName, err)
+		}
+		if k.deduced {
+			t.Errorf("%s: deduced type converter", resName)
+		}
+	}
+	deploy := &registry.Resource{GVR: appsv1.SchemeGroupVersion.WithResource("deployments"), Kind: "Deployment",
+		New: func() runtime.Object { return &appsv1.Deployment{} }, Subresources: []string{"status"}}
+	k, err := ForKind(deploy)
+	if err != nil || k.deduced {
+		t.Fatalf("deployments: %v (deduced %v)", err, k != nil && k.deduced)
+	}
+	base := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"replicas":2,"selector":{"matchLabels":{"app":"d"}},"template":{"metadata":{"labels":{"app":"d"}},"spec":{"containers":[{"name":"web","image":"nginx","ports":[{"containerPort":80}]}]}}}}`
+	live, err := k.Apply("", &appsv1.Deployment{}, applied(t, base), "user", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another manager adds a sidecar and a port: merged by key, no conflict.
+	side := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"template":{"spec":{"containers":[{"name":"web","ports":[{"containerPort":9090,"protocol":"TCP"}]},{"name":"sidecar","image":"envoy"}]}}}}`
+	merged, err := k.Apply("", live, applied(t, side), "mesh", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := merged.(*appsv1.Deployment)
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 2 || cs[0].Image != "nginx" || len(cs[0].Ports) != 2 || cs[1].Name != "sidecar" || *d.Spec.Replicas != 2 {
+		t.Fatalf("merged deployment: %+v", d.Spec)
+	}
+	// Changing the user's image is a conflict on that one field.
+	conflicting := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"template":{"spec":{"containers":[{"name":"web","image":"httpd"},{"name":"sidecar","image":"envoy"}]}}}}`
+	_, err = k.Apply("", merged, applied(t, conflicting), "mesh", false)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("want a conflict on the image, got %v", err)
+	}
+	causes := err.(apierrors.APIStatus).Status().Details.Causes
+	if len(causes) != 1 || causes[0].Field != `.spec.template.spec.containers[name="web"].image` {
+		t.Fatalf("causes: %+v", causes)
 	}
 }
