@@ -28,6 +28,7 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/grpcapi"
@@ -158,6 +159,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		reg = registry.New(registry.Standard()...)
+	}
+	// Build every kind's field manager (server-side apply schemas) now, so
+	// that no request pays for it.
+	if deduced, err := fieldmanager.Prepare(reg); err != nil {
+		return nil, fmt.Errorf("apigateway: field managers: %w", err)
+	} else if len(deduced) > 0 {
+		cfg.Logger.Warn("server-side apply merges every list of these kinds atomically: their schema did not convert", "kinds", fmt.Sprint(deduced))
 	}
 	store := storage.New(storeConn)
 
