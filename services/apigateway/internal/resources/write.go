@@ -326,8 +326,11 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		if finalized(obj) {
 			// The last finalizer is gone: the object goes.
 			err := s.removeFinalized(ctx, res, ref, modRev)
-			if errors.Is(err, storage.ErrConflict) && precondition == "" {
-				continue
+			if errors.Is(err, storage.ErrConflict) {
+				if precondition == "" {
+					continue
+				}
+				return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
 			}
 			return obj, err
 		}
