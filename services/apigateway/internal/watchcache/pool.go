@@ -29,19 +29,19 @@ func New(conns []*grpc.ClientConn) *Pool {
 	return p
 }
 
-// Client returns the client of the next healthy replica (one whose
-// connection is not in TRANSIENT_FAILURE or SHUTDOWN), or of the next
-// replica when none is.
+// Client returns the client of the next healthy replica — one whose
+// connection is READY or IDLE (not yet used) — or, when none is, of the
+// next replica. A replica that went away cycles between TRANSIENT_FAILURE
+// and CONNECTING while gRPC retries it, and is skipped in both.
 func (p *Pool) Client() watchv1.WatchServiceClient {
 	n := len(p.conns)
 	start := int(p.next.Add(1) % uint64(n))
 	for i := 0; i < n; i++ {
 		j := (start + i) % n
 		switch p.conns[j].GetState() {
-		case connectivity.TransientFailure, connectivity.Shutdown:
-			continue
+		case connectivity.Ready, connectivity.Idle:
+			return p.clients[j]
 		}
-		return p.clients[j]
 	}
 	return p.clients[start]
 }
