@@ -86,6 +86,17 @@ func TestGRPCAPI(t *testing.T) {
 		t.Errorf("second create: %v", err)
 	}
 
+	// An Accept that cannot be served fails with 406 before anything is
+	// written.
+	notAcceptable := &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"never"}}`)}
+	if _, err := c.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: notAcceptable, Accept: "text/html"}); !hasStatus(status.Convert(err), 406, "NotAcceptable") {
+		t.Errorf("create with Accept text/html: %v, want 406", err)
+	}
+	neverRef := &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default", Name: "never"}
+	if _, err := c.Get(ctx, &apiv1.GetRequest{Ref: neverRef}); status.Code(err) != codes.NotFound {
+		t.Errorf("the refused create stored its object: %v", err)
+	}
+
 	// A bearer token works; no credentials is Unauthenticated.
 	anon := dial(nil)
 	tokCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer e2e-token-alice")

@@ -39,15 +39,7 @@ var protectedNamespaces = map[string]bool{"default": true, "kube-system": true, 
 // Delete deletes an object, honouring the uid and resourceVersion
 // preconditions of a DeleteOptions body.
 func (s *Server) Delete(ctx context.Context, req *apiv1.DeleteRequest) (*httpbody.HttpBody, error) {
-	out, err := s.delete(ctx, req)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	mt, err := mediaType(req.GetAccept())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return toGRPCBody(s.respond(out, mt))
+	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.delete(ctx, req) })
 }
 
 // deleteRequest is what a delete needs, whichever verb asked for it.
@@ -232,15 +224,7 @@ func finalized(obj runtime.Object) bool {
 // selectors, each as a delete would, and returns the list of what it
 // deleted (or marked for deletion).
 func (s *Server) DeleteCollection(ctx context.Context, req *apiv1.DeleteCollectionRequest) (*httpbody.HttpBody, error) {
-	out, err := s.deleteCollection(ctx, req)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	mt, err := mediaType(req.GetAccept())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return toGRPCBody(s.respond(out, mt))
+	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.deleteCollection(ctx, req) })
 }
 
 func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollectionRequest) (runtime.Object, error) {

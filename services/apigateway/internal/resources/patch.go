@@ -28,15 +28,7 @@ const maxJSONPatchOperations = 10000
 // patch sets is a precondition; otherwise the patch is re-applied over
 // concurrent writes.
 func (s *Server) Patch(ctx context.Context, req *apiv1.PatchRequest) (*httpbody.HttpBody, error) {
-	obj, err := s.patch(ctx, req)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	mt, err := mediaType(req.GetAccept())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return toGRPCBody(s.respond(obj, mt))
+	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.patch(ctx, req) })
 }
 
 func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Object, error) {

@@ -110,6 +110,25 @@ func mediaType(accept string) (string, error) {
 	return out.mediaType, err
 }
 
+// write runs a write and encodes its result. The response media type is
+// negotiated first, so that a request whose Accept cannot be served fails
+// (406) before it changes anything. code, when not 0, is the HTTP status of
+// success (201 for a create).
+func (s *Server) write(ctx context.Context, accept string, code int, do func() (runtime.Object, error)) (*httpbody.HttpBody, error) {
+	mt, err := mediaType(accept)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	obj, err := do()
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if code != 0 {
+		setHTTPCode(ctx, code)
+	}
+	return toGRPCBody(s.respond(obj, mt))
+}
+
 // respond encodes obj in mediaType.
 func (s *Server) respond(obj runtime.Object, mediaType string) (*httpbody.HttpBody, error) {
 	data, err := s.cfg.Codec.EncodeToBytes(obj, mediaType)

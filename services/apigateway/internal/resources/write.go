@@ -103,16 +103,7 @@ func checkNamespace(res *registry.Resource, acc metav1.Object, ns string) error 
 
 // Create stores a new object.
 func (s *Server) Create(ctx context.Context, req *apiv1.CreateRequest) (*httpbody.HttpBody, error) {
-	obj, err := s.create(ctx, req)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	mt, err := mediaType(req.GetAccept())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	setHTTPCode(ctx, http.StatusCreated)
-	return toGRPCBody(s.respond(obj, mt))
+	return s.write(ctx, req.GetAccept(), http.StatusCreated, func() (runtime.Object, error) { return s.create(ctx, req) })
 }
 
 func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.Object, error) {
@@ -223,15 +214,7 @@ func randomSuffix() string {
 // precondition (409 Conflict when stale); without one the update is
 // unconditional and retried over concurrent writes.
 func (s *Server) Update(ctx context.Context, req *apiv1.UpdateRequest) (*httpbody.HttpBody, error) {
-	obj, err := s.update(ctx, req)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	mt, err := mediaType(req.GetAccept())
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return toGRPCBody(s.respond(obj, mt))
+	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.update(ctx, req) })
 }
 
 func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.Object, error) {
