@@ -56,7 +56,9 @@ type Config struct {
 	// Trust decides which mTLS peers may assert users; nil trusts none.
 	Trust identity.TrustFunc
 
-	// Registry lists the served resources; nil means registry.Core().
+	// Registry lists the served resources; nil means registry.Standard(),
+	// what the gateway serves by default: the two must agree, or watches
+	// of the kinds only one serves fail.
 	Registry *registry.Registry
 	// HistoryWindow is how long events stay in each resource's history
 	// (watches from an older resourceVersion get 410); default 5m.
@@ -141,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	reg := cfg.Registry
 	if reg == nil {
-		reg = registry.New(registry.Core()...)
+		reg = registry.New(registry.Standard()...)
 	}
 	cdc, err := codec.New()
 	if err != nil {

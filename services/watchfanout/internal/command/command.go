@@ -47,6 +47,15 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
 	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store")
 	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
+	// Tuning; zero keeps app.Config's documented default.
+	var tune app.Config
+	fs.DurationVar(&tune.HistoryWindow, "history-window", 0, "how long events stay in each resource's history (watches from older resourceVersions get 410); 0: 5m")
+	fs.IntVar(&tune.HistoryMaxEvents, "history-max-events", 0, "cap on each resource's history; 0: 10000")
+	fs.IntVar(&tune.WatcherBuffer, "watcher-buffer", 0, "events that may wait for one watcher before it is cut off; 0: 1000")
+	fs.DurationVar(&tune.BookmarkInterval, "bookmark-interval", 0, "period of bookmarks to watchers that allow them; 0: 1m")
+	fs.Int64Var(&tune.StartupReplay, "startup-replay", 0, "revisions of store history replayed on start, so clients of a restarted replica can resume; 0: 10000")
+	fs.DurationVar(&tune.WatchTimeout, "watch-timeout", 0, "ends watches that asked for no timeout; 0: 30m")
+	fs.DurationVar(&tune.ReadWaitTimeout, "read-wait-timeout", 0, "how long a read waits for the cache to reach a resourceVersion before a 504; 0: 3s")
 	if err := daemon.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -57,7 +66,8 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("watchfanout: %w", err)
 	}
-	cfg := app.Config{StoreAddress: store.address, StoreTLS: storeTLS}
+	cfg := tune
+	cfg.StoreAddress, cfg.StoreTLS = store.address, storeTLS
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ func TestStoreFlagsRejected(t *testing.T) {
 		{[]string{"--store-address=store"}, "StoreAddress"},
 		{[]string{"--tls-cert-file=x"}, "--tls-key-file"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--watcher-buffer=-1"}, "WatcherBuffer"},
+		{[]string{"--history-max-events=-5"}, "HistoryMaxEvents"},
 	} {
 		err := Run(t.Context(), tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
