@@ -58,7 +58,8 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 func (s *Server) waitRead(ctx context.Context, rv int64) error {
 	switch {
 	case rv < 0:
-		return s.waitConsistent(ctx)
+		_, err := s.waitConsistent(ctx)
+		return err
 	case rv > 0:
 		return s.waitNotOlder(ctx, rv)
 	}

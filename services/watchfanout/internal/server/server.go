@@ -151,20 +151,20 @@ func filter(r *cache.Resource, labelSel, fieldSel string) (*selection.Filter, er
 // waitConsistent waits until the cache has every write acknowledged before
 // the call: it reads the store's revision linearizably and waits for the
 // cache to reach it, bounded by ReadWaitTimeout.
-func (s *Server) waitConsistent(ctx context.Context) error {
+func (s *Server) waitConsistent(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadWaitTimeout)
 	defer cancel()
 	rev, err := s.cfg.Cache.ConsistentRev(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return apierrors.NewTimeoutError("could not read the store's current revision in time", 1)
+			return 0, apierrors.NewTimeoutError("could not read the store's current revision in time", 1)
 		}
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("could not read the store's current revision: %v", err))
+		return 0, apierrors.NewServiceUnavailable(fmt.Sprintf("could not read the store's current revision: %v", err))
 	}
 	if err := s.cfg.Cache.WaitForRev(ctx, rev); err != nil {
-		return tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
+		return 0, tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
 	}
-	return nil
+	return rev, nil
 }
 
 // waitNotOlder waits until the cache reaches rev, bounded by

@@ -130,11 +130,18 @@ func watchError(err error) metav1.Status {
 func (s *Server) runWatch(ctx context.Context, r *cache.Resource, f cache.Format, opts cache.WatchOptions, start watchStart, b *batcher) error {
 	switch {
 	case start.rv < 0:
-		// Unset: consistent.
-		if err := s.waitConsistent(ctx); err != nil {
+		// Unset: consistent. Without initial events the watch starts right
+		// after the revision the consistent read established — not after
+		// whatever the cache holds once the wait is over, which would lose
+		// the writes that landed during the wait.
+		rev, err := s.waitConsistent(ctx)
+		if err != nil {
 			return err
 		}
 		opts.Initial, opts.After = start.initial, -1
+		if !start.initial {
+			opts.After = rev
+		}
 	case start.rv == 0:
 		opts.Initial, opts.After = start.initial, -1
 	case start.initial:
