@@ -197,45 +197,17 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	}
 	list := res.NewList()
 	var items []runtime.Object
-	var rev int64
-	var next string
-	var remaining *int64
-	for {
-		page, err := s.listPage(ctx, res, req, prefix, opts)
-		if err != nil {
-			return nil, err
-		}
-		if minRV > 0 && page.Revision < minRV {
-			return nil, apistatus.TooLargeResourceVersion(minRV, page.Revision)
-		}
-		rev = page.Revision
-		for _, kv := range page.KVs {
-			obj := res.New()
-			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-				return nil, apierrors.NewInternalError(err)
-			}
-			if filter.Matches(obj) {
-				items = append(items, obj)
-			}
-		}
-		if !page.More || len(page.KVs) == 0 {
-			next = ""
-			break
-		}
-		// The page was cut by the limit: continue from the key after the last,
-		// at the same revision, so every chunk sees one snapshot.
-		next = page.KVs[len(page.KVs)-1].Key + "\x00"
-		if filter.Empty() {
-			r := page.Count - int64(len(page.KVs))
-			remaining = &r
-		}
-		if int64(len(items)) >= opts.Limit {
-			break
-		}
-		// Selectors dropped items: keep reading to fill the chunk.
-		opts.Start, opts.Revision, opts.Serializable = next, rev, true
-		opts.Limit = req.GetLimit() - int64(len(items))
+	read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
+		return s.listPage(ctx, res, req, prefix, o)
 	}
+	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), read, func(obj runtime.Object) error {
+		items = append(items, obj)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rev, next, remaining := at.rev, at.next, at.remaining
 	if err := meta.SetList(list, items); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"strconv"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 const (
@@ -46,15 +46,6 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 	if err != nil {
 		return err
 	}
-	limit := req.GetLimit()
-	pageLimit := func(have int64) int64 {
-		if limit > 0 && limit-have < listPageSize {
-			return limit - have
-		}
-		return listPageSize
-	}
-	opts.Limit = pageLimit(0)
-
 	var buf bytes.Buffer
 	kind, _ := json.Marshal(res.ListKind)
 	apiVersion, _ := json.Marshal(res.GVR.GroupVersion().String())
@@ -64,12 +55,6 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 	buf.Write(apiVersion)
 	buf.WriteString(`,"items":[`)
 
-	var (
-		rev       int64
-		count     int64
-		next      string
-		remaining *int64
-	)
 	send := func() error {
 		if err := stream.Send(&httpbody.HttpBody{ContentType: negotiation.JSON, Data: bytes.Clone(buf.Bytes())}); err != nil {
 			return err
@@ -77,55 +62,30 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 		buf.Reset()
 		return nil
 	}
-	for first := true; ; first = false {
-		page, err := s.listPage(ctx, res, req, prefix, opts)
-		if err != nil {
-			return err
-		}
-		if first {
-			if minRV > 0 && page.Revision < minRV {
-				return apistatus.TooLargeResourceVersion(minRV, page.Revision)
-			}
-			rev = page.Revision
-		}
-		for _, kv := range page.KVs {
-			obj := res.New()
-			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-				return apierrors.NewInternalError(err)
-			}
-			if !filter.Matches(obj) {
-				continue
-			}
-			if count > 0 {
-				buf.WriteByte(',')
-			}
-			if err := s.cfg.Codec.Encode(&buf, obj, negotiation.JSON); err != nil {
-				return apierrors.NewInternalError(err)
-			}
-			if n := buf.Len(); buf.Bytes()[n-1] == '\n' {
-				buf.Truncate(n - 1)
-			}
-			count++
-			if buf.Len() >= listChunkBytes {
-				if err := send(); err != nil {
-					return err
-				}
-			}
-		}
-		if !page.More || len(page.KVs) == 0 {
-			next = ""
-			break
-		}
-		next = page.KVs[len(page.KVs)-1].Key + "\x00"
-		if limit > 0 && count >= limit {
-			if filter.Empty() {
-				r := page.Count - int64(len(page.KVs))
-				remaining = &r
-			}
-			break
-		}
-		opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: rev, Serializable: true}, Start: next, Limit: pageLimit(count)}
+	count := 0
+	read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
+		return s.listPage(ctx, res, req, prefix, o)
 	}
+	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), read, func(obj runtime.Object) error {
+		if count > 0 {
+			buf.WriteByte(',')
+		}
+		count++
+		if err := s.cfg.Codec.Encode(&buf, obj, negotiation.JSON); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		if n := buf.Len(); buf.Bytes()[n-1] == '\n' {
+			buf.Truncate(n - 1)
+		}
+		if buf.Len() >= listChunkBytes {
+			return send()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rev, next, remaining := at.rev, at.next, at.remaining
 
 	lm := metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10), RemainingItemCount: remaining}
 	if next != "" {

@@ -159,34 +159,22 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 			opts.Serializable = true
 		}
 		var frames []byte
-		for {
-			page, err := s.cfg.Store.List(ctx, w.prefix, opts)
+		read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
+			page, err := s.cfg.Store.List(ctx, w.prefix, o)
 			if err != nil {
-				return storageError(err, w.res, req.GetRef().GetNamespace(), "")
+				return page, storageError(err, w.res, req.GetRef().GetNamespace(), "")
 			}
-			if rv > 0 && page.Revision < rv {
-				return apistatus.TooLargeResourceVersion(rv, page.Revision)
-			}
-			after = page.Revision
-			for _, kv := range page.KVs {
-				obj := w.res.New()
-				if err := w.server.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-					return apierrors.NewInternalError(err)
-				}
-				if !w.filter.Matches(obj) {
-					continue
-				}
-				f, err := w.frame(watch.Added, obj)
-				if err != nil {
-					return err
-				}
-				frames = append(frames, f...)
-			}
-			if !page.More || len(page.KVs) == 0 {
-				break
-			}
-			opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: page.Revision, Serializable: true}, Start: page.KVs[len(page.KVs)-1].Key + "\x00", Limit: opts.Limit}
+			return page, nil
 		}
+		at, err := s.scan(ctx, w.res, w.filter, opts, rv, 0, read, func(obj runtime.Object) error {
+			f, err := w.frame(watch.Added, obj)
+			frames = append(frames, f...)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		after = at.rev
 		if req.GetSendInitialEvents() {
 			f, err := w.bookmark(after, true)
 			if err != nil {

@@ -1,0 +1,86 @@
+package resources
+
+import (
+	"context"
+
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// scanResult is where a scan of a collection stopped.
+type scanResult struct {
+	// rev is the revision every page was read at.
+	rev int64
+	// next is the key to continue from; empty when the collection ended.
+	next string
+	// remaining counts the keys after next, when no selector filtered
+	// (a count of keys is then a count of objects).
+	remaining *int64
+}
+
+// scan reads the keys under prefix page by page — at most listPageSize at
+// a time, all pages at the revision of the first, so the objects form one
+// snapshot — decodes each object, and hands those the filter selects to
+// yield, until limit objects were handed over (0: all of them).
+//
+// first is the read of the first page (its Limit is ignored); minRV, when
+// positive, is the revision that page must have reached (504 otherwise).
+// read performs a page's read and maps its errors. Lists, streamed lists
+// and the initial state of watches all read collections this way.
+func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit int64,
+	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
+	var out scanResult
+	opts := first
+	var count int64
+	pageLimit := func() int64 {
+		if limit > 0 && limit-count < listPageSize {
+			return limit - count
+		}
+		return listPageSize
+	}
+	for firstPage := true; ; firstPage = false {
+		opts.Limit = pageLimit()
+		page, err := read(ctx, opts)
+		if err != nil {
+			return out, err
+		}
+		if firstPage {
+			if minRV > 0 && page.Revision < minRV {
+				return out, apistatus.TooLargeResourceVersion(minRV, page.Revision)
+			}
+			out.rev = page.Revision
+		}
+		for _, kv := range page.KVs {
+			obj := res.New()
+			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+				return out, apierrors.NewInternalError(err)
+			}
+			if !filter.Matches(obj) {
+				continue
+			}
+			if err := yield(obj); err != nil {
+				return out, err
+			}
+			count++
+		}
+		if !page.More || len(page.KVs) == 0 {
+			out.next, out.remaining = "", nil
+			return out, nil
+		}
+		// The page ended before the collection: continue from the key
+		// after its last, at the same revision.
+		out.next = page.KVs[len(page.KVs)-1].Key + "\x00"
+		if filter.Empty() {
+			r := page.Count - int64(len(page.KVs))
+			out.remaining = &r
+		}
+		if limit > 0 && count >= limit {
+			return out, nil
+		}
+		opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: out.rev, Serializable: true}, Start: out.next}
+	}
+}
