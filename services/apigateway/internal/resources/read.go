@@ -200,7 +200,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 	read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
 		return s.listPage(ctx, res, req, prefix, o)
 	}
-	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), read, func(obj runtime.Object) error {
+	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), 0, read, func(obj runtime.Object) error {
 		items = append(items, obj)
 		return nil
 	})

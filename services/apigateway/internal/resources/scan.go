@@ -22,25 +22,28 @@ type scanResult struct {
 	remaining *int64
 }
 
-// scan reads the keys under prefix page by page — at most listPageSize at
-// a time, all pages at the revision of the first, so the objects form one
-// snapshot — decodes each object, and hands those the filter selects to
-// yield, until limit objects were handed over (0: all of them).
+// scan reads the keys under prefix page by page — at most pageSize at a
+// time (0: as many as limit asks for, all at once without one), all pages
+// at the revision of the first, so the objects form one snapshot — decodes
+// each object, and hands those the filter selects to yield, until limit
+// objects were handed over (0: all of them). Paging bounds what a
+// streaming caller holds; a caller that keeps every object anyway reads
+// in one go.
 //
 // first is the read of the first page (its Limit is ignored); minRV, when
 // positive, is the revision that page must have reached (504 otherwise).
 // read performs a page's read and maps its errors. Lists, streamed lists
 // and the initial state of watches all read collections this way.
-func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit int64,
+func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
 	var out scanResult
 	opts := first
 	var count int64
 	pageLimit := func() int64 {
-		if limit > 0 && limit-count < listPageSize {
+		if limit > 0 && (pageSize == 0 || limit-count < pageSize) {
 			return limit - count
 		}
-		return listPageSize
+		return pageSize
 	}
 	for firstPage := true; ; firstPage = false {
 		opts.Limit = pageLimit()

@@ -66,7 +66,7 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 	read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
 		return s.listPage(ctx, res, req, prefix, o)
 	}
-	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), read, func(obj runtime.Object) error {
+	at, err := s.scan(ctx, res, filter, opts, minRV, req.GetLimit(), listPageSize, read, func(obj runtime.Object) error {
 		if count > 0 {
 			buf.WriteByte(',')
 		}

@@ -166,7 +166,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 			}
 			return page, nil
 		}
-		at, err := s.scan(ctx, w.res, w.filter, opts, rv, 0, read, func(obj runtime.Object) error {
+		at, err := s.scan(ctx, w.res, w.filter, opts, rv, 0, 0, read, func(obj runtime.Object) error {
 			f, err := w.frame(watch.Added, obj)
 			frames = append(frames, f...)
 			return err
