@@ -133,7 +133,7 @@ func (s *Server) write(ctx context.Context, accept string, code int, do func() (
 func (s *Server) respond(obj runtime.Object, mediaType string) (*httpbody.HttpBody, error) {
 	data, err := s.cfg.Codec.EncodeToBytes(obj, mediaType)
 	if err != nil {
-		return nil, apistatusInternal(err)
+		return nil, apierrors.NewInternalError(err)
 	}
 	return &httpbody.HttpBody{ContentType: mediaType, Data: data}, nil
 }
@@ -158,4 +158,3 @@ func user(ctx context.Context) identity.User {
 	return u
 }
 
-func apistatusInternal(err error) error { return apierrors.NewInternalError(err) }

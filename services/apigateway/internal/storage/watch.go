@@ -108,10 +108,5 @@ func (w *Watcher) Recv() (WatchBatch, error) {
 	}
 }
 
-// RequestProgress asks the store for a progress notification.
-func (w *Watcher) RequestProgress() error {
-	return w.stream.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_ProgressRequest{ProgressRequest: &storev1.WatchProgressRequest{}}})
-}
-
 // Close ends the watch. It is safe to call more than once.
 func (w *Watcher) Close() { w.cancel() }
