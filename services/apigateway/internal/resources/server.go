@@ -157,4 +157,3 @@ func user(ctx context.Context) identity.User {
 	u, _ := identity.UserFrom(ctx)
 	return u
 }
-
