@@ -130,6 +130,22 @@ func leaderOf(nodes []*node) (leader *node, followers []*node) {
 	return leader, followers
 }
 
+// awaitLeader is leaderOf once the nodes have a leader: after a transfer or
+// the removal of the leader, an election may still be running.
+func awaitLeader(t *testing.T, nodes []*node) (leader *node, followers []*node) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if leader, followers = leaderOf(nodes); leader != nil {
+			return leader, followers
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader within 15s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func putVia(ctx context.Context, c *client.Client, key, val string) (*storev1.TxnResponse, error) {
 	return c.KV().Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{put(key, val)}})
 }
@@ -317,7 +333,7 @@ func TestMembershipUnderLoadAndRejoinBySnapshot(t *testing.T) {
 	nvNode.stop()
 
 	// A follower loses its data directory.
-	leader, followers := leaderOf(nodes)
+	leader, followers := awaitLeader(t, nodes)
 	victim := followers[0]
 	victim.stop()
 	if err := os.RemoveAll(victim.cfg.DataDir); err != nil {
