@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
@@ -37,6 +38,7 @@ type App struct {
 	cfg    Config
 	log    *slog.Logger
 	db     *pebble.DB
+	disk   *disk.Guard
 	store  *mvcc.Store
 	hub    *watch.Hub
 	fsm    *fsm.FSM
@@ -82,9 +84,18 @@ func (a *App) open(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("store: data dir: %w", err)
 	}
+	guard, err := disk.New(disk.Options{
+		FS: cfg.fs, Dir: cfg.DataDir, MinFreeBytes: cfg.MinFreeBytes, BallastBytes: cfg.BallastBytes,
+		CheckInterval: cfg.diskCheckInterval, Logger: a.log, Registerer: reg,
+	})
+	if err != nil {
+		return fmt.Errorf("store: disk guard: %w", err)
+	}
+	a.disk = guard
 	cache := pebble.NewCache(cfg.CacheBytes)
 	defer cache.Unref() // the DB holds its own reference
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}, Cache: cache})
+	// guard.FS releases the ballast when a write hits ENOSPC (package disk).
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}, Cache: cache, FS: guard.FS()})
 	if err != nil {
 		return fmt.Errorf("store: open pebble: %w", err)
 	}
@@ -118,6 +129,7 @@ func (a *App) open(ctx context.Context) error {
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		AdmitWrite: guard.Admit,
 	}
 	if cfg.PeerAddress != "" && cfg.TLS != nil {
 		rcfg.ServerTLS, rcfg.ClientTLS = cfg.TLS, cfg.ClientTLS
@@ -171,6 +183,8 @@ func (a *App) open(ctx context.Context) error {
 	}
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.node.RunLessor(bg) }()
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.disk.Run(bg.Done()) }()
 	if cfg.CompactionRetention > 0 {
 		c := &compactor{
 			interval: time.Minute, retention: cfg.CompactionRetention, log: a.log,

@@ -12,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
 )
 
@@ -25,6 +27,8 @@ const (
 	DefaultProgressInterval    = 5 * time.Second
 	DefaultCompactionRetention = 5 * time.Minute
 	DefaultCacheBytes          = 128 << 20
+	DefaultMinFreeBytes        = disk.DefaultMinFreeBytes // 256 MiB
+	DefaultBallastBytes        = disk.DefaultBallastBytes // 64 MiB
 	// requestOverheadBytes is allowed on top of MaxValueBytes for a whole
 	// request (key, compares, other ops), as etcd does.
 	requestOverheadBytes = 512 << 10
@@ -36,7 +40,8 @@ type Config struct {
 	// ID is the raft server id; default "store-0".
 	ID string
 	// DataDir holds the pebble DB (raft log, stable store and state, under
-	// DataDir/db) and raft snapshots (DataDir/snapshots). Required.
+	// DataDir/db), raft snapshots (DataDir/snapshots) and the disk ballast
+	// (DataDir/disk-ballast). Required.
 	DataDir string
 	// PeerAddress is the raft transport address. Empty (the single-node
 	// default) uses raft's in-memory transport: nothing listens and no
@@ -107,6 +112,25 @@ type Config struct {
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors, stats handlers).
 	GRPCServerOptions []grpc.ServerOption
+	// MinFreeBytes is the disk space reserve, in bytes: while the data
+	// directory's filesystem has less available, writes that add data
+	// (a Txn with a put or a delete, a lease grant) fail with
+	// RESOURCE_EXHAUSTED before they are proposed; reads, watches,
+	// compactions and lease expiry go on. Default 256 MiB; negative
+	// disables the check. See package internal/disk for why the store
+	// must never let its log hit ENOSPC.
+	MinFreeBytes int64
+	// BallastBytes is the size of DataDir/disk-ballast, space held back
+	// and released when a write hits ENOSPC despite the reserve, so that
+	// the write completes and the store refuses further writes instead of
+	// crashing. Default 64 MiB; negative disables it.
+	BallastBytes int64
+
+	// fs is the filesystem under the pebble DB and the ballast; nil is
+	// vfs.Default. Tests inject disk faults through it.
+	fs vfs.FS
+	// diskCheckInterval is how often free space is polled; 0 is 1s.
+	diskCheckInterval time.Duration
 }
 
 // Member is a member of the initial cluster.

@@ -23,6 +23,8 @@ const cliUsage = `usage: store <command> [flags]
   store member promote <id>
   store leader transfer [<id>]
   store status
+  store snapshot save <file>
+  store snapshot restore <file> --data-dir <dir>   (offline: no member is contacted)
 
 flags: --endpoints host:port,… (default 127.0.0.1:2479) --cert --key --cacert --timeout
 `
@@ -31,7 +33,7 @@ flags: --endpoints host:port,… (default 127.0.0.1:2479) --cert --key --cacert 
 // rather than running a member.
 func isCLICommand(arg string) bool {
 	switch arg {
-	case "member", "leader", "status":
+	case "member", "leader", "status", "snapshot":
 		return true
 	}
 	return false
@@ -71,6 +73,7 @@ func cli(args []string, out io.Writer) error {
 	ca := fs.String("cacert", "", "CA bundle (PEM) verifying the members")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on the command")
 	nonVoter := fs.Bool("non-voter", false, "member add: add a non-voting replica")
+	dataDir := fs.String("data-dir", "", "snapshot restore: the new member's data directory")
 	// Flags may follow positional arguments.
 	var pos []string
 	for len(args) > 0 {
@@ -82,6 +85,12 @@ func cli(args []string, out io.Writer) error {
 			pos = append(pos, args[0])
 			args = args[1:]
 		}
+	}
+	if cmd+" "+sub == "snapshot restore" {
+		if len(pos) != 1 || *dataDir == "" {
+			return errUsage
+		}
+		return restoreSnapshot(pos[0], *dataDir, out)
 	}
 	var tlsCfg *tls.Config
 	if *cert != "" || *ca != "" {
@@ -157,6 +166,11 @@ func cli(args []string, out io.Writer) error {
 			return err
 		}
 		members = r.GetMembers()
+	case "snapshot save":
+		if len(pos) != 1 {
+			return errUsage
+		}
+		return saveSnapshot(ctx, c.Maintenance(), pos[0], out)
 	case "leader transfer":
 		if len(pos) > 1 {
 			return errUsage

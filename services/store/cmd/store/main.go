@@ -43,6 +43,7 @@ type flags struct {
 	logLevel                        string
 	pprof                           bool
 	startupTimeout                  time.Duration
+	minFreeBytes, ballastBytes      int64
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -72,6 +73,8 @@ func parseFlags(args []string) (flags, error) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
+	fs.Int64Var(&f.minFreeBytes, "min-free-bytes", app.DefaultMinFreeBytes, "disk space reserve: writes are refused (RESOURCE_EXHAUSTED) while the data dir's filesystem has less available; negative disables")
+	fs.Int64Var(&f.ballastBytes, "ballast-bytes", app.DefaultBallastBytes, "size of <data-dir>/disk-ballast, released when a write hits ENOSPC so that the store refuses writes instead of crashing; negative disables")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -167,6 +170,8 @@ func run(f flags, log *slog.Logger) error {
 		Logger:              log,
 		MaxValueBytes:       f.maxValueBytes,
 		CompactionRetention: f.compactionRetention,
+		MinFreeBytes:        f.minFreeBytes,
+		BallastBytes:        f.ballastBytes,
 	})
 	cancel()
 	if err != nil {

@@ -17,7 +17,10 @@ import (
 //
 // The keyspace is under "s/", so snapshots carry it and restores replace
 // it; it has no revision and produces no watch event.
-var memberPrefix = []byte("s/n/")
+var (
+	memberPrefix = []byte("s/n/")
+	memberEnd    = []byte("s/o")
+)
 
 func memberKey(id string) []byte { return append(append([]byte{}, memberPrefix...), id...) }
 
@@ -41,7 +44,7 @@ func (w *WriteBatch) SetMember(id, clientAddr string) error {
 
 // Members returns the committed client address of every member with one.
 func (s *Store) Members() (map[string]string, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: memberPrefix, UpperBound: []byte("s/o")})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: memberPrefix, UpperBound: memberEnd})
 	if err != nil {
 		return nil, fmt.Errorf("mvcc: open member iterator: %w", err)
 	}

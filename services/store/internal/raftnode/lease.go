@@ -39,10 +39,14 @@ type lessor struct {
 	ttl    map[int64]time.Duration
 }
 
-// LeaseGrant grants a lease (a random id when id is 0). Leader only.
+// LeaseGrant grants a lease (a random id when id is 0), once admitted
+// (Config.AdmitWrite). Leader only.
 func (n *Node) LeaseGrant(ctx context.Context, id int64, ttl time.Duration) (*storev1.LeaseGrantResponse, error) {
 	if !n.IsLeader() {
 		return nil, notLeader()
+	}
+	if err := n.admitWrite(); err != nil {
+		return nil, err
 	}
 	if err := n.loadLeases(ctx); err != nil {
 		return nil, err

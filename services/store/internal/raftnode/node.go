@@ -103,6 +103,13 @@ type Config struct {
 	// ApplyTimeout bounds how long a proposal may wait to be enqueued;
 	// default 10s.
 	ApplyTimeout time.Duration
+	// AdmitWrite, if set, is called on the leader before proposing a write
+	// that adds data (a Txn with a put or a delete, a lease grant); its
+	// error refuses the write, wrapped with ErrNotProposed. Compactions,
+	// lease revocations and membership changes are not subject to it.
+	// The store uses it to refuse writes before the disk fills (package
+	// disk).
+	AdmitWrite func() error
 }
 
 // Node is a running raft member.
@@ -115,6 +122,7 @@ type Node struct {
 	log     *slog.Logger
 	metrics *metrics
 	timeout time.Duration
+	admit   func() error // Config.AdmitWrite; nil admits everything
 
 	// barrierTerm is the last term in which this node, as leader, applied
 	// a barrier: from then on its commit index covers every entry
@@ -221,7 +229,7 @@ func Start(cfg Config) (*Node, error) {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, fresh: !has}
+	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: !has}
 	m.observe(n)
 	return n, nil
 }
@@ -254,13 +262,21 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // WaitReady blocks until the group has a leader and this member has applied
 // every entry the leader had committed when it was elected (for the leader:
-// a barrier), or ctx ends.
+// a barrier), or ctx ends. A leadership lost during the barrier (an
+// election right after the first, on a loaded machine) starts over.
 func (n *Node) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if _, id := n.raft.LeaderWithID(); id != "" {
-			break
+			if !n.IsLeader() {
+				return n.WaitIndex(ctx, n.raft.CommitIndex())
+			}
+			err := n.leaderBarrier(ctx)
+			if err == nil || !errors.Is(err, ErrNotLeader) || ctx.Err() != nil {
+				return err
+			}
+			n.log.Info("leadership lost while starting; waiting for the next leader", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -268,10 +284,6 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	if n.IsLeader() {
-		return n.leaderBarrier(ctx)
-	}
-	return n.WaitIndex(ctx, n.raft.CommitIndex())
 }
 
 // waitApplied waits until the FSM has applied every entry up to index that
@@ -336,8 +348,17 @@ func (n *Node) LinearizableBarrier(ctx context.Context) error {
 	return n.waitApplied(ctx, index)
 }
 
-// Txn proposes a transaction and returns its result once applied.
+// Txn proposes a transaction and returns its result once applied. A
+// transaction that writes is first admitted (Config.AdmitWrite).
 func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
+	if !n.IsLeader() {
+		return nil, notLeader()
+	}
+	if txnWrites(req) {
+		if err := n.admitWrite(); err != nil {
+			return nil, err
+		}
+	}
 	data, err := fsm.EncodeTxn(req)
 	if err != nil {
 		return nil, err
@@ -351,6 +372,30 @@ func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnRe
 		return nil, fmt.Errorf("raftnode: txn applied with response %T", resp)
 	}
 	return r, nil
+}
+
+// txnWrites reports whether either branch of req puts or deletes.
+func txnWrites(req *storev1.TxnRequest) bool {
+	for _, ops := range [][]*storev1.RequestOp{req.GetSuccess(), req.GetFailure()} {
+		for _, op := range ops {
+			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// admitWrite asks Config.AdmitWrite whether a write that adds data may be
+// proposed.
+func (n *Node) admitWrite() error {
+	if n.admit == nil {
+		return nil
+	}
+	if err := n.admit(); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrNotProposed)
+	}
+	return nil
 }
 
 // Compact proposes a compaction and returns its result once applied.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
@@ -32,13 +33,17 @@ var codeTable = []struct {
 	{mvcc.ErrLeaseNotFound, codes.NotFound},
 	{mvcc.ErrLeaseExists, codes.AlreadyExists},
 	{raftnode.ErrNoSuchMember, codes.NotFound},
+	// Disk (nearly) full: refused before proposing (it also wraps
+	// raftnode.ErrNotProposed, which adds the NOT_PROPOSED detail).
+	{disk.ErrNoSpace, codes.ResourceExhausted},
 	{raftnode.ErrNotLeader, codes.Unavailable},
 	{ErrNoLeader, codes.Unavailable},
 	{raftnode.ErrStopped, codes.Unavailable},
 	{raftnode.ErrTimeout, codes.Unavailable},
 	{watch.ErrClosed, codes.Unavailable},
-	// Disk full (raft log append or state batch): writes are refused
-	// with a clear code; reads of applied state keep working.
+	// Defensive: the raft log and state batches never return ENOSPC
+	// (pebble treats a failed WAL write as fatal, and raft's LogCache
+	// flattens StoreLogs errors with %q; see package disk).
 	{syscall.ENOSPC, codes.ResourceExhausted},
 	{fsm.ErrFailed, codes.Internal},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
@@ -32,6 +33,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("disk on fire"), codes.Internal},
 		{fmt.Errorf("raftlog: store logs: %w", &os.PathError{Op: "write", Path: "000001.log", Err: syscall.ENOSPC}), codes.ResourceExhausted},
 		{fmt.Errorf("%w: %w", fsm.ErrFailed, syscall.ENOSPC), codes.ResourceExhausted},
+		{fmt.Errorf("%w: %w", fmt.Errorf("%w: 1 MiB available", disk.ErrNoSpace), raftnode.ErrNotProposed), codes.ResourceExhausted},
 	}
 	for _, c := range cases {
 		st, _ := status.FromError(toStatus(c.err))
@@ -46,6 +48,10 @@ func TestToStatus(t *testing.T) {
 	st, _ = status.FromError(toStatus(&mvcc.FutureRevError{CurrentRev: 7, Requested: 9}))
 	if d, ok := st.Details()[0].(*storev1.FutureRevisionError); !ok || d.CurrentRevision != 7 || d.RequestedRevision != 9 {
 		t.Fatalf("future detail %v", st.Details())
+	}
+	st, _ = status.FromError(toStatus(fmt.Errorf("%w: %w", disk.ErrNoSpace, raftnode.ErrNotProposed)))
+	if len(st.Details()) != 1 {
+		t.Fatalf("no-space details %v, want the NOT_PROPOSED ErrorInfo", st.Details())
 	}
 	if toStatus(nil) != nil {
 		t.Fatal("nil error mapped to a status")

@@ -55,6 +55,9 @@ type KV interface {
 	Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error)
 	Rev() int64
 	CompactRev() int64
+	// NewSnapshot pins the applied state for MaintenanceService.Snapshot;
+	// the caller closes it.
+	NewSnapshot() *mvcc.Snapshot
 }
 
 // Watches registers watchers.
@@ -281,17 +284,6 @@ func (m *maintenanceServer) Status(ctx context.Context, _ *storev1.StatusRequest
 		DbSizeBytes:  m.s.cfg.DBSize(),
 		Voter:        st.Voter,
 	}, nil
-}
-
-// Snapshot is not implemented yet.
-func (m *maintenanceServer) Snapshot(*storev1.SnapshotRequest, grpc.ServerStreamingServer[storev1.SnapshotResponse]) error {
-	return notYet("Snapshot")
-}
-
-// notYet answers RPCs that the multi-node store issue implements.
-func notYet(method string) error {
-	return status.Errorf(codes.Unimplemented,
-		"store: %s is not implemented yet", method)
 }
 
 // Cluster returns the ClusterService implementation, for in-process calls
