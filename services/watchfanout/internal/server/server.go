@@ -23,9 +23,13 @@ import (
 
 // Defaults of Config fields.
 const (
-	DefaultWatchTimeout             = 30 * time.Minute
-	DefaultReadWaitTimeout          = 3 * time.Second
-	DefaultMaxBatchBytes            = 64 << 10
+	DefaultWatchTimeout    = 30 * time.Minute
+	DefaultReadWaitTimeout = 3 * time.Second
+	// DefaultMaxBatchBytes keeps a marshalled WatchResponse within 32 KiB:
+	// gRPC marshals into buffers from size-tiered pools (…, 16 KiB, 32 KiB,
+	// 1 MiB), and a 64 KiB batch took a 1 MiB buffer per Send in flight —
+	// 40 MiB of them at the peak of a relist storm.
+	DefaultMaxBatchBytes            = 32<<10 - 64
 	DefaultInitialEventsConcurrency = 16
 )
 
@@ -45,7 +49,8 @@ type Config struct {
 	// to reach a resourceVersion (NotOlderThan, consistent reads); default
 	// 3s, then 504 Timeout (ResourceVersionTooLarge).
 	ReadWaitTimeout time.Duration
-	// MaxBatchBytes caps the frames of one WatchResponse; default 64 KiB.
+	// MaxBatchBytes caps the frames of one WatchResponse; default just
+	// under 32 KiB (see DefaultMaxBatchBytes).
 	MaxBatchBytes int
 	// InitialEventsConcurrency caps the watches sending initial state at
 	// once (a relist storm), which bounds memory; default 16.

@@ -163,6 +163,9 @@ func (s *Server) runWatch(ctx context.Context, r *cache.Resource, f cache.Format
 		if err := s.sendInitial(ctx, sub, f, start.endBookmark, b, opts); err != nil {
 			return err
 		}
+		// The snapshot pins the tree as it was at sub.Rev (a clone shares
+		// nodes until they change): let it go now, not when the watch ends.
+		sub.Initial = nil
 	}
 	for _, ev := range sub.Replay {
 		if kind, ok := sub.Kind(ev); ok {
@@ -171,6 +174,7 @@ func (s *Server) runWatch(ctx context.Context, r *cache.Resource, f cache.Format
 			}
 		}
 	}
+	sub.Replay = nil
 	if err := b.flush(); err != nil {
 		return err
 	}
