@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 )
 
 // Filter selects objects. It is immutable and safe for concurrent use.
@@ -57,6 +58,22 @@ func (f *Filter) Empty() bool { return f.labels.Empty() && f.fields.Empty() }
 
 // Name returns the name a field selector pins (metadata.name=x).
 func (f *Filter) Name() (string, bool) { return f.fields.RequiresExactMatch("metadata.name") }
+
+// LabelEquals returns a label the label selector pins to one value (k=v,
+// k==v or k in (v)), the first in the selector's order; false when it pins
+// none.
+func (f *Filter) LabelEquals() (key, value string, ok bool) {
+	reqs, _ := f.labels.Requirements()
+	for _, r := range reqs {
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+			if vals := r.Values(); vals.Len() == 1 {
+				return r.Key(), vals.UnsortedList()[0], true
+			}
+		}
+	}
+	return "", "", false
+}
 
 // Matches reports whether obj is selected.
 func (f *Filter) Matches(obj runtime.Object) bool {

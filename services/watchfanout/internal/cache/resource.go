@@ -58,9 +58,8 @@ type Resource struct {
 		hist      []*Event
 		head      int
 		histStart int64
-		// watchers by namespace; "" holds all-namespace (and
-		// cluster-scoped) watchers.
-		watchers  map[string]map[*Watcher]struct{}
+		// watchers, by namespace and what their selectors pin.
+		watchers  *watcherSet
 		snapshots map[int64]*keptSnapshot
 		closed    bool // no watcher may register any more
 	}
@@ -74,7 +73,7 @@ type keptSnapshot struct {
 func newResource(res *registry.Resource, enc *encoders, opts *Options, m *resourceMetrics) *Resource {
 	r := &Resource{res: res, enc: enc, opts: opts, m: m}
 	r.mu.state = btree.NewG(32, lessEvent)
-	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.mu.watchers = newWatcherSet()
 	r.mu.snapshots = map[int64]*keptSnapshot{}
 	return r
 }
@@ -190,13 +189,11 @@ func (r *Resource) reset(state *tree, rev int64) {
 	clear(r.mu.hist)
 	r.mu.hist, r.mu.head, r.mu.histStart = r.mu.hist[:0], 0, rev
 	r.mu.snapshots = map[int64]*keptSnapshot{}
-	for _, set := range r.mu.watchers {
-		for w := range set {
-			w.terminate(ErrReset)
-			r.m.terminated(ErrReset)
-		}
-	}
-	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.mu.watchers.all(func(w *Watcher) {
+		w.terminate(ErrReset)
+		r.m.terminated(ErrReset)
+	})
+	r.mu.watchers = newWatcherSet()
 	r.m.watchers.Set(0)
 	r.m.objects.Set(float64(state.Len()))
 	r.m.history.Set(0)
@@ -207,45 +204,39 @@ func (r *Resource) reset(state *tree, rev int64) {
 func (r *Resource) bookmark() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.mu.watchers) == 0 {
+	if r.mu.watchers.len() == 0 {
 		return nil
 	}
 	ev, err := newBookmark(r.res, r.enc, r.mu.rev, false)
 	if err != nil {
 		return err
 	}
-	for _, set := range r.mu.watchers {
-		r.dispatchSetLocked(set, ev)
-	}
+	r.mu.watchers.all(func(w *Watcher) { r.offerLocked(w, ev) })
 	return nil
 }
 
 func (r *Resource) dispatchLocked(ev *Event) {
-	n := r.dispatchSetLocked(r.mu.watchers[""], ev)
-	if ev.Namespace != "" {
-		n += r.dispatchSetLocked(r.mu.watchers[ev.Namespace], ev)
-	}
+	n := 0
+	r.mu.watchers.forEvent(ev, func(w *Watcher) { n += r.offerLocked(w, ev) })
 	if n > 0 {
 		r.m.events.Add(float64(n))
 	}
 }
 
-func (r *Resource) dispatchSetLocked(set map[*Watcher]struct{}, ev *Event) int {
-	n := 0
-	for w := range set {
-		kind, ok := w.kindFor(ev)
-		if !ok {
-			continue
-		}
-		if !w.push(Item{Ev: ev, Kind: kind}) {
-			r.m.terminated(ErrTooSlow)
-			r.unregisterLocked(w)
-			continue
-		}
-		w.sent = ev.Rev
-		n++
+// offerLocked queues ev to w if it concerns w; 1 when queued. A watcher
+// whose queue overflows is terminated and unregistered.
+func (r *Resource) offerLocked(w *Watcher, ev *Event) int {
+	kind, ok := w.kindFor(ev)
+	if !ok {
+		return 0
 	}
-	return n
+	if !w.push(Item{Ev: ev, Kind: kind}) {
+		r.m.terminated(ErrTooSlow)
+		r.unregisterLocked(w)
+		return 0
+	}
+	w.sent = ev.Rev
+	return 1
 }
 
 // WatchOptions describe a watch.
@@ -292,6 +283,7 @@ func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
 		ns = ""
 	}
 	w := &Watcher{ns: ns, filter: opts.Filter, bookmarks: opts.Bookmarks, limit: r.opts.WatcherBuffer, res: r, notify: make(chan struct{}, 1)}
+	w.key = keyFor(w)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.closed {
@@ -322,12 +314,7 @@ func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
 	if opts.After > sub.Rev {
 		sub.Rev = opts.After
 	}
-	set := r.mu.watchers[ns]
-	if set == nil {
-		set = map[*Watcher]struct{}{}
-		r.mu.watchers[ns] = set
-	}
-	set[w] = struct{}{}
+	r.mu.watchers.add(w)
 	r.m.watchers.Inc()
 	return sub, nil
 }
@@ -341,15 +328,9 @@ func (r *Resource) unregister(w *Watcher, _ string) {
 }
 
 func (r *Resource) unregisterLocked(w *Watcher) {
-	set := r.mu.watchers[w.ns]
-	if _, ok := set[w]; !ok {
-		return
+	if r.mu.watchers.remove(w) {
+		r.m.watchers.Dec()
 	}
-	delete(set, w)
-	if len(set) == 0 {
-		delete(r.mu.watchers, w.ns)
-	}
-	r.m.watchers.Dec()
 }
 
 // Rev returns the revision the resource's state reflects.
@@ -451,12 +432,8 @@ func (r *Resource) closeWatchers() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.closed = true
-	for _, set := range r.mu.watchers {
-		for w := range set {
-			w.terminate(ErrClosed)
-		}
-	}
-	r.mu.watchers = map[string]map[*Watcher]struct{}{}
+	r.mu.watchers.all(func(w *Watcher) { w.terminate(ErrClosed) })
+	r.mu.watchers = newWatcherSet()
 	r.m.watchers.Set(0)
 }
 

@@ -42,6 +42,7 @@ type Watcher struct {
 	after     int64 // events at or below this revision are not delivered
 	limit     int
 	res       *Resource
+	key       watchKey // where the resource files it (see watcherSet)
 
 	// sent is the revision of the last item pushed (or replayed); guarded
 	// by the resource's mu. Bookmarks never go below it.

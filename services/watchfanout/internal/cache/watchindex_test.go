@@ -1,0 +1,201 @@
+package cache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// testResource is a configmaps cache with nothing behind it: the test
+// applies changes itself.
+func testResource(t testing.TB) *Resource {
+	t.Helper()
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(registry.Core()...)
+	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &Options{Registry: reg, Codec: c, HistoryWindow: time.Hour, HistoryMaxEvents: 1 << 20, WatcherBuffer: 1 << 20}
+	return newResource(res, newEncoders(c, res, nil), opts, m.forResource("", "v1", "configmaps"))
+}
+
+func configMap(ns, name string, labels map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+	}
+}
+
+// TestIndexedDispatchEqualsScan: with watchers filed by name and label,
+// every watcher receives exactly what offering every event to every
+// watcher would give it, over random creates, label changes (selector
+// transitions) and deletes.
+func TestIndexedDispatchEqualsScan(t *testing.T) {
+	r := testResource(t)
+	selectors := []struct{ label, field string }{
+		{"", ""},
+		{"app=a", ""},
+		{"app==b", ""},
+		{"app in (c)", ""},
+		{"app in (a,b)", ""}, // not indexable
+		{"app!=a", ""},       // not indexable
+		{"tier=x,app=c", ""},
+		{"tier", ""},
+		{"", "metadata.name=cm3"},
+		{"app=a", "metadata.name=cm1"},
+		{"", "metadata.name!=cm2"},
+	}
+	var subs []*Subscription
+	for _, ns := range []string{"", "ns0", "ns1"} {
+		for _, sel := range selectors {
+			f, err := selection.New(r.Registry(), sel.label, sel.field)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := r.Watch(WatchOptions{Namespace: ns, Filter: f, After: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			subs = append(subs, sub)
+		}
+	}
+	indexed := 0
+	for _, s := range subs {
+		if s.key.kind != keyNone {
+			indexed++
+		}
+	}
+	if indexed == 0 || indexed == len(subs) {
+		t.Fatalf("%d of %d watchers indexed: the test covers nothing", indexed, len(subs))
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+	live := map[string]bool{}
+	var chs []change
+	for rev := int64(1); rev <= 3000; rev++ {
+		ns, name := pick("ns0", "ns1", "ns2"), pick("cm0", "cm1", "cm2", "cm3", "cm4")
+		key := r.res.Key(ns, name)
+		if live[key] && rng.IntN(5) == 0 {
+			delete(live, key)
+			chs = append(chs, change{key: key, rev: rev})
+			continue
+		}
+		labels := map[string]string{}
+		if v := pick("a", "b", "c", ""); v != "" {
+			labels["app"] = v
+		}
+		if v := pick("x", "y", ""); v != "" {
+			labels["tier"] = v
+		}
+		cm := configMap(ns, name, labels)
+		cm.ResourceVersion = fmt.Sprint(rev)
+		live[key] = true
+		chs = append(chs, change{key: key, rev: rev, obj: cm})
+	}
+	if err := r.applyBatch(chs, 3000, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	r.mu.Lock()
+	hist := r.mu.hist[r.mu.head:]
+	r.mu.Unlock()
+	total := 0
+	for i, s := range subs {
+		var want []Item
+		for _, ev := range hist {
+			if s.ns != "" && ev.Namespace != s.ns {
+				continue // namespaces were filed apart before the index
+			}
+			if kind, ok := s.kindFor(ev); ok {
+				want = append(want, Item{Ev: ev, Kind: kind})
+			}
+		}
+		got, err := s.Next(t.Context(), nil)
+		if len(want) == 0 {
+			got, err = nil, nil // Next would wait: nothing may be queued
+			s.mu.Lock()
+			if n := len(s.mu.queue); n != 0 {
+				t.Errorf("watcher %d: %d items queued, want none", i, n)
+			}
+			s.mu.Unlock()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("watcher %d (ns %q, %v): %d events, want %d", i, s.ns, s.key, len(got), len(want))
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("watcher %d event %d: got rev %d kind %d, want rev %d kind %d", i, j, got[j].Ev.Rev, got[j].Kind, want[j].Ev.Rev, want[j].Kind)
+			}
+		}
+		total += len(want)
+	}
+	if total == 0 {
+		t.Fatal("no watcher received anything")
+	}
+	// Unregistering empties the index.
+	for _, s := range subs {
+		s.Close()
+	}
+	if n := r.mu.watchers.len(); n != 0 || len(r.mu.watchers.byNS) != 0 {
+		t.Fatalf("%d watchers, %d namespaces left after Close", n, len(r.mu.watchers.byNS))
+	}
+}
+
+// BenchmarkDispatch is the cost of one event with 10,000 watchers in its
+// namespace, each selecting its own object: filed by label (indexed) or
+// with an equivalent selector the index cannot use (scanned).
+func BenchmarkDispatch(b *testing.B) {
+	for _, mode := range []struct{ name, sel string }{{"indexed", "app=app-%d"}, {"scanned", "app in (app-%d,none)"}} {
+		b.Run(mode.name, func(b *testing.B) {
+			r := testResource(b)
+			r.opts.HistoryMaxEvents = 1000
+			const watchers = 10000
+			for i := range watchers {
+				f, err := selection.New(r.Registry(), fmt.Sprintf(mode.sel, i), "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				sub, err := r.Watch(WatchOptions{Namespace: "ns", Filter: f, After: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer sub.Close()
+			}
+			key := r.res.Key("ns", "cm")
+			b.ResetTimer()
+			for i := range b.N {
+				cm := configMap("ns", "cm", map[string]string{"app": fmt.Sprintf("app-%d", i%watchers)})
+				cm.ResourceVersion = fmt.Sprint(i + 1)
+				if err := r.applyBatch([]change{{key: key, rev: int64(i + 1), obj: cm}}, int64(i+1), time.Now()); err != nil {
+					b.Fatal(err)
+				}
+				if i%500 == 499 {
+					// Keep the queues from growing with b.N.
+					b.StopTimer()
+					r.mu.Lock()
+					r.mu.watchers.all(func(w *Watcher) { w.mu.Lock(); w.mu.queue = w.mu.queue[:0]; w.mu.Unlock() })
+					r.mu.Unlock()
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
