@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
@@ -27,6 +28,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/server"
 )
@@ -38,9 +40,12 @@ const ServiceName = "meridian.watch.v1.WatchService"
 // Config configures the watchfanout service. The zero value of each
 // optional field means its default.
 type Config struct {
-	// StoreAddress is the gRPC target of the store whose watch stream the
-	// cache follows: host:port or a gRPC target URI such as
-	// dns:///store:7001. Required.
+	// StoreAddress is the store whose watch stream the cache follows: the
+	// gRPC address of one member (host:port, or a gRPC target URI such as
+	// dns:///store:7001), or several members' addresses separated by
+	// commas. With several, the store client follows leader changes: the
+	// cache's watch and reads move to another member when one goes away,
+	// and resume from the revision the cache reached. Required.
 	StoreAddress string
 	// StoreTLS is the client TLS configuration for the store (with a
 	// client certificate for mTLS); nil dials plaintext (tests only).
@@ -88,14 +93,16 @@ type Config struct {
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
 	var errs []error
-	switch {
-	case c.StoreAddress == "":
+	eps := storeEndpoints(c.StoreAddress)
+	if len(eps) == 0 {
 		errs = append(errs, errors.New("StoreAddress is required"))
-	case strings.Contains(c.StoreAddress, "://"):
-		// A gRPC target URI; its resolver validates the rest.
-	default:
-		if _, _, err := net.SplitHostPort(c.StoreAddress); err != nil {
-			errs = append(errs, fmt.Errorf("StoreAddress %q: want host:port or a gRPC target URI: %w", c.StoreAddress, err))
+	}
+	for _, ep := range eps {
+		if strings.Contains(ep, "://") {
+			continue // a gRPC target URI; its resolver validates the rest
+		}
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			errs = append(errs, fmt.Errorf("StoreAddress %q: want host:port or a gRPC target URI: %w", ep, err))
 		}
 	}
 	for name, d := range map[string]time.Duration{"HistoryWindow": c.HistoryWindow, "BookmarkInterval": c.BookmarkInterval, "WatchTimeout": c.WatchTimeout, "ReadWaitTimeout": c.ReadWaitTimeout} {
@@ -114,6 +121,18 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// storeEndpoints splits a comma-separated StoreAddress, dropping empty
+// entries.
+func storeEndpoints(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // App is the watchfanout service. New builds it and starts following the
 // store, Serve serves it, Close stops it.
 type App struct {
@@ -121,7 +140,7 @@ type App struct {
 	health *health.Server
 	logger *slog.Logger
 	cfg    Config
-	conn   *grpc.ClientConn
+	conn   *storeclient.Client
 	cache  *cache.Cache
 
 	cancel context.CancelFunc
@@ -159,7 +178,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
-	conn, err := grpcclient.Dial(cfg.StoreAddress, cfg.StoreTLS)
+	// The store client routes the cache's watch and linearizable reads to
+	// the member believed to lead, retries reads on another member, and
+	// opens a new watch on another member when one cannot be opened; the
+	// cache resumes its watch from the revision it reached.
+	conn, err := storeclient.Dial(storeEndpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
+		DialOptions: []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
+		})},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: dial store: %w", err)
 	}
@@ -168,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
 		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
 		Registerer: cfg.Registerer, Logger: logger,
-	}, conn)
+	}, &resumeFilter{ClientConnInterface: conn})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("watchfanout: %w", err)

@@ -67,12 +67,12 @@ func TestHealthMetricsAndPreStreamErrors(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, ok := range []string{"store:7001", "127.0.0.1:7001", "[::1]:7001", "dns:///store.meridian.svc:7001"} {
+	for _, ok := range []string{"store:7001", "127.0.0.1:7001", "[::1]:7001", "dns:///store.meridian.svc:7001", "10.0.0.1:7001,10.0.0.2:7001, 10.0.0.3:7001"} {
 		if err := (&app.Config{StoreAddress: ok}).Validate(); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "store"} {
+	for _, bad := range []string{"", "store", " , ", "store-0:7001,store-1"} {
 		err := (&app.Config{StoreAddress: bad}).Validate()
 		if err == nil || !strings.Contains(err.Error(), "StoreAddress") {
 			t.Errorf("%q: %v", bad, err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,20 +25,21 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// env is a real single-node store (raft + pebble + gRPC on loopback) and
-// a watchfanout replica in front of it.
+// env is a real store (raft + pebble + gRPC on loopback: one member, or a
+// cluster of voters) and a watchfanout replica in front of it.
 type env struct {
-	t        *testing.T
-	storeLis string
-	store    *storeapp.App
-	kv       storev1.KVServiceClient
-	codec    *codec.Codec
-	cms      *registry.Resource
+	t      *testing.T
+	stores []*storeMember
+	sc     *storeclient.Client // over every member; follows the leader
+	kv     storev1.KVServiceClient
+	codec  *codec.Codec
+	cms    *registry.Resource
 
 	mu      sync.Mutex // guards watch during restarts
 	fanout  *app.App
@@ -49,31 +51,151 @@ type env struct {
 	clients []*grpc.ClientConn
 }
 
+// storeMember is one in-process store member serving gRPC on loopback.
+type storeMember struct {
+	id, addr string
+	reg      *prometheus.Registry // the member's metrics
+	app      *storeapp.App
+	served   chan error
+}
+
+// watchers is how many watches the member serves.
+func (m *storeMember) watchers(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "meridian_store_watchers" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// stop closes the member; safe to call twice.
+func (m *storeMember) stop() {
+	if m.app != nil {
+		m.app.Close()
+		<-m.served
+		m.app = nil
+	}
+}
+
+// newEnv starts a single-node store and a watchfanout replica.
 func newEnv(t *testing.T, cfg app.Config) *env {
 	t.Helper()
-	ctx := t.Context()
-	st, err := storeapp.New(ctx, storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(), ProgressInterval: 200 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(), ProgressInterval: 200 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		st.Close()
 		t.Fatal(err)
 	}
-	go st.Serve(lis)
-	t.Cleanup(func() { st.Close() })
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	m := &storeMember{id: "store-0", addr: lis.Addr().String(), reg: reg, app: st, served: make(chan error, 1)}
+	go func() { m.served <- st.Serve(lis) }()
+	t.Cleanup(m.stop)
+	return startEnv(t, cfg, []*storeMember{m})
+}
+
+// newClusterEnv starts a store of n voters (plaintext raft and gRPC on
+// loopback, fast failure detection) and a watchfanout replica configured
+// with every member's address.
+func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
+	t.Helper()
+	peers := freePorts(t, n)
+	var initial []storeapp.Member
+	var cfgs []storeapp.Config
+	var listeners []net.Listener // the members' gRPC listeners, open from the start
+	for i := range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+		listeners = append(listeners, lis)
+		c := storeapp.Config{
+			ID: fmt.Sprintf("s%d", i), DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1,
+			PeerAddress: peers[i], ClientAddress: lis.Addr().String(), Logger: quietLogger(),
+			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+			ProgressInterval: 200 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		}
+		initial = append(initial, storeapp.Member{ID: c.ID, PeerAddress: c.PeerAddress, ClientAddress: c.ClientAddress})
+		cfgs = append(cfgs, c)
+	}
+	members := make([]*storeMember, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		cfgs[i].InitialCluster = initial
+		wg.Add(1)
+		go func() { // members wait for each other at start
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			st, err := storeapp.New(ctx, cfgs[i])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			m := &storeMember{id: cfgs[i].ID, addr: cfgs[i].ClientAddress, reg: cfgs[i].Registerer.(*prometheus.Registry), app: st, served: make(chan error, 1)}
+			go func() { m.served <- st.Serve(listeners[i]) }()
+			members[i] = m
+		}()
+	}
+	wg.Wait()
+	for _, m := range members {
+		if m != nil {
+			t.Cleanup(m.stop)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("start the store cluster: %v", err)
+	}
+	return startEnv(t, cfg, members)
+}
+
+// freePorts returns n distinct loopback addresses that were free a moment
+// ago (raft binds them itself).
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // held until all are chosen, so they differ
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
+// startEnv connects to the store's members and starts a watchfanout
+// replica in front of them.
+func startEnv(t *testing.T, cfg app.Config, members []*storeMember) *env {
+	t.Helper()
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.addr)
+	}
+	sc, err := storeclient.Dial(addrs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { sc.Close() })
 	c, err := codec.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := registry.New(registry.Core()...)
 	cms, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
-	e := &env{t: t, storeLis: lis.Addr().String(), store: st, kv: storev1.NewKVServiceClient(conn), codec: c, cms: cms, cfg: cfg}
+	cfg.StoreAddress = strings.Join(addrs, ",")
+	e := &env{t: t, stores: members, sc: sc, kv: sc.KV(), codec: c, cms: cms, cfg: cfg}
 	e.startFanout("127.0.0.1:0")
 	t.Cleanup(e.stopFanout)
 	return e
@@ -84,7 +206,6 @@ func newEnv(t *testing.T, cfg app.Config) *env {
 func (e *env) startFanout(addr string) {
 	e.t.Helper()
 	cfg := e.cfg
-	cfg.StoreAddress = e.storeLis
 	e.reg = prometheus.NewRegistry()
 	cfg.Registerer = e.reg
 	cfg.Logger = quietLogger()

@@ -2,9 +2,7 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"math/rand"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,107 +152,4 @@ func hasLabel[L interface {
 		}
 	}
 	return false
-}
-
-// TestEveryChangeExactlyOnceAcrossRestart: watchers that re-watch from
-// their last resourceVersion receive every committed change, in revision
-// order, exactly once, while the watchfanout replica restarts under them.
-//
-// It runs against a single-node store; a store leader change (the
-// multi-node store is being built) belongs in the same test once
-// storeapp supports it: transfer leadership in the middle, as the restart
-// is done here.
-func TestEveryChangeExactlyOnceAcrossRestart(t *testing.T) {
-	e := newEnv(t, app.Config{})
-	ctx := t.Context()
-	start := e.mustPut(configMap("ns", "seed", nil, ""))
-
-	const watchers, writes = 4, 400
-	type rec struct {
-		mu   sync.Mutex
-		revs []int64
-	}
-	var recs [watchers]rec
-	written := make([]int64, 0, writes)
-	var lastWritten atomic.Int64
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range watchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			last := start
-			for wctx.Err() == nil {
-				s, err := e.openWatch(wctx, &watchv1.WatchRequest{Resource: cmResource, Namespace: "ns", ResourceVersion: strconv.FormatInt(last, 10)})
-				if err != nil {
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				for ev := range s.events {
-					if ev.Type == "ERROR" {
-						t.Errorf("watcher %d: ERROR %+v", i, ev.Object)
-						break
-					}
-					last = ev.rv()
-					recs[i].mu.Lock()
-					recs[i].revs = append(recs[i].revs, last)
-					recs[i].mu.Unlock()
-				}
-				s.cancel()
-			}
-		}()
-	}
-	rng := rand.New(rand.NewSource(1))
-	live := map[string]bool{}
-	for i := range writes {
-		if i == writes/3 || i == 2*writes/3 {
-			e.stopFanout()
-			e.startFanout("127.0.0.1:0")
-		}
-		name := fmt.Sprintf("cm-%d", rng.Intn(20))
-		var rev int64
-		var err error
-		if live[name] && rng.Intn(4) == 0 {
-			rev, err = e.del(ctx, "ns", name)
-			delete(live, name)
-		} else {
-			rev, err = e.put(ctx, configMap("ns", name, nil, strconv.Itoa(i)))
-			live[name] = true
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		written = append(written, rev)
-		lastWritten.Store(rev)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i := range watchers {
-		for {
-			recs[i].mu.Lock()
-			n := len(recs[i].revs)
-			caught := n > 0 && recs[i].revs[n-1] == lastWritten.Load()
-			recs[i].mu.Unlock()
-			if caught {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("watcher %d did not catch up (%d events)", i, n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	cancel()
-	wg.Wait()
-	for i := range watchers {
-		got := recs[i].revs
-		if len(got) != len(written) {
-			t.Fatalf("watcher %d: %d events, want %d", i, len(got), len(written))
-		}
-		for j := range got {
-			if got[j] != written[j] {
-				t.Fatalf("watcher %d: event %d at rev %d, want %d", i, j, got[j], written[j])
-			}
-		}
-	}
 }
