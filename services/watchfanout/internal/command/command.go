@@ -8,6 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
@@ -43,7 +51,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var common daemon.Flags
 	common.Register(fs, ":7004", ":9094")
 	var store storeFlags
-	fs.StringVar(&store.address, "store-address", "127.0.0.1:7001", "gRPC address of the store (host:port or a gRPC target URI)")
+	fs.StringVar(&store.address, "store-address", "127.0.0.1:7001", "gRPC address of the store (host:port or a gRPC target URI), or several members' addresses separated by commas (the watch follows leader changes)")
 	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
 	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store")
 	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
@@ -56,11 +64,15 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Int64Var(&tune.StartupReplay, "startup-replay", 0, "revisions of store history replayed on start, so clients of a restarted replica can resume; 0: 10000")
 	fs.DurationVar(&tune.WatchTimeout, "watch-timeout", 0, "ends watches that asked for no timeout; 0: 30m")
 	fs.DurationVar(&tune.ReadWaitTimeout, "read-wait-timeout", 0, "how long a read waits for the cache to reach a resourceVersion before a 504; 0: 3s")
+	pprof := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	if err := daemon.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *pprof && common.MetricsListen == "" {
+		return errors.New("watchfanout: --pprof needs --metrics-listen")
 	}
 	storeTLS, err := store.tls()
 	if err != nil {
@@ -71,8 +83,60 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// With --pprof the metrics listener serves the profiles too: this
+	// command serves it instead of the daemon.
+	metricsListen := common.MetricsListen
+	if *pprof {
+		common.MetricsListen = ""
+	}
 	return daemon.Run(ctx, "watchfanout", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
 		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust = env.TLS, env.Registry, env.Logger, env.Trust
-		return app.New(ctx, cfg)
+		a, err := app.New(ctx, cfg)
+		if err != nil || !*pprof {
+			return a, err
+		}
+		addr, err := serveDebug(ctx, metricsListen, env.Registry, env.Logger)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		env.Logger.Info("metrics and pprof serving", "addr", addr.String())
+		return a, nil
 	})
+}
+
+// serveDebug serves /metrics from g and net/http/pprof under
+// /debug/pprof/ on addr until ctx is done, then shuts the server down
+// (bounded by 5s). It returns the address it listens on.
+func serveDebug(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server failed", "addr", lis.Addr().String(), "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+	}()
+	return lis.Addr(), nil
 }
