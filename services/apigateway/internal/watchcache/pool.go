@@ -1,16 +1,22 @@
 // Package watchcache picks a replica of the watch fan-out tier for each
 // watch or cached read. Replicas are independent (each follows the store
 // on its own), so any healthy one serves any request: calls go round-robin
-// over the replicas whose connections are not failing, which moves a
-// client's next watch to a healthy replica when one goes away.
+// over the replicas whose connections are not failing, and a call that a
+// replica cannot take moves on to the next, which moves a client's next
+// watch to a healthy replica when one goes away.
 package watchcache
 
 import (
+	"context"
 	"sync/atomic"
 
-	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 )
 
 // Pool is a set of replica connections. It is safe for concurrent use.
@@ -29,19 +35,131 @@ func New(conns []*grpc.ClientConn) *Pool {
 	return p
 }
 
-// Client returns the client of the next healthy replica — one whose
-// connection is READY or IDLE (not yet used) — or, when none is, of the
-// next replica. A replica that went away cycles between TRANSIENT_FAILURE
-// and CONNECTING while gRPC retries it, and is skipped in both.
+// Client returns a client of the tier for one call. The call goes to the
+// next healthy replica — one whose connection is READY or IDLE — and the
+// others follow in turn. A replica that went away cycles between
+// TRANSIENT_FAILURE and CONNECTING while gRPC retries it, and is tried
+// last; but its connection may also look IDLE until a call tries it, so a
+// call a replica answers UNAVAILABLE before anything else (it is gone, or
+// its cache has not synced with the store yet) is made again on the next
+// replica, each replica tried once. Only when every replica failed does
+// the caller see UNAVAILABLE (and serve from the store).
 func (p *Pool) Client() watchv1.WatchServiceClient {
+	order := p.order()
+	return failover{WatchServiceClient: order[0], clients: order}
+}
+
+// order returns the clients to try, in round-robin order from the next
+// start, healthy replicas first.
+func (p *Pool) order() []watchv1.WatchServiceClient {
 	n := len(p.conns)
 	start := int(p.next.Add(1) % uint64(n))
-	for i := 0; i < n; i++ {
+	out := make([]watchv1.WatchServiceClient, 0, n)
+	var failing []watchv1.WatchServiceClient
+	for i := range n {
 		j := (start + i) % n
 		switch p.conns[j].GetState() {
 		case connectivity.Ready, connectivity.Idle:
-			return p.clients[j]
+			out = append(out, p.clients[j])
+		default:
+			failing = append(failing, p.clients[j])
 		}
 	}
-	return p.clients[start]
+	return append(out, failing...)
+}
+
+// failover makes each call on the replicas in turn until one does not
+// answer UNAVAILABLE. Methods it does not define go to the first replica
+// only.
+type failover struct {
+	watchv1.WatchServiceClient // clients[0]
+	clients                    []watchv1.WatchServiceClient
+}
+
+var _ watchv1.WatchServiceClient = failover{}
+
+// unavailable reports whether err means the replica could not take the
+// call, which another replica may.
+func unavailable(err error) bool { return status.Code(err) == codes.Unavailable }
+
+// Watch opens the watch on the first replica that takes it. A replica's
+// first message is received here (the tier sends one at once, empty,
+// after it validated the request), so that a refusal arriving with it
+// moves on too; the returned stream delivers it first.
+func (f failover) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	var err error
+	for _, c := range f.clients {
+		var s grpc.ServerStreamingClient[watchv1.WatchResponse]
+		if s, err = c.Watch(ctx, in, opts...); err != nil {
+			if unavailable(err) {
+				continue
+			}
+			return nil, err
+		}
+		first, ferr := s.Recv()
+		if ferr != nil && unavailable(ferr) {
+			err = ferr // the stream has ended
+			continue
+		}
+		return &primed{ServerStreamingClient: s, first: first, err: ferr}, nil
+	}
+	return nil, err
+}
+
+// List reads a collection from the first replica that answers.
+func (f failover) List(ctx context.Context, in *watchv1.ListRequest, opts ...grpc.CallOption) (*watchv1.ListResponse, error) {
+	var err error
+	for _, c := range f.clients {
+		var resp *watchv1.ListResponse
+		if resp, err = c.List(ctx, in, opts...); !unavailable(err) {
+			return resp, err
+		}
+	}
+	return nil, err
+}
+
+// Get reads an object from the first replica that answers.
+func (f failover) Get(ctx context.Context, in *watchv1.GetRequest, opts ...grpc.CallOption) (*watchv1.GetResponse, error) {
+	var err error
+	for _, c := range f.clients {
+		var resp *watchv1.GetResponse
+		if resp, err = c.Get(ctx, in, opts...); !unavailable(err) {
+			return resp, err
+		}
+	}
+	return nil, err
+}
+
+// primed is a watch stream whose first message (or error) was received
+// already; Recv and RecvMsg deliver it first. Like any stream, it is read
+// by one goroutine.
+type primed struct {
+	grpc.ServerStreamingClient[watchv1.WatchResponse]
+	first *watchv1.WatchResponse
+	err   error
+	done  bool // first delivered
+}
+
+// Recv returns the first message, then the stream's.
+func (p *primed) Recv() (*watchv1.WatchResponse, error) {
+	if !p.done {
+		p.done = true
+		return p.first, p.err
+	}
+	return p.ServerStreamingClient.Recv()
+}
+
+// RecvMsg receives into m (a *watchv1.WatchResponse) the first message,
+// then the stream's.
+func (p *primed) RecvMsg(m any) error {
+	if !p.done {
+		p.done = true
+		if p.err != nil {
+			return p.err
+		}
+		proto.Reset(m.(proto.Message))
+		proto.Merge(m.(proto.Message), p.first)
+		return nil
+	}
+	return p.ServerStreamingClient.RecvMsg(m)
 }

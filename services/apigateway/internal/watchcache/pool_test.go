@@ -2,34 +2,68 @@ package watchcache
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
-// replica is a watch-tier stand-in that answers Get with its own name, so
-// the test can see which replica a call reached.
+// replica is a watch-tier stand-in that answers with its own name, so the
+// test can see which replica a call reached; unavailable answers every
+// call UNAVAILABLE, as a replica whose cache has not synced does.
 type replica struct {
 	watchv1.UnimplementedWatchServiceServer
-	name string
+	name        string
+	unavailable bool
 }
 
+var errNotSynced = status.Error(codes.Unavailable, "the watch cache is not synced with the store yet")
+
 func (r *replica) Get(context.Context, *watchv1.GetRequest) (*watchv1.GetResponse, error) {
+	if r.unavailable {
+		return nil, errNotSynced
+	}
 	return &watchv1.GetResponse{ResourceVersion: r.name}, nil
 }
 
+func (r *replica) List(context.Context, *watchv1.ListRequest) (*watchv1.ListResponse, error) {
+	if r.unavailable {
+		return nil, errNotSynced
+	}
+	return &watchv1.ListResponse{ResourceVersion: r.name}, nil
+}
+
+// Watch sends the empty first message, then one with the replica's name,
+// and ends.
+func (r *replica) Watch(_ *watchv1.WatchRequest, s grpc.ServerStreamingServer[watchv1.WatchResponse]) error {
+	if r.unavailable {
+		return errNotSynced
+	}
+	if err := s.Send(&watchv1.WatchResponse{}); err != nil {
+		return err
+	}
+	return s.Send(&watchv1.WatchResponse{Frames: []byte(r.name)})
+}
+
 func serve(t *testing.T, name string) (*grpc.Server, string) {
+	t.Helper()
+	return serveReplica(t, &replica{name: name})
+}
+
+func serveReplica(t *testing.T, r *replica) (*grpc.Server, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	watchv1.RegisterWatchServiceServer(srv, &replica{name: name})
+	watchv1.RegisterWatchServiceServer(srv, r)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return srv, lis.Addr().String()
@@ -79,6 +113,59 @@ func TestPoolMovesToHealthyReplica(t *testing.T) {
 		}
 		if resp.GetResourceVersion() != "b" {
 			t.Fatalf("call %d reached %q, want the healthy replica b", i, resp.GetResourceVersion())
+		}
+	}
+}
+
+// TestPoolSkipsReplicaThatIsGoneOrNotSynced: a replica that went away
+// (its connection still looks IDLE until a call tries it) or whose cache
+// has not synced (it answers UNAVAILABLE) does not fail any call: each one
+// moves on to the replica that serves, watches included, whose first
+// message then arrives as the replica sent it.
+func TestPoolSkipsReplicaThatIsGoneOrNotSynced(t *testing.T) {
+	gone, addrGone := serve(t, "gone")
+	_, addrSyncing := serveReplica(t, &replica{name: "syncing", unavailable: true})
+	_, addrOK := serve(t, "ok")
+	var conns []*grpc.ClientConn
+	for _, addr := range []string{addrGone, addrSyncing, addrOK} {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns = append(conns, c)
+	}
+	p := New(conns)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Every connection is used once while every replica is up.
+	for _, c := range conns {
+		if _, err := watchv1.NewWatchServiceClient(c).Get(ctx, &watchv1.GetRequest{}); err != nil && status.Code(err) != codes.Unavailable {
+			t.Fatal(err)
+		}
+	}
+	gone.Stop()
+	for i := 0; i < 9; i++ {
+		resp, err := p.Client().Get(ctx, &watchv1.GetRequest{})
+		if err != nil || resp.GetResourceVersion() != "ok" {
+			t.Fatalf("get %d: %q, %v; want the replica that serves", i, resp.GetResourceVersion(), err)
+		}
+		l, err := p.Client().List(ctx, &watchv1.ListRequest{})
+		if err != nil || l.GetResourceVersion() != "ok" {
+			t.Fatalf("list %d: %q, %v; want the replica that serves", i, l.GetResourceVersion(), err)
+		}
+		w, err := p.Client().Watch(ctx, &watchv1.WatchRequest{})
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		for j, want := range []string{"", "ok"} {
+			msg, err := w.Recv()
+			if err != nil || string(msg.GetFrames()) != want {
+				t.Fatalf("watch %d, message %d: %q, %v; want %q", i, j, msg.GetFrames(), err, want)
+			}
+		}
+		if _, err := w.Recv(); err != io.EOF {
+			t.Fatalf("watch %d: end %v", i, err)
 		}
 	}
 }
