@@ -88,7 +88,10 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestInitialEventsThenBookmarkThenChanges(t *testing.T) {
-	e := newEnv(t, app.Config{})
+	initialEventsThenBookmarkThenChanges(t, newEnv(t, app.Config{}))
+}
+
+func initialEventsThenBookmarkThenChanges(t *testing.T, e *env) {
 	var last int64
 	for i := range 5 {
 		last = e.mustPut(configMap("ns", fmt.Sprintf("cm-%d", i), nil, "x"))
@@ -122,7 +125,10 @@ func TestInitialEventsThenBookmarkThenChanges(t *testing.T) {
 }
 
 func TestSelectorTransitions(t *testing.T) {
-	e := newEnv(t, app.Config{})
+	selectorTransitions(t, newEnv(t, app.Config{}))
+}
+
+func selectorTransitions(t *testing.T, e *env) {
 	start := e.mustPut(configMap("ns", "unrelated", nil, ""))
 	s := e.mustWatch(&watchv1.WatchRequest{Resource: cmResource, LabelSelector: "app=a", ResourceVersion: strconv.FormatInt(start, 10)})
 	e.mustPut(configMap("ns", "cm", map[string]string{"app": "a"}, "1"))

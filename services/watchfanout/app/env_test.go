@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/watchmux"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
@@ -40,6 +41,11 @@ type env struct {
 	kv     storev1.KVServiceClient
 	codec  *codec.Codec
 	cms    *registry.Resource
+
+	// viaMux opens watches through a client.Mux (WatchMany) instead of
+	// Watch; muxes holds one per replica client.
+	viaMux bool
+	muxes  map[watchv1.WatchServiceClient]*watchmux.Mux
 
 	mu      sync.Mutex // guards watch during restarts
 	fanout  *app.App
@@ -342,8 +348,23 @@ func (e *env) openWatch(ctx context.Context, req *watchv1.WatchRequest) (*stream
 	ctx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	wc := e.watch
-	e.mu.Unlock()
-	cl, err := wc.Watch(ctx, req)
+	var cl grpc.ServerStreamingClient[watchv1.WatchResponse]
+	var err error
+	if e.viaMux {
+		if e.muxes == nil {
+			e.muxes = map[watchv1.WatchServiceClient]*watchmux.Mux{}
+		}
+		m := e.muxes[wc]
+		if m == nil {
+			m = watchmux.New(wc, watchmux.Options{})
+			e.muxes[wc] = m
+		}
+		e.mu.Unlock()
+		cl, err = m.Watch(ctx, req)
+	} else {
+		e.mu.Unlock()
+		cl, err = wc.Watch(ctx, req)
+	}
 	if err != nil {
 		cancel()
 		return nil, err

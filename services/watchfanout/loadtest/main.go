@@ -38,6 +38,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/watchmux"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 )
@@ -50,6 +51,7 @@ type options struct {
 	rate                    float64
 	duration, timeout       time.Duration
 	conns                   int
+	mux                     bool
 	proto                   bool
 }
 
@@ -68,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
 	flag.IntVar(&o.conns, "conns", 16, "client connections the watchers share")
 	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
+	flag.BoolVar(&o.mux, "mux", false, "multiplex the watches over WatchMany streams (as the gateway does) instead of a Watch stream each")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -81,6 +84,7 @@ type env struct {
 	o     options
 	kv    storev1.KVServiceClient
 	conns []*grpc.ClientConn
+	muxes []*watchmux.Mux // per connection, with -mux
 	codec *codec.Codec
 	cms   *registry.Resource
 }
@@ -99,6 +103,7 @@ func run(ctx context.Context, o options) error {
 		}
 		defer c.Close()
 		e.conns = append(e.conns, c)
+		e.muxes = append(e.muxes, watchmux.New(watchv1.NewWatchServiceClient(c), watchmux.Options{}))
 	}
 	if e.codec, err = codec.New(); err != nil {
 		return err
@@ -152,7 +157,13 @@ func (e *env) currentRev(ctx context.Context) (int64, error) {
 // openWatch opens a watch and reads its first (empty) message.
 func (e *env) openWatch(ctx context.Context, i int, req *watchv1.WatchRequest) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
 	req.Encoding = e.encoding()
-	cl, err := e.client(i).Watch(ctx, req)
+	var cl grpc.ServerStreamingClient[watchv1.WatchResponse]
+	var err error
+	if e.o.mux {
+		cl, err = e.muxes[i%len(e.muxes)].Watch(ctx, req)
+	} else {
+		cl, err = e.client(i).Watch(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ package watchcache
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-cp/meridian/lib/watchmux"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 )
 
@@ -26,13 +28,52 @@ type Pool struct {
 	next    atomic.Uint64
 }
 
-// New returns a pool over conns, which must not be empty.
+// New returns a pool over conns, which must not be empty. Watches are
+// multiplexed over WatchMany streams of each replica (lib/watchmux): a
+// watch then costs the replica a few hundred bytes, not a gRPC stream and
+// the goroutine that serves it.
 func New(conns []*grpc.ClientConn) *Pool {
 	p := &Pool{conns: conns}
 	for _, c := range conns {
-		p.clients = append(p.clients, watchv1.NewWatchServiceClient(c))
+		wc := watchv1.NewWatchServiceClient(c)
+		p.clients = append(p.clients, &muxed{WatchServiceClient: wc, mux: watchmux.New(wc, watchmux.Options{})})
 	}
 	return p
+}
+
+// retryManyAfter is how long a replica that does not serve WatchMany (an
+// older version, during an upgrade) gets a Watch stream per watch before
+// WatchMany is tried again.
+const retryManyAfter = time.Minute
+
+// muxed is a replica's client whose watches go over WatchMany.
+type muxed struct {
+	watchv1.WatchServiceClient
+	mux *watchmux.Mux
+	// noManyUntil (unix nanoseconds): until then, watches use Watch.
+	noManyUntil atomic.Int64
+}
+
+// Watch opens the watch on one of the replica's WatchMany streams, or as a
+// Watch stream of its own when the replica does not serve WatchMany. The
+// first message is received here to tell; the stream delivers it first.
+func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	if time.Now().UnixNano() < m.noManyUntil.Load() {
+		return m.WatchServiceClient.Watch(ctx, in, opts...)
+	}
+	s, err := m.mux.Watch(ctx, in, opts...)
+	if err == nil {
+		first, ferr := s.Recv()
+		if status.Code(ferr) != codes.Unimplemented {
+			return &primed{ServerStreamingClient: s, first: first, err: ferr}, nil
+		}
+		err = ferr
+	}
+	if status.Code(err) == codes.Unimplemented {
+		m.noManyUntil.Store(time.Now().Add(retryManyAfter).UnixNano())
+		return m.WatchServiceClient.Watch(ctx, in, opts...)
+	}
+	return nil, err
 }
 
 // Client returns a client of the tier for one call. The call goes to the

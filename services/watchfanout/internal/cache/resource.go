@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -253,6 +254,11 @@ type WatchOptions struct {
 	// After, without Initial, starts with the changes after this revision;
 	// negative means after the current revision.
 	After int64
+	// OnPending is called whenever the watcher has something for TryNext:
+	// items were queued, or it was terminated. Required. The dispatcher
+	// calls it holding the resource's lock, so it must not block or call
+	// into the cache.
+	OnPending func()
 }
 
 // Subscription is a registered watch and what it must send before its
@@ -282,7 +288,10 @@ func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {
 	if !r.res.Namespaced {
 		ns = ""
 	}
-	w := &Watcher{ns: ns, filter: opts.Filter, bookmarks: opts.Bookmarks, limit: r.opts.WatcherBuffer, res: r, notify: make(chan struct{}, 1)}
+	if opts.OnPending == nil {
+		return nil, errors.New("cache: WatchOptions.OnPending is required")
+	}
+	w := &Watcher{ns: ns, filter: opts.Filter, bookmarks: opts.Bookmarks, limit: r.opts.WatcherBuffer, res: r, onPending: opts.OnPending}
 	w.key = keyFor(w)
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"context"
 	"errors"
 	"sync"
 
@@ -30,10 +29,14 @@ type Item struct {
 // Watcher is one watch registered with a Resource.
 //
 // The dispatcher (the cache's apply goroutine, holding the resource's
-// lock) pushes items; the watch's own goroutine takes them with Next. A
-// push never blocks: when the queue holds limit items the watcher is
-// terminated with ErrTooSlow and removed from the resource, so a slow
-// watcher costs at most limit item references and never delays others.
+// lock) pushes items and then calls the watch's OnPending; the watch takes
+// them with TryNext from whatever goroutine it likes. A push never blocks:
+// when the queue holds limit items the watcher is terminated with
+// ErrTooSlow and removed from the resource, so a slow watcher costs at
+// most limit item references and never delays others.
+//
+// No goroutine waits on a Watcher: an idle watch is this struct, its
+// filter and an empty queue.
 type Watcher struct {
 	// Immutable after registration; read by the dispatcher.
 	ns        string
@@ -48,7 +51,7 @@ type Watcher struct {
 	// by the resource's mu. Bookmarks never go below it.
 	sent int64
 
-	notify chan struct{} // capacity 1: "the queue changed"
+	onPending func()
 
 	mu struct {
 		sync.Mutex
@@ -109,12 +112,8 @@ func (w *Watcher) push(it Item) bool {
 	return true
 }
 
-func (w *Watcher) signal() {
-	select {
-	case w.notify <- struct{}{}:
-	default:
-	}
-}
+// signal tells the watch that TryNext has something for it.
+func (w *Watcher) signal() { w.onPending() }
 
 // terminate ends w with err (queued items are dropped).
 func (w *Watcher) terminate(err error) {
@@ -128,37 +127,31 @@ func (w *Watcher) terminate(err error) {
 	w.signal()
 }
 
-// Next waits until items are queued and returns them, appended to buf[:0]
-// (the caller reuses buf between calls). It returns the termination error
-// once w was terminated, and ctx's error when ctx ends.
-func (w *Watcher) Next(ctx context.Context, buf []Item) ([]Item, error) {
-	for {
-		w.mu.Lock()
-		if w.mu.err != nil {
-			err := w.mu.err
-			w.mu.Unlock()
-			return nil, err
-		}
-		if len(w.mu.queue) > 0 {
-			q := w.mu.queue
-			// Hand the queue over and keep the caller's buffer as the next
-			// queue, so a busy watcher allocates nothing per batch.
-			w.mu.queue = buf[:0]
-			w.mu.Unlock()
-			return q, nil
-		}
-		w.mu.Unlock()
-		select {
-		case <-w.notify:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// TryNext returns the queued items without waiting, none when the queue
+// is empty, and the termination error once w was terminated. The items
+// are returned in a slice the caller owns; buf (emptied) becomes the next
+// queue, so a busy watcher that hands back its last batch allocates
+// nothing per batch.
+func (w *Watcher) TryNext(buf []Item) ([]Item, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.err != nil {
+		return nil, w.mu.err
 	}
+	if len(w.mu.queue) == 0 {
+		return buf[:0], nil
+	}
+	q := w.mu.queue
+	w.mu.queue = buf[:0]
+	return q, nil
 }
 
-// Notify returns a channel that receives when items may be queued; use it
-// with Pending to multiplex with other channels.
-func (w *Watcher) Notify() <-chan struct{} { return w.notify }
+// Pending reports whether TryNext has items or an error to return.
+func (w *Watcher) Pending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.err != nil || len(w.mu.queue) > 0
+}
 
 // Close unregisters w. It is safe to call more than once and concurrently
 // with dispatch.

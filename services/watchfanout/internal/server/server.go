@@ -62,8 +62,9 @@ type Config struct {
 // Server serves watch.v1.WatchService.
 type Server struct {
 	watchv1.UnimplementedWatchServiceServer
-	cfg     Config
-	initial chan struct{} // semaphore of InitialEventsConcurrency
+	cfg Config
+	// initialSlots caps the watches sending initial events at once.
+	initialSlots *slots
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)
@@ -88,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, initial: make(chan struct{}, cfg.InitialEventsConcurrency)}, nil
+	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency)}, nil
 }
 
 // resolve finds the cache of a resource; 404 when it is not served, 503

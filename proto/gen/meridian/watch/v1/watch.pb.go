@@ -290,6 +290,221 @@ func (x *WatchRequest) GetIncludeObject() string {
 	return ""
 }
 
+// WatchManyRequest opens or cancels one watch of a WatchMany stream.
+type WatchManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*WatchManyRequest_Open
+	//	*WatchManyRequest_Cancel
+	Op            isWatchManyRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyRequest) Reset() {
+	*x = WatchManyRequest{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyRequest) ProtoMessage() {}
+
+func (x *WatchManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyRequest.ProtoReflect.Descriptor instead.
+func (*WatchManyRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WatchManyRequest) GetOp() isWatchManyRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetOpen() *WatchOpen {
+	if x != nil {
+		if x, ok := x.Op.(*WatchManyRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetCancel() int64 {
+	if x != nil {
+		if x, ok := x.Op.(*WatchManyRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return 0
+}
+
+type isWatchManyRequest_Op interface {
+	isWatchManyRequest_Op()
+}
+
+type WatchManyRequest_Open struct {
+	// open starts a watch.
+	Open *WatchOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type WatchManyRequest_Cancel struct {
+	// cancel ends the watch with this id.
+	Cancel int64 `protobuf:"varint,2,opt,name=cancel,proto3,oneof"`
+}
+
+func (*WatchManyRequest_Open) isWatchManyRequest_Op() {}
+
+func (*WatchManyRequest_Cancel) isWatchManyRequest_Op() {}
+
+// WatchOpen starts a watch of a WatchMany stream.
+type WatchOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the watch in responses; unique among the stream's open
+	// watches.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// request is what Watch takes.
+	Request       *WatchRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOpen) Reset() {
+	*x = WatchOpen{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOpen) ProtoMessage() {}
+
+func (x *WatchOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOpen.ProtoReflect.Descriptor instead.
+func (*WatchOpen) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *WatchOpen) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchOpen) GetRequest() *WatchRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// WatchManyResponse is one message of one watch of a WatchMany stream.
+type WatchManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the watch's.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// response is what Watch would have sent; absent on an end without one.
+	Response *WatchResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	// end marks the watch's last message.
+	End bool `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	// status, with end, is the serialized google.rpc.Status the Watch call
+	// would have ended with; empty for OK.
+	Status        []byte `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyResponse) Reset() {
+	*x = WatchManyResponse{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyResponse) ProtoMessage() {}
+
+func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyResponse.ProtoReflect.Descriptor instead.
+func (*WatchManyResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchManyResponse) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchManyResponse) GetResponse() *WatchResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
+
+func (x *WatchManyResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 // WatchResponse carries pre-encoded frames.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -304,7 +519,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[2]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +531,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[2]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +544,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{2}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchResponse) GetFrames() []byte {
@@ -376,7 +591,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +603,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +616,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{3}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRequest) GetResource() *Resource {
@@ -491,7 +706,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +718,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +731,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{4}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListResponse) GetData() []byte {
@@ -568,7 +783,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +795,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +808,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{5}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRequest) GetResource() *Resource {
@@ -651,7 +866,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +878,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +891,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{6}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetResponse) GetData() []byte {
@@ -715,7 +930,19 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\bencoding\x18\n" +
 	" \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\x12%\n" +
 	"\x0einclude_object\x18\v \x01(\tR\rincludeObjectB\x16\n" +
-	"\x14_send_initial_events\"R\n" +
+	"\x14_send_initial_events\"f\n" +
+	"\x10WatchManyRequest\x122\n" +
+	"\x04open\x18\x01 \x01(\v2\x1c.meridian.watch.v1.WatchOpenH\x00R\x04open\x12\x18\n" +
+	"\x06cancel\x18\x02 \x01(\x03H\x00R\x06cancelB\x04\n" +
+	"\x02op\"V\n" +
+	"\tWatchOpen\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x129\n" +
+	"\arequest\x18\x02 \x01(\v2\x1f.meridian.watch.v1.WatchRequestR\arequest\"\x8b\x01\n" +
+	"\x11WatchManyResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12<\n" +
+	"\bresponse\x18\x02 \x01(\v2 .meridian.watch.v1.WatchResponseR\bresponse\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\fR\x06status\"R\n" +
 	"\rWatchResponse\x12\x16\n" +
 	"\x06frames\x18\x01 \x01(\fR\x06frames\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\xb0\x03\n" +
@@ -752,9 +979,10 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rENCODING_JSON\x10\x01\x12\x15\n" +
 	"\x11ENCODING_PROTOBUF\x10\x02\x12\x12\n" +
-	"\x0eENCODING_TABLE\x10\x032\xeb\x01\n" +
+	"\x0eENCODING_TABLE\x10\x032\xc7\x02\n" +
 	"\fWatchService\x12L\n" +
-	"\x05Watch\x12\x1f.meridian.watch.v1.WatchRequest\x1a .meridian.watch.v1.WatchResponse0\x01\x12G\n" +
+	"\x05Watch\x12\x1f.meridian.watch.v1.WatchRequest\x1a .meridian.watch.v1.WatchResponse0\x01\x12Z\n" +
+	"\tWatchMany\x12#.meridian.watch.v1.WatchManyRequest\x1a$.meridian.watch.v1.WatchManyResponse(\x010\x01\x12G\n" +
 	"\x04List\x12\x1e.meridian.watch.v1.ListRequest\x1a\x1f.meridian.watch.v1.ListResponse\x12D\n" +
 	"\x03Get\x12\x1d.meridian.watch.v1.GetRequest\x1a\x1e.meridian.watch.v1.GetResponseBEZCgithub.com/meridian-cp/meridian/proto/gen/meridian/watch/v1;watchv1b\x06proto3"
 
@@ -771,35 +999,43 @@ func file_meridian_watch_v1_watch_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_watch_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_meridian_watch_v1_watch_proto_goTypes = []any{
-	(Encoding)(0),         // 0: meridian.watch.v1.Encoding
-	(*Resource)(nil),      // 1: meridian.watch.v1.Resource
-	(*WatchRequest)(nil),  // 2: meridian.watch.v1.WatchRequest
-	(*WatchResponse)(nil), // 3: meridian.watch.v1.WatchResponse
-	(*ListRequest)(nil),   // 4: meridian.watch.v1.ListRequest
-	(*ListResponse)(nil),  // 5: meridian.watch.v1.ListResponse
-	(*GetRequest)(nil),    // 6: meridian.watch.v1.GetRequest
-	(*GetResponse)(nil),   // 7: meridian.watch.v1.GetResponse
+	(Encoding)(0),             // 0: meridian.watch.v1.Encoding
+	(*Resource)(nil),          // 1: meridian.watch.v1.Resource
+	(*WatchRequest)(nil),      // 2: meridian.watch.v1.WatchRequest
+	(*WatchManyRequest)(nil),  // 3: meridian.watch.v1.WatchManyRequest
+	(*WatchOpen)(nil),         // 4: meridian.watch.v1.WatchOpen
+	(*WatchManyResponse)(nil), // 5: meridian.watch.v1.WatchManyResponse
+	(*WatchResponse)(nil),     // 6: meridian.watch.v1.WatchResponse
+	(*ListRequest)(nil),       // 7: meridian.watch.v1.ListRequest
+	(*ListResponse)(nil),      // 8: meridian.watch.v1.ListResponse
+	(*GetRequest)(nil),        // 9: meridian.watch.v1.GetRequest
+	(*GetResponse)(nil),       // 10: meridian.watch.v1.GetResponse
 }
 var file_meridian_watch_v1_watch_proto_depIdxs = []int32{
-	1, // 0: meridian.watch.v1.WatchRequest.resource:type_name -> meridian.watch.v1.Resource
-	0, // 1: meridian.watch.v1.WatchRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	1, // 2: meridian.watch.v1.ListRequest.resource:type_name -> meridian.watch.v1.Resource
-	0, // 3: meridian.watch.v1.ListRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	1, // 4: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
-	0, // 5: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	2, // 6: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
-	4, // 7: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
-	6, // 8: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
-	3, // 9: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
-	5, // 10: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
-	7, // 11: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1,  // 0: meridian.watch.v1.WatchRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 1: meridian.watch.v1.WatchRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	4,  // 2: meridian.watch.v1.WatchManyRequest.open:type_name -> meridian.watch.v1.WatchOpen
+	2,  // 3: meridian.watch.v1.WatchOpen.request:type_name -> meridian.watch.v1.WatchRequest
+	6,  // 4: meridian.watch.v1.WatchManyResponse.response:type_name -> meridian.watch.v1.WatchResponse
+	1,  // 5: meridian.watch.v1.ListRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 6: meridian.watch.v1.ListRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	1,  // 7: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 8: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	2,  // 9: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
+	3,  // 10: meridian.watch.v1.WatchService.WatchMany:input_type -> meridian.watch.v1.WatchManyRequest
+	7,  // 11: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
+	9,  // 12: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
+	6,  // 13: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
+	5,  // 14: meridian.watch.v1.WatchService.WatchMany:output_type -> meridian.watch.v1.WatchManyResponse
+	8,  // 15: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
+	10, // 16: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_meridian_watch_v1_watch_proto_init() }
@@ -808,14 +1044,18 @@ func file_meridian_watch_v1_watch_proto_init() {
 		return
 	}
 	file_meridian_watch_v1_watch_proto_msgTypes[1].OneofWrappers = []any{}
-	file_meridian_watch_v1_watch_proto_msgTypes[4].OneofWrappers = []any{}
+	file_meridian_watch_v1_watch_proto_msgTypes[2].OneofWrappers = []any{
+		(*WatchManyRequest_Open)(nil),
+		(*WatchManyRequest_Cancel)(nil),
+	}
+	file_meridian_watch_v1_watch_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_watch_v1_watch_proto_rawDesc), len(file_meridian_watch_v1_watch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

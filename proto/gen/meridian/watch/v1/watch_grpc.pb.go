@@ -25,9 +25,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WatchService_Watch_FullMethodName = "/meridian.watch.v1.WatchService/Watch"
-	WatchService_List_FullMethodName  = "/meridian.watch.v1.WatchService/List"
-	WatchService_Get_FullMethodName   = "/meridian.watch.v1.WatchService/Get"
+	WatchService_Watch_FullMethodName     = "/meridian.watch.v1.WatchService/Watch"
+	WatchService_WatchMany_FullMethodName = "/meridian.watch.v1.WatchService/WatchMany"
+	WatchService_List_FullMethodName      = "/meridian.watch.v1.WatchService/List"
+	WatchService_Get_FullMethodName       = "/meridian.watch.v1.WatchService/Get"
 )
 
 // WatchServiceClient is the client API for WatchService service.
@@ -45,6 +46,17 @@ type WatchServiceClient interface {
 	// Failures before it started (bad selectors, unknown resource) are gRPC
 	// errors carrying a meridian.api.v1.Status detail.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// WatchMany carries many watches over one stream, so that a watch costs
+	// the server no stream (and no goroutine) of its own. The client opens
+	// a watch with an id of its choosing and may cancel it; every response
+	// carries the id of its watch. Each watch's responses are exactly those
+	// Watch would send, in the same order; its last response has end set,
+	// with the error Watch would have ended with (none for a normal end).
+	// After a cancel, responses of that watch may still arrive until the
+	// one with end. A client that does not read holds up every watch of the
+	// stream; each is cut off (ERROR frame, 429) when its buffer overflows,
+	// as with Watch.
+	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error)
 	// List reads a collection from the cache.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Get reads one object from the cache.
@@ -77,6 +89,19 @@ func (c *watchServiceClient) Watch(ctx context.Context, in *WatchRequest, opts .
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WatchService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
+func (c *watchServiceClient) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WatchService_ServiceDesc.Streams[1], WatchService_WatchMany_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchManyRequest, WatchManyResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_WatchManyClient = grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse]
 
 func (c *watchServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -113,6 +138,17 @@ type WatchServiceServer interface {
 	// Failures before it started (bad selectors, unknown resource) are gRPC
 	// errors carrying a meridian.api.v1.Status detail.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// WatchMany carries many watches over one stream, so that a watch costs
+	// the server no stream (and no goroutine) of its own. The client opens
+	// a watch with an id of its choosing and may cancel it; every response
+	// carries the id of its watch. Each watch's responses are exactly those
+	// Watch would send, in the same order; its last response has end set,
+	// with the error Watch would have ended with (none for a normal end).
+	// After a cancel, responses of that watch may still arrive until the
+	// one with end. A client that does not read holds up every watch of the
+	// stream; each is cut off (ERROR frame, 429) when its buffer overflows,
+	// as with Watch.
+	WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error
 	// List reads a collection from the cache.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Get reads one object from the cache.
@@ -129,6 +165,9 @@ type UnimplementedWatchServiceServer struct{}
 
 func (UnimplementedWatchServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedWatchServiceServer) WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchMany not implemented")
 }
 func (UnimplementedWatchServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
@@ -167,6 +206,13 @@ func _WatchService_Watch_Handler(srv interface{}, stream grpc.ServerStream) erro
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WatchService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
+func _WatchService_WatchMany_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(WatchServiceServer).WatchMany(&grpc.GenericServerStream[WatchManyRequest, WatchManyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_WatchManyServer = grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]
 
 func _WatchService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRequest)
@@ -225,6 +271,12 @@ var WatchService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _WatchService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchMany",
+			Handler:       _WatchService_WatchMany_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "meridian/watch/v1/watch.proto",

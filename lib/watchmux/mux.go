@@ -1,0 +1,343 @@
+// Package watchmux multiplexes watches of the watch fan-out tier over a few
+// WatchMany streams, so that a watch costs the tier no gRPC stream (and no
+// goroutine) of its own.
+//
+// A Mux hands out streams that behave like the tier's Watch streams: the
+// same messages in the same order, the same errors (a refusal before the
+// watch started is a gRPC status error from Recv; a normal end is io.EOF).
+// Callers written for Watch take a Mux's streams unchanged.
+package watchmux
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+)
+
+// Defaults of Options fields.
+const (
+	DefaultWatchesPerStream = 1000
+	DefaultBuffer           = 256
+)
+
+// Options tune a Mux. Zero fields mean their defaults.
+type Options struct {
+	// WatchesPerStream caps the watches sharing one WatchMany stream (one
+	// HTTP/2 stream, one flow-control window); default 1000.
+	WatchesPerStream int
+	// Buffer is how many messages may wait for one watch's reader. A
+	// reader that falls further behind has its watch ended with
+	// ResourceExhausted (the tier is told to cancel it), never a gap and
+	// never a stall for the watches sharing its stream; default 256.
+	Buffer int
+}
+
+// ErrTooSlow ends a watch whose reader fell Buffer messages behind; the
+// client re-watches from the resourceVersion of the last event it got.
+var ErrTooSlow = status.Error(codes.ResourceExhausted, "watchfanout: the watch's reader fell behind")
+
+// Mux opens watches over WatchMany streams of one tier replica. It is safe
+// for concurrent use.
+type Mux struct {
+	wc   watchv1.WatchServiceClient
+	opts Options
+
+	mu       sync.Mutex
+	sessions []*session
+	nextID   int64
+}
+
+// New returns a Mux over wc.
+func New(wc watchv1.WatchServiceClient, opts Options) *Mux {
+	if opts.WatchesPerStream <= 0 {
+		opts.WatchesPerStream = DefaultWatchesPerStream
+	}
+	if opts.Buffer <= 0 {
+		opts.Buffer = DefaultBuffer
+	}
+	return &Mux{wc: wc, opts: opts}
+}
+
+// Watch opens a watch. The returned stream is read by one goroutine; it
+// ends when ctx ends (Recv returns ctx's error) or the watch ends. Errors
+// opening a WatchMany stream are returned here, as Watch would.
+func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	s, id, err := m.session()
+	if err != nil {
+		return nil, err
+	}
+	w := &watchStream{ctx: ctx, s: s, id: id, msgs: make(chan *watchv1.WatchManyResponse, m.opts.Buffer), failed: make(chan struct{})}
+	// Registered before the open is sent, so no message can miss it.
+	w.stopCtx = context.AfterFunc(ctx, func() { s.cancel(id) })
+	if err := s.open(w, req); err != nil {
+		w.stopCtx()
+		return nil, err
+	}
+	return w, nil
+}
+
+// session returns a session with room and a fresh id on it.
+func (m *Mux) session() (*session, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	id := m.nextID
+	live := m.sessions[:0]
+	var pick *session
+	for _, s := range m.sessions {
+		s.mu.Lock()
+		broken, n := s.err != nil, len(s.watches)
+		s.mu.Unlock()
+		if broken {
+			continue
+		}
+		live = append(live, s)
+		if pick == nil && n < m.opts.WatchesPerStream {
+			pick = s
+		}
+	}
+	clear(m.sessions[len(live):])
+	m.sessions = live
+	if pick != nil {
+		return pick, id, nil
+	}
+	// The stream lives as long as it has watches' worth of use; it is not
+	// tied to any one watch's context.
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := m.wc.WatchMany(ctx)
+	if err != nil {
+		cancel()
+		return nil, 0, err
+	}
+	s := &session{stream: st, cancelStream: cancel, watches: map[int64]*watchStream{}}
+	go s.receive()
+	m.sessions = append(m.sessions, s)
+	return s, id, nil
+}
+
+// session is one WatchMany stream and its watches.
+type session struct {
+	stream       grpc.BidiStreamingClient[watchv1.WatchManyRequest, watchv1.WatchManyResponse]
+	cancelStream context.CancelFunc
+
+	sendMu sync.Mutex // serializes Send; taken before mu
+
+	mu      sync.Mutex
+	watches map[int64]*watchStream
+	err     error // set once the stream broke
+}
+
+// open registers w and asks the tier for it. Registering and sending
+// happen under sendMu, as cancel's forgetting and sending do, so the tier
+// never sees a watch's cancel before its open.
+func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	s.watches[w.id] = w
+	s.mu.Unlock()
+	err := s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Open{Open: &watchv1.WatchOpen{Id: w.id, Request: req}}})
+	if err != nil {
+		s.forget(w.id)
+		// Send reports io.EOF when the stream broke; its status comes from
+		// Recv, which the receiver has or will have seen.
+		if errors.Is(err, io.EOF) {
+			err = s.brokenErr()
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *session) brokenErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	return status.Error(codes.Unavailable, "watchfanout: the watch stream broke")
+}
+
+// cancel tells the tier to end watch id and forgets it: its remaining
+// messages are dropped.
+func (s *session) cancel(id int64) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.forget(id) {
+		_ = s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Cancel{Cancel: id}})
+	}
+}
+
+// forget unregisters watch id; false when it was not registered.
+func (s *session) forget(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.watches[id]
+	delete(s.watches, id)
+	return ok
+}
+
+// receive delivers each message to its watch until the stream breaks;
+// then every watch ends with the stream's error.
+func (s *session) receive() {
+	for {
+		msg, err := s.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "watchfanout: the watch stream ended")
+			}
+			s.mu.Lock()
+			s.err = err
+			ws := s.watches
+			s.watches = map[int64]*watchStream{}
+			s.mu.Unlock()
+			for _, w := range ws {
+				w.fail(err)
+			}
+			s.cancelStream()
+			return
+		}
+		s.mu.Lock()
+		w := s.watches[msg.GetId()]
+		if w != nil && msg.GetEnd() {
+			delete(s.watches, msg.GetId())
+		}
+		s.mu.Unlock()
+		if w == nil {
+			continue // cancelled
+		}
+		select {
+		case w.msgs <- msg:
+			if msg.GetEnd() {
+				close(w.msgs)
+			}
+		default:
+			// The reader fell behind: end its watch (never drop a message
+			// and go on, never block the stream's other watches).
+			if !msg.GetEnd() {
+				s.cancel(msg.GetId())
+			}
+			w.fail(ErrTooSlow)
+		}
+	}
+}
+
+// watchStream is one watch of a session, as a Watch stream.
+type watchStream struct {
+	ctx     context.Context
+	s       *session
+	id      int64
+	msgs    chan *watchv1.WatchManyResponse // closed after the end message
+	stopCtx func() bool
+
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail; failErr is set before
+	failErr  error
+
+	// Read by the reader only.
+	endErr error
+	ended  bool
+}
+
+// fail ends the watch with err, ahead of any queued messages.
+func (w *watchStream) fail(err error) {
+	w.failOnce.Do(func() {
+		w.failErr = err
+		close(w.failed)
+	})
+}
+
+// Recv returns the watch's next message, io.EOF after a normal end, or
+// the error it ended with.
+func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
+	if w.ended {
+		return nil, w.endErr
+	}
+	select {
+	case <-w.failed:
+		return w.end(w.failErr)
+	default:
+	}
+	select {
+	case msg, ok := <-w.msgs:
+		if !ok {
+			return w.end(io.EOF)
+		}
+		if !msg.GetEnd() {
+			return msg.GetResponse(), nil
+		}
+		w.endErr = io.EOF
+		if b := msg.GetStatus(); len(b) > 0 {
+			st := &spb.Status{}
+			if err := proto.Unmarshal(b, st); err != nil {
+				w.endErr = status.Errorf(codes.Internal, "watchfanout: bad end status: %v", err)
+			} else {
+				w.endErr = status.ErrorProto(st)
+			}
+		}
+		w.ended = true
+		w.stopCtx()
+		if r := msg.GetResponse(); r != nil {
+			return r, nil
+		}
+		return nil, w.endErr
+	case <-w.failed:
+		return w.end(w.failErr)
+	case <-w.ctx.Done():
+		return w.end(status.FromContextError(w.ctx.Err()).Err())
+	}
+}
+
+func (w *watchStream) end(err error) (*watchv1.WatchResponse, error) {
+	w.ended, w.endErr = true, err
+	if w.stopCtx() {
+		w.s.cancel(w.id)
+	}
+	return nil, err
+}
+
+// RecvMsg is Recv into m, a *watchv1.WatchResponse.
+func (w *watchStream) RecvMsg(m any) error {
+	resp, err := w.Recv()
+	if err != nil {
+		return err
+	}
+	proto.Reset(m.(proto.Message))
+	proto.Merge(m.(proto.Message), resp)
+	return nil
+}
+
+// Header is empty: the watch has no headers of its own.
+func (w *watchStream) Header() (metadata.MD, error) { return metadata.MD{}, nil }
+
+// Trailer is empty.
+func (w *watchStream) Trailer() metadata.MD { return metadata.MD{} }
+
+// CloseSend does nothing: the watch's request was sent when it opened.
+func (w *watchStream) CloseSend() error { return nil }
+
+// Context is the watch's context.
+func (w *watchStream) Context() context.Context { return w.ctx }
+
+// SendMsg is not supported: a watch takes one request.
+func (w *watchStream) SendMsg(any) error {
+	return status.Error(codes.Unimplemented, "watchfanout: a watch stream takes no messages")
+}

@@ -1,0 +1,335 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/kube/selection"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+)
+
+// Reasons a watch stops other than its subscription ending.
+const (
+	stopTimeout = 1 + iota // timeoutSeconds (or the default) elapsed
+	stopGone               // the client cancelled it or went away
+)
+
+// watch is one watch of a mux.
+//
+// Invariant: at most one goroutine runs a watch's code at a time — its
+// setup goroutine (start, then initial and replay), later the mux's sender
+// (drain) — and only that goroutine touches the fields below sched. sched
+// is true while that goroutine is at work or the watch waits on the mux's
+// ready list; whoever flips it from false to true (poke) schedules the
+// watch. After finish, sched stays true, so nothing runs it again.
+type watch struct {
+	m    *mux
+	id   int64
+	req  *watchv1.WatchRequest
+	done chan struct{} // closed by finish
+
+	sched   atomic.Bool
+	stopped atomic.Int32 // 0 or a stop reason
+
+	// Owned by the running goroutine (see above).
+	r        *cache.Resource
+	f        cache.Format
+	flt      *selection.Filter
+	from     watchStart
+	sub      *cache.Subscription
+	b        batcher
+	buf      []cache.Item
+	started  bool // the first (empty) message was sent
+	timer    *time.Timer
+	deadline time.Time
+	slot     bool // holds an initial-events slot
+	finished bool
+}
+
+func newWatch(m *mux, id int64, req *watchv1.WatchRequest) *watch {
+	w := &watch{m: m, id: id, req: req, done: make(chan struct{})}
+	w.sched.Store(true) // the setup goroutine is at work
+	w.b = batcher{send: w.sendResponse, max: m.s.cfg.MaxBatchBytes}
+	return w
+}
+
+func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
+	return w.m.send(w.id, resp, false, nil)
+}
+
+// poke makes sure the watch will be looked at: the watcher's OnPending
+// and stop call it. It never blocks (the cache's dispatcher calls it
+// holding a lock).
+func (w *watch) poke() {
+	if w.sched.CompareAndSwap(false, true) {
+		w.m.schedule(w)
+	}
+}
+
+// stop asks the watch to end for reason.
+func (w *watch) stop(reason int32) {
+	w.stopped.CompareAndSwap(0, reason)
+	w.poke()
+}
+
+// start validates the request, sends the first message, waits for the
+// cache where the resourceVersion asks for it, and registers the watcher;
+// then initial events (holding a slot) and the replay follow.
+func (w *watch) start() {
+	s, req := w.m.s, w.req
+	r, err := s.resolve(req.GetResource())
+	if err != nil {
+		w.finish(err)
+		return
+	}
+	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	if err != nil {
+		w.finish(err)
+		return
+	}
+	flt, err := filter(r, req.GetLabelSelector(), req.GetFieldSelector())
+	if err != nil {
+		w.finish(err)
+		return
+	}
+	start, err := parseWatch(req)
+	if err != nil {
+		w.finish(err)
+		return
+	}
+	timeout := s.cfg.WatchTimeout
+	if t := req.GetTimeoutSeconds(); t > 0 {
+		timeout = time.Duration(t) * time.Second
+	}
+	w.r, w.f, w.flt, w.from = r, f, flt, start
+	w.deadline = time.Now().Add(timeout)
+	if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+		w.finish(err)
+		return
+	}
+	w.started = true
+
+	// The waits need a context; it lives only as long as the setup.
+	ctx, cancel := context.WithDeadline(w.m.ctx, w.deadline)
+	defer cancel()
+	opts := cache.WatchOptions{Namespace: req.GetNamespace(), Filter: flt, Bookmarks: req.GetAllowBookmarks(), OnPending: w.poke}
+	switch {
+	case start.rv < 0:
+		// Unset: consistent. Without initial events the watch starts right
+		// after the revision the consistent read established — not after
+		// whatever the cache holds once the wait is over, which would lose
+		// the writes that landed during the wait.
+		rev, err := s.waitConsistent(ctx)
+		if err != nil {
+			w.finishWait(ctx, err)
+			return
+		}
+		opts.Initial, opts.After = start.initial, -1
+		if !start.initial {
+			opts.After = rev
+		}
+	case start.rv == 0:
+		opts.Initial, opts.After = start.initial, -1
+	case start.initial:
+		// sendInitialEvents=true with RV N: state not older than N.
+		if err := s.waitNotOlder(ctx, start.rv); err != nil {
+			w.finishWait(ctx, err)
+			return
+		}
+		opts.Initial = true
+	default:
+		opts.After = start.rv
+	}
+	sub, err := r.Watch(opts)
+	if err != nil {
+		w.finish(err)
+		return
+	}
+	w.sub = sub
+	w.timer = time.AfterFunc(time.Until(w.deadline), func() { w.stop(stopTimeout) })
+	if sub.Initial != nil {
+		// Initial events hold one of InitialEventsConcurrency slots (this
+		// bounds memory in a relist storm); without a free one the rest of
+		// the setup is parked as a closure, not a blocked goroutine.
+		if !s.initialSlots.acquire(w.initial) {
+			return
+		}
+		w.initial()
+		return
+	}
+	w.replay()
+}
+
+// initial sends the snapshot as ADDED events (and the end bookmark),
+// gives its slot back and goes on with the replay.
+func (w *watch) initial() {
+	w.slot = true
+	if err := w.sendInitial(); err != nil || w.stopped.Load() != 0 {
+		w.finish(err)
+		return
+	}
+	w.slot = false
+	w.m.s.initialSlots.release()
+	w.replay()
+}
+
+func (w *watch) sendInitial() error {
+	sub := w.sub
+	var err error
+	sub.Initial.Ascend("", func(ev *cache.Event) bool {
+		if !w.flt.Matches(ev.Obj) {
+			return true
+		}
+		err = w.b.event(ev, cache.FrameAdded, w.f)
+		return err == nil && w.stopped.Load() == 0
+	})
+	if err != nil || w.stopped.Load() != 0 {
+		return err
+	}
+	if w.from.endBookmark {
+		ev, err := sub.Resource().Bookmark(sub.Rev, true)
+		if err != nil {
+			return err
+		}
+		if err := w.b.event(ev, cache.FrameBookmark, w.f); err != nil {
+			return err
+		}
+	}
+	// The snapshot pins the tree as it was at sub.Rev (a clone shares
+	// nodes until they change): let it go now, not when the watch ends.
+	sub.Initial = nil
+	return w.b.flush()
+}
+
+// replay sends the history events the watch starts with; then the watch
+// is live and its setup goroutine ends.
+func (w *watch) replay() {
+	sub := w.sub
+	for _, ev := range sub.Replay {
+		if kind, ok := sub.Kind(ev); ok {
+			if err := w.b.event(ev, kind, w.f); err != nil {
+				w.finish(err)
+				return
+			}
+		}
+	}
+	sub.Replay = nil
+	if err := w.b.flush(); err != nil {
+		w.finish(err)
+		return
+	}
+	w.idle()
+}
+
+// idle gives up sched; if work arrived meanwhile (a poke that found sched
+// set scheduled nothing), it schedules the watch itself.
+func (w *watch) idle() {
+	w.sched.Store(false)
+	if w.stopped.Load() != 0 || w.sub.Pending() {
+		w.poke()
+	}
+}
+
+// drain sends what the watcher queued, then goes idle. Run by the mux's
+// sender.
+func (w *watch) drain() {
+	for {
+		if w.stopped.Load() != 0 {
+			w.finish(nil)
+			return
+		}
+		items, err := w.sub.TryNext(w.buf)
+		if err != nil {
+			w.finish(err)
+			return
+		}
+		if len(items) == 0 {
+			w.buf = items
+			w.idle()
+			return
+		}
+		for i, it := range items {
+			if err := w.b.event(it.Ev, it.Kind, w.f); err != nil {
+				w.finish(err)
+				return
+			}
+			items[i] = cache.Item{}
+		}
+		if err := w.b.flush(); err != nil {
+			w.finish(err)
+			return
+		}
+		w.buf = items[:0]
+	}
+}
+
+// finishWait is finish for an error of a wait bounded by ctx.
+func (w *watch) finishWait(ctx context.Context, err error) {
+	switch {
+	case w.m.ctx.Err() != nil:
+		w.stopped.CompareAndSwap(0, stopGone)
+	case ctx.Err() != nil:
+		// The watch's own timeout ran out while it waited: it ends like
+		// any timed-out watch, quietly.
+		w.stopped.CompareAndSwap(0, stopTimeout)
+	}
+	w.finish(err)
+}
+
+// finish ends the watch with err (nil: it ended by itself or was
+// stopped): the ERROR frame or the buffered frames, then the end message.
+func (w *watch) finish(err error) {
+	if w.finished {
+		return
+	}
+	w.finished = true
+	if w.slot {
+		w.slot = false
+		w.m.s.initialSlots.release()
+	}
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub.Initial, w.sub.Replay = nil, nil
+	}
+	endErr := w.last(err)
+	// The end is sent even to a cancelled watch, so that the client knows
+	// no more of its messages follow; when the stream is gone it fails,
+	// which is fine.
+	_ = w.m.send(w.id, nil, true, endErr)
+	w.b.release()
+	close(w.done)
+	w.m.ended(w)
+}
+
+// last sends what a watch that ended with err still owes its client, and
+// returns the error the watch ends with (nil: OK).
+func (w *watch) last(err error) error {
+	if !w.started {
+		if err == nil {
+			return nil
+		}
+		return toGRPC(err)
+	}
+	switch reason := w.stopped.Load(); {
+	case reason == stopGone || w.m.ctx.Err() != nil:
+		return nil
+	case reason == stopTimeout, err == nil, errors.Is(err, cache.ErrClosed):
+		// Timeout or shutdown: the stream ends; the client re-watches.
+		return w.b.flush()
+	}
+	st := watchError(err)
+	frame, ferr := w.r.ErrorFrame(w.f, &st)
+	if ferr != nil {
+		return ferr
+	}
+	if err := w.b.add(frame, 0); err != nil {
+		return err
+	}
+	return w.b.flush()
+}
