@@ -20,9 +20,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -52,6 +54,7 @@ type options struct {
 	duration, timeout       time.Duration
 	conns                   int
 	mux                     bool
+	api, dataDir            string
 	proto                   bool
 }
 
@@ -70,6 +73,8 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
 	flag.IntVar(&o.conns, "conns", 16, "client connections the watchers share")
 	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
+	flag.StringVar(&o.api, "api", "", "fanout: watch through the gateway's REST API at this URL (e.g. https://127.0.0.1:6443 of the all-in-one, whose --store address -store must be) instead of the tier over gRPC")
+	flag.StringVar(&o.dataDir, "data-dir", ".meridian", "with -api: the all-in-one's data dir (its pki/ gives the admin client certificate)")
 	flag.BoolVar(&o.mux, "mux", false, "multiplex the watches over WatchMany streams (as the gateway does) instead of a Watch stream each")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -85,17 +90,27 @@ type env struct {
 	kv    storev1.KVServiceClient
 	conns []*grpc.ClientConn
 	muxes []*watchmux.Mux // per connection, with -mux
-	codec *codec.Codec
-	cms   *registry.Resource
+	// apiTLS, with -api, is the all-in-one's admin client certificate.
+	apiTLS *tls.Config
+	codec  *codec.Codec
+	cms    *registry.Resource
 }
 
 func run(ctx context.Context, o options) error {
-	sc, err := grpcclient.Dial(o.store, nil)
+	var apiTLS *tls.Config
+	if o.api != "" {
+		var err error
+		if apiTLS, err = adminTLS(o.dataDir); err != nil {
+			return err
+		}
+	}
+	e := &env{o: o, apiTLS: apiTLS}
+	sc, err := grpcclient.Dial(o.store, apiTLS)
 	if err != nil {
 		return err
 	}
 	defer sc.Close()
-	e := &env{o: o, kv: storev1.NewKVServiceClient(sc)}
+	e.kv = storev1.NewKVServiceClient(sc)
 	for range o.conns {
 		c, err := grpcclient.Dial(o.fanout, nil)
 		if err != nil {
@@ -188,7 +203,52 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 	var wg sync.WaitGroup
 	marker := []byte("ts=")
 	before := readProc(o.pid)
+	var httpc *http.Client
+	if o.api != "" {
+		httpc = apiClient(e.apiTLS)
+	}
 	for i := range o.watchers {
+		// Each watcher reports what it received through consume: frames
+		// (JSON or protobuf, undecoded) and the revision of the last one.
+		var s, a []time.Duration
+		consume := func(f []byte, rev int64, now time.Time) {
+			if bytes.Contains(f, []byte(`"ERROR"`)) {
+				errorsSeen.Add(1)
+			}
+			// Each object's data starts with ts=<unix nanos of the send>.
+			for {
+				i := bytes.Index(f, marker)
+				if i < 0 || len(f) < i+3+19 {
+					break
+				}
+				ns, _ := strconv.ParseInt(string(f[i+3:i+3+19]), 10, 64)
+				s = append(s, now.Sub(time.Unix(0, ns)))
+				delivered.Add(1)
+				f = f[i+3+19:]
+			}
+			if t, ok := acked.Load(rev); ok {
+				a = append(a, now.Sub(t.(time.Time)))
+			}
+		}
+		report := func() {
+			mu.Lock()
+			fromSend, fromAck = append(fromSend, s...), append(fromAck, a...)
+			mu.Unlock()
+		}
+		if httpc != nil {
+			body, err := httpWatch(wctx, httpc, o.api, "load", start, o.proto)
+			if err != nil {
+				return fmt.Errorf("watcher %d: %w", i, err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer report()
+				defer body.Close()
+				readHTTPWatch(body, o.proto, consume)
+			}()
+			continue
+		}
 		cl, err := e.openWatch(wctx, i, &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "load", ResourceVersion: strconv.FormatInt(start, 10)})
 		if err != nil {
 			return fmt.Errorf("watcher %d: %w", i, err)
@@ -196,37 +256,15 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var s, a []time.Duration
-			defer func() {
-				mu.Lock()
-				fromSend, fromAck = append(fromSend, s...), append(fromAck, a...)
-				mu.Unlock()
-			}()
+			defer report()
 			for {
 				resp, err := cl.Recv()
 				now := time.Now()
 				if err != nil {
 					return
 				}
-				f := resp.GetFrames()
-				if bytes.Contains(f, []byte(`"ERROR"`)) {
-					errorsSeen.Add(1)
-				}
-				// Each object's data starts with ts=<unix nanos of the send>.
-				for {
-					i := bytes.Index(f, marker)
-					if i < 0 || len(f) < i+3+19 {
-						break
-					}
-					ns, _ := strconv.ParseInt(string(f[i+3:i+3+19]), 10, 64)
-					s = append(s, now.Sub(time.Unix(0, ns)))
-					delivered.Add(1)
-					f = f[i+3+19:]
-				}
 				rev, _ := strconv.ParseInt(resp.GetResourceVersion(), 10, 64)
-				if t, ok := acked.Load(rev); ok {
-					a = append(a, now.Sub(t.(time.Time)))
-				}
+				consume(resp.GetFrames(), rev, now)
 			}
 		}()
 	}
