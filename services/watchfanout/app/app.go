@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
 		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
 		Registerer: cfg.Registerer, Logger: logger,
-	}, &resumeFilter{ClientConnInterface: conn})
+	}, conn)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("watchfanout: %w", err)

@@ -186,7 +186,10 @@ func New(opts Options, conn grpc.ClientConnInterface) (*Cache, error) {
 		return nil, fmt.Errorf("cache: metrics: %w", err)
 	}
 	c := &Cache{
-		opts: opts, kv: storev1.NewKVServiceClient(conn), wc: storev1.NewWatchServiceClient(conn), m: m, logger: opts.Logger,
+		opts: opts, kv: storev1.NewKVServiceClient(conn), m: m, logger: opts.Logger,
+		// The watch goes through resumeFilter, which keeps a resumed watch
+		// from delivering the same events twice.
+		wc:    storev1.NewWatchServiceClient(&resumeFilter{ClientConnInterface: conn}),
 		byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{},
 		synced: make(chan struct{}), revCh: make(chan struct{}),
 	}
@@ -315,7 +318,13 @@ func (c *Cache) Run(ctx context.Context) error {
 			}
 		}
 		if err == nil {
+			began := time.Now()
 			err = c.follow(ctx)
+			if time.Since(began) > 2*time.Second {
+				// It was following: the next interruption starts over
+				// with a short wait.
+				backoff = 50 * time.Millisecond
+			}
 		}
 		if ctx.Err() != nil {
 			break
