@@ -204,7 +204,10 @@ func TestDiskFullRefusesWritesServesReadsAndRecovers(t *testing.T) {
 	// 3. statfs says there is room, the disk has 256 KiB: a write hits
 	// ENOSPC in the middle of its append. The ballast is released, the
 	// write completes and is acknowledged; later writes are refused.
-	d.set(256<<10, 64<<20)
+	// statfs stays above the reserve (writes are admitted) but below
+	// reserve + ballast, so the background check does not re-create the
+	// ballast before the test looks for it.
+	d.set(256<<10, 12<<20)
 	big := strings.Repeat("x", 1<<20)
 	for i := 0; !m.app.disk.Full(); i++ {
 		if i == 16 {
