@@ -32,9 +32,9 @@ func adminTLS(dataDir string) (*tls.Config, error) {
 	return pki.ClientTLS(&cert, pool, "127.0.0.1"), nil
 }
 
-// apiClient is an HTTP/2 client over one connection, as client-go shares
-// one per host (a connection per watcher would measure TLS handshakes,
-// not the fan-out).
+// apiClient is an HTTP/2 client over one connection (client-go keeps one
+// per host; a connection per watcher would measure TLS handshakes, not
+// the fan-out).
 func apiClient(conf *tls.Config) *http.Client {
 	return &http.Client{Transport: &http2.Transport{TLSClientConfig: conf}}
 }

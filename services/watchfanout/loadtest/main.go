@@ -203,9 +203,13 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 	var wg sync.WaitGroup
 	marker := []byte("ts=")
 	before := readProc(o.pid)
-	var httpc *http.Client
+	// With -api, the watchers share o.conns HTTP/2 connections (client-go
+	// keeps one per process; 1,000 watchers are many processes).
+	var httpcs []*http.Client
 	if o.api != "" {
-		httpc = apiClient(e.apiTLS)
+		for range o.conns {
+			httpcs = append(httpcs, apiClient(e.apiTLS))
+		}
 	}
 	for i := range o.watchers {
 		// Each watcher reports what it received through consume: frames
@@ -235,8 +239,8 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 			fromSend, fromAck = append(fromSend, s...), append(fromAck, a...)
 			mu.Unlock()
 		}
-		if httpc != nil {
-			body, err := httpWatch(wctx, httpc, o.api, "load", start, o.proto)
+		if httpcs != nil {
+			body, err := httpWatch(wctx, httpcs[i%len(httpcs)], o.api, "load", start, o.proto)
 			if err != nil {
 				return fmt.Errorf("watcher %d: %w", i, err)
 			}
