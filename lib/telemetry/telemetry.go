@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -61,6 +62,25 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // /metrics until ctx is done, then shuts the server down. It returns the
 // bound address once listening; serving errors are logged.
 func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
+	return serve(ctx, addr, g, logger, false)
+}
+
+// ServeMetricsAndProfiles is ServeMetrics plus net/http/pprof under
+// /debug/pprof/ (for benchmarks; never on by default).
+func ServeMetricsAndProfiles(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
+	return serve(ctx, addr, g, logger, true)
+}
+
+// RegisterProfiles adds net/http/pprof's handlers under /debug/pprof/.
+func RegisterProfiles(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+func serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger, profiles bool) (net.Addr, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -74,6 +94,9 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, logge
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
+	if profiles {
+		RegisterProfiles(mux)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -8,17 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 )
 
@@ -95,7 +88,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil || !*pprof {
 			return a, err
 		}
-		addr, err := serveDebug(ctx, metricsListen, env.Registry, env.Logger)
+		addr, err := telemetry.ServeMetricsAndProfiles(ctx, metricsListen, env.Registry, env.Logger)
 		if err != nil {
 			a.Close()
 			return nil, err
@@ -103,40 +96,4 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		env.Logger.Info("metrics and pprof serving", "addr", addr.String())
 		return a, nil
 	})
-}
-
-// serveDebug serves /metrics from g and net/http/pprof under
-// /debug/pprof/ on addr until ctx is done, then shuts the server down
-// (bounded by 5s). It returns the address it listens on.
-func serveDebug(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics server failed", "addr", lis.Addr().String(), "err", err)
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			srv.Close()
-		}
-	}()
-	return lis.Addr(), nil
 }
