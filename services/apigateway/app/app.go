@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		fc = flowclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), cfg.GatewayID, cfg.Logger)
 		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
 		a.wg.Add(1)
-		go func() { defer a.wg.Done(); fc.Heartbeat(bg) }()
+		go func() { defer a.wg.Done(); fc.Run(bg) }()
 	}
 	if len(cfg.WatchFanoutAddresses) > 0 {
 		var conns []*grpc.ClientConn
@@ -352,6 +352,9 @@ func (a *App) Close() error {
 		if a.internal != nil {
 			a.internal.Stop()
 		}
+		// The background work (flow control's last releases among it)
+		// ends before the connections it uses close.
+		a.wg.Wait()
 		for _, c := range a.conns {
 			if err := c.Close(); err != nil {
 				errs = append(errs, err)
@@ -362,7 +365,6 @@ func (a *App) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		a.wg.Wait()
 		a.closeErr = errors.Join(errs...)
 	})
 	return a.closeErr

@@ -138,7 +138,7 @@ func TestOverGRPC(t *testing.T) {
 	resp, err := c.Acquire(ctx, &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Digest: &flowcontrolv1.RequestDigest{
 		User: "admin", Groups: []string{"system:masters"}, Verb: "list", Resource: "pods", IsResourceRequest: true,
 	}})
-	if err != nil || !resp.GetGrant().GetExempt() || resp.GetGrant().GetPriorityLevel() != "exempt" {
+	if err != nil || !resp.GetGrant().GetExempt() || resp.GetGrant().GetPriorityLevel() != "exempt" || resp.GetGrant().GetId() != "" {
 		t.Fatalf("exempt: %v %v", resp, err)
 	}
 
@@ -152,6 +152,35 @@ func TestOverGRPC(t *testing.T) {
 	}
 	if _, err := c.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("empty heartbeat: %v", err)
+	}
+}
+
+func TestReleaseGrants(t *testing.T) {
+	c, _ := start(t, app.Config{GlobalDefaultConcurrencyLimit: 2, Queues: 1, HandSize: 1, QueueLengthLimit: 1})
+	ctx := t.Context()
+	a, err := acquire(ctx, c, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acquire(ctx, c, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: []string{a.GetId(), ""}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty id: %v, want InvalidArgument", err)
+	}
+	resp, err := c.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: []string{a.GetId(), b.GetId(), a.GetId(), "unknown"}})
+	if err != nil || resp.GetReleased() != 2 || resp.GetNotFound() != 2 {
+		t.Fatalf("release: %v %v, want 2 released and 2 not found", resp, err)
+	}
+	// Both seats are free again: two more requests run without queueing.
+	for _, u := range []string{"carol", "dave"} {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		g, err := acquire(actx, c, u)
+		cancel()
+		if err != nil || g.GetQueueWait().AsDuration() > time.Second {
+			t.Fatalf("acquire after release: %v %v", g, err)
+		}
 	}
 }
 

@@ -1,11 +1,18 @@
 // Package flowclient takes seats from the flow-control service for one
 // request and gives them back, for both of the gateway's front doors (REST
 // and gRPC).
+//
+// Seats go back off the request's path: Release queues the grant, and the
+// client's sender (Run) returns everything queued in one ReleaseGrants
+// call, so a response never waits for a flow-control round trip and a busy
+// gateway sends one release call per batch rather than one per request.
 package flowclient
 
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -16,15 +23,39 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// releaseTimeout bounds the Release call made after a request ends, whose
-// own context may be gone.
-const releaseTimeout = 5 * time.Second
+const (
+	// releaseTimeout bounds one attempt to release a batch.
+	releaseTimeout = 5 * time.Second
+	// releaseAttempts is how often a batch is sent while the service is
+	// unreachable; after that its grants are left to expire with this
+	// gateway's lease if the service lost them, or stay held.
+	releaseAttempts = 3
+	// queueSize bounds the grants waiting for the sender. A full queue
+	// means the sender is behind: Release then sends the grant itself.
+	queueSize = 4096
+	// maxBatch bounds the grants of one ReleaseGrants call.
+	maxBatch = 512
+	// batchRetry is how long a service that answered UNIMPLEMENTED to
+	// ReleaseGrants (an older version) gets one Release per grant before
+	// ReleaseGrants is tried again.
+	batchRetry = time.Minute
+)
 
-// Client acquires seats. A nil *Client serves every request at once.
+// Client acquires seats. A nil *Client serves every request at once. Run
+// must run for as long as the Client is used: it sends the releases and
+// the heartbeats.
 type Client struct {
 	fc        flowcontrolv1.FlowControlServiceClient
 	gatewayID string
 	log       *slog.Logger
+
+	// queue holds the ids of grants whose requests have finished, for Run
+	// to release.
+	queue chan string
+	// noBatchUntil is the time (unix nanoseconds) until which releases are
+	// sent one by one, after the service answered UNIMPLEMENTED to
+	// ReleaseGrants.
+	noBatchUntil atomic.Int64
 }
 
 // New returns a Client; fc nil returns nil (no flow control).
@@ -35,7 +66,7 @@ func New(fc flowcontrolv1.FlowControlServiceClient, gatewayID string, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{fc: fc, gatewayID: gatewayID, log: log}
+	return &Client{fc: fc, gatewayID: gatewayID, log: log, queue: make(chan string, queueSize)}
 }
 
 // Grant is what Acquire hands out.
@@ -43,7 +74,10 @@ type Grant struct {
 	// FlowSchemaUID and PriorityLevelUID are sent to REST clients as
 	// X-Kubernetes-PF-FlowSchema-UID and X-Kubernetes-PF-PriorityLevel-UID.
 	FlowSchemaUID, PriorityLevelUID string
-	// Release returns the seats; it is safe to call more than once.
+	// Release returns the seats. It does not wait for the flow-control
+	// service (unless the release queue is full): call it once the
+	// request's work is done, on every path. It is safe to call more than
+	// once and from several goroutines; only the first call counts.
 	Release func()
 }
 
@@ -86,30 +120,143 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 		return nop, nil
 	}
 	g := resp.GetGrant()
-	out := Grant{FlowSchemaUID: g.GetFlowSchemaUid(), PriorityLevelUID: g.GetPriorityLevelUid(), Release: func() {}}
+	out := Grant{FlowSchemaUID: g.GetFlowSchemaUid(), PriorityLevelUID: g.GetPriorityLevelUid(), Release: nop.Release}
 	if g.GetExempt() || g.GetId() == "" {
 		return out, nil
 	}
-	released := false
+	id := g.GetId()
+	var released atomic.Bool
 	out.Release = func() {
-		if released {
-			return
-		}
-		released = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		if _, err := c.fc.Release(rctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()}); err != nil && status.Code(err) != codes.NotFound {
-			c.log.Warn("flow control release failed; the grant will expire", "error", err)
+		if released.CompareAndSwap(false, true) {
+			c.release(id)
 		}
 	}
 	return out, nil
 }
 
-// Heartbeat keeps this gateway's grants alive until ctx ends.
-func (c *Client) Heartbeat(ctx context.Context) {
+// release queues a grant for the sender, or, when the queue is full,
+// releases it on the caller's goroutine: the caller then waits, as a
+// back-pressure on a gateway that finishes requests faster than flow
+// control takes their seats back, and no grant is ever dropped.
+func (c *Client) release(id string) {
+	select {
+	case c.queue <- id:
+	default:
+		c.send(context.Background(), []string{id}, releaseAttempts)
+	}
+}
+
+// Run sends the queued releases and the heartbeats that keep this
+// gateway's grants alive, until ctx ends; then it sends what is still
+// queued (each attempt bounded by releaseTimeout) and returns.
+func (c *Client) Run(ctx context.Context) {
 	if c == nil {
 		return
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.heartbeat(ctx)
+	}()
+	c.sendReleases(ctx)
+	wg.Wait()
+}
+
+// sendReleases takes the queued grants in batches, as many as are queued
+// when the previous call returns, and releases them.
+func (c *Client) sendReleases(ctx context.Context) {
+	batch := make([]string, 0, maxBatch)
+	for {
+		select {
+		case id := <-c.queue:
+			batch = append(batch[:0], id)
+		case <-ctx.Done():
+			c.drain()
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case id := <-c.queue:
+				batch = append(batch, id)
+			default:
+				break more
+			}
+		}
+		c.send(context.WithoutCancel(ctx), batch, releaseAttempts)
+	}
+}
+
+// drain releases what is queued, at shutdown, with one attempt per batch:
+// a gateway that stops sends no more heartbeats, so what it fails to
+// release expires with its lease.
+func (c *Client) drain() {
+	for {
+		batch := make([]string, 0, maxBatch)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case id := <-c.queue:
+				batch = append(batch, id)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		c.send(context.Background(), batch, 1)
+	}
+}
+
+// send releases ids in up to attempts attempts, retrying while the service
+// is unreachable: a release is idempotent (a grant no longer held is
+// reported, not an error), so a retry after a lost answer releases nothing
+// twice.
+func (c *Client) send(ctx context.Context, ids []string, attempts int) {
+	var err error
+	for attempt := range attempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		}
+		if err = c.sendOnce(ctx, ids); err == nil {
+			return
+		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+			continue
+		}
+		break
+	}
+	c.log.Warn("flow control release failed; the seats stay held until flow control forgets this gateway's grants",
+		"grants", len(ids), "error", err)
+}
+
+// sendOnce makes one attempt: a ReleaseGrants call, or one Release per
+// grant for a service that does not know ReleaseGrants.
+func (c *Client) sendOnce(ctx context.Context, ids []string) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	if time.Now().UnixNano() >= c.noBatchUntil.Load() {
+		_, err := c.fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+		if status.Code(err) != codes.Unimplemented {
+			return err
+		}
+		c.noBatchUntil.Store(time.Now().Add(batchRetry).UnixNano())
+	}
+	for _, id := range ids {
+		// On an error the whole batch is sent again: those already
+		// released are then NotFound, which is no error.
+		if _, err := c.fc.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: id}); err != nil && status.Code(err) != codes.NotFound {
+			return err
+		}
+	}
+	return nil
+}
+
+// heartbeat keeps this gateway's grants alive until ctx ends.
+func (c *Client) heartbeat(ctx context.Context) {
 	interval := 5 * time.Second
 	for {
 		resp, err := c.fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})

@@ -258,9 +258,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		writeStatus(w, toStatus(err))
 		return
 	}
-	// Seats go back once the response is written; the release call itself
-	// must not hold the end of the response.
-	defer func() { go release() }()
+	// Seats go back once the response is written, on every path (a panic
+	// below included). release only queues the grant: the flow-control
+	// round trip never holds the end of the response.
+	defer release()
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
 		gz := &gzipWriter{ResponseWriter: w}
 		defer gz.Close()

@@ -145,7 +145,7 @@ type held struct {
 	grant   Grant
 	gateway string
 	level   *level
-	req     *request // nil for exempt grants
+	req     *request
 	started time.Time
 }
 
@@ -236,7 +236,8 @@ func (c *Controller) classify(d *Digest) *schema {
 
 // Acquire classifies d and blocks until its request is dispatched from its
 // queue, then returns the grant, held for gatewayID until Release or until
-// that gateway's lease expires. An Acquire counts as a heartbeat of
+// that gateway's lease expires. An exempt grant holds nothing and has no
+// ID: there is nothing to release. An Acquire counts as a heartbeat of
 // gatewayID.
 //
 // It fails with a *RejectedError (errors.Is ErrRejected) when the request
@@ -255,23 +256,27 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	c.touch(gatewayID)
 	s := c.classify(&d)
 	g := Grant{
-		ID:               newGrantID(),
 		FlowSchema:       s.Name,
 		FlowSchemaUID:    s.uid,
 		PriorityLevel:    s.level.cfg.Name,
 		PriorityLevelUID: s.level.uid,
 		Exempt:           s.level.cfg.Exempt,
 	}
-	h := &held{grant: g, gateway: gatewayID, level: s.level}
-	if !g.Exempt {
-		r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), d.Width, c.cfg.MaxWait)
-		if err != nil {
-			return Grant{}, err
-		}
-		h.req = r
-		h.grant.Seats = r.width
-		h.grant.QueueWait = wait
+	if g.Exempt {
+		// Nothing is held, so nothing is recorded: gateways do not release
+		// exempt grants, and a recorded one would stay until its gateway
+		// went silent.
+		return g, nil
 	}
+	g.ID = newGrantID()
+	h := &held{grant: g, gateway: gatewayID, level: s.level}
+	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), d.Width, c.cfg.MaxWait)
+	if err != nil {
+		return Grant{}, err
+	}
+	h.req = r
+	h.grant.Seats = r.width
+	h.grant.QueueWait = wait
 	h.started = time.Now()
 	c.mu.Lock()
 	gw := c.gatewayLocked(gatewayID)
@@ -306,9 +311,7 @@ func (c *Controller) Release(_ context.Context, grantID string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownGrant, grantID)
 	}
-	if h.req != nil {
-		h.level.release(h.req, time.Since(h.started))
-	}
+	h.level.release(h.req, time.Since(h.started))
 	return nil
 }
 
@@ -386,9 +389,7 @@ func (c *Controller) expire(now time.Time) {
 	}
 	c.mu.Unlock()
 	for _, h := range expired {
-		if h.req != nil {
-			h.level.release(h.req, 0)
-		}
+		h.level.release(h.req, 0)
 	}
 }
 

@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -69,6 +70,28 @@ func (s *Server) Release(ctx context.Context, req *flowcontrolv1.ReleaseRequest)
 		return nil, s.toStatus(ctx, err)
 	}
 	return &flowcontrolv1.ReleaseResponse{}, nil
+}
+
+// ReleaseGrants returns the seats of several grants; grants not held are
+// counted, not errors. An empty id fails the call before anything is
+// released.
+func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGrantsRequest) (*flowcontrolv1.ReleaseGrantsResponse, error) {
+	ids := req.GetGrantIds()
+	if slices.Contains(ids, "") {
+		return nil, status.Error(codes.InvalidArgument, "grant_ids must not be empty")
+	}
+	resp := &flowcontrolv1.ReleaseGrantsResponse{}
+	for _, id := range ids {
+		switch err := s.ctrl.Release(ctx, id); {
+		case err == nil:
+			resp.Released++
+		case errors.Is(err, apf.ErrUnknownGrant):
+			resp.NotFound++
+		default:
+			return nil, s.toStatus(ctx, err)
+		}
+	}
+	return resp, nil
 }
 
 // Heartbeat keeps a gateway's grants alive.

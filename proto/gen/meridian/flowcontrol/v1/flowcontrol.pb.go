@@ -224,7 +224,8 @@ func (x *AcquireRequest) GetGatewayId() string {
 // Grant is a set of seats held by a running request.
 type Grant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// id identifies the grant for Release.
+	// id identifies the grant for Release; empty for an exempt grant, which
+	// holds nothing and needs no release.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// flow_schema is the name of the matching FlowSchema.
 	FlowSchema string `protobuf:"bytes,2,opt,name=flow_schema,json=flowSchema,proto3" json:"flow_schema,omitempty"`
@@ -459,6 +460,108 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{5}
 }
 
+// ReleaseGrantsRequest returns the seats of several grants.
+type ReleaseGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grant_ids are the grants to release; empty ids are invalid.
+	GrantIds      []string `protobuf:"bytes,1,rep,name=grant_ids,json=grantIds,proto3" json:"grant_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGrantsRequest) Reset() {
+	*x = ReleaseGrantsRequest{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGrantsRequest) ProtoMessage() {}
+
+func (x *ReleaseGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReleaseGrantsRequest) GetGrantIds() []string {
+	if x != nil {
+		return x.GrantIds
+	}
+	return nil
+}
+
+// ReleaseGrantsResponse reports what was released.
+type ReleaseGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// released is the number of grants whose seats were returned.
+	Released uint32 `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	// not_found is the number of grants that were not held (already
+	// released, or expired with their gateway): nothing to return.
+	NotFound      uint32 `protobuf:"varint,2,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGrantsResponse) Reset() {
+	*x = ReleaseGrantsResponse{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGrantsResponse) ProtoMessage() {}
+
+func (x *ReleaseGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReleaseGrantsResponse) GetReleased() uint32 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *ReleaseGrantsResponse) GetNotFound() uint32 {
+	if x != nil {
+		return x.NotFound
+	}
+	return 0
+}
+
 // HeartbeatRequest keeps grants alive.
 type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -470,7 +573,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[6]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +585,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[6]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +598,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{6}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatRequest) GetGatewayId() string {
@@ -517,7 +620,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[7]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +632,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[7]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +645,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{7}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatResponse) GetInterval() *durationpb.Duration {
@@ -589,15 +692,21 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x05grant\x18\x01 \x01(\v2\x1e.meridian.flowcontrol.v1.GrantR\x05grant\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\"\x11\n" +
-	"\x0fReleaseResponse\"1\n" +
+	"\x0fReleaseResponse\"3\n" +
+	"\x14ReleaseGrantsRequest\x12\x1b\n" +
+	"\tgrant_ids\x18\x01 \x03(\tR\bgrantIds\"P\n" +
+	"\x15ReleaseGrantsResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\rR\breleased\x12\x1b\n" +
+	"\tnot_found\x18\x02 \x01(\rR\bnotFound\"1\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"gateway_id\x18\x01 \x01(\tR\tgatewayId\"J\n" +
 	"\x11HeartbeatResponse\x125\n" +
-	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval2\xb4\x02\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval2\xa4\x03\n" +
 	"\x12FlowControlService\x12\\\n" +
 	"\aAcquire\x12'.meridian.flowcontrol.v1.AcquireRequest\x1a(.meridian.flowcontrol.v1.AcquireResponse\x12\\\n" +
-	"\aRelease\x12'.meridian.flowcontrol.v1.ReleaseRequest\x1a(.meridian.flowcontrol.v1.ReleaseResponse\x12b\n" +
+	"\aRelease\x12'.meridian.flowcontrol.v1.ReleaseRequest\x1a(.meridian.flowcontrol.v1.ReleaseResponse\x12n\n" +
+	"\rReleaseGrants\x12-.meridian.flowcontrol.v1.ReleaseGrantsRequest\x1a..meridian.flowcontrol.v1.ReleaseGrantsResponse\x12b\n" +
 	"\tHeartbeat\x12).meridian.flowcontrol.v1.HeartbeatRequest\x1a*.meridian.flowcontrol.v1.HeartbeatResponseBQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
 
 var (
@@ -612,34 +721,38 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP() []byte {
 	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescData
 }
 
-var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
-	(*RequestDigest)(nil),       // 0: meridian.flowcontrol.v1.RequestDigest
-	(*AcquireRequest)(nil),      // 1: meridian.flowcontrol.v1.AcquireRequest
-	(*Grant)(nil),               // 2: meridian.flowcontrol.v1.Grant
-	(*AcquireResponse)(nil),     // 3: meridian.flowcontrol.v1.AcquireResponse
-	(*ReleaseRequest)(nil),      // 4: meridian.flowcontrol.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 5: meridian.flowcontrol.v1.ReleaseResponse
-	(*HeartbeatRequest)(nil),    // 6: meridian.flowcontrol.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),   // 7: meridian.flowcontrol.v1.HeartbeatResponse
-	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
+	(*RequestDigest)(nil),         // 0: meridian.flowcontrol.v1.RequestDigest
+	(*AcquireRequest)(nil),        // 1: meridian.flowcontrol.v1.AcquireRequest
+	(*Grant)(nil),                 // 2: meridian.flowcontrol.v1.Grant
+	(*AcquireResponse)(nil),       // 3: meridian.flowcontrol.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 4: meridian.flowcontrol.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 5: meridian.flowcontrol.v1.ReleaseResponse
+	(*ReleaseGrantsRequest)(nil),  // 6: meridian.flowcontrol.v1.ReleaseGrantsRequest
+	(*ReleaseGrantsResponse)(nil), // 7: meridian.flowcontrol.v1.ReleaseGrantsResponse
+	(*HeartbeatRequest)(nil),      // 8: meridian.flowcontrol.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 9: meridian.flowcontrol.v1.HeartbeatResponse
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
 }
 var file_meridian_flowcontrol_v1_flowcontrol_proto_depIdxs = []int32{
-	0, // 0: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
-	8, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
-	2, // 2: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
-	8, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
-	1, // 4: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
-	4, // 5: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
-	6, // 6: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
-	3, // 7: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
-	5, // 8: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
-	7, // 9: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
+	10, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
+	2,  // 2: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
+	10, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
+	1,  // 4: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
+	4,  // 5: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
+	6,  // 6: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
+	8,  // 7: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
+	3,  // 8: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
+	5,  // 9: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
+	7,  // 10: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
+	9,  // 11: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_meridian_flowcontrol_v1_flowcontrol_proto_init() }
@@ -653,7 +766,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc), len(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,9 +24,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FlowControlService_Acquire_FullMethodName   = "/meridian.flowcontrol.v1.FlowControlService/Acquire"
-	FlowControlService_Release_FullMethodName   = "/meridian.flowcontrol.v1.FlowControlService/Release"
-	FlowControlService_Heartbeat_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
+	FlowControlService_Acquire_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Acquire"
+	FlowControlService_Release_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Release"
+	FlowControlService_ReleaseGrants_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/ReleaseGrants"
+	FlowControlService_Heartbeat_FullMethodName     = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
 )
 
 // FlowControlServiceClient is the client API for FlowControlService service.
@@ -43,6 +44,12 @@ type FlowControlServiceClient interface {
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Release returns a grant's seats.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// ReleaseGrants returns the seats of several grants in one call: a
+	// gateway queues the grants of finished requests and sends them together,
+	// off the requests' path. Grants not held (released before, or expired
+	// with their gateway) are skipped and counted. A service older than this
+	// call answers UNIMPLEMENTED; gateways then fall back to Release.
+	ReleaseGrants(ctx context.Context, in *ReleaseGrantsRequest, opts ...grpc.CallOption) (*ReleaseGrantsResponse, error)
 	// Heartbeat keeps a gateway's grants alive; grants of a gateway that
 	// stops sending heartbeats expire.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
@@ -76,6 +83,16 @@ func (c *flowControlServiceClient) Release(ctx context.Context, in *ReleaseReque
 	return out, nil
 }
 
+func (c *flowControlServiceClient) ReleaseGrants(ctx context.Context, in *ReleaseGrantsRequest, opts ...grpc.CallOption) (*ReleaseGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseGrantsResponse)
+	err := c.cc.Invoke(ctx, FlowControlService_ReleaseGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *flowControlServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HeartbeatResponse)
@@ -100,6 +117,12 @@ type FlowControlServiceServer interface {
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Release returns a grant's seats.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// ReleaseGrants returns the seats of several grants in one call: a
+	// gateway queues the grants of finished requests and sends them together,
+	// off the requests' path. Grants not held (released before, or expired
+	// with their gateway) are skipped and counted. A service older than this
+	// call answers UNIMPLEMENTED; gateways then fall back to Release.
+	ReleaseGrants(context.Context, *ReleaseGrantsRequest) (*ReleaseGrantsResponse, error)
 	// Heartbeat keeps a gateway's grants alive; grants of a gateway that
 	// stops sending heartbeats expire.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
@@ -118,6 +141,9 @@ func (UnimplementedFlowControlServiceServer) Acquire(context.Context, *AcquireRe
 }
 func (UnimplementedFlowControlServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedFlowControlServiceServer) ReleaseGrants(context.Context, *ReleaseGrantsRequest) (*ReleaseGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseGrants not implemented")
 }
 func (UnimplementedFlowControlServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
@@ -179,6 +205,24 @@ func _FlowControlService_Release_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FlowControlService_ReleaseGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowControlServiceServer).ReleaseGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlowControlService_ReleaseGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowControlServiceServer).ReleaseGrants(ctx, req.(*ReleaseGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FlowControlService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HeartbeatRequest)
 	if err := dec(in); err != nil {
@@ -211,6 +255,10 @@ var FlowControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _FlowControlService_Release_Handler,
+		},
+		{
+			MethodName: "ReleaseGrants",
+			Handler:    _FlowControlService_ReleaseGrants_Handler,
 		},
 		{
 			MethodName: "Heartbeat",

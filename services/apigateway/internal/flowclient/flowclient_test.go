@@ -1,0 +1,263 @@
+package flowclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// fakeFlowControl grants every request and records releases. While gate
+// is set, release calls wait for it to close. Without batch it answers
+// ReleaseGrants UNIMPLEMENTED, as a service older than that call does.
+type fakeFlowControl struct {
+	flowcontrolv1.UnimplementedFlowControlServiceServer
+	batch bool
+
+	mu       sync.Mutex
+	next     int
+	released map[string]int // grant id → times released
+	calls    int            // release calls (Release or ReleaseGrants)
+	gate     chan struct{}
+}
+
+func (f *fakeFlowControl) Acquire(_ context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+	if req.GetDigest().GetUser() == "admin" {
+		return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{Exempt: true}}, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{Id: fmt.Sprintf("g-%d", f.next), Seats: 1}}, nil
+}
+
+func (f *fakeFlowControl) wait() {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+}
+
+func (f *fakeFlowControl) record(ids ...string) (released, notFound uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	for _, id := range ids {
+		if f.released[id] > 0 {
+			notFound++
+		} else {
+			released++
+		}
+		f.released[id]++
+	}
+	return released, notFound
+}
+
+func (f *fakeFlowControl) Release(_ context.Context, req *flowcontrolv1.ReleaseRequest) (*flowcontrolv1.ReleaseResponse, error) {
+	f.wait()
+	if _, nf := f.record(req.GetGrantId()); nf > 0 {
+		return nil, status.Error(codes.NotFound, "not held")
+	}
+	return &flowcontrolv1.ReleaseResponse{}, nil
+}
+
+func (f *fakeFlowControl) ReleaseGrants(_ context.Context, req *flowcontrolv1.ReleaseGrantsRequest) (*flowcontrolv1.ReleaseGrantsResponse, error) {
+	if !f.batch {
+		return nil, status.Error(codes.Unimplemented, "unknown method")
+	}
+	f.wait()
+	r, nf := f.record(req.GetGrantIds()...)
+	return &flowcontrolv1.ReleaseGrantsResponse{Released: r, NotFound: nf}, nil
+}
+
+func (f *fakeFlowControl) Heartbeat(context.Context, *flowcontrolv1.HeartbeatRequest) (*flowcontrolv1.HeartbeatResponse, error) {
+	return &flowcontrolv1.HeartbeatResponse{}, nil
+}
+
+// snapshot returns the releases so far and the number of release calls.
+func (f *fakeFlowControl) snapshot() (map[string]int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.released))
+	for k, v := range f.released {
+		out[k] = v
+	}
+	return out, f.calls
+}
+
+// start serves f over real gRPC on an in-memory listener and returns a
+// Client of it whose Run runs until the returned stop is called.
+func start(t *testing.T, f *fakeFlowControl, run bool) (*Client, func()) {
+	t.Helper()
+	f.released = map[string]int{}
+	srv := grpc.NewServer()
+	flowcontrolv1.RegisterFlowControlServiceServer(srv, f)
+	lis := bufconn.Listen(1 << 20)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///fc",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := New(flowcontrolv1.NewFlowControlServiceClient(conn), "gw-test", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	if run {
+		go func() { defer close(done); c.Run(ctx) }()
+	} else {
+		close(done)
+	}
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return c, stop
+}
+
+func acquireN(t *testing.T, c *Client, n int) []Grant {
+	t.Helper()
+	var gs []Grant
+	for range n {
+		g, err := c.Acquire(t.Context(), &flowcontrolv1.RequestDigest{Verb: "get", IsResourceRequest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReleaseDoesNotWait: Release returns while the service is stuck, and
+// every grant is released exactly once when it answers, in fewer calls
+// than grants (the queued ones go together).
+func TestReleaseDoesNotWait(t *testing.T) {
+	f := &fakeFlowControl{batch: true, gate: make(chan struct{})}
+	c, _ := start(t, f, true)
+	gs := acquireN(t, c, 50)
+	for _, g := range gs {
+		done := make(chan struct{})
+		go func() { g.Release(); g.Release(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Release waited for the flow-control service")
+		}
+	}
+	f.mu.Lock()
+	close(f.gate)
+	f.gate = nil
+	f.mu.Unlock()
+	waitFor(t, "50 releases", func() bool { r, _ := f.snapshot(); return len(r) == 50 })
+	r, calls := f.snapshot()
+	for id, n := range r {
+		if n != 1 {
+			t.Errorf("grant %s released %d times", id, n)
+		}
+	}
+	if calls >= 50 {
+		t.Errorf("%d release calls for 50 grants queued behind a stuck one: no batching", calls)
+	}
+}
+
+// TestReleaseOnceConcurrently: concurrent calls of one grant's Release
+// release it once.
+func TestReleaseOnceConcurrently(t *testing.T) {
+	f := &fakeFlowControl{batch: true}
+	c, stop := start(t, f, true)
+	gs := acquireN(t, c, 20)
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		for range 4 {
+			wg.Add(1)
+			go func() { defer wg.Done(); g.Release() }()
+		}
+	}
+	wg.Wait()
+	stop() // drains the queue
+	r, _ := f.snapshot()
+	if len(r) != 20 {
+		t.Fatalf("%d grants released, want 20", len(r))
+	}
+	for id, n := range r {
+		if n != 1 {
+			t.Errorf("grant %s released %d times", id, n)
+		}
+	}
+}
+
+// TestOlderServiceReleasesOneByOne: a service without ReleaseGrants gets
+// one Release per grant.
+func TestOlderServiceReleasesOneByOne(t *testing.T) {
+	f := &fakeFlowControl{}
+	c, _ := start(t, f, true)
+	for _, g := range acquireN(t, c, 10) {
+		g.Release()
+	}
+	waitFor(t, "10 releases", func() bool { r, _ := f.snapshot(); return len(r) == 10 })
+	if r, _ := f.snapshot(); len(r) != 10 {
+		t.Fatalf("released %v", r)
+	}
+}
+
+// TestFullQueueReleasesInline: with the sender not running, the grants
+// beyond the queue's capacity are released by the caller, so none is
+// lost and memory stays bounded.
+func TestFullQueueReleasesInline(t *testing.T) {
+	f := &fakeFlowControl{batch: true}
+	c, _ := start(t, f, false)
+	gs := acquireN(t, c, queueSize+3)
+	for _, g := range gs {
+		g.Release()
+	}
+	if r, _ := f.snapshot(); len(r) != 3 {
+		t.Fatalf("%d released inline, want the 3 beyond the queue", len(r))
+	}
+	if n := len(c.queue); n != queueSize {
+		t.Fatalf("%d queued, want %d", n, queueSize)
+	}
+}
+
+// TestNothingToRelease: exempt grants and a nil Client (no flow control)
+// send nothing.
+func TestNothingToRelease(t *testing.T) {
+	f := &fakeFlowControl{batch: true}
+	c, stop := start(t, f, true)
+	g, err := c.Acquire(t.Context(), &flowcontrolv1.RequestDigest{User: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	var nilClient *Client
+	if g, err = nilClient.Acquire(t.Context(), &flowcontrolv1.RequestDigest{}); err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	nilClient.Run(t.Context())
+	stop()
+	if _, calls := f.snapshot(); calls != 0 {
+		t.Fatalf("%d release calls, want none", calls)
+	}
+}
