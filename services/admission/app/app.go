@@ -66,6 +66,7 @@ func (c *Config) Validate() error {
 // stops it.
 type App struct {
 	srv    *grpc.Server
+	admit  *server.Server
 	health *health.Server
 	logger *slog.Logger
 
@@ -97,14 +98,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	// No policy kinds are served yet: the empty set admits every request.
+	// No policy kinds are served yet: the empty set admits every request
+	// and its scope is empty, so gateways send no writes here.
 	s, err := server.New(policy.Empty{}, cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	admissionv1.RegisterAdmissionServiceServer(srv, s)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &App{srv: srv, health: hs, logger: logger}, nil
+	return &App{srv: srv, admit: s, health: hs, logger: logger}, nil
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
@@ -116,11 +118,13 @@ func (a *App) Serve(lis net.Listener) error {
 	return nil
 }
 
-// Close stops the service gracefully: health reports NOT_SERVING and
-// in-flight calls finish. It is safe to call more than once.
+// Close stops the service gracefully: health reports NOT_SERVING, scope
+// streams end (UNAVAILABLE) and in-flight Admit calls finish. It is safe to
+// call more than once.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
+		a.admit.Close()
 		a.srv.GracefulStop()
 	})
 	return nil

@@ -3,6 +3,7 @@ package app_test
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -49,8 +50,27 @@ func TestApp(t *testing.T) {
 		t.Fatalf("empty request: %v", err)
 	}
 
-	if err := a.Close(); err != nil {
+	// The empty set's scope is empty; an open scope stream does not hold
+	// up Close, and ends UNAVAILABLE.
+	stream, err := c.WatchScope(ctx, &admissionv1.WatchScopeRequest{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if sc, err := stream.Recv(); err != nil || sc.GetScope().GetEverything() || len(sc.GetScope().GetRules()) != 0 {
+		t.Fatalf("scope: %v %v, want empty", sc, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the scope stream")
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("scope stream after Close: %v, want Unavailable", err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)

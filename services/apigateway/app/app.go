@@ -27,6 +27,7 @@ import (
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
@@ -176,8 +177,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if err != nil {
 			return nil, err
 		}
-		rcfg.Admission = admissionv1.NewAdmissionServiceClient(conn)
+		ac, err := admissionclient.New(admissionv1.NewAdmissionServiceClient(conn), cfg.Logger, cfg.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("apigateway: admission: %w", err)
+		}
+		rcfg.Admission = ac
 		readyz = append(readyz, grpcHealthCheck("admission", conn))
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); ac.Run(bg) }()
 	}
 	var fc *flowclient.Client
 	if cfg.FlowControlAddress != "" {

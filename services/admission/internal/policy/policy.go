@@ -3,10 +3,25 @@
 // audit annotations accumulate.
 //
 // Policy kinds plug in behind two small interfaces: a Set finds the
-// policies matching a request, a Policy decides about one. Today the
-// service wires the Empty set (no policy kinds are served yet; CEL
-// ValidatingAdmissionPolicy comes with its own issue), which admits
-// everything.
+// policies matching a request and describes which requests it could match
+// (its Scope), a Policy decides about one. Today the service wires the
+// Empty set (no policy kinds are served yet; CEL ValidatingAdmissionPolicy
+// comes with its own issue), which admits everything and whose scope is
+// empty.
+//
+// # Scope and consistency
+//
+// Gateways follow the set's Scope (the WatchScope call) and call Admit only
+// for requests inside it. A request outside the scope a gateway holds is
+// admitted there, without a call. So a policy added to a set applies to a
+// gateway's requests once the new scope has reached that gateway (one
+// stream message after the set's change channel closes), not at the
+// instant the set changes — the same trade-off as kube-apiserver, whose
+// admission policies come from informers and take effect shortly after
+// they are created. A gateway with no scope (its stream not yet
+// established or broken, or this service older than WatchScope) calls
+// Admit for every write, so the lag is bounded by one message on a live
+// stream.
 package policy
 
 import (
@@ -32,11 +47,51 @@ type FailurePolicy interface {
 	IgnoreFailure() bool
 }
 
-// Set finds the policies that apply to a request, in evaluation order.
-// Matching must be safe for concurrent use and cheap: it runs on every
-// write.
+// Set finds the policies that apply to a request, in evaluation order, and
+// describes which requests it could find any for. Both methods must be safe
+// for concurrent use and cheap: Matching runs on every write that gateways
+// send.
 type Set interface {
+	// Matching returns the policies that apply to req, in evaluation
+	// order.
 	Matching(req *admissionv1.AdmitRequest) []Policy
+	// Scope returns which requests Matching could return policies for now
+	// — a superset: for a request outside it, Matching must return none —
+	// and a channel that is closed when the set changes, after which
+	// Scope returns the new scope. A set that never changes returns a nil
+	// channel. A set that grows must publish the wider scope (close the
+	// channel) no later than Matching starts returning the new policies;
+	// one that shrinks should stop matching before it narrows its scope.
+	Scope() (Scope, <-chan struct{})
+}
+
+// Scope describes which requests a Set's policies could match, by
+// operation, API group and resource: what a gateway can check without the
+// object. A Set describes a superset of its policies' match constraints:
+// a CEL policy's resourceRules become Rules (its versions dropped, since
+// matchPolicy Equivalent also matches other versions of the resource, and
+// its namespace and object selectors, excludeResourceRules and match
+// conditions ignored, since they only narrow); a policy that cannot be
+// described sets Everything. The zero Scope matches nothing.
+type Scope struct {
+	// Everything is true when any request may match.
+	Everything bool
+	// Rules: a request is in scope when any rule covers it.
+	Rules []Rule
+}
+
+// Rule covers requests as a Kubernetes RuleWithOperations does, without
+// versions. In every field an empty list or "*" covers anything.
+type Rule struct {
+	// Operations covered.
+	Operations []admissionv1.Operation
+	// APIGroups covered; "" is the core group.
+	APIGroups []string
+	// Resources covered, with Kubernetes' subresource syntax: "pods" (not
+	// its subresources), "pods/status", "pods/*" (pods and every
+	// subresource), "*/status", "*" (every resource, no subresource), "*/*"
+	// (everything).
+	Resources []string
 }
 
 // Decision is one policy's verdict.
@@ -65,6 +120,9 @@ type Empty struct{}
 
 // Matching returns no policies.
 func (Empty) Matching(*admissionv1.AdmitRequest) []Policy { return nil }
+
+// Scope is empty and never changes.
+func (Empty) Scope() (Scope, <-chan struct{}) { return Scope{}, nil }
 
 var _ Set = Empty{}
 

@@ -30,6 +30,8 @@ type list []policy.Policy
 
 func (l list) Matching(*admissionv1.AdmitRequest) []policy.Policy { return l }
 
+func (l list) Scope() (policy.Scope, <-chan struct{}) { return policy.Scope{Everything: true}, nil }
+
 func TestPipeline(t *testing.T) {
 	var after int
 	tests := []struct {

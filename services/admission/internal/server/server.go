@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,17 +22,26 @@ import (
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
-// Server implements admissionv1.AdmissionServiceServer.
+// Server implements admissionv1.AdmissionServiceServer. Close ends its
+// scope streams; the gRPC server's GracefulStop waits for them.
 type Server struct {
 	admissionv1.UnimplementedAdmissionServiceServer
+	set      policy.Set
 	eval     policy.Evaluator
 	duration *prometheus.HistogramVec // operation, allowed
+
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
 var _ admissionv1.AdmissionServiceServer = (*Server)(nil)
 
-// New returns a Server evaluating set; metrics go to reg (nil: none).
+// New returns a Server evaluating set (nil: policy.Empty); metrics go to
+// reg (nil: none).
 func New(set policy.Set, reg prometheus.Registerer) (*Server, error) {
+	if set == nil {
+		set = policy.Empty{}
+	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -42,7 +53,52 @@ func New(set policy.Set, reg prometheus.Registerer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Server{eval: policy.Evaluator{Set: set}, duration: h}, nil
+	return &Server{set: set, eval: policy.Evaluator{Set: set}, duration: h, closing: make(chan struct{})}, nil
+}
+
+// Close ends every WatchScope stream with UNAVAILABLE (the gateways then
+// call Admit for everything until they reach a serving replica) and makes
+// new ones end at once. It is safe to call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+// WatchScope sends the policy set's scope, then the new one each time the
+// set changes, until the call ends or the server closes.
+func (s *Server) WatchScope(_ *admissionv1.WatchScopeRequest, stream grpc.ServerStreamingServer[admissionv1.WatchScopeResponse]) error {
+	ctx := stream.Context()
+	for {
+		select {
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "admission: shutting down")
+		default:
+		}
+		sc, changed := s.set.Scope()
+		if err := stream.Send(&admissionv1.WatchScopeResponse{Scope: scopeProto(sc)}); err != nil {
+			return err
+		}
+		select {
+		case <-changed: // a nil channel never fires: the set is static
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "admission: shutting down")
+		}
+	}
+}
+
+// scopeProto is sc on the wire.
+func scopeProto(sc policy.Scope) *admissionv1.Scope {
+	out := &admissionv1.Scope{Everything: sc.Everything}
+	if sc.Everything {
+		return out
+	}
+	for _, r := range sc.Rules {
+		out.Rules = append(out.Rules, &admissionv1.ScopeRule{
+			Operations: r.Operations, ApiGroups: r.APIGroups, Resources: r.Resources,
+		})
+	}
+	return out
 }
 
 // Admit evaluates every policy that matches the request.

@@ -10,10 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/server"
 )
@@ -47,6 +49,8 @@ type testSet struct{}
 func (testSet) Matching(*admissionv1.AdmitRequest) []policy.Policy {
 	return []policy.Policy{warnAll{}, noSecretsInDefault{}, warnAll{}}
 }
+
+func (testSet) Scope() (policy.Scope, <-chan struct{}) { return policy.Scope{Everything: true}, nil }
 
 func start(t *testing.T, set policy.Set, reg prometheus.Registerer) admissionv1.AdmissionServiceClient {
 	t.Helper()
@@ -155,4 +159,77 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
 		}
 	}
+}
+
+func TestWatchScope(t *testing.T) {
+	p := admissiontest.NewPolicies(admissiontest.Scope{})
+	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admissionv1.RegisterAdmissionServiceServer(srv, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := admissionv1.NewAdmissionServiceClient(conn)
+
+	stream, err := c.WatchScope(t.Context(), &admissionv1.WatchScopeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func() *admissionv1.Scope {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetScope()
+	}
+	if sc := recv(); sc.GetEverything() || len(sc.GetRules()) != 0 {
+		t.Fatalf("initial scope %v, want empty", sc)
+	}
+	p.SetScope(admissiontest.Scope{Rules: []admissiontest.Rule{{
+		Operations: []admissionv1.Operation{admissionv1.Operation_OPERATION_CREATE},
+		APIGroups:  []string{"apps"},
+		Resources:  []string{"deployments", "deployments/scale"},
+	}}})
+	want := &admissionv1.Scope{Rules: []*admissionv1.ScopeRule{{
+		Operations: []admissionv1.Operation{admissionv1.Operation_OPERATION_CREATE},
+		ApiGroups:  []string{"apps"},
+		Resources:  []string{"deployments", "deployments/scale"},
+	}}}
+	if sc := recv(); !proto.Equal(sc, want) {
+		t.Fatalf("scope %v, want %v", sc, want)
+	}
+	p.SetScope(admissiontest.Scope{Everything: true, Rules: []admissiontest.Rule{{APIGroups: []string{"apps"}}}})
+	if sc := recv(); !sc.GetEverything() || len(sc.GetRules()) != 0 {
+		t.Fatalf("scope %v, want everything", sc)
+	}
+
+	// Close ends the stream with UNAVAILABLE, so that GracefulStop does
+	// not wait for it, and new streams end at once.
+	s.Close()
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("after Close: %v, want Unavailable", err)
+	}
+	again, err := c.WatchScope(t.Context(), &admissionv1.WatchScopeRequest{})
+	if err == nil {
+		_, err = again.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("new stream after Close: %v, want Unavailable", err)
+	}
+	s.Close()
 }

@@ -22,22 +22,37 @@ const (
 	apiv1Delete = admissionv1.Operation_OPERATION_DELETE
 )
 
+// Scoper is an optional interface of Config.Admission: a client that knows
+// which requests any admission policy could match
+// (admissionclient.Client). Writes it reports out of scope are admitted
+// without a call; see package admissionclient for when a new policy starts
+// to apply.
+type Scoper interface {
+	InScope(op admissionv1.Operation, group, resource, subresource string) bool
+}
+
 // admit asks the admission service about a write. obj is nil for a delete,
-// old nil for a create. A denial becomes the Status the policy chose.
+// old nil for a create. A denial becomes the Status the policy chose. A
+// write that no policy can match (see Scoper) is admitted without a call,
+// and without encoding its objects.
 func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj, old runtime.Object, op admissionv1.Operation, dryRun bool) error {
 	if s.cfg.Admission == nil {
 		return nil
 	}
+	if sc, ok := s.cfg.Admission.(Scoper); ok && !sc.InScope(op, res.GVR.Group, res.GVR.Resource, ref.GetSubresource()) {
+		return nil
+	}
 	u := user(ctx)
 	req := &admissionv1.AdmitRequest{
-		Uid:       uuid.NewString(),
-		Operation: op,
-		Kind:      &admissionv1.GroupVersionKind{Group: res.GVR.Group, Version: res.GVR.Version, Kind: res.Kind},
-		Resource:  &admissionv1.GroupVersionResource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource},
-		Namespace: ref.GetNamespace(),
-		Name:      ref.GetName(),
-		UserInfo:  userInfo(u),
-		DryRun:    dryRun,
+		Uid:         uuid.NewString(),
+		Operation:   op,
+		Kind:        &admissionv1.GroupVersionKind{Group: res.GVR.Group, Version: res.GVR.Version, Kind: res.Kind},
+		Resource:    &admissionv1.GroupVersionResource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource},
+		SubResource: ref.GetSubresource(),
+		Namespace:   ref.GetNamespace(),
+		Name:        ref.GetName(),
+		UserInfo:    userInfo(u),
+		DryRun:      dryRun,
 	}
 	var err error
 	if obj != nil {

@@ -11,6 +11,12 @@
 // decoding, defaulting and validating the object and before storing it.
 // Policies and bindings are loaded by watching the store, compiled once, and
 // re-compiled only when they change.
+//
+// Gateways call Admit only for the requests some policy could match: they
+// follow the service's scope (WatchScope), a superset of what its policies
+// match, and admit requests outside it without a call. A gateway without a
+// current scope (the stream not yet established or broken, or a service
+// older than WatchScope) calls Admit for every write.
 
 package admissionv1
 
@@ -565,6 +571,217 @@ func (x *AdmitResponse) GetPatch() []byte {
 	return nil
 }
 
+// WatchScopeRequest starts a scope stream.
+type WatchScopeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchScopeRequest) Reset() {
+	*x = WatchScopeRequest{}
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchScopeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchScopeRequest) ProtoMessage() {}
+
+func (x *WatchScopeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchScopeRequest.ProtoReflect.Descriptor instead.
+func (*WatchScopeRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{6}
+}
+
+// WatchScopeResponse is one state of the policy set's scope; each
+// replaces the one before.
+type WatchScopeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scope is the current scope.
+	Scope         *Scope `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchScopeResponse) Reset() {
+	*x = WatchScopeResponse{}
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchScopeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchScopeResponse) ProtoMessage() {}
+
+func (x *WatchScopeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchScopeResponse.ProtoReflect.Descriptor instead.
+func (*WatchScopeResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchScopeResponse) GetScope() *Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+// Scope is which requests any configured policy could match: a superset,
+// so a request outside it needs no Admit call. An empty Scope (no rules,
+// everything false) matches nothing: the service has no policies.
+type Scope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// everything is true when any request may match; rules are then empty.
+	Everything bool `protobuf:"varint,1,opt,name=everything,proto3" json:"everything,omitempty"`
+	// rules: a request is in scope when any rule covers it.
+	Rules         []*ScopeRule `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Scope) Reset() {
+	*x = Scope{}
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Scope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Scope) ProtoMessage() {}
+
+func (x *Scope) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Scope.ProtoReflect.Descriptor instead.
+func (*Scope) Descriptor() ([]byte, []int) {
+	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Scope) GetEverything() bool {
+	if x != nil {
+		return x.Everything
+	}
+	return false
+}
+
+func (x *Scope) GetRules() []*ScopeRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// ScopeRule covers requests by operation, API group and resource, as a
+// Kubernetes RuleWithOperations does but without versions (a policy may
+// match equivalent versions). In every field, an empty list or "*" covers
+// anything.
+type ScopeRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operations covered; empty covers every operation.
+	Operations []Operation `protobuf:"varint,1,rep,packed,name=operations,proto3,enum=meridian.admission.v1.Operation" json:"operations,omitempty"`
+	// api_groups covered: "" is the core group, "*" any group.
+	ApiGroups []string `protobuf:"bytes,2,rep,name=api_groups,json=apiGroups,proto3" json:"api_groups,omitempty"`
+	// resources covered, with Kubernetes' subresource syntax: "pods" (not
+	// its subresources), "pods/status", "pods/*" (pods and every
+	// subresource), "*/status", "*" (every resource, no subresource) and
+	// "*/*" (everything).
+	Resources     []string `protobuf:"bytes,3,rep,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScopeRule) Reset() {
+	*x = ScopeRule{}
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScopeRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScopeRule) ProtoMessage() {}
+
+func (x *ScopeRule) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScopeRule.ProtoReflect.Descriptor instead.
+func (*ScopeRule) Descriptor() ([]byte, []int) {
+	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ScopeRule) GetOperations() []Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ScopeRule) GetApiGroups() []string {
+	if x != nil {
+		return x.ApiGroups
+	}
+	return nil
+}
+
+func (x *ScopeRule) GetResources() []string {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 // DenialStatus is the Kubernetes Status returned to the client on denial.
 type DenialStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -580,7 +797,7 @@ type DenialStatus struct {
 
 func (x *DenialStatus) Reset() {
 	*x = DenialStatus{}
-	mi := &file_meridian_admission_v1_admission_proto_msgTypes[6]
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +809,7 @@ func (x *DenialStatus) String() string {
 func (*DenialStatus) ProtoMessage() {}
 
 func (x *DenialStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_admission_v1_admission_proto_msgTypes[6]
+	mi := &file_meridian_admission_v1_admission_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +822,7 @@ func (x *DenialStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenialStatus.ProtoReflect.Descriptor instead.
 func (*DenialStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{6}
+	return file_meridian_admission_v1_admission_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DenialStatus) GetCode() int32 {
@@ -677,7 +894,22 @@ const file_meridian_admission_v1_admission_proto_rawDesc = "" +
 	"\x05patch\x18\x05 \x01(\fR\x05patch\x1aC\n" +
 	"\x15AuditAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
+	"\x11WatchScopeRequest\"H\n" +
+	"\x12WatchScopeResponse\x122\n" +
+	"\x05scope\x18\x01 \x01(\v2\x1c.meridian.admission.v1.ScopeR\x05scope\"_\n" +
+	"\x05Scope\x12\x1e\n" +
+	"\n" +
+	"everything\x18\x01 \x01(\bR\n" +
+	"everything\x126\n" +
+	"\x05rules\x18\x02 \x03(\v2 .meridian.admission.v1.ScopeRuleR\x05rules\"\x8a\x01\n" +
+	"\tScopeRule\x12@\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\x0e2 .meridian.admission.v1.OperationR\n" +
+	"operations\x12\x1d\n" +
+	"\n" +
+	"api_groups\x18\x02 \x03(\tR\tapiGroups\x12\x1c\n" +
+	"\tresources\x18\x03 \x03(\tR\tresources\"T\n" +
 	"\fDenialStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -687,9 +919,11 @@ const file_meridian_admission_v1_admission_proto_rawDesc = "" +
 	"\x10OPERATION_CREATE\x10\x01\x12\x14\n" +
 	"\x10OPERATION_UPDATE\x10\x02\x12\x14\n" +
 	"\x10OPERATION_DELETE\x10\x03\x12\x15\n" +
-	"\x11OPERATION_CONNECT\x10\x042f\n" +
+	"\x11OPERATION_CONNECT\x10\x042\xcb\x01\n" +
 	"\x10AdmissionService\x12R\n" +
-	"\x05Admit\x12#.meridian.admission.v1.AdmitRequest\x1a$.meridian.admission.v1.AdmitResponseBMZKgithub.com/meridian-cp/meridian/proto/gen/meridian/admission/v1;admissionv1b\x06proto3"
+	"\x05Admit\x12#.meridian.admission.v1.AdmitRequest\x1a$.meridian.admission.v1.AdmitResponse\x12c\n" +
+	"\n" +
+	"WatchScope\x12(.meridian.admission.v1.WatchScopeRequest\x1a).meridian.admission.v1.WatchScopeResponse0\x01BMZKgithub.com/meridian-cp/meridian/proto/gen/meridian/admission/v1;admissionv1b\x06proto3"
 
 var (
 	file_meridian_admission_v1_admission_proto_rawDescOnce sync.Once
@@ -704,7 +938,7 @@ func file_meridian_admission_v1_admission_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_admission_v1_admission_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meridian_admission_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_meridian_admission_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_meridian_admission_v1_admission_proto_goTypes = []any{
 	(Operation)(0),               // 0: meridian.admission.v1.Operation
 	(*GroupVersionKind)(nil),     // 1: meridian.admission.v1.GroupVersionKind
@@ -713,26 +947,35 @@ var file_meridian_admission_v1_admission_proto_goTypes = []any{
 	(*ExtraValue)(nil),           // 4: meridian.admission.v1.ExtraValue
 	(*AdmitRequest)(nil),         // 5: meridian.admission.v1.AdmitRequest
 	(*AdmitResponse)(nil),        // 6: meridian.admission.v1.AdmitResponse
-	(*DenialStatus)(nil),         // 7: meridian.admission.v1.DenialStatus
-	nil,                          // 8: meridian.admission.v1.UserInfo.ExtraEntry
-	nil,                          // 9: meridian.admission.v1.AdmitResponse.AuditAnnotationsEntry
+	(*WatchScopeRequest)(nil),    // 7: meridian.admission.v1.WatchScopeRequest
+	(*WatchScopeResponse)(nil),   // 8: meridian.admission.v1.WatchScopeResponse
+	(*Scope)(nil),                // 9: meridian.admission.v1.Scope
+	(*ScopeRule)(nil),            // 10: meridian.admission.v1.ScopeRule
+	(*DenialStatus)(nil),         // 11: meridian.admission.v1.DenialStatus
+	nil,                          // 12: meridian.admission.v1.UserInfo.ExtraEntry
+	nil,                          // 13: meridian.admission.v1.AdmitResponse.AuditAnnotationsEntry
 }
 var file_meridian_admission_v1_admission_proto_depIdxs = []int32{
-	8, // 0: meridian.admission.v1.UserInfo.extra:type_name -> meridian.admission.v1.UserInfo.ExtraEntry
-	0, // 1: meridian.admission.v1.AdmitRequest.operation:type_name -> meridian.admission.v1.Operation
-	1, // 2: meridian.admission.v1.AdmitRequest.kind:type_name -> meridian.admission.v1.GroupVersionKind
-	2, // 3: meridian.admission.v1.AdmitRequest.resource:type_name -> meridian.admission.v1.GroupVersionResource
-	3, // 4: meridian.admission.v1.AdmitRequest.user_info:type_name -> meridian.admission.v1.UserInfo
-	7, // 5: meridian.admission.v1.AdmitResponse.status:type_name -> meridian.admission.v1.DenialStatus
-	9, // 6: meridian.admission.v1.AdmitResponse.audit_annotations:type_name -> meridian.admission.v1.AdmitResponse.AuditAnnotationsEntry
-	4, // 7: meridian.admission.v1.UserInfo.ExtraEntry.value:type_name -> meridian.admission.v1.ExtraValue
-	5, // 8: meridian.admission.v1.AdmissionService.Admit:input_type -> meridian.admission.v1.AdmitRequest
-	6, // 9: meridian.admission.v1.AdmissionService.Admit:output_type -> meridian.admission.v1.AdmitResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	12, // 0: meridian.admission.v1.UserInfo.extra:type_name -> meridian.admission.v1.UserInfo.ExtraEntry
+	0,  // 1: meridian.admission.v1.AdmitRequest.operation:type_name -> meridian.admission.v1.Operation
+	1,  // 2: meridian.admission.v1.AdmitRequest.kind:type_name -> meridian.admission.v1.GroupVersionKind
+	2,  // 3: meridian.admission.v1.AdmitRequest.resource:type_name -> meridian.admission.v1.GroupVersionResource
+	3,  // 4: meridian.admission.v1.AdmitRequest.user_info:type_name -> meridian.admission.v1.UserInfo
+	11, // 5: meridian.admission.v1.AdmitResponse.status:type_name -> meridian.admission.v1.DenialStatus
+	13, // 6: meridian.admission.v1.AdmitResponse.audit_annotations:type_name -> meridian.admission.v1.AdmitResponse.AuditAnnotationsEntry
+	9,  // 7: meridian.admission.v1.WatchScopeResponse.scope:type_name -> meridian.admission.v1.Scope
+	10, // 8: meridian.admission.v1.Scope.rules:type_name -> meridian.admission.v1.ScopeRule
+	0,  // 9: meridian.admission.v1.ScopeRule.operations:type_name -> meridian.admission.v1.Operation
+	4,  // 10: meridian.admission.v1.UserInfo.ExtraEntry.value:type_name -> meridian.admission.v1.ExtraValue
+	5,  // 11: meridian.admission.v1.AdmissionService.Admit:input_type -> meridian.admission.v1.AdmitRequest
+	7,  // 12: meridian.admission.v1.AdmissionService.WatchScope:input_type -> meridian.admission.v1.WatchScopeRequest
+	6,  // 13: meridian.admission.v1.AdmissionService.Admit:output_type -> meridian.admission.v1.AdmitResponse
+	8,  // 14: meridian.admission.v1.AdmissionService.WatchScope:output_type -> meridian.admission.v1.WatchScopeResponse
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_meridian_admission_v1_admission_proto_init() }
@@ -746,7 +989,7 @@ func file_meridian_admission_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_admission_v1_admission_proto_rawDesc), len(file_meridian_admission_v1_admission_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -11,6 +11,12 @@
 // decoding, defaulting and validating the object and before storing it.
 // Policies and bindings are loaded by watching the store, compiled once, and
 // re-compiled only when they change.
+//
+// Gateways call Admit only for the requests some policy could match: they
+// follow the service's scope (WatchScope), a superset of what its policies
+// match, and admit requests outside it without a call. A gateway without a
+// current scope (the stream not yet established or broken, or a service
+// older than WatchScope) calls Admit for every write.
 
 package admissionv1
 
@@ -27,7 +33,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdmissionService_Admit_FullMethodName = "/meridian.admission.v1.AdmissionService/Admit"
+	AdmissionService_Admit_FullMethodName      = "/meridian.admission.v1.AdmissionService/Admit"
+	AdmissionService_WatchScope_FullMethodName = "/meridian.admission.v1.AdmissionService/WatchScope"
 )
 
 // AdmissionServiceClient is the client API for AdmissionService service.
@@ -38,6 +45,15 @@ const (
 type AdmissionServiceClient interface {
 	// Admit evaluates every policy that matches the request.
 	Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error)
+	// WatchScope sends the current scope of the policy set at once, then a
+	// new one whenever the policy set changes, until the call ends. Admit
+	// admits every request outside the latest scope sent, with no warnings,
+	// annotations or patch. A policy added to the set applies to a gateway's
+	// requests from the moment the new scope reaches it: like
+	// kube-apiserver's informer-fed admission policies, a policy takes
+	// effect shortly after it is created, not at once. The stream ends with
+	// UNAVAILABLE when the service shuts down.
+	WatchScope(ctx context.Context, in *WatchScopeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchScopeResponse], error)
 }
 
 type admissionServiceClient struct {
@@ -58,6 +74,25 @@ func (c *admissionServiceClient) Admit(ctx context.Context, in *AdmitRequest, op
 	return out, nil
 }
 
+func (c *admissionServiceClient) WatchScope(ctx context.Context, in *WatchScopeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchScopeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdmissionService_ServiceDesc.Streams[0], AdmissionService_WatchScope_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchScopeRequest, WatchScopeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdmissionService_WatchScopeClient = grpc.ServerStreamingClient[WatchScopeResponse]
+
 // AdmissionServiceServer is the server API for AdmissionService service.
 // All implementations must embed UnimplementedAdmissionServiceServer
 // for forward compatibility.
@@ -66,6 +101,15 @@ func (c *admissionServiceClient) Admit(ctx context.Context, in *AdmitRequest, op
 type AdmissionServiceServer interface {
 	// Admit evaluates every policy that matches the request.
 	Admit(context.Context, *AdmitRequest) (*AdmitResponse, error)
+	// WatchScope sends the current scope of the policy set at once, then a
+	// new one whenever the policy set changes, until the call ends. Admit
+	// admits every request outside the latest scope sent, with no warnings,
+	// annotations or patch. A policy added to the set applies to a gateway's
+	// requests from the moment the new scope reaches it: like
+	// kube-apiserver's informer-fed admission policies, a policy takes
+	// effect shortly after it is created, not at once. The stream ends with
+	// UNAVAILABLE when the service shuts down.
+	WatchScope(*WatchScopeRequest, grpc.ServerStreamingServer[WatchScopeResponse]) error
 	mustEmbedUnimplementedAdmissionServiceServer()
 }
 
@@ -78,6 +122,9 @@ type UnimplementedAdmissionServiceServer struct{}
 
 func (UnimplementedAdmissionServiceServer) Admit(context.Context, *AdmitRequest) (*AdmitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedAdmissionServiceServer) WatchScope(*WatchScopeRequest, grpc.ServerStreamingServer[WatchScopeResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchScope not implemented")
 }
 func (UnimplementedAdmissionServiceServer) mustEmbedUnimplementedAdmissionServiceServer() {}
 func (UnimplementedAdmissionServiceServer) testEmbeddedByValue()                          {}
@@ -118,6 +165,17 @@ func _AdmissionService_Admit_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdmissionService_WatchScope_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchScopeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdmissionServiceServer).WatchScope(m, &grpc.GenericServerStream[WatchScopeRequest, WatchScopeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdmissionService_WatchScopeServer = grpc.ServerStreamingServer[WatchScopeResponse]
+
 // AdmissionService_ServiceDesc is the grpc.ServiceDesc for AdmissionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -130,6 +188,12 @@ var AdmissionService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdmissionService_Admit_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchScope",
+			Handler:       _AdmissionService_WatchScope_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "meridian/admission/v1/admission.proto",
 }

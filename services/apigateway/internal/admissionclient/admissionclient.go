@@ -1,0 +1,143 @@
+// Package admissionclient is the gateway's client of the admission
+// service. Beyond Admit it follows the service's scope (WatchScope): which
+// requests any configured policy could match. The write path asks InScope
+// first and calls Admit only for requests inside the scope, so a write
+// that no policy can match costs no admission round trip.
+//
+// # Consistency
+//
+// A request outside the scope this gateway holds is admitted here without
+// asking the service. A policy added to the service's set therefore
+// applies to this gateway's requests once the scope update reaches it —
+// one stream message after the change, like kube-apiserver's informer-fed
+// admission policies, which also apply shortly after they are created. It
+// never applies later than that: while the client holds no scope (the
+// stream not yet established, broken, or the service older than
+// WatchScope, answering UNIMPLEMENTED) every write is sent to Admit.
+package admissionclient
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Retry delays of the scope stream.
+const (
+	// minRetry and maxRetry bound the exponential backoff between failed
+	// attempts to open the stream.
+	minRetry = 100 * time.Millisecond
+	maxRetry = 5 * time.Second
+	// unimplementedRetry is how long a service that does not know
+	// WatchScope (an older version) is left before it is asked again,
+	// say after an upgrade.
+	unimplementedRetry = time.Minute
+)
+
+// Client is an admission service client that knows the service's scope.
+// It is safe for concurrent use. Run must run for InScope to ever skip a
+// call: without it every request is in scope.
+type Client struct {
+	admissionv1.AdmissionServiceClient
+	log     *slog.Logger
+	metrics *metrics
+
+	// scope is the latest scope received; nil while not synced.
+	scope atomic.Pointer[matcher]
+}
+
+// New returns a Client of c; metrics go to reg (nil: none).
+func New(c admissionv1.AdmissionServiceClient, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{AdmissionServiceClient: c, log: log, metrics: m}, nil
+}
+
+// InScope reports whether a request may match an admission policy and must
+// be sent to Admit: always while the client holds no scope. subresource
+// is empty for the main resource. A request out of scope is counted as
+// skipped.
+func (c *Client) InScope(op admissionv1.Operation, group, resource, subresource string) bool {
+	m := c.scope.Load()
+	if m == nil {
+		return true
+	}
+	if m.covers(op, group, resource, subresource) {
+		return true
+	}
+	c.metrics.skipped.Inc()
+	return false
+}
+
+// Synced reports whether the client holds a scope from the service.
+func (c *Client) Synced() bool { return c.scope.Load() != nil }
+
+// Run follows the service's scope until ctx ends, reopening the stream
+// after it breaks. Between streams the client holds no scope.
+func (c *Client) Run(ctx context.Context) {
+	backoff := minRetry
+	for {
+		established, err := c.follow(ctx)
+		c.unsync()
+		if ctx.Err() != nil {
+			return
+		}
+		wait := backoff
+		switch {
+		case status.Code(err) == codes.Unimplemented:
+			c.log.Info("the admission service does not send its scope (an older version); every write is sent to it", "retry", unimplementedRetry)
+			wait = unimplementedRetry
+		case established:
+			c.log.Info("admission scope stream ended; every write is sent to admission until it is back", "error", err)
+			wait, backoff = minRetry, minRetry
+		default:
+			c.log.Warn("admission scope stream failed; every write is sent to admission until it is back", "error", err, "retry", wait)
+			backoff = min(2*backoff, maxRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// follow opens one scope stream and applies every scope it receives until
+// it ends. established reports whether a scope arrived.
+func (c *Client) follow(ctx context.Context) (established bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.WatchScope(ctx, &admissionv1.WatchScopeRequest{})
+	if err != nil {
+		return false, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return established, err
+		}
+		m := compile(resp.GetScope())
+		c.scope.Store(m)
+		c.metrics.synced.Set(1)
+		if !established {
+			c.log.Info("admission scope synced", "everything", m.everything, "rules", len(m.rules))
+		}
+		established = true
+	}
+}
+
+func (c *Client) unsync() {
+	c.scope.Store(nil)
+	c.metrics.synced.Set(0)
+}
