@@ -35,14 +35,17 @@ type Options struct {
 	// WatchesPerStream caps the watches sharing one WatchMany stream (one
 	// HTTP/2 stream, one flow-control window); default 1000.
 	WatchesPerStream int
-	// Buffer is how many messages may wait for one watch's reader. A
-	// reader that falls further behind has its watch ended with
-	// ResourceExhausted (the tier is told to cancel it), never a gap and
-	// never a stall for the watches sharing its stream; default 256.
+	// Buffer is how many messages may wait for one watch's reader: the
+	// watch's credit window. The tier sends a watch no more than its
+	// reader has room for (the reader grants credit as it reads), so a
+	// slow reader holds up only its own watch, which the tier cuts off as
+	// too slow when the watch's events pile up there, as with Watch.
+	// Default 256.
 	Buffer int
 }
 
-// ErrTooSlow ends a watch whose reader fell Buffer messages behind; the
+// ErrTooSlow ends a watch whose messages overflowed its reader's buffer,
+// which only a tier that ignores credit (an older one) makes happen; the
 // client re-watches from the resourceVersion of the last event it got.
 var ErrTooSlow = status.Error(codes.ResourceExhausted, "watchfanout: the watch's reader fell behind")
 
@@ -79,7 +82,9 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	if err != nil {
 		return nil, err
 	}
-	w := &watchStream{ctx: ctx, s: s, id: id, msgs: make(chan *watchv1.WatchManyResponse, m.opts.Buffer), failed: make(chan struct{})}
+	// Room for the window, the one message a watch may send over it as it
+	// ends, and the end.
+	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer, msgs: make(chan *watchv1.WatchManyResponse, m.opts.Buffer+2), failed: make(chan struct{})}
 	// Registered before the open is sent, so no message can miss it.
 	w.stopCtx = context.AfterFunc(ctx, func() { s.cancel(id) })
 	if err := s.open(w, req); err != nil {
@@ -154,7 +159,7 @@ func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
 	}
 	s.watches[w.id] = w
 	s.mu.Unlock()
-	err := s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Open{Open: &watchv1.WatchOpen{Id: w.id, Request: req}}})
+	err := s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Open{Open: &watchv1.WatchOpen{Id: w.id, Request: req, Window: int64(w.window)}}})
 	if err != nil {
 		s.forget(w.id)
 		// Send reports io.EOF when the stream broke; its status comes from
@@ -245,6 +250,7 @@ type watchStream struct {
 	ctx     context.Context
 	s       *session
 	id      int64
+	window  int
 	msgs    chan *watchv1.WatchManyResponse // closed after the end message
 	stopCtx func() bool
 
@@ -255,6 +261,7 @@ type watchStream struct {
 	// Read by the reader only.
 	endErr error
 	ended  bool
+	read   int // messages read since the last credit grant
 }
 
 // fail ends the watch with err, ahead of any queued messages.
@@ -282,6 +289,7 @@ func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
 			return w.end(io.EOF)
 		}
 		if !msg.GetEnd() {
+			w.credit()
 			return msg.GetResponse(), nil
 		}
 		w.endErr = io.EOF
@@ -304,6 +312,20 @@ func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
 	case <-w.ctx.Done():
 		return w.end(status.FromContextError(w.ctx.Err()).Err())
 	}
+}
+
+// credit counts a message read and grants the tier a quarter window of
+// credit once that many were read.
+func (w *watchStream) credit() {
+	w.read++
+	if w.read < max(1, w.window/4) {
+		return
+	}
+	n := w.read
+	w.read = 0
+	w.s.sendMu.Lock()
+	defer w.s.sendMu.Unlock()
+	_ = w.s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Credit{Credit: &watchv1.WatchCredit{Id: w.id, Messages: int64(n)}}})
 }
 
 func (w *watchStream) end(err error) (*watchv1.WatchResponse, error) {

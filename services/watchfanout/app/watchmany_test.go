@@ -56,11 +56,12 @@ func TestWatchSemanticsOverWatchMany(t *testing.T) {
 }
 
 // TestWatchManySharesOneStream: a hundred watches over one stream each get
-// their own events; a cancelled one ends alone; a reader that falls behind
-// has its watch ended with ResourceExhausted while the stream's other
+// their own events; a cancelled one ends alone; a reader that stops
+// reading holds up only its own watch (credit), which the tier cuts off
+// with a 429 ERROR frame once its events pile up, while the stream's other
 // watches get every event.
 func TestWatchManySharesOneStream(t *testing.T) {
-	e := newEnv(t, app.Config{})
+	e := newEnv(t, app.Config{WatcherBuffer: 100})
 	ctx := t.Context()
 	m := watchmux.New(e.watch, watchmux.Options{Buffer: 64})
 	const n = 100
@@ -117,17 +118,25 @@ func TestWatchManySharesOneStream(t *testing.T) {
 			}
 		}
 	}
-	// The slow reader (300 events so far, 64 messages of buffer): more
-	// events, then whatever it has queued, then ResourceExhausted.
+	// The slow reader (300 events so far, a 64-message window, 100 events
+	// of buffer at the tier): more events, then what the window let
+	// through, then the 429 ERROR frame and the end.
 	for j := range 500 {
 		e.mustPut(configMap("flood", fmt.Sprintf("cm-%d", j), nil, "x"))
 	}
+	var last event
 	var err error
-	for err == nil {
-		_, err = watches[1].ws.Recv()
+	for {
+		var resp *watchv1.WatchResponse
+		if resp, err = watches[1].ws.Recv(); err != nil {
+			break
+		}
+		if evs := parseFrames(t, resp.GetFrames()); len(evs) > 0 {
+			last = evs[len(evs)-1]
+		}
 	}
-	if !errors.Is(err, watchmux.ErrTooSlow) {
-		t.Fatalf("slow reader ended with %v, want ErrTooSlow", err)
+	if !errors.Is(err, io.EOF) || last.Type != "ERROR" || last.Object.Code != 429 {
+		t.Fatalf("slow reader ended with %v after %s %d, want a 429 ERROR frame and EOF", err, last.Type, last.Object.Code)
 	}
 	// The stream is still good for new watches.
 	ws, err := m.Watch(ctx, &watchv1.WatchRequest{Resource: cmResource, Namespace: "ns-3", ResourceVersion: "0", TimeoutSeconds: 1})

@@ -68,14 +68,15 @@ func (m *mux) closeSends() {
 	m.sendMu.Unlock()
 }
 
-// open starts watch id; false when the id is in use.
-func (m *mux) open(id int64, req *watchv1.WatchRequest) (*watch, bool) {
+// open starts watch id with a credit window (0: none); false when the id
+// is in use.
+func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64) (*watch, bool) {
 	m.mu.Lock()
 	if _, dup := m.watches[id]; dup {
 		m.mu.Unlock()
 		return nil, false
 	}
-	w := newWatch(m, id, req)
+	w := newWatch(m, id, req, window)
 	m.watches[id] = w
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -90,6 +91,16 @@ func (m *mux) cancel(id int64) {
 	m.mu.Unlock()
 	if w != nil {
 		w.stop(stopGone)
+	}
+}
+
+// credit grants watch id n more messages, if it is open.
+func (m *mux) credit(id, n int64) {
+	m.mu.Lock()
+	w := m.watches[id]
+	m.mu.Unlock()
+	if w != nil {
+		w.grant(n)
 	}
 }
 
@@ -167,7 +178,7 @@ func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_Wa
 		}
 		return nil
 	})
-	w, _ := m.open(0, req)
+	w, _ := m.open(0, req, 0) // HTTP/2 flow control is the watch's
 	stop := context.AfterFunc(stream.Context(), func() { w.stop(stopGone) })
 	defer stop()
 	// The handler is this watch's sender.
@@ -220,13 +231,15 @@ func (m *mux) receive(stream watchv1.WatchService_WatchManyServer) error {
 		}
 		switch op := req.GetOp().(type) {
 		case *watchv1.WatchManyRequest_Open:
-			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest()); !ok {
+			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest(), op.Open.GetWindow()); !ok {
 				return status.Errorf(codes.InvalidArgument, "watch id %d is in use", op.Open.GetId())
 			}
 		case *watchv1.WatchManyRequest_Cancel:
 			m.cancel(op.Cancel)
+		case *watchv1.WatchManyRequest_Credit:
+			m.credit(op.Credit.GetId(), op.Credit.GetMessages())
 		default:
-			return status.Error(codes.InvalidArgument, "a WatchManyRequest needs open or cancel")
+			return status.Error(codes.InvalidArgument, "a WatchManyRequest needs open, cancel or credit")
 		}
 	}
 }

@@ -92,12 +92,19 @@ func (b *batcher) event(ev *cache.Event, kind cache.FrameKind, f cache.Format) e
 	return b.add(frame, ev.Rev)
 }
 
-func (b *batcher) add(frame []byte, rev int64) error {
-	size := len(b.single)
+// size is the bytes batched.
+func (b *batcher) size() int {
 	if b.buf != nil {
-		size = len(*b.buf)
+		return len(*b.buf)
 	}
-	if b.n > 0 && size+len(frame) > b.max {
+	return len(b.single)
+}
+
+// fits reports whether frame joins the batch without a flush.
+func (b *batcher) fits(frame []byte) bool { return b.n == 0 || b.size()+len(frame) <= b.max }
+
+func (b *batcher) add(frame []byte, rev int64) error {
+	if !b.fits(frame) {
 		if err := b.flush(); err != nil {
 			return err
 		}

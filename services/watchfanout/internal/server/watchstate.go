@@ -9,6 +9,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Reasons a watch stops other than its subscription ending.
@@ -33,6 +34,11 @@ type watch struct {
 
 	sched   atomic.Bool
 	stopped atomic.Int32 // 0 or a stop reason
+	// window is the client's credit window in messages (0: no credit
+	// flow control); credit is what is left of it.
+	window   int64
+	credit   atomic.Int64
+	creditCh chan struct{} // capacity 1: credit was granted or the watch stopped
 
 	// Owned by the running goroutine (see above).
 	r        *cache.Resource
@@ -41,23 +47,73 @@ type watch struct {
 	from     watchStart
 	sub      *cache.Subscription
 	b        batcher
-	buf      []cache.Item
+	items    []cache.Item // taken from the watcher; items[next:] not sent yet
+	next     int
 	started  bool // the first (empty) message was sent
+	setup    bool // the setup goroutine runs the watch (it may wait for credit)
+	ending   bool // finish is sending the last messages (they never wait)
 	timer    *time.Timer
 	deadline time.Time
 	slot     bool // holds an initial-events slot
 	finished bool
 }
 
-func newWatch(m *mux, id int64, req *watchv1.WatchRequest) *watch {
-	w := &watch{m: m, id: id, req: req, done: make(chan struct{})}
+func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64) *watch {
+	w := &watch{m: m, id: id, req: req, done: make(chan struct{}), window: window, creditCh: make(chan struct{}, 1), setup: true}
+	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
 	w.b = batcher{send: w.sendResponse, max: m.s.cfg.MaxBatchBytes}
 	return w
 }
 
+// sendResponse sends one message of the watch. With a credit window each
+// message takes one credit: the setup goroutine waits for credit (it is
+// the watch's own); drain never calls it without credit (it runs on the
+// stream's sender, which must not wait for one watch); the last messages
+// of finish go without (the window allows one over).
 func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
+	if w.window > 0 {
+		if w.setup && !w.ending {
+			if err := w.awaitCredit(); err != nil {
+				return err
+			}
+		}
+		w.credit.Add(-1)
+	}
 	return w.m.send(w.id, resp, false, nil)
+}
+
+// errStopped: the watch was stopped while it waited for credit.
+var errStopped = errors.New("watchfanout: watch stopped")
+
+// awaitCredit waits until the watch has credit, is stopped, or its stream
+// ends.
+func (w *watch) awaitCredit() error {
+	for w.credit.Load() <= 0 {
+		if w.stopped.Load() != 0 {
+			return errStopped
+		}
+		select {
+		case <-w.creditCh:
+		case <-w.m.ctx.Done():
+			return w.m.ctx.Err()
+		}
+	}
+	return nil
+}
+
+// grant adds n messages of credit.
+func (w *watch) grant(n int64) {
+	w.credit.Add(n)
+	w.wakeCredit()
+	w.poke()
+}
+
+func (w *watch) wakeCredit() {
+	select {
+	case w.creditCh <- struct{}{}:
+	default:
+	}
 }
 
 // poke makes sure the watch will be looked at: the watcher's OnPending
@@ -72,6 +128,7 @@ func (w *watch) poke() {
 // stop asks the watch to end for reason.
 func (w *watch) stop(reason int32) {
 	w.stopped.CompareAndSwap(0, reason)
+	w.wakeCredit()
 	w.poke()
 }
 
@@ -221,6 +278,7 @@ func (w *watch) replay() {
 		w.finish(err)
 		return
 	}
+	w.setup = false
 	w.idle()
 }
 
@@ -228,42 +286,71 @@ func (w *watch) replay() {
 // set scheduled nothing), it schedules the watch itself.
 func (w *watch) idle() {
 	w.sched.Store(false)
-	if w.stopped.Load() != 0 || w.sub.Pending() {
+	if w.stopped.Load() != 0 || w.hasWork() {
 		w.poke()
 	}
 }
 
-// drain sends what the watcher queued, then goes idle. Run by the mux's
-// sender.
+// hasWork reports whether drain has something to send now. Out of credit
+// it has not: the grant pokes.
+func (w *watch) hasWork() bool {
+	if w.window > 0 && w.credit.Load() <= 0 {
+		return false
+	}
+	return w.next < len(w.items) || w.sub.Pending()
+}
+
+// drain sends what the watcher queued, one message per credit, then goes
+// idle. Run by the mux's sender, so it never waits: out of credit, the
+// items it took stay in items until a grant.
 func (w *watch) drain() {
 	for {
 		if w.stopped.Load() != 0 {
 			w.finish(nil)
 			return
 		}
-		items, err := w.sub.TryNext(w.buf)
-		if err != nil {
-			w.finish(err)
-			return
-		}
-		if len(items) == 0 {
-			w.buf = items
+		if w.window > 0 && w.credit.Load() <= 0 {
 			w.idle()
 			return
 		}
-		for i, it := range items {
-			if err := w.b.event(it.Ev, it.Kind, w.f); err != nil {
+		if w.next == len(w.items) {
+			items, err := w.sub.TryNext(w.items[:0])
+			if err != nil {
 				w.finish(err)
 				return
 			}
-			items[i] = cache.Item{}
+			w.items, w.next = items, 0
+			if len(items) == 0 {
+				w.idle()
+				return
+			}
 		}
-		if err := w.b.flush(); err != nil {
+		if err := w.sendMessage(); err != nil {
 			w.finish(err)
 			return
 		}
-		w.buf = items[:0]
 	}
+}
+
+// sendMessage sends one message of the taken items: as many as fit in a
+// batch.
+func (w *watch) sendMessage() error {
+	for w.next < len(w.items) {
+		it := w.items[w.next]
+		frame, err := it.Ev.Frame(it.Kind, w.f)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		if !w.b.fits(frame) {
+			break
+		}
+		if err := w.b.add(frame, it.Ev.Rev); err != nil {
+			return err
+		}
+		w.items[w.next] = cache.Item{}
+		w.next++
+	}
+	return w.b.flush()
 }
 
 // finishWait is finish for an error of a wait bounded by ctx.
@@ -285,7 +372,7 @@ func (w *watch) finish(err error) {
 	if w.finished {
 		return
 	}
-	w.finished = true
+	w.finished, w.ending = true, true
 	if w.slot {
 		w.slot = false
 		w.m.s.initialSlots.release()

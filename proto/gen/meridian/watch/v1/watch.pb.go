@@ -297,6 +297,7 @@ type WatchManyRequest struct {
 	//
 	//	*WatchManyRequest_Open
 	//	*WatchManyRequest_Cancel
+	//	*WatchManyRequest_Credit
 	Op            isWatchManyRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -357,6 +358,15 @@ func (x *WatchManyRequest) GetCancel() int64 {
 	return 0
 }
 
+func (x *WatchManyRequest) GetCredit() *WatchCredit {
+	if x != nil {
+		if x, ok := x.Op.(*WatchManyRequest_Credit); ok {
+			return x.Credit
+		}
+	}
+	return nil
+}
+
 type isWatchManyRequest_Op interface {
 	isWatchManyRequest_Op()
 }
@@ -371,9 +381,72 @@ type WatchManyRequest_Cancel struct {
 	Cancel int64 `protobuf:"varint,2,opt,name=cancel,proto3,oneof"`
 }
 
+type WatchManyRequest_Credit struct {
+	// credit lets a watch send more messages.
+	Credit *WatchCredit `protobuf:"bytes,3,opt,name=credit,proto3,oneof"`
+}
+
 func (*WatchManyRequest_Open) isWatchManyRequest_Op() {}
 
 func (*WatchManyRequest_Cancel) isWatchManyRequest_Op() {}
+
+func (*WatchManyRequest_Credit) isWatchManyRequest_Op() {}
+
+// WatchCredit grants a watch of a WatchMany stream more messages: the
+// client's flow control for each watch (HTTP/2's is for the whole stream).
+type WatchCredit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the watch's.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// messages is how many more messages it may send.
+	Messages      int64 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchCredit) Reset() {
+	*x = WatchCredit{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCredit) ProtoMessage() {}
+
+func (x *WatchCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCredit.ProtoReflect.Descriptor instead.
+func (*WatchCredit) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *WatchCredit) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchCredit) GetMessages() int64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
 
 // WatchOpen starts a watch of a WatchMany stream.
 type WatchOpen struct {
@@ -382,14 +455,21 @@ type WatchOpen struct {
 	// watches.
 	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// request is what Watch takes.
-	Request       *WatchRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	Request *WatchRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// window is how many messages the watch may send before the client
+	// grants more with WatchCredit; 0 means no limit. A watch out of credit
+	// waits (its events queue, and it is cut off as too slow when its
+	// buffer overflows, as with Watch). The end message needs no credit, and
+	// a watch may exceed its window by one message (an ERROR frame) as it
+	// ends.
+	Window        int64 `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchOpen) Reset() {
 	*x = WatchOpen{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +481,7 @@ func (x *WatchOpen) String() string {
 func (*WatchOpen) ProtoMessage() {}
 
 func (x *WatchOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[3]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +494,7 @@ func (x *WatchOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOpen.ProtoReflect.Descriptor instead.
 func (*WatchOpen) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{3}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchOpen) GetId() int64 {
@@ -429,6 +509,13 @@ func (x *WatchOpen) GetRequest() *WatchRequest {
 		return x.Request
 	}
 	return nil
+}
+
+func (x *WatchOpen) GetWindow() int64 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
 }
 
 // WatchManyResponse is one message of one watch of a WatchMany stream.
@@ -449,7 +536,7 @@ type WatchManyResponse struct {
 
 func (x *WatchManyResponse) Reset() {
 	*x = WatchManyResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +548,7 @@ func (x *WatchManyResponse) String() string {
 func (*WatchManyResponse) ProtoMessage() {}
 
 func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[4]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +561,7 @@ func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchManyResponse.ProtoReflect.Descriptor instead.
 func (*WatchManyResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{4}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchManyResponse) GetId() int64 {
@@ -519,7 +606,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +618,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[5]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +631,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{5}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchResponse) GetFrames() []byte {
@@ -591,7 +678,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +690,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[6]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +703,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{6}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequest) GetResource() *Resource {
@@ -706,7 +793,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +805,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[7]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +818,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{7}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResponse) GetData() []byte {
@@ -783,7 +870,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +882,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[8]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +895,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{8}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetResource() *Resource {
@@ -866,7 +953,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +965,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +978,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{9}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetResponse) GetData() []byte {
@@ -930,14 +1017,19 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\bencoding\x18\n" +
 	" \x01(\x0e2\x1b.meridian.watch.v1.EncodingR\bencoding\x12%\n" +
 	"\x0einclude_object\x18\v \x01(\tR\rincludeObjectB\x16\n" +
-	"\x14_send_initial_events\"f\n" +
+	"\x14_send_initial_events\"\xa0\x01\n" +
 	"\x10WatchManyRequest\x122\n" +
 	"\x04open\x18\x01 \x01(\v2\x1c.meridian.watch.v1.WatchOpenH\x00R\x04open\x12\x18\n" +
-	"\x06cancel\x18\x02 \x01(\x03H\x00R\x06cancelB\x04\n" +
-	"\x02op\"V\n" +
+	"\x06cancel\x18\x02 \x01(\x03H\x00R\x06cancel\x128\n" +
+	"\x06credit\x18\x03 \x01(\v2\x1e.meridian.watch.v1.WatchCreditH\x00R\x06creditB\x04\n" +
+	"\x02op\"9\n" +
+	"\vWatchCredit\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x03R\bmessages\"n\n" +
 	"\tWatchOpen\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x129\n" +
-	"\arequest\x18\x02 \x01(\v2\x1f.meridian.watch.v1.WatchRequestR\arequest\"\x8b\x01\n" +
+	"\arequest\x18\x02 \x01(\v2\x1f.meridian.watch.v1.WatchRequestR\arequest\x12\x16\n" +
+	"\x06window\x18\x03 \x01(\x03R\x06window\"\x8b\x01\n" +
 	"\x11WatchManyResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12<\n" +
 	"\bresponse\x18\x02 \x01(\v2 .meridian.watch.v1.WatchResponseR\bresponse\x12\x10\n" +
@@ -999,43 +1091,45 @@ func file_meridian_watch_v1_watch_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_watch_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_meridian_watch_v1_watch_proto_goTypes = []any{
 	(Encoding)(0),             // 0: meridian.watch.v1.Encoding
 	(*Resource)(nil),          // 1: meridian.watch.v1.Resource
 	(*WatchRequest)(nil),      // 2: meridian.watch.v1.WatchRequest
 	(*WatchManyRequest)(nil),  // 3: meridian.watch.v1.WatchManyRequest
-	(*WatchOpen)(nil),         // 4: meridian.watch.v1.WatchOpen
-	(*WatchManyResponse)(nil), // 5: meridian.watch.v1.WatchManyResponse
-	(*WatchResponse)(nil),     // 6: meridian.watch.v1.WatchResponse
-	(*ListRequest)(nil),       // 7: meridian.watch.v1.ListRequest
-	(*ListResponse)(nil),      // 8: meridian.watch.v1.ListResponse
-	(*GetRequest)(nil),        // 9: meridian.watch.v1.GetRequest
-	(*GetResponse)(nil),       // 10: meridian.watch.v1.GetResponse
+	(*WatchCredit)(nil),       // 4: meridian.watch.v1.WatchCredit
+	(*WatchOpen)(nil),         // 5: meridian.watch.v1.WatchOpen
+	(*WatchManyResponse)(nil), // 6: meridian.watch.v1.WatchManyResponse
+	(*WatchResponse)(nil),     // 7: meridian.watch.v1.WatchResponse
+	(*ListRequest)(nil),       // 8: meridian.watch.v1.ListRequest
+	(*ListResponse)(nil),      // 9: meridian.watch.v1.ListResponse
+	(*GetRequest)(nil),        // 10: meridian.watch.v1.GetRequest
+	(*GetResponse)(nil),       // 11: meridian.watch.v1.GetResponse
 }
 var file_meridian_watch_v1_watch_proto_depIdxs = []int32{
 	1,  // 0: meridian.watch.v1.WatchRequest.resource:type_name -> meridian.watch.v1.Resource
 	0,  // 1: meridian.watch.v1.WatchRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	4,  // 2: meridian.watch.v1.WatchManyRequest.open:type_name -> meridian.watch.v1.WatchOpen
-	2,  // 3: meridian.watch.v1.WatchOpen.request:type_name -> meridian.watch.v1.WatchRequest
-	6,  // 4: meridian.watch.v1.WatchManyResponse.response:type_name -> meridian.watch.v1.WatchResponse
-	1,  // 5: meridian.watch.v1.ListRequest.resource:type_name -> meridian.watch.v1.Resource
-	0,  // 6: meridian.watch.v1.ListRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	1,  // 7: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
-	0,  // 8: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	2,  // 9: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
-	3,  // 10: meridian.watch.v1.WatchService.WatchMany:input_type -> meridian.watch.v1.WatchManyRequest
-	7,  // 11: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
-	9,  // 12: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
-	6,  // 13: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
-	5,  // 14: meridian.watch.v1.WatchService.WatchMany:output_type -> meridian.watch.v1.WatchManyResponse
-	8,  // 15: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
-	10, // 16: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 2: meridian.watch.v1.WatchManyRequest.open:type_name -> meridian.watch.v1.WatchOpen
+	4,  // 3: meridian.watch.v1.WatchManyRequest.credit:type_name -> meridian.watch.v1.WatchCredit
+	2,  // 4: meridian.watch.v1.WatchOpen.request:type_name -> meridian.watch.v1.WatchRequest
+	7,  // 5: meridian.watch.v1.WatchManyResponse.response:type_name -> meridian.watch.v1.WatchResponse
+	1,  // 6: meridian.watch.v1.ListRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 7: meridian.watch.v1.ListRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	1,  // 8: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 9: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	2,  // 10: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
+	3,  // 11: meridian.watch.v1.WatchService.WatchMany:input_type -> meridian.watch.v1.WatchManyRequest
+	8,  // 12: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
+	10, // 13: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
+	7,  // 14: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
+	6,  // 15: meridian.watch.v1.WatchService.WatchMany:output_type -> meridian.watch.v1.WatchManyResponse
+	9,  // 16: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
+	11, // 17: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_meridian_watch_v1_watch_proto_init() }
@@ -1047,15 +1141,16 @@ func file_meridian_watch_v1_watch_proto_init() {
 	file_meridian_watch_v1_watch_proto_msgTypes[2].OneofWrappers = []any{
 		(*WatchManyRequest_Open)(nil),
 		(*WatchManyRequest_Cancel)(nil),
+		(*WatchManyRequest_Credit)(nil),
 	}
-	file_meridian_watch_v1_watch_proto_msgTypes[7].OneofWrappers = []any{}
+	file_meridian_watch_v1_watch_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_watch_v1_watch_proto_rawDesc), len(file_meridian_watch_v1_watch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
