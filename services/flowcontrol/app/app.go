@@ -128,6 +128,7 @@ func (c *Config) Validate() error {
 // stops it.
 type App struct {
 	ctrl   *apf.Controller
+	fc     *server.Server
 	srv    *grpc.Server
 	health *health.Server
 	logger *slog.Logger
@@ -157,9 +158,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ctrl.Close()
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	flowcontrolv1.RegisterFlowControlServiceServer(srv, server.New(ctrl))
+	fc := server.New(ctrl)
+	flowcontrolv1.RegisterFlowControlServiceServer(srv, fc)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &App{ctrl: ctrl, srv: srv, health: hs, logger: cfg.logger()}, nil
+	return &App{ctrl: ctrl, fc: fc, srv: srv, health: hs, logger: cfg.logger()}, nil
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
@@ -173,12 +175,14 @@ func (a *App) Serve(lis net.Listener) error {
 
 // Close stops the service gracefully: health reports NOT_SERVING, queued
 // Acquires fail with UNAVAILABLE (so gateways retry elsewhere at once
-// instead of waiting out their queue), and in-flight calls finish. It is
-// safe to call more than once.
+// instead of waiting out their queue), exemption streams end with
+// UNAVAILABLE, and in-flight calls finish. It is safe to call more than
+// once.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
 		a.closeErr = a.ctrl.Close()
+		a.fc.Close()
 		a.srv.GracefulStop()
 	})
 	return a.closeErr

@@ -184,6 +184,64 @@ func TestReleaseGrants(t *testing.T) {
 	}
 }
 
+func TestWatchExemptions(t *testing.T) {
+	a, err := app.New(t.Context(), app.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(lis) }()
+	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := flowcontrolv1.NewFlowControlServiceClient(conn)
+	stream, err := c.WatchExemptions(t.Context(), &flowcontrolv1.WatchExemptionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := resp.GetExemptions()
+	if len(ex) != 1 || ex[0].GetFlowSchema() != "exempt" || ex[0].GetPriorityLevel() != "exempt" ||
+		len(ex[0].GetGroups()) != 1 || ex[0].GetGroups()[0] != "system:masters" || len(ex[0].GetUsers()) != 0 {
+		t.Fatalf("exemptions %v", ex)
+	}
+	// They are what Acquire answers for those callers.
+	g, err := c.Acquire(t.Context(), &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Digest: &flowcontrolv1.RequestDigest{
+		User: "root", Groups: []string{"system:masters"}, Verb: "create", Resource: "secrets", Namespace: "x", IsResourceRequest: true,
+	}})
+	if err != nil || !g.GetGrant().GetExempt() || g.GetGrant().GetFlowSchemaUid() != ex[0].GetFlowSchemaUid() ||
+		g.GetGrant().GetPriorityLevelUid() != ex[0].GetPriorityLevelUid() {
+		t.Fatalf("acquire %v %v, exemption %v", g, err, ex[0])
+	}
+
+	// Close does not wait for the open stream; it ends UNAVAILABLE.
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the exemptions stream")
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("stream after Close: %v, want Unavailable", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	cfg := app.Config{ConcurrencyLimit: -1, MaxWait: -time.Second}
 	err := cfg.Validate()

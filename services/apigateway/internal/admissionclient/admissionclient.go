@@ -20,24 +20,10 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-)
-
-// Retry delays of the scope stream.
-const (
-	// minRetry and maxRetry bound the exponential backoff between failed
-	// attempts to open the stream.
-	minRetry = 100 * time.Millisecond
-	maxRetry = 5 * time.Second
-	// unimplementedRetry is how long a service that does not know
-	// WatchScope (an older version) is left before it is asked again,
-	// say after an upgrade.
-	unimplementedRetry = time.Minute
 )
 
 // Client is an admission service client that knows the service's scope.
@@ -86,31 +72,7 @@ func (c *Client) Synced() bool { return c.scope.Load() != nil }
 // Run follows the service's scope until ctx ends, reopening the stream
 // after it breaks. Between streams the client holds no scope.
 func (c *Client) Run(ctx context.Context) {
-	backoff := minRetry
-	for {
-		established, err := c.follow(ctx)
-		c.unsync()
-		if ctx.Err() != nil {
-			return
-		}
-		wait := backoff
-		switch {
-		case status.Code(err) == codes.Unimplemented:
-			c.log.Info("the admission service does not send its scope (an older version); every write is sent to it", "retry", unimplementedRetry)
-			wait = unimplementedRetry
-		case established:
-			c.log.Info("admission scope stream ended; every write is sent to admission until it is back", "error", err)
-			wait, backoff = minRetry, minRetry
-		default:
-			c.log.Warn("admission scope stream failed; every write is sent to admission until it is back", "error", err, "retry", wait)
-			backoff = min(2*backoff, maxRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
+	follow.Run(ctx, follow.Config{What: "admission scope", Open: c.follow, Lost: c.unsync, Logger: c.log})
 }
 
 // follow opens one scope stream and applies every scope it receives until

@@ -6,17 +6,27 @@
 // client's sender (Run) returns everything queued in one ReleaseGrants
 // call, so a response never waits for a flow-control round trip and a busy
 // gateway sends one release call per batch rather than one per request.
+//
+// Requests of exempt callers (system:masters in the mandatory
+// configuration) make no round trip at all: Run follows the service's
+// exemptions (WatchExemptions), and Acquire answers for a caller they list
+// what the service would have, an exempt grant holding nothing. While the
+// client holds no list (stream not yet open, broken, or a service older
+// than WatchExemptions) every request asks the service; a change of the
+// service's configuration applies here once the new list has arrived.
 package flowclient
 
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,6 +66,15 @@ type Client struct {
 	// sent one by one, after the service answered UNIMPLEMENTED to
 	// ReleaseGrants.
 	noBatchUntil atomic.Int64
+	// exemptions is the service's latest list; nil while not synced.
+	exemptions atomic.Pointer[[]exemption]
+}
+
+// exemption is a WatchExemptions entry: callers whose every request gets an
+// exempt grant of this flow schema.
+type exemption struct {
+	flowSchemaUID, priorityLevelUID string
+	users, groups                   []string
 }
 
 // New returns a Client; fc nil returns nil (no flow control).
@@ -93,6 +112,9 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 	u, _ := identity.UserFrom(ctx)
 	if digest.User == "" {
 		digest.User, digest.Groups = u.Name, u.Groups
+	}
+	if e := c.exemptionOf(digest.User, digest.Groups); e != nil {
+		return Grant{FlowSchemaUID: e.flowSchemaUID, PriorityLevelUID: e.priorityLevelUID, Release: nop.Release}, nil
 	}
 	if digest.EstimatedWidth == 0 {
 		digest.EstimatedWidth = 1
@@ -134,6 +156,56 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 	return out, nil
 }
 
+// exemptionOf returns the exemption that classifies every request of the
+// caller, the first in the service's order; nil when there is none or the
+// client holds no list.
+func (c *Client) exemptionOf(user string, groups []string) *exemption {
+	list := c.exemptions.Load()
+	if list == nil {
+		return nil
+	}
+	for i := range *list {
+		e := &(*list)[i]
+		if (user != "" && slices.Contains(e.users, user)) || slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(e.groups, g) }) {
+			return e
+		}
+	}
+	return nil
+}
+
+// ExemptionsSynced reports whether the client holds the service's
+// exemptions.
+func (c *Client) ExemptionsSynced() bool { return c != nil && c.exemptions.Load() != nil }
+
+// followExemptions opens one exemptions stream and applies every list it
+// receives until it ends.
+func (c *Client) followExemptions(ctx context.Context) (established bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.fc.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
+	if err != nil {
+		return false, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return established, err
+		}
+		list := make([]exemption, 0, len(resp.GetExemptions()))
+		for _, e := range resp.GetExemptions() {
+			list = append(list, exemption{
+				flowSchemaUID: e.GetFlowSchemaUid(), priorityLevelUID: e.GetPriorityLevelUid(),
+				users: e.GetUsers(), groups: e.GetGroups(),
+			})
+		}
+		c.exemptions.Store(&list)
+		if !established {
+			c.log.Info("flow-control exemptions synced", "exemptions", len(list))
+		}
+		established = true
+	}
+}
+
 // release queues a grant for the sender, or, when the queue is full,
 // releases it on the caller's goroutine: the caller then waits, as a
 // back-pressure on a gateway that finishes requests faster than flow
@@ -147,17 +219,25 @@ func (c *Client) release(id string) {
 }
 
 // Run sends the queued releases and the heartbeats that keep this
-// gateway's grants alive, until ctx ends; then it sends what is still
-// queued (each attempt bounded by releaseTimeout) and returns.
+// gateway's grants alive, and follows the service's exemptions, until ctx
+// ends; then it sends what is still queued (each attempt bounded by
+// releaseTimeout) and returns.
 func (c *Client) Run(ctx context.Context) {
 	if c == nil {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.heartbeat(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		follow.Run(ctx, follow.Config{
+			What: "flow-control exemptions", Open: c.followExemptions, Logger: c.log,
+			Lost: func() { c.exemptions.Store(nil) },
+		})
 	}()
 	c.sendReleases(ctx)
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 type fakeFlowControl struct {
 	flowcontrolv1.UnimplementedFlowControlServiceServer
 	batch bool
+	// exemptions, when set, are sent on WatchExemptions streams, which
+	// end with UNAVAILABLE when breakStreams is closed; nil answers
+	// UNIMPLEMENTED, as a service older than that call does.
+	exemptions   []*flowcontrolv1.Exemption
+	breakStreams chan struct{}
+	acquires     atomic.Int64
 
 	mu       sync.Mutex
 	next     int
@@ -30,7 +37,28 @@ type fakeFlowControl struct {
 	gate     chan struct{}
 }
 
+func (f *fakeFlowControl) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
+	if f.exemptions == nil {
+		return status.Error(codes.Unimplemented, "unknown method")
+	}
+	select {
+	case <-f.breakStreams:
+		return status.Error(codes.Unavailable, "broken")
+	default:
+	}
+	if err := stream.Send(&flowcontrolv1.WatchExemptionsResponse{Exemptions: f.exemptions}); err != nil {
+		return err
+	}
+	select {
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	case <-f.breakStreams:
+		return status.Error(codes.Unavailable, "broken")
+	}
+}
+
 func (f *fakeFlowControl) Acquire(_ context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+	f.acquires.Add(1)
 	if req.GetDigest().GetUser() == "admin" {
 		return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{Exempt: true}}, nil
 	}
@@ -259,5 +287,59 @@ func TestNothingToRelease(t *testing.T) {
 	stop()
 	if _, calls := f.snapshot(); calls != 0 {
 		t.Fatalf("%d release calls, want none", calls)
+	}
+}
+
+// TestExemptCallersSkipAcquire: once the client holds the service's
+// exemptions, requests of the callers they list are granted without a
+// call, with the exemption's flow schema and priority level; others, and
+// everyone while the client holds no list, ask the service.
+func TestExemptCallersSkipAcquire(t *testing.T) {
+	f := &fakeFlowControl{batch: true, breakStreams: make(chan struct{}), exemptions: []*flowcontrolv1.Exemption{
+		{FlowSchema: "exempt", FlowSchemaUid: "fs-exempt", PriorityLevel: "exempt", PriorityLevelUid: "pl-exempt", Groups: []string{"system:masters"}},
+		{FlowSchema: "ops", FlowSchemaUid: "fs-ops", PriorityLevel: "exempt", PriorityLevelUid: "pl-exempt", Users: []string{"ops"}, Groups: []string{"operators"}},
+	}}
+	c, _ := start(t, f, true)
+	acquire := func(user string, groups ...string) Grant {
+		t.Helper()
+		g, err := c.Acquire(t.Context(), &flowcontrolv1.RequestDigest{User: user, Groups: groups, Verb: "create", IsResourceRequest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	waitFor(t, "exemptions synced", c.ExemptionsSynced)
+	before := f.acquires.Load()
+	for _, tc := range []struct {
+		user   string
+		groups []string
+		fs     string
+	}{
+		{"root", []string{"system:masters", "system:authenticated"}, "fs-exempt"},
+		{"ops", nil, "fs-ops"},
+		{"bob", []string{"operators", "system:masters"}, "fs-exempt"}, // the first in order
+		{"carol", []string{"operators"}, "fs-ops"},
+	} {
+		g := acquire(tc.user, tc.groups...)
+		if g.FlowSchemaUID != tc.fs || g.PriorityLevelUID != "pl-exempt" {
+			t.Errorf("%s %v: grant %+v, want flow schema %s", tc.user, tc.groups, g, tc.fs)
+		}
+		g.Release()
+	}
+	if n := f.acquires.Load() - before; n != 0 {
+		t.Fatalf("%d Acquire calls for exempt callers", n)
+	}
+	acquire("alice", "system:authenticated").Release()
+	if n := f.acquires.Load() - before; n != 1 {
+		t.Fatalf("%d Acquire calls for a limited caller, want 1", n)
+	}
+
+	// The stream breaks (and stays broken): every request asks again.
+	close(f.breakStreams)
+	waitFor(t, "exemptions lost", func() bool { return !c.ExemptionsSynced() })
+	before = f.acquires.Load()
+	acquire("root", "system:masters").Release()
+	if n := f.acquires.Load() - before; n != 1 {
+		t.Fatalf("%d Acquire calls for an exempt caller without exemptions, want 1", n)
 	}
 }

@@ -158,9 +158,10 @@ type schema struct {
 // Controller classifies, queues and grants. It is safe for concurrent use.
 // Close stops its sweeper and fails waiting Acquires with ErrClosed.
 type Controller struct {
-	cfg     Config
-	schemas []*schema // by precedence, then name
-	levels  map[string]*level
+	cfg        Config
+	schemas    []*schema // by precedence, then name
+	levels     map[string]*level
+	exemptions []Exemption // of schemas; fixed with them
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -218,6 +219,7 @@ func New(cfg Config) (*Controller, error) {
 	slices.SortFunc(c.schemas, func(a, b *schema) int {
 		return cmp.Or(cmp.Compare(a.MatchingPrecedence, b.MatchingPrecedence), cmp.Compare(a.Name, b.Name))
 	})
+	c.exemptions = exemptions(c.schemas)
 	c.wg.Add(1)
 	go c.sweep()
 	return c, nil

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -17,17 +19,59 @@ import (
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
 )
 
-// Server implements flowcontrolv1.FlowControlServiceServer.
+// Server implements flowcontrolv1.FlowControlServiceServer. Close ends
+// its exemption streams; the gRPC server's GracefulStop waits for them.
 type Server struct {
 	flowcontrolv1.UnimplementedFlowControlServiceServer
 	ctrl *apf.Controller
+
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 
 // New returns a Server over ctrl; the caller owns ctrl.
 func New(ctrl *apf.Controller) *Server {
-	return &Server{ctrl: ctrl}
+	return &Server{ctrl: ctrl, closing: make(chan struct{})}
+}
+
+// Close ends every WatchExemptions stream with UNAVAILABLE and makes new
+// ones end at once. It is safe to call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+// WatchExemptions sends the exemptions, then the new list each time the
+// configuration changes, until the call ends or the server closes.
+func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
+	ctx := stream.Context()
+	for {
+		select {
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
+		default:
+		}
+		ex, changed := s.ctrl.Exemptions()
+		resp := &flowcontrolv1.WatchExemptionsResponse{}
+		for _, e := range ex {
+			resp.Exemptions = append(resp.Exemptions, &flowcontrolv1.Exemption{
+				FlowSchema: e.FlowSchema, FlowSchemaUid: e.FlowSchemaUID,
+				PriorityLevel: e.PriorityLevel, PriorityLevelUid: e.PriorityLevelUID,
+				Users: e.Users, Groups: e.Groups,
+			})
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-changed: // a nil channel never fires: the configuration is fixed
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
+		}
+	}
 }
 
 // Acquire classifies the request and blocks until it is granted seats.

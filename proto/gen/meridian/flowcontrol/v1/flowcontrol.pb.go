@@ -655,6 +655,187 @@ func (x *HeartbeatResponse) GetInterval() *durationpb.Duration {
 	return nil
 }
 
+// WatchExemptionsRequest starts an exemptions stream.
+type WatchExemptionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExemptionsRequest) Reset() {
+	*x = WatchExemptionsRequest{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExemptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExemptionsRequest) ProtoMessage() {}
+
+func (x *WatchExemptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExemptionsRequest.ProtoReflect.Descriptor instead.
+func (*WatchExemptionsRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{10}
+}
+
+// WatchExemptionsResponse is the current list of exemptions; each replaces
+// the one before.
+type WatchExemptionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// exemptions in classification order: a request is classified by the
+	// first one whose subjects it matches. An empty list exempts no caller
+	// (every request is sent to Acquire).
+	Exemptions    []*Exemption `protobuf:"bytes,1,rep,name=exemptions,proto3" json:"exemptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExemptionsResponse) Reset() {
+	*x = WatchExemptionsResponse{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExemptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExemptionsResponse) ProtoMessage() {}
+
+func (x *WatchExemptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExemptionsResponse.ProtoReflect.Descriptor instead.
+func (*WatchExemptionsResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchExemptionsResponse) GetExemptions() []*Exemption {
+	if x != nil {
+		return x.Exemptions
+	}
+	return nil
+}
+
+// Exemption is a flow schema of an exempt priority level that matches every
+// request of its subjects and is not preceded by any schema that could
+// classify their requests otherwise: Acquire would return an exempt grant
+// of this schema for any request of theirs.
+type Exemption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// flow_schema is the name of the FlowSchema.
+	FlowSchema string `protobuf:"bytes,1,opt,name=flow_schema,json=flowSchema,proto3" json:"flow_schema,omitempty"`
+	// flow_schema_uid is sent as X-Kubernetes-PF-FlowSchema-UID.
+	FlowSchemaUid string `protobuf:"bytes,2,opt,name=flow_schema_uid,json=flowSchemaUid,proto3" json:"flow_schema_uid,omitempty"`
+	// priority_level is the name of the exempt PriorityLevelConfiguration.
+	PriorityLevel string `protobuf:"bytes,3,opt,name=priority_level,json=priorityLevel,proto3" json:"priority_level,omitempty"`
+	// priority_level_uid is sent as X-Kubernetes-PF-PriorityLevel-UID.
+	PriorityLevelUid string `protobuf:"bytes,4,opt,name=priority_level_uid,json=priorityLevelUid,proto3" json:"priority_level_uid,omitempty"`
+	// users are matched by name (never "*").
+	Users []string `protobuf:"bytes,5,rep,name=users,proto3" json:"users,omitempty"`
+	// groups are matched among the caller's groups (never "*" or a group
+	// the service adds implicitly, such as system:authenticated).
+	Groups        []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Exemption) Reset() {
+	*x = Exemption{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Exemption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Exemption) ProtoMessage() {}
+
+func (x *Exemption) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Exemption.ProtoReflect.Descriptor instead.
+func (*Exemption) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Exemption) GetFlowSchema() string {
+	if x != nil {
+		return x.FlowSchema
+	}
+	return ""
+}
+
+func (x *Exemption) GetFlowSchemaUid() string {
+	if x != nil {
+		return x.FlowSchemaUid
+	}
+	return ""
+}
+
+func (x *Exemption) GetPriorityLevel() string {
+	if x != nil {
+		return x.PriorityLevel
+	}
+	return ""
+}
+
+func (x *Exemption) GetPriorityLevelUid() string {
+	if x != nil {
+		return x.PriorityLevelUid
+	}
+	return ""
+}
+
+func (x *Exemption) GetUsers() []string {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *Exemption) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 var File_meridian_flowcontrol_v1_flowcontrol_proto protoreflect.FileDescriptor
 
 const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
@@ -702,12 +883,26 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\n" +
 	"gateway_id\x18\x01 \x01(\tR\tgatewayId\"J\n" +
 	"\x11HeartbeatResponse\x125\n" +
-	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval2\xa4\x03\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\x18\n" +
+	"\x16WatchExemptionsRequest\"]\n" +
+	"\x17WatchExemptionsResponse\x12B\n" +
+	"\n" +
+	"exemptions\x18\x01 \x03(\v2\".meridian.flowcontrol.v1.ExemptionR\n" +
+	"exemptions\"\xd7\x01\n" +
+	"\tExemption\x12\x1f\n" +
+	"\vflow_schema\x18\x01 \x01(\tR\n" +
+	"flowSchema\x12&\n" +
+	"\x0fflow_schema_uid\x18\x02 \x01(\tR\rflowSchemaUid\x12%\n" +
+	"\x0epriority_level\x18\x03 \x01(\tR\rpriorityLevel\x12,\n" +
+	"\x12priority_level_uid\x18\x04 \x01(\tR\x10priorityLevelUid\x12\x14\n" +
+	"\x05users\x18\x05 \x03(\tR\x05users\x12\x16\n" +
+	"\x06groups\x18\x06 \x03(\tR\x06groups2\x9c\x04\n" +
 	"\x12FlowControlService\x12\\\n" +
 	"\aAcquire\x12'.meridian.flowcontrol.v1.AcquireRequest\x1a(.meridian.flowcontrol.v1.AcquireResponse\x12\\\n" +
 	"\aRelease\x12'.meridian.flowcontrol.v1.ReleaseRequest\x1a(.meridian.flowcontrol.v1.ReleaseResponse\x12n\n" +
 	"\rReleaseGrants\x12-.meridian.flowcontrol.v1.ReleaseGrantsRequest\x1a..meridian.flowcontrol.v1.ReleaseGrantsResponse\x12b\n" +
-	"\tHeartbeat\x12).meridian.flowcontrol.v1.HeartbeatRequest\x1a*.meridian.flowcontrol.v1.HeartbeatResponseBQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
+	"\tHeartbeat\x12).meridian.flowcontrol.v1.HeartbeatRequest\x1a*.meridian.flowcontrol.v1.HeartbeatResponse\x12v\n" +
+	"\x0fWatchExemptions\x12/.meridian.flowcontrol.v1.WatchExemptionsRequest\x1a0.meridian.flowcontrol.v1.WatchExemptionsResponse0\x01BQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
 
 var (
 	file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescOnce sync.Once
@@ -721,38 +916,44 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP() []byte {
 	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescData
 }
 
-var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
-	(*RequestDigest)(nil),         // 0: meridian.flowcontrol.v1.RequestDigest
-	(*AcquireRequest)(nil),        // 1: meridian.flowcontrol.v1.AcquireRequest
-	(*Grant)(nil),                 // 2: meridian.flowcontrol.v1.Grant
-	(*AcquireResponse)(nil),       // 3: meridian.flowcontrol.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 4: meridian.flowcontrol.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 5: meridian.flowcontrol.v1.ReleaseResponse
-	(*ReleaseGrantsRequest)(nil),  // 6: meridian.flowcontrol.v1.ReleaseGrantsRequest
-	(*ReleaseGrantsResponse)(nil), // 7: meridian.flowcontrol.v1.ReleaseGrantsResponse
-	(*HeartbeatRequest)(nil),      // 8: meridian.flowcontrol.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 9: meridian.flowcontrol.v1.HeartbeatResponse
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*RequestDigest)(nil),           // 0: meridian.flowcontrol.v1.RequestDigest
+	(*AcquireRequest)(nil),          // 1: meridian.flowcontrol.v1.AcquireRequest
+	(*Grant)(nil),                   // 2: meridian.flowcontrol.v1.Grant
+	(*AcquireResponse)(nil),         // 3: meridian.flowcontrol.v1.AcquireResponse
+	(*ReleaseRequest)(nil),          // 4: meridian.flowcontrol.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),         // 5: meridian.flowcontrol.v1.ReleaseResponse
+	(*ReleaseGrantsRequest)(nil),    // 6: meridian.flowcontrol.v1.ReleaseGrantsRequest
+	(*ReleaseGrantsResponse)(nil),   // 7: meridian.flowcontrol.v1.ReleaseGrantsResponse
+	(*HeartbeatRequest)(nil),        // 8: meridian.flowcontrol.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),       // 9: meridian.flowcontrol.v1.HeartbeatResponse
+	(*WatchExemptionsRequest)(nil),  // 10: meridian.flowcontrol.v1.WatchExemptionsRequest
+	(*WatchExemptionsResponse)(nil), // 11: meridian.flowcontrol.v1.WatchExemptionsResponse
+	(*Exemption)(nil),               // 12: meridian.flowcontrol.v1.Exemption
+	(*durationpb.Duration)(nil),     // 13: google.protobuf.Duration
 }
 var file_meridian_flowcontrol_v1_flowcontrol_proto_depIdxs = []int32{
 	0,  // 0: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
-	10, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
+	13, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
 	2,  // 2: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
-	10, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
-	1,  // 4: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
-	4,  // 5: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
-	6,  // 6: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
-	8,  // 7: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
-	3,  // 8: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
-	5,  // 9: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
-	7,  // 10: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
-	9,  // 11: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	13, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
+	12, // 4: meridian.flowcontrol.v1.WatchExemptionsResponse.exemptions:type_name -> meridian.flowcontrol.v1.Exemption
+	1,  // 5: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
+	4,  // 6: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
+	6,  // 7: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
+	8,  // 8: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
+	10, // 9: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:input_type -> meridian.flowcontrol.v1.WatchExemptionsRequest
+	3,  // 10: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
+	5,  // 11: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
+	7,  // 12: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
+	9,  // 13: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
+	11, // 14: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:output_type -> meridian.flowcontrol.v1.WatchExemptionsResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_meridian_flowcontrol_v1_flowcontrol_proto_init() }
@@ -766,7 +967,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc), len(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,10 +24,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FlowControlService_Acquire_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Acquire"
-	FlowControlService_Release_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Release"
-	FlowControlService_ReleaseGrants_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/ReleaseGrants"
-	FlowControlService_Heartbeat_FullMethodName     = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
+	FlowControlService_Acquire_FullMethodName         = "/meridian.flowcontrol.v1.FlowControlService/Acquire"
+	FlowControlService_Release_FullMethodName         = "/meridian.flowcontrol.v1.FlowControlService/Release"
+	FlowControlService_ReleaseGrants_FullMethodName   = "/meridian.flowcontrol.v1.FlowControlService/ReleaseGrants"
+	FlowControlService_Heartbeat_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
+	FlowControlService_WatchExemptions_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/WatchExemptions"
 )
 
 // FlowControlServiceClient is the client API for FlowControlService service.
@@ -53,6 +54,15 @@ type FlowControlServiceClient interface {
 	// Heartbeat keeps a gateway's grants alive; grants of a gateway that
 	// stops sending heartbeats expire.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// WatchExemptions sends at once, and again whenever the configuration
+	// changes, the callers whose every request is classified into an exempt
+	// priority level, so that gateways serve them without Acquire (an exempt
+	// grant holds nothing). A gateway without a current list (the stream
+	// not yet established or broken, or a service older than this call,
+	// answering UNIMPLEMENTED) calls Acquire for every request; a change
+	// applies to a gateway once it has received the new list. The stream
+	// ends with UNAVAILABLE when the service shuts down.
+	WatchExemptions(ctx context.Context, in *WatchExemptionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExemptionsResponse], error)
 }
 
 type flowControlServiceClient struct {
@@ -103,6 +113,25 @@ func (c *flowControlServiceClient) Heartbeat(ctx context.Context, in *HeartbeatR
 	return out, nil
 }
 
+func (c *flowControlServiceClient) WatchExemptions(ctx context.Context, in *WatchExemptionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExemptionsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FlowControlService_ServiceDesc.Streams[0], FlowControlService_WatchExemptions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchExemptionsRequest, WatchExemptionsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FlowControlService_WatchExemptionsClient = grpc.ServerStreamingClient[WatchExemptionsResponse]
+
 // FlowControlServiceServer is the server API for FlowControlService service.
 // All implementations must embed UnimplementedFlowControlServiceServer
 // for forward compatibility.
@@ -126,6 +155,15 @@ type FlowControlServiceServer interface {
 	// Heartbeat keeps a gateway's grants alive; grants of a gateway that
 	// stops sending heartbeats expire.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// WatchExemptions sends at once, and again whenever the configuration
+	// changes, the callers whose every request is classified into an exempt
+	// priority level, so that gateways serve them without Acquire (an exempt
+	// grant holds nothing). A gateway without a current list (the stream
+	// not yet established or broken, or a service older than this call,
+	// answering UNIMPLEMENTED) calls Acquire for every request; a change
+	// applies to a gateway once it has received the new list. The stream
+	// ends with UNAVAILABLE when the service shuts down.
+	WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error
 	mustEmbedUnimplementedFlowControlServiceServer()
 }
 
@@ -147,6 +185,9 @@ func (UnimplementedFlowControlServiceServer) ReleaseGrants(context.Context, *Rel
 }
 func (UnimplementedFlowControlServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedFlowControlServiceServer) WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchExemptions not implemented")
 }
 func (UnimplementedFlowControlServiceServer) mustEmbedUnimplementedFlowControlServiceServer() {}
 func (UnimplementedFlowControlServiceServer) testEmbeddedByValue()                            {}
@@ -241,6 +282,17 @@ func _FlowControlService_Heartbeat_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FlowControlService_WatchExemptions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchExemptionsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FlowControlServiceServer).WatchExemptions(m, &grpc.GenericServerStream[WatchExemptionsRequest, WatchExemptionsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FlowControlService_WatchExemptionsServer = grpc.ServerStreamingServer[WatchExemptionsResponse]
+
 // FlowControlService_ServiceDesc is the grpc.ServiceDesc for FlowControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -265,6 +317,12 @@ var FlowControlService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FlowControlService_Heartbeat_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchExemptions",
+			Handler:       _FlowControlService_WatchExemptions_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "meridian/flowcontrol/v1/flowcontrol.proto",
 }
