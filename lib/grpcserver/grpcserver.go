@@ -42,6 +42,25 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
+// Keepalive returns the keepalive options every meridian gRPC server uses:
+// it accepts the pings of lib/grpcclient's clients (every 30s, also on
+// idle connections) and pings idle clients itself. A server with gRPC's
+// defaults (a 5-minute minimum, no pings without streams) answers those
+// clients with GOAWAY "too_many_pings" after three pings, which ends
+// every stream of the connection.
+func Keepalive() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             keepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    keepaliveTime,
+			Timeout: keepaliveTimeout,
+		}),
+	}
+}
+
 // Options configures a service's gRPC server. The zero value is a
 // plaintext server without metrics on which no peer may assert a user.
 type Options struct {
@@ -124,17 +143,10 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecv),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             keepaliveMinTime,
-			PermitWithoutStream: true,
-		}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    keepaliveTime,
-			Timeout: keepaliveTimeout,
-		}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}
+	so = append(so, Keepalive()...)
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
@@ -155,11 +156,11 @@ func (a *App) open(ctx context.Context) error {
 		return err
 	}
 
-	opts := []grpc.ServerOption{
+	opts := append([]grpc.ServerOption{
 		// Above the request limit, so that oversized requests reach the
 		// handler and get INVALID_ARGUMENT rather than RESOURCE_EXHAUSTED.
 		grpc.MaxRecvMsgSize(cfg.MaxValueBytes + requestOverheadBytes + 1<<20),
-	}
+	}, grpcserver.Keepalive()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
