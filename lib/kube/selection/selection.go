@@ -21,6 +21,8 @@ type Filter struct {
 	res    *registry.Resource
 	labels labels.Selector
 	fields fields.Selector
+	// empty caches Empty: the watch cache asks it per watcher per event.
+	empty bool
 }
 
 // New parses selectors; a bad selector, or a field the kind does not
@@ -50,11 +52,12 @@ func New(res *registry.Resource, labelSel, fieldSel string) (*Filter, error) {
 		}
 		f.fields = sel
 	}
+	f.empty = f.labels.Empty() && f.fields.Empty()
 	return f, nil
 }
 
 // Empty reports whether the filter selects everything.
-func (f *Filter) Empty() bool { return f.labels.Empty() && f.fields.Empty() }
+func (f *Filter) Empty() bool { return f.empty }
 
 // Name returns the name a field selector pins (metadata.name=x).
 func (f *Filter) Name() (string, bool) { return f.fields.RequiresExactMatch("metadata.name") }
