@@ -37,11 +37,14 @@ func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
 	if _, err := fc.KV().Txn(ctx, leasedPut("orphan", 12345)); status.Code(err) != codes.NotFound {
 		t.Fatalf("put with an unknown lease: %v, want NOT_FOUND", err)
 	}
-	g, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(time.Second)})
+	// The TTL leaves room for the grant, two puts and a read on a loaded
+	// machine (a 1s TTL expired before them under a busy CI run).
+	const leaseTTL = 4 * time.Second
+	g, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(leaseTTL)})
 	if err != nil || g.GetId() == 0 {
 		t.Fatalf("grant: %v %v", g, err)
 	}
-	if _, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Id: g.GetId(), Ttl: durationpb.New(time.Second)}); status.Code(err) != codes.AlreadyExists {
+	if _, err := fc.Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Id: g.GetId(), Ttl: durationpb.New(leaseTTL)}); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("grant of an existing id: %v", err)
 	}
 	for _, k := range []string{"lk1", "lk2"} {
@@ -50,24 +53,24 @@ func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
 		}
 	}
 	ttl, err := fc.Lease().LeaseTimeToLive(ctx, &storev1.LeaseTimeToLiveRequest{Id: g.GetId(), Keys: true})
-	if err != nil || len(ttl.GetKeys()) != 2 || ttl.GetGrantedTtl().AsDuration() != time.Second {
+	if err != nil || len(ttl.GetKeys()) != 2 || ttl.GetGrantedTtl().AsDuration() != leaseTTL {
 		t.Fatalf("time to live: %v %v", ttl, err)
 	}
 
-	// Keep alive through the follower for 2.5s (> TTL): keys stay.
+	// Keep alive through the follower for 6s (> TTL): keys stay.
 	ka, err := fc.Lease().LeaseKeepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 10 {
+	for range 12 {
 		if err := ka.Send(&storev1.LeaseKeepAliveRequest{Id: g.GetId()}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := ka.Recv()
-		if err != nil || r.GetTtl().AsDuration() != time.Second {
+		if err != nil || r.GetTtl().AsDuration() != leaseTTL {
 			t.Fatalf("keep alive: %v %v", r, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 	}
 	if v, _, err := getVia(ctx, fc, "lk1", false); err != nil || v != "v" {
 		t.Fatalf("kept-alive key: %q %v", v, err)
@@ -75,7 +78,7 @@ func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
 	_ = ka.CloseSend()
 
 	// Stop renewing: the keys go, on every member, in one revision.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		v, _, err := getVia(ctx, fc, "lk1", false)
 		if err != nil {
