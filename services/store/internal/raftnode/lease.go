@@ -168,6 +168,13 @@ func (n *Node) loadLeases(ctx context.Context) error {
 	now := time.Now()
 	n.lessor.mu.Lock()
 	defer n.lessor.mu.Unlock()
+	if n.lessor.term == term {
+		// Another caller (the lessor loop, a grant) loaded this term
+		// meanwhile, and grants may have been recorded since: replacing the
+		// maps with this older read of the state would lose them (a lease
+		// that reports itself gone and never expires).
+		return nil
+	}
 	n.lessor.term = term
 	n.lessor.expiry, n.lessor.ttl = map[int64]time.Time{}, map[int64]time.Duration{}
 	for id, ms := range ls {
