@@ -102,21 +102,32 @@ func (s *Server) applyCreate(ctx context.Context, kind *fieldmanager.Kind, res *
 // YAML) as kube-apiserver does: into an unstructured object, with duplicate
 // fields reported as fieldValidation says. Unknown fields are always an
 // error, found later against the kind's schema.
+//
+// Unless duplicates are ignored the strict reader goes first: when it
+// succeeds its object is the one the lenient reader would return (strict
+// only adds errors), so a well-formed configuration is read once, not
+// twice.
 func decodeApply(ctx context.Context, data []byte, fv fieldValidation) (*unstructured.Unstructured, error) {
 	obj := map[string]any{}
-	if err := sigsyaml.Unmarshal(data, &obj); err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	var strictErr error
+	if fv != validationIgnore {
+		if strictErr = sigsyaml.UnmarshalStrict(data, &obj); strictErr != nil {
+			obj = map[string]any{}
+		}
+	}
+	if fv == validationIgnore || strictErr != nil {
+		if err := sigsyaml.Unmarshal(data, &obj); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+		}
 	}
 	if obj == nil {
 		return nil, apierrors.NewBadRequest("error decoding YAML: the applied configuration must be an object")
 	}
-	if fv != validationIgnore {
-		if err := sigsyaml.UnmarshalStrict(data, &map[string]any{}); err != nil {
-			if fv == validationStrict {
-				return nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err))
-			}
-			warn(ctx, err.Error())
+	if strictErr != nil {
+		if fv == validationStrict {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", strictErr))
 		}
+		warn(ctx, strictErr.Error())
 	}
 	return &unstructured.Unstructured{Object: obj}, nil
 }

@@ -1,0 +1,111 @@
+package resources
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// decodeApplyTwice is decodeApply as it was: the lenient reader, then the
+// strict one for duplicates. It returns the object, the error, and the
+// warning it would send.
+func decodeApplyTwice(data []byte, fv fieldValidation) (map[string]any, error, string) {
+	obj := map[string]any{}
+	if err := sigsyaml.Unmarshal(data, &obj); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err)), ""
+	}
+	if obj == nil {
+		return nil, apierrors.NewBadRequest("error decoding YAML: the applied configuration must be an object"), ""
+	}
+	if fv != validationIgnore {
+		if err := sigsyaml.UnmarshalStrict(data, &map[string]any{}); err != nil {
+			if fv == validationStrict {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err)), ""
+			}
+			return obj, nil, err.Error()
+		}
+	}
+	return obj, nil, ""
+}
+
+// TestDecodeApplyReadsOnce: reading strictly first answers exactly as
+// reading leniently then strictly did.
+func TestDecodeApplyReadsOnce(t *testing.T) {
+	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"x":"1"}},"data":{"v":"` + strings.Repeat("x", 1000) + `"}}`
+	for _, data := range []string{
+		cm,
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  n: \"1\"\n  b: 'true'\n",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  name: b\n",
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"metadata":{"name":"b"}}`,
+		"replicas: 3\nratio: 0.5\nbig: 12345678901234567890\nflag: yes\n",
+		"null", "", "[]", "- a\n- b\n", "{", "a: [1, 2", "key: value\n\tbad: tab\n", "\"just a string\"", "42",
+	} {
+		for _, fv := range []fieldValidation{validationIgnore, validationWarn, validationStrict} {
+			wantObj, wantErr, wantWarn := decodeApplyTwice([]byte(data), fv)
+			var warned []string
+			ctx := withWarnings(context.Background(), &warned)
+			got, err := decodeApply(ctx, []byte(data), fv)
+			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+				t.Errorf("%q %s: error %v, want %v", data, fv, err, wantErr)
+				continue
+			}
+			if err != nil {
+				continue
+			}
+			if !reflect.DeepEqual(got.Object, wantObj) {
+				t.Errorf("%q %s: object %v, want %v", data, fv, got.Object, wantObj)
+			}
+			if w := strings.Join(warned, "|"); w != wantWarn {
+				t.Errorf("%q %s: warning %q, want %q", data, fv, w, wantWarn)
+			}
+		}
+	}
+}
+
+func BenchmarkDecodeApply(b *testing.B) {
+	data := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"v":"` + strings.Repeat("x", 1000) + `"}}`)
+	ctx := withWarnings(context.Background(), new([]string))
+	for b.Loop() {
+		if _, err := decodeApply(ctx, data, validationWarn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// withWarnings returns a context whose gRPC header carries Warnings into
+// *into, as the ResourceService's would to the client.
+func withWarnings(ctx context.Context, into *[]string) context.Context {
+	return grpc.NewContextWithServerTransportStream(ctx, &headerRecorder{warnings: into})
+}
+
+// headerRecorder is a grpc.ServerTransportStream that keeps the warning
+// header values set on it.
+type headerRecorder struct {
+	warnings *[]string
+}
+
+func (h *headerRecorder) Method() string { return "/test" }
+
+func (h *headerRecorder) SetHeader(md metadata.MD) error {
+	for _, v := range md.Get("warning") {
+		// "299 - "+quoted message, as warn writes it.
+		m, err := strconv.Unquote(strings.TrimPrefix(v, "299 - "))
+		if err != nil {
+			return err
+		}
+		*h.warnings = append(*h.warnings, m)
+	}
+	return nil
+}
+
+func (h *headerRecorder) SendHeader(md metadata.MD) error { return h.SetHeader(md) }
+
+func (h *headerRecorder) SetTrailer(metadata.MD) error { return nil }
