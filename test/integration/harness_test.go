@@ -30,7 +30,8 @@ type env struct {
 	dataDir string
 }
 
-// newEnv starts a control plane; tune adjusts its configuration.
+// newEnv starts a control plane in a new data directory; tune adjusts its
+// configuration (setting DataDir restarts one on an earlier env's data).
 func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
@@ -55,7 +56,7 @@ func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, cp: cp, config: rc, client: c, dataDir: dir}
+	return &env{t: t, cp: cp, config: rc, client: c, dataDir: cfg.DataDir}
 }
 
 // storeConn dials the store's own gRPC API with the admin certificate.
