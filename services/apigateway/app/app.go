@@ -23,7 +23,6 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
@@ -42,7 +41,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 // Config configures the gateway.
@@ -109,9 +107,7 @@ type App struct {
 	log      *slog.Logger
 	conns    []*grpc.ClientConn
 	closers  []func() error
-	internal *grpc.Server
 	grpc     *grpc.Server
-	inLis    *bufconn.Listener
 	http     *http.Server
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -212,23 +208,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	authenticator := authn.New(cfg.ClientCAs, tokens)
 	resourceServer := resources.New(rcfg)
 
-	// The ResourceService runs on an in-process gRPC server: grpc-gateway
-	// reaches it through a client connection (streams need one), and only
-	// the front end, which authenticated the caller, can dial it — so it
-	// believes the identity in the metadata.
-	if err := a.startInternal(resourceServer); err != nil {
-		return nil, err
-	}
-	inConn, err := grpc.NewClient("passthrough:///internal",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return a.inLis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecureLocal{}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("apigateway: internal connection: %w", err)
-	}
-	a.conns = append(a.conns, inConn)
-
 	var metrics http.Handler
 	if cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
@@ -236,7 +215,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	handler, err := frontend.New(bg, frontend.Config{
 		Registry:       reg,
 		Authenticator:  authenticator,
-		Resources:      apiv1.NewResourceServiceClient(inConn),
 		LocalResources: resourceServer,
 		FlowControl:    fc,
 		Readyz:         readyz,
@@ -290,25 +268,6 @@ func (a *App) dial(addr string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-func (a *App) startInternal(srv apiv1.ResourceServiceServer) error {
-	opts, err := grpcserver.ServerOptions(grpcserver.Options{Service: "apigateway-internal", Logger: a.log, MaxRecvMsgSize: grpcclient.MaxMsgSize})
-	if err != nil {
-		return err
-	}
-	opts = append(opts, grpc.ChainUnaryInterceptor(trustLocalUnary), grpc.ChainStreamInterceptor(trustLocalStream))
-	a.internal = grpc.NewServer(opts...)
-	apiv1.RegisterResourceServiceServer(a.internal, srv)
-	a.inLis = bufconn.Listen(1 << 20)
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := a.internal.Serve(a.inLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			a.log.Error("internal gRPC server stopped", "error", err)
-		}
-	}()
-	return nil
-}
-
 // Serve serves the HTTPS API on lis until Close. It returns nil after
 // Close.
 func (a *App) Serve(lis net.Listener) error {
@@ -355,9 +314,6 @@ func (a *App) Close() error {
 		}
 		if a.cancel != nil {
 			a.cancel()
-		}
-		if a.internal != nil {
-			a.internal.Stop()
 		}
 		// The background work (flow control's last releases among it)
 		// ends before the connections it uses close.

@@ -48,11 +48,12 @@ type Config struct {
 	Registry *registry.Registry
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
-	// Resources is a client of the ResourceService, used for watches
-	// (grpc-gateway streams only through a client). Required.
+	// Resources is a client of a remote ResourceService. Required unless
+	// LocalResources is set.
 	Resources apiv1.ResourceServiceClient
-	// LocalResources, when set, serves the unary methods by a direct call
-	// instead of through Resources, saving a gRPC hop per request.
+	// LocalResources is a ResourceService in this process: unary methods
+	// are served by direct calls and streams through localstream, with no
+	// gRPC hop. It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowclient.Client
@@ -82,8 +83,11 @@ type Handler struct {
 
 // New builds the front end and registers the ResourceService routes.
 func New(ctx context.Context, cfg Config) (*Handler, error) {
+	if cfg.LocalResources != nil {
+		cfg.Resources = localClient{srv: cfg.LocalResources}
+	}
 	if cfg.Registry == nil || cfg.Authenticator == nil || cfg.Resources == nil {
-		return nil, errors.New("frontend: Registry, Authenticator and Resources are required")
+		return nil, errors.New("frontend: Registry, Authenticator and Resources or LocalResources are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
