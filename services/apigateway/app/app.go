@@ -28,6 +28,7 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
@@ -271,7 +272,7 @@ func (a *App) dial(addr string) (*grpc.ClientConn, error) {
 // Serve serves the HTTPS API on lis until Close. It returns nil after
 // Close.
 func (a *App) Serve(lis net.Listener) error {
-	err := a.http.ServeTLS(lis, "", "")
+	err := a.http.ServeTLS(coalesce.NewListener(lis), "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
