@@ -78,6 +78,31 @@ func (f *Filter) LabelEquals() (key, value string, ok bool) {
 	return "", "", false
 }
 
+// MetadataOnly reports whether the filter looks at nothing but an object's
+// name, namespace and labels (no field selector on a kind's own fields),
+// so that MatchesMetadata decides as Matches would.
+func (f *Filter) MetadataOnly() bool {
+	for _, r := range f.fields.Requirements() {
+		if r.Field != "metadata.name" && r.Field != "metadata.namespace" {
+			return false
+		}
+	}
+	return true
+}
+
+// MatchesMetadata reports whether an object of that name, namespace and
+// labels is selected. Only for a MetadataOnly filter: the kind's own fields
+// are not consulted.
+func (f *Filter) MatchesMetadata(name, namespace string, lbls map[string]string) bool {
+	if f.Empty() {
+		return true
+	}
+	if !f.labels.Matches(labels.Set(lbls)) {
+		return false
+	}
+	return f.fields.Empty() || f.fields.Matches(fields.Set{"metadata.name": name, "metadata.namespace": namespace})
+}
+
 // Matches reports whether obj is selected.
 func (f *Filter) Matches(obj runtime.Object) bool {
 	if f.Empty() {

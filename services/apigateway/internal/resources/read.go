@@ -106,8 +106,10 @@ func readOptions(rv, match string) (opts storage.ReadOptions, minRV int64, err e
 }
 
 // List reads a collection, filtered by selectors, optionally in chunks.
-// JSON lists stream (see streamList); other encodings, Tables and
-// metadata-only lists are built whole and sent as one message.
+// JSON lists stream (see streamList); protobuf lists are spliced from the
+// stored bytes (see spliceList) unless a selector needs a kind's own
+// fields; other encodings, Tables and metadata-only lists are built whole
+// and sent as one message.
 func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
 	ctx := stream.Context()
 	res, err := s.resolve(req.GetRef(), false)
@@ -133,6 +135,11 @@ func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListS
 	}
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
 		return toGRPC(s.streamList(ctx, res, req, filter, stream))
+	}
+	if spliceable(out, filter) {
+		if handled, err := s.spliceList(ctx, res, req, filter, stream); handled {
+			return toGRPC(err)
+		}
 	}
 	list, err := s.list(ctx, res, req, filter)
 	if err != nil {

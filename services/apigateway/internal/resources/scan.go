@@ -36,6 +36,24 @@ type scanResult struct {
 // and the initial state of watches all read collections this way.
 func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
+	return scanKVs(ctx, filter.Empty(), first, minRV, limit, pageSize, read, func(kv storage.KV) (bool, error) {
+		obj := res.New()
+		if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+			return false, apierrors.NewInternalError(err)
+		}
+		if !filter.Matches(obj) {
+			return false, nil
+		}
+		return true, yield(obj)
+	})
+}
+
+// scanKVs is scan's paging over the stored values themselves: yield gets
+// every key read and reports whether it selected it (only selected keys
+// count toward limit). selectsAll says that yield selects every key, which
+// makes the count of keys left after a page the remainingItemCount.
+func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, minRV, limit, pageSize int64,
+	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(storage.KV) (bool, error)) (scanResult, error) {
 	var out scanResult
 	opts := first
 	var count int64
@@ -58,17 +76,13 @@ func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selec
 			out.rev = page.Revision
 		}
 		for _, kv := range page.KVs {
-			obj := res.New()
-			if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-				return out, apierrors.NewInternalError(err)
-			}
-			if !filter.Matches(obj) {
-				continue
-			}
-			if err := yield(obj); err != nil {
+			selected, err := yield(kv)
+			if err != nil {
 				return out, err
 			}
-			count++
+			if selected {
+				count++
+			}
 		}
 		if !page.More || len(page.KVs) == 0 {
 			out.next, out.remaining = "", nil
@@ -77,7 +91,7 @@ func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selec
 		// The page ended before the collection: continue from the key
 		// after its last, at the same revision.
 		out.next = page.KVs[len(page.KVs)-1].Key + "\x00"
-		if filter.Empty() {
+		if selectsAll {
 			r := page.Count - int64(len(page.KVs))
 			out.remaining = &r
 		}
