@@ -10,6 +10,14 @@ import (
 // kube-apiserver: below it compression costs more than it saves.
 const gzipThreshold = 128 << 10
 
+// gzipLevel is kube-apiserver's level, the fastest. The bodies compressed
+// are large lists, and Go clients ask for gzip unless told not to: at the
+// default level (6) compressing a 12 MB list of 10,000 ConfigMaps took 26 ms
+// with the loadtest's repeated values and 178 ms with random letters —
+// longer than the store takes to read the list — and at level 1 10 ms and
+// 26 ms, for 5% more bytes.
+const gzipLevel = gzip.BestSpeed
+
 // acceptsGzip reports whether the client takes gzip-encoded responses.
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
@@ -53,7 +61,7 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	h.Add("Vary", "Accept-Encoding")
 	h.Del("Content-Length")
 	g.ResponseWriter.WriteHeader(g.code)
-	g.gz = gzip.NewWriter(g.ResponseWriter)
+	g.gz, _ = gzip.NewWriterLevel(g.ResponseWriter, gzipLevel) // the level is valid
 	if _, err := g.gz.Write(g.buf); err != nil {
 		return 0, err
 	}
