@@ -5,6 +5,7 @@
 #
 #   services/store/loadtest/run.sh [DATA_ROOT] [DURATION]
 #
+# STORE_FLAGS adds flags to every meridian store (e.g. "--min-free-bytes -1"), for A/B runs.
 # Needs: go, etcd (Debian: apt-get install -y etcd-server). Output: the
 # loadtest tables on stdout; CPU profiles of the meridian leader in
 # $DATA_ROOT/*.pprof.
@@ -33,7 +34,7 @@ meridian() { # n
   for i in $(seq 0 $((n-1))); do
     "$root/bin/store" --id m$i --data-dir "$root/m/$i" --listen 127.0.0.1:$((23790+i)) \
       --peer-listen 127.0.0.1:$((23800+i)) --initial-cluster "$initial" \
-      --metrics-listen 127.0.0.1:$((23810+i)) --pprof --log-level warn >"$root/m/$i.log" 2>&1 &
+      --metrics-listen 127.0.0.1:$((23810+i)) --pprof --log-level warn ${STORE_FLAGS:-} >"$root/m/$i.log" 2>&1 &
     pids+=($!)
   done
   for i in $(seq 0 $((n-1))); do wait_port $((23790+i)); done
