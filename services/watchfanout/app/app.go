@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
@@ -31,6 +32,7 @@ import (
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/server"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 )
 
 // ServiceName is the gRPC service served. Health reports it NOT_SERVING
@@ -88,6 +90,10 @@ type Config struct {
 	// InitialEventsConcurrency caps the watches sending their initial
 	// state at once; default 16.
 	InitialEventsConcurrency int
+	// BufferPool provides the buffers watch batches are encoded into
+	// (gRPC gives each back once written); nil means gRPC's default pool.
+	// Tests set one that checks the buffers' lifetime.
+	BufferPool mem.BufferPool
 }
 
 // Validate reports every problem of c at once.
@@ -168,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
-	srv, hs, err := grpcserver.New(grpcserver.Options{
+	so, err := grpcserver.ServerOptions(grpcserver.Options{
 		Service:    "watchfanout",
 		TLS:        cfg.TLS,
 		Registerer: cfg.Registerer,
@@ -178,6 +184,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
+	// Watch batches are sent encoded already (package wire); every other
+	// message goes through the proto codec as usual.
+	wc, err := wire.NewCodec()
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: %w", err)
+	}
+	srv := grpc.NewServer(append(so, grpc.ForceServerCodecV2(wc))...)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
 	// The store client routes the cache's watch and linearizable reads to
 	// the member believed to lead, retries reads on another member, and
 	// opens a new watch on another member when one cannot be opened; the
@@ -203,6 +219,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	ws, err := server.New(server.Config{
 		Cache: c, Codec: cdc, KV: storev1.NewKVServiceClient(conn),
 		WatchTimeout: cfg.WatchTimeout, ReadWaitTimeout: cfg.ReadWaitTimeout, InitialEventsConcurrency: cfg.InitialEventsConcurrency,
+		BufferPool: cfg.BufferPool,
 	})
 	if err != nil {
 		conn.Close()

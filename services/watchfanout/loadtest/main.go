@@ -11,8 +11,10 @@
 //	        rest.
 //	storm:  O objects, then W watchers opened at once with
 //	        sendInitialEvents=true: time until every watcher has its
-//	        initial-events-end bookmark, peak RSS (VmHWM) against the RSS
-//	        before.
+//	        initial-events-end bookmark, peak RSS (VmHWM, reset before the
+//	        storm) against the steady RSS: the RSS once the tier, holding
+//	        the objects, has been collected twice (-metrics) and has rested
+//	        (see stormScenario).
 //
 // Every phase is bounded in time.
 package main
@@ -21,7 +23,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -56,6 +57,7 @@ type options struct {
 	mux                     bool
 	api, dataDir            string
 	proto                   bool
+	metrics                 string
 }
 
 func main() {
@@ -75,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
 	flag.StringVar(&o.api, "api", "", "fanout: watch through the gateway's REST API at this URL (e.g. https://127.0.0.1:6443 of the all-in-one, whose --store address -store must be) instead of the tier over gRPC")
 	flag.StringVar(&o.dataDir, "data-dir", ".meridian", "with -api: the all-in-one's data dir (its pki/ gives the admin client certificate)")
+	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:9094", "storm: the tier's --metrics-listen address, run with --pprof (its heap profile endpoint forces the collections before the steady size; its metrics give heap in use); empty: neither")
 	flag.BoolVar(&o.mux, "mux", false, "multiplex the watches over WatchMany streams (as the gateway does) instead of a Watch stream each")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -332,95 +335,6 @@ func (e *env) idleScenario(ctx context.Context) error {
 	fmt.Printf("at rest over %v: %s\n", o.duration, rest.delta(opened, o.duration))
 	fmt.Printf("after rest (GC and stack shrinking had time to run): %.2f KiB per watcher\n", float64(rest.rss-before.rss)/1024/float64(o.watchers))
 	_ = streams
-	return nil
-}
-
-func (e *env) stormScenario(ctx context.Context) error {
-	o := e.o
-	payload := strings.Repeat("x", o.size)
-	began := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < o.objects; i += 8 {
-				if _, err := e.put(ctx, "storm", fmt.Sprintf("cm-%05d", i), payload); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	fmt.Printf("%d objects of %d B written in %v\n", o.objects, o.size, time.Since(began).Round(time.Millisecond))
-	time.Sleep(5 * time.Second)
-	steady := readProc(o.pid)
-	fmt.Printf("steady: %s\n", steady)
-	var synced atomic.Int64
-	var bytesIn atomic.Int64
-	marker := []byte("k8s.io/initial-events-end")
-	began = time.Now()
-	var done sync.WaitGroup
-	var peak atomic.Int64
-	sample := make(chan struct{})
-	go func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sample:
-				return
-			case <-t.C:
-				if p := readProc(o.pid); p.rss > peak.Load() {
-					peak.Store(p.rss)
-				}
-			}
-		}
-	}()
-	var firstErr atomic.Value
-	for i := range o.watchers {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			req := &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "storm",
-				SendInitialEvents: ptr(true), ResourceVersionMatch: "NotOlderThan", AllowBookmarks: true}
-			cl, err := e.openWatch(ctx, i, req)
-			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
-			for {
-				resp, err := cl.Recv()
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				bytesIn.Add(int64(len(resp.GetFrames())))
-				if bytes.Contains(resp.GetFrames(), marker) {
-					synced.Add(1)
-					return
-				}
-			}
-		}()
-	}
-	done.Wait()
-	close(sample)
-	took := time.Since(began)
-	final := readProc(o.pid)
-	if err, _ := firstErr.Load().(error); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Printf("first error: %v\n", err)
-	}
-	fmt.Printf("%d/%d watchers synced (%d objects each) in %v; %.1f MiB of frames (%.0f MiB/s)\n",
-		synced.Load(), o.watchers, o.objects, took.Round(time.Millisecond), mib(bytesIn.Load()), mib(bytesIn.Load())/took.Seconds())
-	fmt.Printf("RSS steady %.1f MiB, peak sampled %.1f MiB, VmHWM %.1f MiB (peak/steady %.2f)\n",
-		mib(steady.rss), mib(peak.Load()), mib(final.hwm), float64(max(peak.Load(), final.hwm))/float64(steady.rss))
 	return nil
 }
 

@@ -263,14 +263,19 @@ func (c *Cache) setRev(rev int64) {
 // WaitForRev waits until the cache has applied every event up to rev, or
 // ctx ends. It asks the store for progress notifications while it waits.
 func (c *Cache) WaitForRev(ctx context.Context, rev int64) error {
-	retry := time.NewTicker(100 * time.Millisecond)
-	defer retry.Stop()
+	// The ticker only once there is a wait: in a relist storm thousands of
+	// watches find the cache there already.
+	var retry *time.Ticker
 	for {
 		c.revMu.Lock()
 		cur, ch := c.rev, c.revCh
 		c.revMu.Unlock()
 		if cur >= rev {
 			return nil
+		}
+		if retry == nil {
+			retry = time.NewTicker(100 * time.Millisecond)
+			defer retry.Stop()
 		}
 		c.requestProgress(false)
 		select {

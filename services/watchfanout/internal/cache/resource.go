@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -48,6 +49,13 @@ type Resource struct {
 	opts *Options
 	m    *resourceMetrics
 
+	// endBookmark is the last initial-events-end bookmark (see Bookmark).
+	endBookmark atomic.Pointer[Event]
+	// everything is the filter without selectors, shared by the watches
+	// and lists that have none (a filter is immutable); nil if it could
+	// not be built.
+	everything *selection.Filter
+
 	mu struct {
 		sync.RWMutex
 		state *tree
@@ -76,8 +84,15 @@ func newResource(res *registry.Resource, enc *encoders, opts *Options, m *resour
 	r.mu.state = btree.NewG(32, lessEvent)
 	r.mu.watchers = newWatcherSet()
 	r.mu.snapshots = map[int64]*keptSnapshot{}
+	if f, err := selection.New(res, "", ""); err == nil {
+		r.everything = f
+	}
 	return r
 }
+
+// Everything returns the filter without selectors, shared by all its
+// users (thousands of watches in a relist storm), or nil.
+func (r *Resource) Everything() *selection.Filter { return r.everything }
 
 // Registry returns the served resource.
 func (r *Resource) Registry() *registry.Resource { return r.res }
@@ -448,8 +463,24 @@ func (r *Resource) closeWatchers() {
 
 // Bookmark returns a bookmark event at rev for one watch (it is not
 // dispatched); initialEnd annotates it k8s.io/initial-events-end.
+//
+// The last initial-events-end bookmark is kept and returned again for
+// the same rev: the watches of a relist storm all end their initial
+// events at the same revision, and share one event and its frames
+// instead of building and encoding one each.
 func (r *Resource) Bookmark(rev int64, initialEnd bool) (*Event, error) {
-	return newBookmark(r.res, r.enc, rev, initialEnd)
+	if !initialEnd {
+		return newBookmark(r.res, r.enc, rev, false)
+	}
+	if ev := r.endBookmark.Load(); ev != nil && ev.Rev == rev {
+		return ev, nil
+	}
+	ev, err := newBookmark(r.res, r.enc, rev, true)
+	if err != nil {
+		return nil, err
+	}
+	r.endBookmark.Store(ev)
+	return ev, nil
 }
 
 // ErrorFrame encodes an ERROR event carrying st in format f.

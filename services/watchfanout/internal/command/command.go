@@ -8,6 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
@@ -58,6 +61,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&tune.WatchTimeout, "watch-timeout", 0, "ends watches that asked for no timeout; 0: 30m")
 	fs.DurationVar(&tune.ReadWaitTimeout, "read-wait-timeout", 0, "how long a read waits for the cache to reach a resourceVersion before a 504; 0: 3s")
 	pprof := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
+	memLimit := fs.String("memory-limit", "", "soft memory limit of the Go runtime, a quantity such as 96Mi (see runtime/debug.SetMemoryLimit): near it the garbage collector runs more often instead of letting the heap double; empty: none (GOMEMLIMIT, if set, applies)")
 	if err := daemon.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -68,6 +72,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("watchfanout: --pprof needs --metrics-listen")
 	}
 	storeTLS, err := store.tls()
+	if err != nil {
+		return fmt.Errorf("watchfanout: %w", err)
+	}
+	limit, err := memoryLimit(*memLimit)
 	if err != nil {
 		return fmt.Errorf("watchfanout: %w", err)
 	}
@@ -84,6 +92,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return daemon.Run(ctx, "watchfanout", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
 		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust = env.TLS, env.Registry, env.Logger, env.Trust
+		if limit > 0 {
+			// Process-wide, so set by the binary, never by app (the
+			// all-in-one embeds it).
+			debug.SetMemoryLimit(limit)
+			env.Logger.Info("soft memory limit set", "bytes", limit)
+		}
 		a, err := app.New(ctx, cfg)
 		if err != nil || !*pprof {
 			return a, err
@@ -96,4 +110,20 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		env.Logger.Info("metrics and pprof serving", "addr", addr.String())
 		return a, nil
 	})
+}
+
+// memoryLimit parses --memory-limit: 0 for none.
+func memoryLimit(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, fmt.Errorf("--memory-limit %q: %w", s, err)
+	}
+	n, ok := q.AsInt64()
+	if !ok || n <= 0 {
+		return 0, fmt.Errorf("--memory-limit %q: want a positive number of bytes, such as 96Mi", s)
+	}
+	return n, nil
 }

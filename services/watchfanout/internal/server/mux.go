@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 )
 
 // errSendClosed: the stream's handler returned; nothing may be sent.
@@ -36,6 +37,11 @@ type mux struct {
 	s    *Server
 	ctx  context.Context // the stream's
 	emit emitFunc        // called with sendMu held
+	// sendMsg is the stream's SendMsg, for batches encoded by package
+	// wire (the server's gRPC codec must be wire.Codec); called with
+	// sendMu held.
+	sendMsg func(any) error
+	many    bool // batches are WatchManyResponses (else WatchResponses)
 
 	sendMu sync.Mutex
 	closed bool // guarded by sendMu
@@ -47,8 +53,8 @@ type mux struct {
 	live    sync.WaitGroup
 }
 
-func newMux(s *Server, ctx context.Context, emit emitFunc) *mux {
-	return &mux{s: s, ctx: ctx, emit: emit, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
+func newMux(s *Server, ctx context.Context, many bool, emit emitFunc, sendMsg func(any) error) *mux {
+	return &mux{s: s, ctx: ctx, emit: emit, sendMsg: sendMsg, many: many, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
 }
 
 // send sends one message of a watch; errSendClosed after closeSends.
@@ -59,6 +65,17 @@ func (m *mux) send(id int64, resp *watchv1.WatchResponse, end bool, endErr error
 		return errSendClosed
 	}
 	return m.emit(id, resp, end, endErr)
+}
+
+// sendEncoded sends a batch encoded by package wire; errSendClosed after
+// closeSends. On success gRPC owns msg's buffer.
+func (m *mux) sendEncoded(msg *wire.Message) error {
+	m.sendMu.Lock()
+	defer m.sendMu.Unlock()
+	if m.closed {
+		return errSendClosed
+	}
+	return m.sendMsg(msg)
 }
 
 // closeSends makes every later send fail; it waits for a send in progress.
@@ -167,7 +184,7 @@ func (m *mux) serve(quit <-chan struct{}) {
 // timeout and when the service shuts down.
 func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_WatchServer) error {
 	var result error
-	m := newMux(s, stream.Context(), func(_ int64, resp *watchv1.WatchResponse, end bool, endErr error) error {
+	m := newMux(s, stream.Context(), false, func(_ int64, resp *watchv1.WatchResponse, end bool, endErr error) error {
 		if resp != nil {
 			if err := stream.Send(resp); err != nil {
 				return err
@@ -177,7 +194,7 @@ func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_Wa
 			result = endErr
 		}
 		return nil
-	})
+	}, stream.SendMsg)
 	w, _ := m.open(0, req, 0) // HTTP/2 flow control is the watch's
 	stop := context.AfterFunc(stream.Context(), func() { w.stop(stopGone) })
 	defer stop()
@@ -191,7 +208,7 @@ func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_Wa
 // stream ends with an error only for a broken request (an id in use, an
 // empty op); watches end one by one, each with its own end message.
 func (s *Server) WatchMany(stream watchv1.WatchService_WatchManyServer) error {
-	m := newMux(s, stream.Context(), func(id int64, resp *watchv1.WatchResponse, end bool, endErr error) error {
+	m := newMux(s, stream.Context(), true, func(id int64, resp *watchv1.WatchResponse, end bool, endErr error) error {
 		out := &watchv1.WatchManyResponse{Id: id, Response: resp, End: end}
 		if endErr != nil {
 			b, err := proto.Marshal(status.Convert(endErr).Proto())
@@ -201,7 +218,7 @@ func (s *Server) WatchMany(stream watchv1.WatchService_WatchManyServer) error {
 			out.Status = b
 		}
 		return stream.Send(out)
-	})
+	}, stream.SendMsg)
 	quit, sent := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sent)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/mem"
+
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
@@ -25,10 +27,11 @@ import (
 const (
 	DefaultWatchTimeout    = 30 * time.Minute
 	DefaultReadWaitTimeout = 3 * time.Second
-	// DefaultMaxBatchBytes keeps a marshalled WatchResponse within 32 KiB:
-	// gRPC marshals into buffers from size-tiered pools (…, 16 KiB, 32 KiB,
-	// 1 MiB), and a 64 KiB batch took a 1 MiB buffer per Send in flight —
-	// 40 MiB of them at the peak of a relist storm.
+	// DefaultMaxBatchBytes keeps an encoded WatchManyResponse within
+	// 32 KiB: batches are encoded into buffers from gRPC's size-tiered
+	// pool (…, 16 KiB, 32 KiB, 1 MiB), and so are they on the client's
+	// side; a 64 KiB batch took a 1 MiB buffer per message in flight — 40
+	// MiB of them at the peak of a relist storm.
 	DefaultMaxBatchBytes            = 32<<10 - 64
 	DefaultInitialEventsConcurrency = 16
 )
@@ -57,14 +60,20 @@ type Config struct {
 	InitialEventsConcurrency int
 	// Now is the clock of Table ages; nil is time.Now.
 	Now func() time.Time
+	// BufferPool provides the buffers watch batches are encoded into;
+	// gRPC returns each once it has written it. nil is gRPC's default
+	// pool (mem.DefaultBufferPool).
+	BufferPool mem.BufferPool
 }
 
-// Server serves watch.v1.WatchService.
+// Server serves watch.v1.WatchService. Its gRPC server must use
+// wire.Codec (grpc.ForceServerCodecV2): watch batches are sent encoded.
 type Server struct {
 	watchv1.UnimplementedWatchServiceServer
 	cfg Config
 	// initialSlots caps the watches sending initial events at once.
 	initialSlots *slots
+	pool         mem.BufferPool
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)
@@ -89,7 +98,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency)}, nil
+	pool := cfg.BufferPool
+	if pool == nil {
+		pool = mem.DefaultBufferPool()
+	}
+	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency), pool: pool}, nil
 }
 
 // resolve finds the cache of a resource; 404 when it is not served, 503
@@ -149,8 +162,14 @@ func parseRV(rv string) (int64, error) {
 	return n, nil
 }
 
-// filter parses selectors.
+// filter parses selectors. Without any it is the resource's shared
+// filter.
 func filter(r *cache.Resource, labelSel, fieldSel string) (*selection.Filter, error) {
+	if labelSel == "" && fieldSel == "" {
+		if f := r.Everything(); f != nil {
+			return f, nil
+		}
+	}
 	return selection.New(r.Registry(), labelSel, fieldSel)
 }
 

@@ -3,11 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -71,18 +70,18 @@ func watchError(err error) metav1.Status {
 	return apiStatus(err)
 }
 
-// batcher packs frames into WatchResponses of up to max bytes. The frames
-// are shared bytes; only the batch buffer (pooled) is per watcher.
+// batcher packs frames into WatchResponses of up to max bytes of frames,
+// encoded by a wire.Builder straight into the buffer gRPC will write (see
+// package wire): nothing is allocated per message, and the frames, shared
+// by every watcher, are copied once.
 type batcher struct {
-	send   func(*watchv1.WatchResponse) error
-	max    int
-	buf    *[]byte
-	single []byte // a batch of exactly one frame, sent without copying
-	n      int
-	rev    int64
+	send func(*wire.Message) error
+	max  int
+	enc  wire.Builder
+	msg  wire.Message // reused: each send hands its buffer to gRPC
+	n    int          // frames in the batch
+	rev  int64
 }
-
-var batchPool = sync.Pool{New: func() any { b := make([]byte, 0, DefaultMaxBatchBytes); return &b }}
 
 func (b *batcher) event(ev *cache.Event, kind cache.FrameKind, f cache.Format) error {
 	frame, err := ev.Frame(kind, f)
@@ -92,16 +91,8 @@ func (b *batcher) event(ev *cache.Event, kind cache.FrameKind, f cache.Format) e
 	return b.add(frame, ev.Rev)
 }
 
-// size is the bytes batched.
-func (b *batcher) size() int {
-	if b.buf != nil {
-		return len(*b.buf)
-	}
-	return len(b.single)
-}
-
 // fits reports whether frame joins the batch without a flush.
-func (b *batcher) fits(frame []byte) bool { return b.n == 0 || b.size()+len(frame) <= b.max }
+func (b *batcher) fits(frame []byte) bool { return b.n == 0 || b.enc.Len()+len(frame) <= b.max }
 
 func (b *batcher) add(frame []byte, rev int64) error {
 	if !b.fits(frame) {
@@ -109,18 +100,7 @@ func (b *batcher) add(frame []byte, rev int64) error {
 			return err
 		}
 	}
-	switch b.n {
-	case 0:
-		b.single = frame
-	case 1:
-		if b.buf == nil {
-			b.buf = batchPool.Get().(*[]byte)
-		}
-		*b.buf = append(append((*b.buf)[:0], b.single...), frame...)
-		b.single = nil
-	default:
-		*b.buf = append(*b.buf, frame...)
-	}
+	b.enc.Add(frame)
 	b.n++
 	if rev > 0 {
 		b.rev = rev
@@ -132,32 +112,18 @@ func (b *batcher) flush() error {
 	if b.n == 0 {
 		return nil
 	}
-	data := b.single
-	if b.n > 1 {
-		data = *b.buf
-	}
-	resp := &watchv1.WatchResponse{Frames: data}
-	if b.rev > 0 {
-		resp.ResourceVersion = strconv.FormatInt(b.rev, 10)
-	}
-	err := b.send(resp)
-	// The message was marshalled: the buffer can be reused.
-	b.n, b.single = 0, nil
-	if b.buf != nil {
-		*b.buf = (*b.buf)[:0]
-		if cap(*b.buf) > 4*b.max {
-			b.buf = nil
-		} else {
-			batchPool.Put(b.buf)
-			b.buf = nil
-		}
-	}
+	b.enc.Finish(b.rev, &b.msg)
+	b.n = 0
+	err := b.send(&b.msg)
+	// gRPC took the buffer if it marshalled the message; if the send
+	// failed before that, the buffer is still ours.
+	b.msg.Release()
 	return err
 }
 
+// release gives back the buffers of a watch that ended.
 func (b *batcher) release() {
-	if b.buf != nil {
-		batchPool.Put(b.buf)
-		b.buf = nil
-	}
+	b.enc.Reset()
+	b.msg.Release()
+	b.n = 0
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -62,16 +63,33 @@ func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64) *watch 
 	w := &watch{m: m, id: id, req: req, done: make(chan struct{}), window: window, creditCh: make(chan struct{}, 1), setup: true}
 	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
-	w.b = batcher{send: w.sendResponse, max: m.s.cfg.MaxBatchBytes}
+	max := m.s.cfg.MaxBatchBytes
+	w.b = batcher{send: w.sendEncoded, max: max, enc: wire.NewBuilder(m.s.pool, m.many, id, max)}
 	return w
 }
 
-// sendResponse sends one message of the watch. With a credit window each
+// sendResponse sends the watch's first message (empty).
+func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
+	if err := w.takeCredit(); err != nil {
+		return err
+	}
+	return w.m.send(w.id, resp, false, nil)
+}
+
+// sendEncoded sends a batch of the watch.
+func (w *watch) sendEncoded(msg *wire.Message) error {
+	if err := w.takeCredit(); err != nil {
+		return err
+	}
+	return w.m.sendEncoded(msg)
+}
+
+// takeCredit takes the credit of one message. With a credit window each
 // message takes one credit: the setup goroutine waits for credit (it is
-// the watch's own); drain never calls it without credit (it runs on the
+// the watch's own); drain never sends without credit (it runs on the
 // stream's sender, which must not wait for one watch); the last messages
 // of finish go without (the window allows one over).
-func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
+func (w *watch) takeCredit() error {
 	if w.window > 0 {
 		if w.setup && !w.ending {
 			if err := w.awaitCredit(); err != nil {
@@ -80,7 +98,7 @@ func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
 		}
 		w.credit.Add(-1)
 	}
-	return w.m.send(w.id, resp, false, nil)
+	return nil
 }
 
 // errStopped: the watch was stopped while it waited for credit.

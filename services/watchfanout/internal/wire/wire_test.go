@@ -1,0 +1,164 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire/wiretest"
+)
+
+func frame(i, size int) []byte {
+	f := bytes.Repeat([]byte{byte('a' + i%26)}, size)
+	copy(f, strconv.Itoa(i)+":")
+	return f
+}
+
+// TestBuilderEncoding: what the builder writes is byte for byte what the
+// proto codec marshals for the same message, for every header size.
+func TestBuilderEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		many   bool
+		id     int64
+		frames []int // sizes
+		rv     int64
+	}{
+		{"watch one small frame", false, 0, []int{100}, 7},
+		{"watch no rv", false, 0, []int{100, 200}, 0},
+		{"watch large batch", false, 0, []int{16000, 16000}, 123456789},
+		{"many small", true, 3, []int{10, 20, 30}, 42},
+		{"many id 0", true, 0, []int{20000, 5000}, 1},
+		{"many negative id", true, -5, []int{30000}, 99},
+		{"many large batch", true, 1 << 40, []int{16 << 10, 16 << 10}, 1 << 62},
+		{"many just under 16 KiB", true, 9, []int{8000, 8300}, 10},
+		{"many above 2 MiB", true, 9, []int{1 << 20, 1 << 20, 1 << 10}, 10},
+		{"many one giant frame", true, 2, []int{3 << 20}, 11},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := wiretest.New(t)
+			b := NewBuilder(pool, tc.many, tc.id, 32<<10)
+			var want []byte
+			for i, n := range tc.frames {
+				f := frame(i, n)
+				b.Add(f)
+				want = append(want, f...)
+			}
+			if b.Len() != len(want) {
+				t.Fatalf("Len %d, want %d", b.Len(), len(want))
+			}
+			var m Message
+			b.Finish(tc.rv, &m)
+			resp := &watchv1.WatchResponse{Frames: want}
+			if tc.rv > 0 {
+				resp.ResourceVersion = strconv.FormatInt(tc.rv, 10)
+			}
+			var msg proto.Message = resp
+			if tc.many {
+				msg = &watchv1.WatchManyResponse{Id: tc.id, Response: resp}
+			}
+			exp, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(m.Bytes(), exp) {
+				t.Fatalf("encoding differs from proto.Marshal: got %d bytes, want %d (head %x vs %x)", m.Len(), len(exp), head(m.Bytes()), head(exp))
+			}
+			m.Release()
+			b.Reset()
+			if n := pool.Outstanding(); n != 0 {
+				t.Fatalf("%d buffers not given back", n)
+			}
+		})
+	}
+}
+
+func head(b []byte) []byte { return b[:min(len(b), 24)] }
+
+// TestBuilderInPlace: a batch of 16 KiB or more is sent in the buffer it
+// was built in (one Get, no copy); a smaller one is copied into a buffer
+// of its size, and the builder's goes back.
+func TestBuilderInPlace(t *testing.T) {
+	pool := wiretest.New(t)
+	b := NewBuilder(pool, true, 12, 32<<10)
+	b.Add(frame(0, 10<<10))
+	b.Add(frame(1, 10<<10))
+	var m Message
+	b.Finish(5, &m)
+	if pool.Gets() != 1 {
+		t.Fatalf("%d Gets for a large batch, want 1 (built in place)", pool.Gets())
+	}
+	if cap(m.Bytes()) < 32<<10 {
+		t.Fatalf("message buffer cap %d: not the builder's", cap(m.Bytes()))
+	}
+	if pool.Outstanding() != 1 {
+		t.Fatalf("outstanding %d, want 1 (the message's)", pool.Outstanding())
+	}
+	m.Release()
+
+	b.Add(frame(2, 100))
+	b.Add(frame(3, 100))
+	b.Finish(6, &m)
+	if got := cap(m.Bytes()); got > 1024 {
+		t.Fatalf("small message in a buffer of %d bytes", got)
+	}
+	if pool.Outstanding() != 1 {
+		t.Fatalf("outstanding %d, want 1: the builder's buffer goes back", pool.Outstanding())
+	}
+	m.Release()
+}
+
+// TestCodec: a Message is handed over once; other messages are marshalled
+// by the proto codec; Unmarshal is the proto codec's.
+func TestCodec(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := wiretest.New(t)
+	b := NewBuilder(pool, false, 0, 32<<10)
+	b.Add(frame(0, 2000))
+	var m Message
+	b.Finish(3, &m)
+	want := bytes.Clone(m.Bytes())
+	data, err := c.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data.Materialize(), want) {
+		t.Fatal("Marshal changed the bytes")
+	}
+	if m.Len() != 0 {
+		t.Fatal("the message still holds its buffer after Marshal")
+	}
+	m.Release() // no-op: gRPC owns it
+	if _, err := c.Marshal(&m); !errors.Is(err, ErrSent) {
+		t.Fatalf("second Marshal: %v, want ErrSent", err)
+	}
+	if pool.Outstanding() != 1 {
+		t.Fatal("the buffer went back before gRPC freed it")
+	}
+	data.Free()
+	if pool.Outstanding() != 0 {
+		t.Fatal("Free did not give the buffer back")
+	}
+
+	plain, err := c.Marshal(&watchv1.WatchResponse{Frames: []byte("x"), ResourceVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got watchv1.WatchResponse
+	if err := c.Unmarshal(plain, &got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.GetFrames()) != "x" || got.GetResourceVersion() != "1" {
+		t.Fatalf("round trip: %v", &got)
+	}
+	if _, err := c.Marshal(struct{}{}); err == nil {
+		t.Fatal("Marshal of a non-message succeeded")
+	}
+}
