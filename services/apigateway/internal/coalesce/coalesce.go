@@ -146,20 +146,20 @@ func (c *Conn) putBuffer(b []byte) {
 // and then sets a deadline of now, which must not cut off the response
 // queued before it.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.drain()
-	c.deadline = t
-	return c.Conn.SetWriteDeadline(t)
+	return c.setDeadline(t, c.Conn.SetWriteDeadline)
 }
 
 // SetDeadline sets the read and write deadlines; see SetWriteDeadline.
 func (c *Conn) SetDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetDeadline)
+}
+
+func (c *Conn) setDeadline(t time.Time, set func(time.Time) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.drain()
 	c.deadline = t
-	return c.Conn.SetDeadline(t)
+	return set(t)
 }
 
 // drain waits, with c.mu held, until nothing is being sent, bounded by the
