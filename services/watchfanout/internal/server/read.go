@@ -202,7 +202,11 @@ type listPage struct {
 func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selection.Filter) listPage {
 	p := listPage{rev: snap.Rev}
 	var rest int64
-	snap.Ascend(start, func(ev *cache.Event) bool {
+	ascend := snap.Ascend
+	if name, ok := flt.Name(); ok {
+		ascend = func(from string, fn func(*cache.Event) bool) { snap.AscendNamed(from, name, fn) }
+	}
+	ascend(start, func(ev *cache.Event) bool {
 		if p.next != "" {
 			if !flt.Empty() {
 				return false

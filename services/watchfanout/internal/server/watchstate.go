@@ -254,7 +254,11 @@ func (w *watch) initial() {
 func (w *watch) sendInitial() error {
 	sub := w.sub
 	var err error
-	sub.Initial.Ascend("", func(ev *cache.Event) bool {
+	ascend := sub.Initial.Ascend
+	if name, ok := w.flt.Name(); ok {
+		ascend = func(from string, fn func(*cache.Event) bool) { sub.Initial.AscendNamed(from, name, fn) }
+	}
+	ascend("", func(ev *cache.Event) bool {
 		if !w.flt.Matches(ev.Obj) {
 			return true
 		}
