@@ -166,8 +166,26 @@ type ListResult struct {
 	Count int64
 }
 
-// List reads the keys under prefix.
+// List reads the keys under prefix. A reply over gRPC's message limit (a
+// collection of more than 64 MiB) is read in smaller pieces: all of it, in
+// pages at one revision, when opts.Limit is 0; otherwise a shorter page
+// (More set), which callers paging through continue from.
 func (s *Store) List(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
+	res, err := s.list(ctx, prefix, opts)
+	if !tooLarge(err) {
+		return res, err
+	}
+	if opts.Limit == 0 {
+		return s.listPaged(ctx, prefix, opts)
+	}
+	for opts.Limit > 1 && tooLarge(err) {
+		opts.Limit /= 2
+		res, err = s.list(ctx, prefix, opts)
+	}
+	return res, err
+}
+
+func (s *Store) list(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
 	start := prefix
 	if opts.Start != "" {
 		start = opts.Start
@@ -184,6 +202,38 @@ func (s *Store) List(ctx context.Context, prefix string, opts ListOptions) (List
 		out.KVs = append(out.KVs, fromProto(kv))
 	}
 	return out, nil
+}
+
+// tooLarge reports a reply over gRPC's message limit.
+func tooLarge(err error) bool {
+	var se interface{ GRPCStatus() *status.Status }
+	return errors.As(err, &se) && se.GRPCStatus().Code() == codes.ResourceExhausted
+}
+
+// listPageKeys is the page size of a list read in pages (List halves it
+// for pages still over the limit).
+const listPageKeys = 1000
+
+// listPaged reads every key under prefix from opts.Start in pages, all at
+// the revision of the first: the result of one Range, for collections
+// whose single reply would exceed the message limit.
+func (s *Store) listPaged(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
+	var out ListResult
+	for first := true; ; first = false {
+		page, err := s.List(ctx, prefix, ListOptions{ReadOptions: opts.ReadOptions, Limit: listPageKeys, Start: opts.Start})
+		if err != nil {
+			return ListResult{}, err
+		}
+		if first {
+			out.Revision, out.Count = page.Revision, page.Count
+			opts.Revision = page.Revision
+		}
+		out.KVs = append(out.KVs, page.KVs...)
+		if !page.More || len(page.KVs) == 0 {
+			return out, nil
+		}
+		opts.Start = page.KVs[len(page.KVs)-1].Key + "\x00"
+	}
 }
 
 // Create stores a new key, attached to lease (0: none). When parent is not

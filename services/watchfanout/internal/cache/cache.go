@@ -386,8 +386,15 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 	start := []byte(Prefix)
 	end := prefixEnd(Prefix)
 	n := 0
+	page := c.opts.ListPageSize
 	for {
-		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: c.opts.ListPageSize, Serializable: true})
+		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: page, Serializable: true})
+		if status.Code(err) == codes.ResourceExhausted && page > 1 {
+			// A page of large objects over gRPC's message limit: read
+			// it in smaller pages.
+			page /= 2
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("cache: list at %d: %w", at, err)
 		}
