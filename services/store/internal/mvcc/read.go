@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,12 @@ func getRecord(r reader, main int64, sub uint32) (*record, error) {
 	}
 	defer closer.Close()
 	return decodeRecord(main, sub, v)
+}
+
+// inKey reports whether it is positioned on an entry of the key with
+// index prefix p.
+func inKey(it *pebble.Iterator, p []byte) bool {
+	return it.Valid() && len(it.Key()) == len(p)+8 && bytes.HasPrefix(it.Key(), p)
 }
 
 // seekVersion positions it on the newest entry of the key with index prefix
@@ -112,7 +119,18 @@ func scan(r reader, key, end []byte, rev int64, fn func(v version) (bool, error)
 				return err
 			}
 		}
-		ok = it.SeekGE(idxNextKey(p))
+		// Most keys have one version (or a few): stepping is cheaper than
+		// seeking, so seek past the key's older versions only when the
+		// next entry is one of them. Only from an entry of this key: a
+		// seekVersion that found nothing left the iterator on the next
+		// key's newest entry, which must not be stepped over.
+		if inKey(it, p) {
+			if ok = it.Next(); ok && inKey(it, p) {
+				ok = it.SeekGE(idxNextKey(p))
+			}
+		} else {
+			ok = it.SeekGE(idxNextKey(p))
+		}
 	}
 	return it.Error()
 }
@@ -129,6 +147,15 @@ type rangeResult struct {
 // fetches no records.
 func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (rangeResult, error) {
 	var res rangeResult
+	// The first record is a point read; from the second on (a range),
+	// records come through one iterator. A single-key read keeps the
+	// cheaper Get.
+	var recs *recordReader
+	defer func() {
+		if recs != nil {
+			recs.close()
+		}
+	}()
 	err := scan(r, key, end, rev, func(v version) (bool, error) {
 		res.count++
 		if countOnly {
@@ -138,7 +165,18 @@ func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (range
 			res.more = true
 			return true, nil
 		}
-		rec, err := getRecord(r, v.main, v.sub)
+		var rec *record
+		var err error
+		switch {
+		case len(res.recs) == 0:
+			rec, err = getRecord(r, v.main, v.sub)
+		case recs == nil:
+			if recs, err = newRecordReader(r); err == nil {
+				rec, err = recs.get(v.main, v.sub)
+			}
+		default:
+			rec, err = recs.get(v.main, v.sub)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -147,3 +185,36 @@ func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (range
 	})
 	return res, err
 }
+
+// recordReader reads many records through one iterator. A point Get sets
+// up a new iterator over every level each time; a range reads records in
+// near-ascending revision order (keys are mostly written in order), where
+// a positioned iterator's SeekGE is a short step forward.
+type recordReader struct {
+	it  *pebble.Iterator
+	key []byte
+}
+
+func newRecordReader(r reader) (*recordReader, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: recPrefix, UpperBound: recEnd})
+	if err != nil {
+		return nil, fmt.Errorf("mvcc: open record iterator: %w", err)
+	}
+	return &recordReader{it: it, key: make([]byte, 0, recKeyLen)}, nil
+}
+
+// get reads record main.sub; the result does not alias the iterator.
+func (rr *recordReader) get(main int64, sub uint32) (*record, error) {
+	rr.key = append(rr.key[:0], recPrefix...)
+	rr.key = binary.BigEndian.AppendUint64(rr.key, uint64(main))
+	rr.key = binary.BigEndian.AppendUint32(rr.key, sub)
+	if !rr.it.SeekGE(rr.key) || !bytes.Equal(rr.it.Key(), rr.key) {
+		if err := rr.it.Error(); err != nil {
+			return nil, fmt.Errorf("mvcc: get record %d.%d: %w", main, sub, err)
+		}
+		return nil, fmt.Errorf("%w: index points at missing record %d.%d", ErrCorrupt, main, sub)
+	}
+	return decodeRecord(main, sub, rr.it.Value())
+}
+
+func (rr *recordReader) close() { _ = rr.it.Close() }
