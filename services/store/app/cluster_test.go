@@ -22,24 +22,33 @@ type node struct {
 	served chan error
 }
 
-func freePort(t *testing.T) string {
+// freePorts returns n distinct free loopback addresses: all are held open
+// until every one is picked (picking them one at a time, closing each, can
+// return one port twice — seen as raft's "found duplicate address in
+// configuration").
+func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // clusterConfigs returns configs of n voters with mTLS everywhere.
 func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
 	var initial []Member
 	var cfgs []Config
+	addrs := freePorts(t, 2*n)
 	for i := range n {
 		cfg := Config{
 			ID: fmt.Sprintf("s%d", i), DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1,
-			PeerAddress: freePort(t), ClientAddress: freePort(t), TLS: certs.Server(), ClientTLS: certs.Client(),
+			PeerAddress: addrs[2*i], ClientAddress: addrs[2*i+1], TLS: certs.Server(), ClientTLS: certs.Client(),
 			Logger: testLogger(), HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		}
 		initial = append(initial, Member{ID: cfg.ID, PeerAddress: cfg.PeerAddress, ClientAddress: cfg.ClientAddress})
@@ -193,7 +202,8 @@ func TestClusterForwardingReadIndexMembership(t *testing.T) {
 
 	// A non-voter joins through a follower and serves reads.
 	nv := cfgs[0]
-	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), freePort(t), freePort(t)
+	nvAddrs := freePorts(t, 2)
+	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), nvAddrs[0], nvAddrs[1]
 	nv.InitialCluster, nv.Join, nv.NonVoter = nil, []string{followers[0].cfg.ClientAddress}, true
 	nvNode := startNodes(t, nv)[0]
 	nc := dialOne(t, certs, nvNode)
@@ -318,7 +328,8 @@ func TestMembershipUnderLoadAndRejoinBySnapshot(t *testing.T) {
 	}
 
 	nv := cfgs[0]
-	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), freePort(t), freePort(t)
+	nvAddrs := freePorts(t, 2)
+	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), nvAddrs[0], nvAddrs[1]
 	nv.InitialCluster, nv.Join, nv.NonVoter = nil, []string{nodes[1].cfg.ClientAddress}, true
 	nvNode := startNodes(t, nv)[0]
 	if _, err := cc.Cluster().MemberPromote(ctx, &storev1.MemberPromoteRequest{Id: "nv"}); err != nil {
