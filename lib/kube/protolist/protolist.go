@@ -1,5 +1,6 @@
-// Package protolist builds protobuf list responses of built-in kinds from
-// their stored bytes, without decoding the objects.
+// Package protolist reads stored built-in objects without decoding them:
+// it builds protobuf list responses from their stored bytes, and reads the
+// metadata that selectors and the garbage collector need.
 //
 // # Wire formats
 //
@@ -32,6 +33,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ErrNotSpliceable reports a stored value whose bytes cannot be spliced
@@ -55,8 +57,12 @@ const (
 	objectMetaField             protowire.Number = 1  // metadata of every built-in kind
 	nameField                   protowire.Number = 1  // ObjectMeta.name
 	namespaceField              protowire.Number = 3  // ObjectMeta.namespace
+	uidField                    protowire.Number = 5  // ObjectMeta.uid
 	resourceVersionField        protowire.Number = 6  // ObjectMeta.resourceVersion
+	deletionTimestampField      protowire.Number = 9  // ObjectMeta.deletionTimestamp
 	labelsField                 protowire.Number = 11 // ObjectMeta.labels, map entries {1: key, 2: value}
+	ownerReferencesField        protowire.Number = 13 // ObjectMeta.ownerReferences
+	finalizersField             protowire.Number = 14 // ObjectMeta.finalizers
 	listMetaField               protowire.Number = 1  // <Kind>List.metadata
 	listItemsField              protowire.Number = 2  // <Kind>List.items
 )
@@ -254,6 +260,50 @@ func (o *Object) Metadata() (name, namespace string, labels map[string]string, e
 		return nil
 	})
 	return name, namespace, labels, err
+}
+
+// Meta is the part of an object's metadata that a reader of every write
+// (the garbage collector) needs: identity, deletion state and owners.
+type Meta struct {
+	Name      string
+	Namespace string
+	UID       types.UID
+	// Deleting is true when metadata.deletionTimestamp is set.
+	Deleting        bool
+	Finalizers      []string
+	OwnerReferences []metav1.OwnerReference
+}
+
+// Meta reads Meta from the object's ObjectMeta without decoding the rest
+// (managed fields, labels, annotations, the body): about a microsecond
+// where decoding a 1 KiB object takes tens.
+func (o *Object) Meta() (Meta, error) {
+	var m Meta
+	err := walk(o.raw[o.metaStart:o.metaEnd], func(num protowire.Number, typ protowire.Type, v []byte, _, _ int) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case nameField:
+			m.Name = string(v)
+		case namespaceField:
+			m.Namespace = string(v)
+		case uidField:
+			m.UID = types.UID(v)
+		case deletionTimestampField:
+			m.Deleting = true
+		case finalizersField:
+			m.Finalizers = append(m.Finalizers, string(v))
+		case ownerReferencesField:
+			var ref metav1.OwnerReference
+			if err := ref.Unmarshal(v); err != nil {
+				return fmt.Errorf("%w: owner reference: %w", ErrNotSpliceable, err)
+			}
+			m.OwnerReferences = append(m.OwnerReferences, ref)
+		}
+		return nil
+	})
+	return m, err
 }
 
 // metaSize is the size of the ObjectMeta message with resourceVersion rv.

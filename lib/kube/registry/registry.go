@@ -99,7 +99,7 @@ func (r *Resource) GVK() schema.GroupVersionKind { return r.GVR.GroupVersion().W
 //	/registry/<group>/<resource>/[<namespace>/]     other groups
 func (r *Resource) KeyPrefix(ns string) string {
 	var b strings.Builder
-	b.WriteString("/registry/")
+	b.WriteString(KeyRoot)
 	if r.GVR.Group != "" {
 		b.WriteString(r.GVR.Group)
 		b.WriteByte('/')
@@ -116,20 +116,51 @@ func (r *Resource) KeyPrefix(ns string) string {
 // Key returns the store key of one object.
 func (r *Resource) Key(ns, name string) string { return r.KeyPrefix(ns) + name }
 
+// KeyRoot prefixes every resource's store keys.
+const KeyRoot = "/registry/"
+
 // Registry is an immutable set of resources.
 type Registry struct {
-	byGVR   map[schema.GroupVersionResource]*Resource
-	ordered []*Resource
+	byGVR    map[schema.GroupVersionResource]*Resource
+	byPrefix map[string]*Resource // KeyPrefix("") → the first resource stored there
+	ordered  []*Resource
 }
 
 // New builds a registry.
 func New(resources ...*Resource) *Registry {
-	r := &Registry{byGVR: map[schema.GroupVersionResource]*Resource{}}
+	r := &Registry{byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{}}
 	for _, res := range resources {
 		r.byGVR[res.GVR] = res
+		if _, ok := r.byPrefix[res.KeyPrefix("")]; !ok {
+			r.byPrefix[res.KeyPrefix("")] = res
+		}
 		r.ordered = append(r.ordered, res)
 	}
 	return r
+}
+
+// ForKey returns the resource whose store keys hold key (of several
+// versions stored under one prefix, the first registered), or nil for a
+// key outside every resource's key space.
+func (r *Registry) ForKey(key string) *Resource {
+	rest, ok := strings.CutPrefix(key, KeyRoot)
+	if !ok {
+		return nil
+	}
+	// Core resources have one path segment, the others two (group,
+	// resource): try both.
+	end := 0
+	for range 2 {
+		i := strings.IndexByte(rest[end:], '/')
+		if i < 0 {
+			return nil
+		}
+		end += i + 1
+		if res := r.byPrefix[KeyRoot+rest[:end]]; res != nil {
+			return res
+		}
+	}
+	return nil
 }
 
 // Lookup finds a resource.

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
-	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
@@ -43,7 +42,7 @@ const gcListPage = 1000
 //
 // It follows every change through one store watch of the whole registry
 // and reconciles only the objects a change touches, so its cost is per
-// write (reading a few metadata fields, see codec.ReadStoredMeta), not per
+// write (reading a few metadata fields, see protolist.Object.Meta), not per
 // stored object. Its memory holds the objects that take part in garbage
 // collection (gcGraph), not the cluster. An action that fails is retried
 // every retry interval; a watch that fails (a compaction, a store
@@ -56,7 +55,9 @@ func (s *Server) RunGarbageCollector(ctx context.Context, retry time.Duration) {
 	c := &collector{s: s, retry: retry, byPrefix: map[string]*registry.Resource{}, byGVK: map[schema.GroupVersionKind]*registry.Resource{}}
 	for _, gv := range s.cfg.Registry.GroupVersions() {
 		for _, res := range s.cfg.Registry.Resources(gv) {
-			c.byPrefix[res.KeyPrefix("")] = res
+			if _, ok := c.byPrefix[res.KeyPrefix("")]; !ok {
+				c.byPrefix[res.KeyPrefix("")] = res // as Registry.ForKey
+			}
 			c.byGVK[res.GVK()] = res
 		}
 	}
@@ -77,7 +78,7 @@ func (s *Server) RunGarbageCollector(ctx context.Context, retry time.Duration) {
 type collector struct {
 	s        *Server
 	retry    time.Duration
-	byPrefix map[string]*registry.Resource // KeyPrefix("") → resource
+	byPrefix map[string]*registry.Resource // KeyPrefix("") → resource: the key spaces to list
 	byGVK    map[schema.GroupVersionKind]*registry.Resource
 	g        *gcGraph
 }
@@ -91,7 +92,7 @@ func (c *collector) run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := c.s.cfg.Store.Watch(ctx, registryRoot, rev+1, false)
+	w, err := c.s.cfg.Store.Watch(ctx, registry.KeyRoot, rev+1, false)
 	if err != nil {
 		return err
 	}
@@ -133,9 +134,6 @@ func (c *collector) run(ctx context.Context) error {
 	}
 }
 
-// registryRoot prefixes every resource's keys.
-const registryRoot = "/registry/"
-
 // resync rebuilds the graph from one consistent snapshot and returns its
 // revision. A first pass finds the dependents and the owners being
 // deleted; a second, only when there are dependents, the owners they
@@ -152,7 +150,7 @@ func (c *collector) resync(ctx context.Context) (int64, error) {
 			break
 		}
 		for prefix, res := range c.byPrefix {
-			err := c.scan(ctx, prefix, rev, func(key string, m codec.StoredMeta) {
+			err := c.scan(ctx, res, prefix, rev, func(key string, m protolist.Meta) {
 				if pass == 0 || len(c.g.deps[m.UID]) > 0 {
 					c.g.put(res, key, m)
 				}
@@ -170,59 +168,41 @@ func (c *collector) resync(ctx context.Context) (int64, error) {
 
 // scan calls f with every key under prefix at revision rev, a page at a
 // time.
-func (c *collector) scan(ctx context.Context, prefix string, rev int64, f func(string, codec.StoredMeta)) error {
-	opts := storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: rev}, Limit: gcListPage}
-	for {
-		page, err := c.s.cfg.Store.List(ctx, prefix, opts)
-		if err != nil {
-			return err
-		}
-		for _, kv := range page.KVs {
-			m, err := codec.ReadStoredMeta(kv.Value)
-			if err != nil {
-				c.s.cfg.Logger.Warn("garbage collector: unreadable object", "key", kv.Key, "error", err)
-				continue
-			}
-			f(kv.Key, m)
-		}
-		if !page.More || len(page.KVs) == 0 {
-			return nil
-		}
-		opts.Start = page.KVs[len(page.KVs)-1].Key + "\x00"
+func (c *collector) scan(ctx context.Context, res *registry.Resource, prefix string, rev int64, f func(string, protolist.Meta)) error {
+	read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
+		return c.s.cfg.Store.List(ctx, prefix, o)
 	}
+	_, err := scanKVs(ctx, true, storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: rev}}, 0, 0, gcListPage, read, func(kv storage.KV) (bool, error) {
+		m, err := readMeta(res, kv.Value)
+		if err != nil {
+			c.s.cfg.Logger.Warn("garbage collector: unreadable object", "key", kv.Key, "error", err)
+			return false, nil
+		}
+		f(kv.Key, m)
+		return true, nil
+	})
+	return err
 }
 
-// resourceOf returns the resource whose key space holds key, or nil.
-func (c *collector) resourceOf(key string) *registry.Resource {
-	rest, ok := strings.CutPrefix(key, registryRoot)
-	if !ok {
-		return nil
+// readMeta reads what the collector needs of a stored object of res
+// without decoding it.
+func readMeta(res *registry.Resource, value []byte) (protolist.Meta, error) {
+	o, err := protolist.Parse(value, res.GVK())
+	if err != nil {
+		return protolist.Meta{}, err
 	}
-	// Core resources have one path segment, the others two (group,
-	// resource): try both.
-	end := 0
-	for range 2 {
-		i := strings.IndexByte(rest[end:], '/')
-		if i < 0 {
-			return nil
-		}
-		end += i + 1
-		if res := c.byPrefix[registryRoot+rest[:end]]; res != nil {
-			return res
-		}
-	}
-	return nil
+	return o.Meta()
 }
 
 // apply folds one change into the graph.
 func (c *collector) apply(ev storage.Event) {
-	res := c.resourceOf(ev.KV.Key)
+	res := c.s.cfg.Registry.ForKey(ev.KV.Key)
 	if res == nil {
 		return
 	}
 	switch ev.Type {
 	case storage.Put:
-		m, err := codec.ReadStoredMeta(ev.KV.Value)
+		m, err := readMeta(res, ev.KV.Value)
 		if err != nil {
 			c.s.cfg.Logger.Warn("garbage collector: unreadable object", "key", ev.KV.Key, "error", err)
 			return
@@ -325,7 +305,7 @@ func (c *collector) hasOwner(ctx context.Context, n *gcNode) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		m, err := codec.ReadStoredMeta(kv.Value)
+		m, err := readMeta(res, kv.Value)
 		if err != nil {
 			return false, fmt.Errorf("garbage collector: %s: %w", key, err)
 		}

@@ -3,7 +3,7 @@ package resources
 import (
 	"slices"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,7 +13,7 @@ import (
 type gcNode struct {
 	res  *registry.Resource
 	key  string
-	meta codec.StoredMeta
+	meta protolist.Meta
 }
 
 // gcGraph holds the objects that take part in garbage collection and
@@ -48,13 +48,13 @@ func newGCGraph() *gcGraph {
 }
 
 // wanted reports whether the graph must follow an object with metadata m.
-func (g *gcGraph) wanted(m codec.StoredMeta) bool {
+func (g *gcGraph) wanted(m protolist.Meta) bool {
 	return len(m.OwnerReferences) > 0 || len(g.deps[m.UID]) > 0 ||
 		m.Deleting && (slices.Contains(m.Finalizers, metav1.FinalizerOrphanDependents) || slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents))
 }
 
 // put records the current state of the object at key.
-func (g *gcGraph) put(res *registry.Resource, key string, m codec.StoredMeta) {
+func (g *gcGraph) put(res *registry.Resource, key string, m protolist.Meta) {
 	old := g.nodes[key]
 	if old != nil && old.meta.UID != m.UID {
 		g.remove(key) // deleted and created again between two looks

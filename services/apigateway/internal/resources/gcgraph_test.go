@@ -3,7 +3,7 @@ package resources
 import (
 	"testing"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,15 +38,15 @@ func TestGCGraphFollowsOnlyWhatCollectionNeeds(t *testing.T) {
 		}
 	}
 
-	g.put(res, "plain", codec.StoredMeta{Name: "plain", UID: "u-plain"})
+	g.put(res, "plain", protolist.Meta{Name: "plain", UID: "u-plain"})
 	check("an object without owners")
-	g.put(res, "owner", codec.StoredMeta{Name: "owner", UID: "u-owner"})
-	g.put(res, "dep", codec.StoredMeta{Name: "dep", UID: "u-dep", OwnerReferences: ref("u-owner")})
+	g.put(res, "owner", protolist.Meta{Name: "owner", UID: "u-owner"})
+	g.put(res, "dep", protolist.Meta{Name: "dep", UID: "u-dep", OwnerReferences: ref("u-owner")})
 	check("a dependent", "dep") // the owner, seen before, is read again when needed
-	g.put(res, "owner", codec.StoredMeta{Name: "owner", UID: "u-owner"})
+	g.put(res, "owner", protolist.Meta{Name: "owner", UID: "u-owner"})
 	dirty("the named owner changes", "owner")
 	check("a named owner", "dep", "owner")
-	g.put(res, "dep", codec.StoredMeta{Name: "dep", UID: "u-dep", OwnerReferences: ref("u-owner")})
+	g.put(res, "dep", protolist.Meta{Name: "dep", UID: "u-dep", OwnerReferences: ref("u-owner")})
 	dirty("the dependent changes", "dep", "owner")
 	check("the dependent again", "dep", "owner")
 	g.remove("owner")
@@ -55,18 +55,18 @@ func TestGCGraphFollowsOnlyWhatCollectionNeeds(t *testing.T) {
 	if len(g.deps["u-owner"]) != 1 {
 		t.Fatalf("the dependent no longer names the gone owner: %v", g.deps)
 	}
-	g.put(res, "dep", codec.StoredMeta{Name: "dep", UID: "u-dep"})
+	g.put(res, "dep", protolist.Meta{Name: "dep", UID: "u-dep"})
 	check("the dependent drops its reference")
 	if len(g.deps) != 0 {
 		t.Fatalf("deps left: %v", g.deps)
 	}
-	g.put(res, "fg", codec.StoredMeta{Name: "fg", UID: "u-fg", Deleting: true, Finalizers: []string{metav1.FinalizerDeleteDependents}})
-	g.put(res, "d1", codec.StoredMeta{Name: "d1", UID: "u-d1", OwnerReferences: ref("u-fg")})
+	g.put(res, "fg", protolist.Meta{Name: "fg", UID: "u-fg", Deleting: true, Finalizers: []string{metav1.FinalizerDeleteDependents}})
+	g.put(res, "d1", protolist.Meta{Name: "d1", UID: "u-d1", OwnerReferences: ref("u-fg")})
 	check("a foreground owner and its dependent", "fg", "d1")
 	g.remove("d1")
 	dirty("its dependent goes", "fg")
 	check("the foreground owner waits no more", "fg")
-	g.put(res, "fg", codec.StoredMeta{Name: "fg", UID: "u-fg2"})
+	g.put(res, "fg", protolist.Meta{Name: "fg", UID: "u-fg2"})
 	check("recreated under the same name without a finalizer")
 }
 

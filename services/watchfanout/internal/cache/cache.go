@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -224,23 +223,11 @@ func (c *Cache) Rev() int64 {
 
 // resourceFor finds the resource of a store key.
 func (c *Cache) resourceFor(key string) *Resource {
-	rest, ok := strings.CutPrefix(key, Prefix)
-	if !ok {
+	res := c.opts.Registry.ForKey(key)
+	if res == nil {
 		return nil
 	}
-	// /registry/<resource>/... or /registry/<group>/<resource>/...
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return nil
-	}
-	if r := c.byPrefix[key[:len(Prefix)+i+1]]; r != nil {
-		return r
-	}
-	j := strings.IndexByte(rest[i+1:], '/')
-	if j < 0 {
-		return nil
-	}
-	return c.byPrefix[key[:len(Prefix)+i+1+j+1]]
+	return c.byPrefix[res.KeyPrefix("")]
 }
 
 // setRev publishes rev as the complete revision (it may go back only in a

@@ -1,10 +1,11 @@
-package codec
+package protolist
 
 import (
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,12 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// TestReadStoredMetaEveryKind stores an object of every kind the codec
-// knows with full metadata and reads it back without decoding: the result
-// must equal the decoded object's metadata. A kind whose ObjectMeta is not
-// field 1 would fail here.
-func TestReadStoredMetaEveryKind(t *testing.T) {
-	c, err := New()
+// TestMetaEveryKind stores an object of every kind the codec knows with
+// full metadata and reads it back without decoding: the result must equal
+// the decoded object's metadata. A kind whose ObjectMeta is not field 1
+// would fail here.
+func TestMetaEveryKind(t *testing.T) {
+	c, err := codec.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +54,11 @@ func TestReadStoredMetaEveryKind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", gvk, err)
 		}
-		got, err := ReadStoredMeta(data)
+		got, err := readMeta(data, gvk)
 		if err != nil {
 			t.Fatalf("%s: %v", gvk, err)
 		}
-		want := StoredMeta{Name: acc.GetName(), Namespace: "ns", UID: acc.GetUID(), Deleting: true, Finalizers: acc.GetFinalizers(), OwnerReferences: acc.GetOwnerReferences()}
+		want := Meta{Name: acc.GetName(), Namespace: "ns", UID: acc.GetUID(), Deleting: true, Finalizers: acc.GetFinalizers(), OwnerReferences: acc.GetOwnerReferences()}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", gvk, got, want)
 		}
@@ -70,8 +71,8 @@ func TestReadStoredMetaEveryKind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err = ReadStoredMeta(data)
-		if err != nil || !reflect.DeepEqual(got, StoredMeta{Name: "x"}) {
+		got, err = readMeta(data, gvk)
+		if err != nil || !reflect.DeepEqual(got, Meta{Name: "x"}) {
 			t.Errorf("%s bare: %+v, %v", gvk, got, err)
 		}
 	}
@@ -88,14 +89,24 @@ func isMetaKind(kind string) bool {
 	return false
 }
 
-func TestReadStoredMetaRejectsOtherForms(t *testing.T) {
+// readMeta parses a stored value and reads its Meta.
+func readMeta(data []byte, gvk schema.GroupVersionKind) (Meta, error) {
+	o, err := Parse(data, gvk)
+	if err != nil {
+		return Meta{}, err
+	}
+	return o.Meta()
+}
+
+func TestMetaRejectsOtherForms(t *testing.T) {
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 	for name, data := range map[string][]byte{
 		"json":      []byte(`{"kind":"ConfigMap"}`),
 		"empty":     nil,
 		"truncated": {'k', '8', 's', 0, 0x12, 0x50, 0x0a},
 		"no raw":    {'k', '8', 's', 0, 0x0a, 0x00},
 	} {
-		if _, err := ReadStoredMeta(data); err == nil {
+		if _, err := readMeta(data, gvk); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
