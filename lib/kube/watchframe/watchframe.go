@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/table"
+	"google.golang.org/protobuf/encoding/protowire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -64,22 +65,37 @@ func NewEncoder(c *codec.Codec, res *registry.Resource, f Format, now func() tim
 }
 
 // Frame encodes one event.
+//
+// A protobuf frame of an object with generated marshalers (every built-in
+// kind, PartialObjectMetadata, Status) is laid out by hand in one buffer
+// of its final size; see protoFrame. Everything else goes through the
+// codec.
 func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 	var raw []byte
 	var err error
-	if e.format.Table && (t == watch.Added || t == watch.Modified || t == watch.Deleted) {
+	object := t == watch.Added || t == watch.Modified || t == watch.Deleted
+	if e.format.Table && object {
 		tbl, terr := table.Render(e.codec, e.res, obj, e.format.IncludeObject, e.now())
 		if terr != nil {
 			return nil, terr
 		}
 		raw, err = e.codec.EncodeToBytes(tbl, negotiation.JSON)
-	} else if e.format.Partial && (t == watch.Added || t == watch.Modified || t == watch.Deleted) {
-		p, perr := metaonly.Object(obj)
-		if perr != nil {
-			return nil, perr
-		}
-		raw, err = e.codec.EncodeToBytes(p, e.format.MediaType)
 	} else {
+		if e.format.Partial && object {
+			p, perr := metaonly.Object(obj)
+			if perr != nil {
+				return nil, perr
+			}
+			obj = p
+		}
+		if e.format.MediaType == negotiation.Protobuf {
+			// An Unknown is its own envelope: the codec writes it as it is.
+			if _, unknown := obj.(*runtime.Unknown); !unknown {
+				if m, ok := obj.(runtime.ProtobufMarshaller); ok {
+					return e.protoFrame(t, obj, m)
+				}
+			}
+		}
 		raw, err = e.codec.EncodeToBytes(obj, e.format.MediaType)
 	}
 	if err != nil {
@@ -103,4 +119,63 @@ func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 		data = append(data, '\n')
 	}
 	return data, nil
+}
+
+// envelopePrefix starts every protobuf envelope (the protobuf serializer's
+// prefix).
+var envelopePrefix = [4]byte{'k', '8', 's', 0}
+
+// Field tags of the messages protoFrame writes.
+const (
+	tagEventType   = 1<<3 | byte(protowire.BytesType) // WatchEvent.type
+	tagEventObject = 2<<3 | byte(protowire.BytesType) // WatchEvent.object
+	tagRawExtRaw   = 1<<3 | byte(protowire.BytesType) // RawExtension.raw
+)
+
+// protoFrame encodes a protobuf frame of obj in one allocation of its
+// exact size:
+//
+//	| length uint32 BE | 0a len "ADDED" | 12 len | 0a len | k8s\x00 Unknown{TypeMeta, raw, "", ""} |
+//	                    `----------------- WatchEvent ------------------------------------------'
+//	                                      `--- RawExtension ---------------------------------'
+//
+// byte for byte what the codec's protobuf serializer and
+// WatchEvent.Marshal give (TestProtoFrameIsCodecFrame), without the three
+// intermediate buffers (object, envelope, event) that path allocates and
+// copies: in a relist storm the first encoding of every object's frame
+// made more garbage (29 MiB for 10,000 objects of 1 KiB) than the frames
+// it produced.
+func (e *Encoder) protoFrame(t watch.EventType, obj runtime.Object, m runtime.ProtobufMarshaller) ([]byte, error) {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	if gvk.Empty() {
+		// As codec.Encode does: the kind written is the scheme's.
+		if err := e.codec.SetKind(obj); err != nil {
+			return nil, fmt.Errorf("watchframe: %w", err)
+		}
+		gvk = obj.GetObjectKind().GroupVersionKind()
+	}
+	unk := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}}
+	rawSize := m.Size()
+	// Unknown with raw: NestedMarshalTo writes it, raw included.
+	unkSize := unk.Size() + 1 + protowire.SizeVarint(uint64(rawSize)) + rawSize
+	envSize := len(envelopePrefix) + unkSize
+	extSize := 1 + protowire.SizeVarint(uint64(envSize)) + envSize
+	evSize := 1 + protowire.SizeVarint(uint64(len(t))) + len(t) + 1 + protowire.SizeVarint(uint64(extSize)) + extSize
+	out := make([]byte, 4, 4+evSize)
+	binary.BigEndian.PutUint32(out, uint32(evSize))
+	out = append(out, tagEventType)
+	out = protowire.AppendString(out, string(t))
+	out = append(out, tagEventObject)
+	out = protowire.AppendVarint(out, uint64(extSize))
+	out = append(out, tagRawExtRaw)
+	out = protowire.AppendVarint(out, uint64(envSize))
+	out = append(out, envelopePrefix[:]...)
+	n, err := unk.NestedMarshalTo(out[len(out):cap(out)], m, uint64(rawSize))
+	if err != nil {
+		return nil, fmt.Errorf("watchframe: %w", err)
+	}
+	if n != unkSize {
+		return nil, fmt.Errorf("watchframe: %T encoded to %d bytes, want %d", obj, n, unkSize)
+	}
+	return out[:cap(out)], nil
 }
