@@ -87,13 +87,13 @@ func (m *mux) closeSends() {
 
 // open starts watch id with a credit window (0: none); false when the id
 // is in use.
-func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64) (*watch, bool) {
+func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) (*watch, bool) {
 	m.mu.Lock()
 	if _, dup := m.watches[id]; dup {
 		m.mu.Unlock()
 		return nil, false
 	}
-	w := newWatch(m, id, req, window)
+	w := newWatch(m, id, req, window, done)
 	m.watches[id] = w
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -195,11 +195,12 @@ func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_Wa
 		}
 		return nil
 	}, stream.SendMsg)
-	w, _ := m.open(0, req, 0) // HTTP/2 flow control is the watch's
+	done := make(chan struct{})
+	w, _ := m.open(0, req, 0, done) // HTTP/2 flow control is the watch's
 	stop := context.AfterFunc(stream.Context(), func() { w.stop(stopGone) })
 	defer stop()
 	// The handler is this watch's sender.
-	m.serve(w.done)
+	m.serve(done)
 	m.closeSends()
 	return result
 }
@@ -248,7 +249,7 @@ func (m *mux) receive(stream watchv1.WatchService_WatchManyServer) error {
 		}
 		switch op := req.GetOp().(type) {
 		case *watchv1.WatchManyRequest_Open:
-			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest(), op.Open.GetWindow()); !ok {
+			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest(), op.Open.GetWindow(), nil); !ok {
 				return status.Errorf(codes.InvalidArgument, "watch id %d is in use", op.Open.GetId())
 			}
 		case *watchv1.WatchManyRequest_Cancel:

@@ -74,6 +74,8 @@ type Server struct {
 	// initialSlots caps the watches sending initial events at once.
 	initialSlots *slots
 	pool         mem.BufferPool
+	// deadlines ends watches at their timeout.
+	deadlines deadlines
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,19 +28,34 @@ const (
 // is true while that goroutine is at work or the watch waits on the mux's
 // ready list; whoever flips it from false to true (poke) schedules the
 // watch. After finish, sched stays true, so nothing runs it again.
+//
+// A relist storm holds thousands of watches at once, so what a watch
+// keeps is trimmed: its request only until start has read it, no timer
+// of its own (the server's deadlines end it), a channel to wait for
+// credit only while its setup waits for one, and the channel finish
+// closes only for a Watch stream, whose handler waits on it.
 type watch struct {
 	m    *mux
 	id   int64
-	req  *watchv1.WatchRequest
-	done chan struct{} // closed by finish
+	req  *watchv1.WatchRequest // read by start, then dropped
+	done chan struct{}         // Watch only (nil for WatchMany): closed by finish
 
 	sched   atomic.Bool
 	stopped atomic.Int32 // 0 or a stop reason
 	// window is the client's credit window in messages (0: no credit
 	// flow control); credit is what is left of it.
-	window   int64
-	credit   atomic.Int64
-	creditCh chan struct{} // capacity 1: credit was granted or the watch stopped
+	window int64
+	credit atomic.Int64
+	// creditMu guards creditCh, which exists while the setup goroutine
+	// waits for credit (capacity 1: credit was granted or the watch
+	// stopped).
+	creditMu sync.Mutex
+	creditCh chan struct{}
+	// deadline is when the watch times out; dl is its place in the
+	// server's deadlines (-1 when not there), guarded by the deadlines'
+	// lock.
+	deadline time.Time
+	dl       int
 
 	// Owned by the running goroutine (see above).
 	r        *cache.Resource
@@ -53,14 +69,14 @@ type watch struct {
 	started  bool // the first (empty) message was sent
 	setup    bool // the setup goroutine runs the watch (it may wait for credit)
 	ending   bool // finish is sending the last messages (they never wait)
-	timer    *time.Timer
-	deadline time.Time
 	slot     bool // holds an initial-events slot
 	finished bool
 }
 
-func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64) *watch {
-	w := &watch{m: m, id: id, req: req, done: make(chan struct{}), window: window, creditCh: make(chan struct{}, 1), setup: true}
+// newWatch returns watch id of m; done, if not nil, is closed when the
+// watch has finished.
+func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) *watch {
+	w := &watch{m: m, id: id, req: req, done: done, window: window, setup: true, dl: -1}
 	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
 	max := m.s.cfg.MaxBatchBytes
@@ -107,17 +123,36 @@ var errStopped = errors.New("watchfanout: watch stopped")
 // awaitCredit waits until the watch has credit, is stopped, or its stream
 // ends.
 func (w *watch) awaitCredit() error {
+	if w.credit.Load() > 0 {
+		return nil
+	}
+	// The channel first, then the checks: a grant or stop after them
+	// finds the channel and wakes us.
+	w.creditMu.Lock()
+	if w.creditCh == nil {
+		w.creditCh = make(chan struct{}, 1)
+	}
+	ch := w.creditCh
+	w.creditMu.Unlock()
 	for w.credit.Load() <= 0 {
 		if w.stopped.Load() != 0 {
 			return errStopped
 		}
 		select {
-		case <-w.creditCh:
+		case <-ch:
 		case <-w.m.ctx.Done():
 			return w.m.ctx.Err()
 		}
 	}
 	return nil
+}
+
+// dropCreditCh lets the channel go once the setup goroutine no longer
+// waits for credit (drain never does).
+func (w *watch) dropCreditCh() {
+	w.creditMu.Lock()
+	w.creditCh = nil
+	w.creditMu.Unlock()
 }
 
 // grant adds n messages of credit.
@@ -128,10 +163,14 @@ func (w *watch) grant(n int64) {
 }
 
 func (w *watch) wakeCredit() {
-	select {
-	case w.creditCh <- struct{}{}:
-	default:
+	w.creditMu.Lock()
+	if w.creditCh != nil {
+		select {
+		case w.creditCh <- struct{}{}:
+		default:
+		}
 	}
+	w.creditMu.Unlock()
 }
 
 // poke makes sure the watch will be looked at: the watcher's OnPending
@@ -155,6 +194,7 @@ func (w *watch) stop(reason int32) {
 // then initial events (holding a slot) and the replay follow.
 func (w *watch) start() {
 	s, req := w.m.s, w.req
+	w.req = nil // the watch outlives its request by minutes
 	r, err := s.resolve(req.GetResource())
 	if err != nil {
 		w.finish(err)
@@ -224,7 +264,7 @@ func (w *watch) start() {
 		return
 	}
 	w.sub = sub
-	w.timer = time.AfterFunc(time.Until(w.deadline), func() { w.stop(stopTimeout) })
+	s.deadlines.add(w)
 	if sub.Initial != nil {
 		// Initial events hold one of InitialEventsConcurrency slots (this
 		// bounds memory in a relist storm); without a free one the rest of
@@ -301,6 +341,7 @@ func (w *watch) replay() {
 		return
 	}
 	w.setup = false
+	w.dropCreditCh()
 	w.idle()
 }
 
@@ -399,9 +440,7 @@ func (w *watch) finish(err error) {
 		w.slot = false
 		w.m.s.initialSlots.release()
 	}
-	if w.timer != nil {
-		w.timer.Stop()
-	}
+	w.m.s.deadlines.remove(w)
 	if w.sub != nil {
 		w.sub.Close()
 		w.sub.Initial, w.sub.Replay = nil, nil
@@ -412,7 +451,10 @@ func (w *watch) finish(err error) {
 	// which is fine.
 	_ = w.m.send(w.id, nil, true, endErr)
 	w.b.release()
-	close(w.done)
+	w.dropCreditCh()
+	if w.done != nil {
+		close(w.done)
+	}
 	w.m.ended(w)
 }
 
