@@ -8,6 +8,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestFrameEncodedOncePerFormat: concurrent watchers of one format get the
@@ -73,4 +74,80 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+// TestFramesOfEverySlot: frames of every format and kind requested at once
+// from many goroutines: each (format, kind) is encoded once, and the list
+// they are kept in returns each one's own bytes.
+func TestFramesOfEverySlot(t *testing.T) {
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(registry.Core()...)
+	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	prev := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm", ResourceVersion: "4"}, Data: map[string]string{"k": "old"}}
+	cur := prev.DeepCopy()
+	cur.ResourceVersion, cur.Data = "5", map[string]string{"k": "new"}
+	for _, o := range []*corev1.ConfigMap{prev, cur} {
+		if err := c.SetKind(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := &Event{Rev: 5, Key: res.Key("ns", "cm"), Namespace: "ns", Obj: cur, Prev: prev, enc: newEncoders(c, res, nil)}
+	const n = int(numFormats) * int(numKinds)
+	got := make([][][]byte, 8)
+	var wg sync.WaitGroup
+	for g := range got {
+		got[g] = make([][]byte, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				// Each goroutine in another order (multipliers prime
+				// to n).
+				slot := (i*[]int{1, 2, 3, 4, 6, 7, 8, 9}[g] + g) % n
+				f, k := Format(slot/int(numKinds)), FrameKind(slot%int(numKinds))
+				b, err := ev.Frame(k, f)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[g][slot] = b
+			}
+		}()
+	}
+	wg.Wait()
+	for slot := range n {
+		for g := range got {
+			if &got[g][slot][0] != &got[0][slot][0] {
+				t.Fatalf("slot %d encoded more than once", slot)
+			}
+		}
+		f, k := Format(slot/int(numKinds)), FrameKind(slot%int(numKinds))
+		want, err := ev.enc[f].Frame(k.eventType(), map[bool]runtime.Object{true: ev.Obj, false: withRV(t, prev, "5")}[k != FrameDeletedPrev])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f >= FormatTableNone {
+			continue // Tables carry the age, which moves
+		}
+		if string(got[0][slot]) != string(want) {
+			t.Fatalf("slot %d (format %d, kind %d): %q, want %q", slot, f, k, got[0][slot], want)
+		}
+	}
+	frames := 0
+	for fr := ev.frames.Load(); fr != nil; fr = fr.next {
+		frames++
+	}
+	if frames != n {
+		t.Fatalf("%d frames kept, want %d", frames, n)
+	}
+}
+
+func withRV(t *testing.T, o *corev1.ConfigMap, rv string) runtime.Object {
+	t.Helper()
+	c := o.DeepCopy()
+	c.ResourceVersion = rv
+	return c
 }
