@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,25 +228,16 @@ func (w *watch) start() {
 	}
 	w.started = true
 
+	opts := cache.WatchOptions{Namespace: req.GetNamespace(), Filter: flt, Bookmarks: req.GetAllowBookmarks(), OnPending: w.poke}
+	if start.rv < 0 {
+		// Unset: consistent. The wait goes on without this goroutine.
+		w.awaitConsistent(opts)
+		return
+	}
 	// The waits need a context; it lives only as long as the setup.
 	ctx, cancel := context.WithDeadline(w.m.ctx, w.deadline)
 	defer cancel()
-	opts := cache.WatchOptions{Namespace: req.GetNamespace(), Filter: flt, Bookmarks: req.GetAllowBookmarks(), OnPending: w.poke}
 	switch {
-	case start.rv < 0:
-		// Unset: consistent. Without initial events the watch starts right
-		// after the revision the consistent read established — not after
-		// whatever the cache holds once the wait is over, which would lose
-		// the writes that landed during the wait.
-		rev, err := s.waitConsistent(ctx)
-		if err != nil {
-			w.finishWait(ctx, err)
-			return
-		}
-		opts.Initial, opts.After = start.initial, -1
-		if !start.initial {
-			opts.After = rev
-		}
 	case start.rv == 0:
 		opts.Initial, opts.After = start.initial, -1
 	case start.initial:
@@ -258,9 +250,25 @@ func (w *watch) start() {
 	default:
 		opts.After = start.rv
 	}
-	sub, err := r.Watch(opts)
+	w.register(opts, false)
+}
+
+// register registers the watcher, then sends the initial events (holding
+// a slot) or the replay. Called by the setup goroutine (foreign false),
+// or by another goroutine that must not block (foreign: the cache's, see
+// awaitConsistent), which hands whatever may wait to a new goroutine.
+func (w *watch) register(opts cache.WatchOptions, foreign bool) {
+	s := w.m.s
+	run := func(f func()) {
+		if foreign {
+			go f()
+			return
+		}
+		f()
+	}
+	sub, err := w.r.Watch(opts)
 	if err != nil {
-		w.finish(err)
+		run(func() { w.finish(err) })
 		return
 	}
 	w.sub = sub
@@ -272,10 +280,112 @@ func (w *watch) start() {
 		if !s.initialSlots.acquire(w.initial) {
 			return
 		}
-		w.initial()
+		run(w.initial)
 		return
 	}
-	w.replay()
+	run(w.replay)
+}
+
+// awaitConsistent waits for the store's current revision (read
+// linearizably) and for the cache to reach it, then registers the watch:
+// with initial events at the cache's revision then, else right after the
+// revision read — not after whatever the cache holds once the wait is
+// over, which would lose the writes that landed during the wait.
+//
+// No goroutine waits: the cache calls back once its shared read is done
+// (ConsistentRevFunc), a timer ends the wait after ReadWaitTimeout (or at
+// the watch's own deadline) and the stream's end ends it too; the first
+// of the three to claim the wait goes on with the watch. In a relist
+// storm thousands of watches wait here at once, and a goroutine each
+// cost its stack and a goroutine descriptor that the runtime never frees
+// (2.4 MB for 5,000).
+func (w *watch) awaitConsistent(opts cache.WatchOptions) {
+	s := w.m.s
+	limit := time.Now().Add(s.cfg.ReadWaitTimeout)
+	if w.deadline.Before(limit) {
+		limit = w.deadline
+	}
+	c := &consistentWait{}
+	c.mu.Lock()
+	c.timer = time.AfterFunc(time.Until(limit), func() {
+		if c.claim() {
+			// As waitConsistent's timeout: 504, or a quiet end when it
+			// was the watch's own deadline.
+			if !time.Now().Before(w.deadline) {
+				w.stopped.CompareAndSwap(0, stopTimeout)
+			}
+			go w.finish(apierrors.NewTimeoutError("could not read the store's current revision in time", 1))
+		}
+	})
+	c.unhook = context.AfterFunc(w.m.ctx, func() {
+		if c.claim() {
+			w.stopped.CompareAndSwap(0, stopGone)
+			go w.finish(w.m.ctx.Err())
+		}
+	})
+	c.mu.Unlock()
+	s.cfg.Cache.ConsistentRevFunc(func(rev int64, err error) {
+		if !c.claim() {
+			return
+		}
+		switch {
+		case err != nil:
+			go w.finish(apierrors.NewServiceUnavailable(fmt.Sprintf("could not read the store's current revision: %v", err)))
+			return
+		case s.cfg.Cache.Rev() < rev:
+			// The cache is behind the store: wait for it as any read does,
+			// on a goroutine (rare: it follows the store within
+			// milliseconds).
+			go func() {
+				ctx, cancel := context.WithDeadline(w.m.ctx, limit)
+				defer cancel()
+				if err := s.cfg.Cache.WaitForRev(ctx, rev); err != nil {
+					if w.m.ctx.Err() != nil {
+						w.stopped.CompareAndSwap(0, stopGone)
+					} else if !time.Now().Before(w.deadline) {
+						w.stopped.CompareAndSwap(0, stopTimeout)
+					}
+					w.finish(tooLargeResourceVersion(rev, s.cfg.Cache.Rev()))
+					return
+				}
+				w.registerConsistent(opts, rev, false)
+			}()
+			return
+		}
+		w.registerConsistent(opts, rev, true)
+	})
+}
+
+// registerConsistent registers a consistent watch once the cache has
+// reached rev.
+func (w *watch) registerConsistent(opts cache.WatchOptions, rev int64, foreign bool) {
+	opts.Initial, opts.After = w.from.initial, -1
+	if !w.from.initial {
+		opts.After = rev
+	}
+	w.register(opts, foreign)
+}
+
+// consistentWait is one watch's wait in awaitConsistent: whoever claims
+// it first (the cache's callback, the timer, the stream's end) goes on
+// with the watch and stops the other two.
+type consistentWait struct {
+	mu     sync.Mutex
+	done   bool
+	timer  *time.Timer
+	unhook func() bool
+}
+
+func (c *consistentWait) claim() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return false
+	}
+	c.done = true
+	c.timer.Stop()
+	c.unhook()
+	return true
 }
 
 // initial sends the snapshot as ADDED events (and the end bookmark),
