@@ -126,6 +126,7 @@ func (a *App) open(ctx context.Context) error {
 	a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
 	rcfg := raftnode.Config{
 		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
+		LogDir: filepath.Join(cfg.DataDir, "raft"), FS: guard.FS(), Fatal: a.fatalLog,
 		PeerAddress: cfg.PeerAddress, PeerAdvertise: cfg.PeerAdvertise, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
@@ -302,6 +303,15 @@ func (a *App) Close() error {
 }
 
 // closeParts releases whatever open or New managed to create.
+// fatalLog stops the process when the raft log cannot be synced (or a
+// failed append undone), as pebbleLogger.Fatalf does for pebble's WAL: a
+// failed fsync cannot be retried (package raftwal), and nothing
+// acknowledged is lost by stopping.
+func (a *App) fatalLog(err error) {
+	a.log.Error("raft log write failed; stopping", "error", err, "fatal", true)
+	panic(err)
+}
+
 func (a *App) closeParts() error {
 	var errs []error
 	if a.health != nil {

@@ -126,7 +126,8 @@ type Config struct {
 	// crashing. Default 64 MiB; negative disables it.
 	BallastBytes int64
 
-	// fs is the filesystem under the pebble DB and the ballast; nil is
+	// fs is the filesystem under the pebble DB, the raft log and the
+	// ballast; nil is
 	// vfs.Default. Tests inject disk faults through it.
 	fs vfs.FS
 	// diskCheckInterval is how often free space is polled; 0 is 1s.

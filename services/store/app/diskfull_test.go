@@ -377,8 +377,9 @@ func startChild(t *testing.T, ctl string) *child {
 }
 
 // TestDiskFullENOSPCStopsProcessRestartRecovers: when ENOSPC cannot be
-// absorbed (every write and fsync fails, the ballast frees nothing),
-// pebble's fatal commit error stops the store process; no write is
+// absorbed (every write and fsync fails, the ballast frees nothing), the
+// fatal write error (pebble's commit, or the raft log's append) stops the
+// store process; no write is
 // acknowledged on the full disk, and once space is freed a restart serves
 // every acknowledged write with a complete, consistent history and takes
 // new writes.
@@ -420,8 +421,10 @@ func TestDiskFullENOSPCStopsProcessRestartRecovers(t *testing.T) {
 		t.Fatalf("store process exited successfully on a full disk:\n%s", c.stderr)
 	}
 	out := c.stderr.String()
-	if !strings.Contains(out, "pebble: fatal commit error") || !strings.Contains(out, "no space left on device") {
-		t.Fatalf("store process did not stop on pebble's fatal commit error:\n%s", out)
+	// Whichever writes first stops the process: pebble's WAL (the state
+	// machine, the stable store) or the raft log (package raftwal).
+	if !strings.Contains(out, "pebble: fatal commit error") && !strings.Contains(out, "raft log write failed; stopping") || !strings.Contains(out, "no space left on device") {
+		t.Fatalf("store process did not stop on a fatal write error:\n%s", out)
 	}
 
 	// Space is freed; the restarted store lost nothing and corrupted

@@ -36,7 +36,7 @@ func RestoreSnapshot(file, dataDir string, log *slog.Logger) (int64, error) {
 		log = slog.Default()
 	}
 	dbDir := filepath.Join(dataDir, "db")
-	for _, d := range []string{dbDir, filepath.Join(dataDir, "snapshots")} {
+	for _, d := range []string{dbDir, filepath.Join(dataDir, "snapshots"), filepath.Join(dataDir, "raft")} {
 		if entries, err := os.ReadDir(d); err == nil && len(entries) > 0 {
 			return 0, fmt.Errorf("store: restore: %s already holds a store; restore into an empty data directory", dataDir)
 		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {

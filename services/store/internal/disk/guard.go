@@ -18,9 +18,11 @@
 // hashicorp/raft (v1.8): a leader whose StoreLogs fails answers the waiting
 // futures with the error (raft.LogCache wraps it with %q, so errors.Is no
 // longer finds ENOSPC) and steps down; a follower drops the entries and
-// fails the AppendEntries. With the raft log in pebble neither path is
-// reached, since pebble's Fatalf comes first; and at the next election raft
-// panics if it cannot persist the term (setCurrentTerm).
+// fails the AppendEntries; and at the next election raft panics if it
+// cannot persist the term (setCurrentTerm). The raft log (package raftwal,
+// segments allocated in full when created, so appends do not allocate)
+// stops the process like pebble when an append cannot be undone or a sync
+// fails, and otherwise returns the error to raft.
 //
 // So the store cannot ride out ENOSPC in its log or state: bytes must not
 // run out. A Guard does three things:
@@ -36,8 +38,9 @@
 //  2. Ballast. A file of BallastBytes in the data directory holds space
 //     back. If a write hits ENOSPC anyway (another process filled the disk
 //     between two checks, a burst larger than the reserve, a filesystem
-//     whose statfs is optimistic), pebble's vfs.OnDiskFull blocks every new
-//     write and calls the guard, which deletes the ballast and latches
+//     whose statfs is optimistic), pebble's vfs.OnDiskFull (under the
+//     pebble DB and the raft log's segments alike) blocks every new write
+//     and calls the guard, which deletes the ballast and latches
 //     "full"; pebble then retries the failed write once, and it succeeds.
 //     Writes stay refused until MinFreeBytes+BallastBytes are available,
 //     then the ballast is re-created and writes are admitted again, without

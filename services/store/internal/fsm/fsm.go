@@ -3,17 +3,18 @@
 //
 // # Durability invariant
 //
-// The FSM's state and the raft log live in ONE pebble DB (prefixes "s/" and
-// "r/"). FSM batches commit with pebble.NoSync; they become durable with the
-// next synced write to the DB (the raft log store syncs every append), since
-// pebble's WAL is a single ordered log. A crash may lose the last applied
-// batches, never the raft entries that produced them, and the meta key in
-// each batch records the applied index, so on restart raft replays from its
-// last snapshot and the FSM skips every entry at or below the durable
-// applied index: nothing is lost and nothing is applied twice.
+// FSM batches commit to pebble with pebble.NoSync; the raft log, in its own
+// synced segments (package raftwal), is what makes an applied entry
+// durable. A crash may lose the last applied batches, never the raft
+// entries that produced them, and the meta key in each batch records the
+// applied index, so on restart raft replays its log from its last snapshot
+// and the FSM skips every entry at or below the durable applied index:
+// nothing is lost and nothing is applied twice.
 //
 // Raft deletes log entries only up to a snapshot's index; Persist syncs the
 // DB first, so the state covering those entries is durable before they go.
+// A restore from a snapshot (Restore) ends with a synced commit for the
+// same reason: raft then drops the whole log.
 package fsm
 
 import (
@@ -47,9 +48,6 @@ type Publisher interface {
 
 // Options configure an FSM.
 type Options struct {
-	// SyncCommits commits every batch with pebble.Sync. Needed only when
-	// the raft log is NOT in the same pebble DB; default false.
-	SyncCommits bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the FSM's metrics; nil registers none.
@@ -135,12 +133,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if last == applied {
 		return resps
 	}
-	opts := pebble.NoSync
-	if f.opts.SyncCommits {
-		opts = pebble.Sync
-	}
 	commitStart := time.Now()
-	events, err := w.Commit(last, opts)
+	events, err := w.Commit(last, pebble.NoSync) // see "Durability invariant"
 	if err != nil {
 		return f.fail(resps, err)
 	}

@@ -17,7 +17,9 @@ const logFormatV1 = 1
 
 var errCorrupt = errors.New("raftlog: corrupt log entry")
 
-func encodeLog(buf []byte, l *raft.Log) []byte {
+// EncodeLog appends the encoding of l, without its index, to buf. The
+// raft log's segments (package raftwal) frame the same encoding.
+func EncodeLog(buf []byte, l *raft.Log) []byte {
 	buf = append(buf, logFormatV1)
 	buf = binary.AppendUvarint(buf, l.Term)
 	buf = append(buf, byte(l.Type))
@@ -32,8 +34,9 @@ func encodeLog(buf []byte, l *raft.Log) []byte {
 	return append(buf, l.Extensions...)
 }
 
-// decodeLog fills out from b; out's slices are copies (b belongs to pebble).
-func decodeLog(b []byte, out *raft.Log) error {
+// DecodeLog fills out from b, except for its index; out's slices are
+// copies (b is the caller's buffer).
+func DecodeLog(b []byte, out *raft.Log) error {
 	if len(b) < 1 || b[0] != logFormatV1 {
 		return errCorrupt
 	}

@@ -1,12 +1,15 @@
-// Package raftlog implements hashicorp/raft's LogStore and StableStore on
-// pebble.
+// Package raftlog implements hashicorp/raft's StableStore (current term,
+// last vote) on pebble, and the LogStore that held the raft log in pebble
+// until it moved to its own segments (package raftwal): the store keeps
+// reading it so that an older data directory's entries can be moved
+// (raftwal.Migrate).
 //
 // # Layout
 //
 // The store owns two key prefixes of a pebble DB it does not own (the DB is
 // shared with the state machine, see package fsm):
 //
-//	"r/l/" <index 8B big-endian>  → encoded raft.Log (see encodeLog)
+//	"r/l/" <index 8B big-endian>  → encoded raft.Log (see EncodeLog)
 //	"r/s/" <stable key bytes>     → stable value (current term, last vote…)
 //
 // Big-endian indexes make pebble's key order the log order, so FirstIndex
@@ -16,8 +19,8 @@
 //
 // Every write (StoreLogs, DeleteRange, Set, SetUint64) commits with
 // pebble.Sync: when it returns, the entry and every earlier pebble write of
-// the same DB — including state-machine batches committed with NoSync — are
-// on stable storage, because pebble's WAL is one ordered log.
+// the same DB are on stable storage, because pebble's WAL is one ordered
+// log.
 //
 // # Concurrency
 //
@@ -108,7 +111,7 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 		return fmt.Errorf("raftlog: get %d: %w", index, err)
 	}
 	defer closer.Close()
-	if err := decodeLog(v, out); err != nil {
+	if err := DecodeLog(v, out); err != nil {
 		return fmt.Errorf("raftlog: decode %d: %w", index, err)
 	}
 	out.Index = index
@@ -128,7 +131,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	var buf []byte
 	lo, hi := logs[0].Index, logs[0].Index
 	for _, l := range logs {
-		buf = encodeLog(buf[:0], l)
+		buf = EncodeLog(buf[:0], l)
 		if err := b.Set(logKey(l.Index), buf, nil); err != nil {
 			return fmt.Errorf("raftlog: batch set: %w", err)
 		}

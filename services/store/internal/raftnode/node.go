@@ -1,6 +1,7 @@
-// Package raftnode runs the hashicorp/raft node of the store: log and
-// stable store in pebble (package raftlog), file snapshots, the transport,
-// bootstrap, proposals and linearizable reads.
+// Package raftnode runs the hashicorp/raft node of the store: the log in
+// raft-wal segments (package raftwal), the stable store in pebble (package
+// raftlog), file snapshots, the transport, bootstrap, proposals and
+// linearizable reads.
 package raftnode
 
 import (
@@ -16,12 +17,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
+	"github.com/meridian-cp/meridian/services/store/internal/raftwal"
 )
 
 // Errors of the node; all map to UNAVAILABLE at the API.
@@ -54,10 +57,18 @@ type Peer struct {
 type Config struct {
 	// ID is the raft server id.
 	ID string
-	// DB holds the raft log and stable store (prefix "r/"); it must be the
-	// DB of the FSM's store (see package fsm, "Durability invariant"). The
+	// DB holds raft's stable store (prefix "r/"), and held the raft log
+	// before it moved to LogDir (Start moves what is left there). The
 	// caller closes it after Shutdown.
 	DB *pebble.DB
+	// LogDir holds the raft log's segments (package raftwal).
+	LogDir string
+	// FS is the filesystem for the log's segments (the disk guard's); nil
+	// is the OS's.
+	FS vfs.FS
+	// Fatal is called when the log cannot be synced and must not return
+	// (see package raftwal); nil panics.
+	Fatal func(error)
 	// SnapshotDir holds raft's file snapshots.
 	SnapshotDir string
 	// PeerAddress is the raft TCP bind and advertise address ("host:port",
@@ -117,6 +128,7 @@ type Node struct {
 	id      string
 	raft    *raft.Raft
 	logs    raft.LogStore
+	wal     *raftwal.Log // under logs; closed after raft shut down
 	fsm     *fsm.FSM
 	trans   raft.Transport
 	log     *slog.Logger
@@ -158,11 +170,29 @@ func Start(cfg Config) (*Node, error) {
 	}
 	hl := newHCLog(cfg.Logger, "raft")
 
-	store, err := raftlog.New(cfg.DB, func(d time.Duration) { m.logSync.Observe(d.Seconds()) })
+	observeSync := func(d time.Duration) { m.logSync.Observe(d.Seconds()) }
+	store, err := raftlog.New(cfg.DB, observeSync)
 	if err != nil {
 		return nil, err
 	}
-	logs, err := raft.NewLogCache(512, store)
+	wl, err := raftwal.Open(raftwal.Options{Dir: cfg.LogDir, FS: cfg.FS, ObserveSync: observeSync, Fatal: cfg.Fatal})
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = wl.Close()
+		}
+	}()
+	// A data directory written before the log moved out of pebble: move
+	// its entries (raftwal.Migrate is idempotent if interrupted).
+	if n, err := raftwal.Migrate(store, wl); err != nil {
+		return nil, err
+	} else if n > 0 {
+		cfg.Logger.Info("moved the raft log out of pebble", "entries", n, "dir", cfg.LogDir)
+	}
+	logs, err := raft.NewLogCache(512, wl)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: log cache: %w", err)
 	}
@@ -229,7 +259,8 @@ func Start(cfg Config) (*Node, error) {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	n := &Node{id: cfg.ID, raft: r, logs: logs, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: !has}
+	started = true
+	n := &Node{id: cfg.ID, raft: r, logs: logs, wal: wl, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: !has}
 	m.observe(n)
 	return n, nil
 }
@@ -522,11 +553,15 @@ func (n *Node) Members(ctx context.Context) ([]*storev1.Member, error) {
 	return out, nil
 }
 
-// Shutdown stops raft and closes the transport. Safe to call twice.
+// Shutdown stops raft, closes the transport and the log. Safe to call
+// twice.
 func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() {
 		n.closeErr = n.raft.Shutdown().Error()
 		closeTransport(n.trans)
+		if err := n.wal.Close(); err != nil {
+			n.closeErr = errors.Join(n.closeErr, fmt.Errorf("raftnode: close log: %w", err))
+		}
 	})
 	return n.closeErr
 }
