@@ -71,6 +71,14 @@ type Resource struct {
 		watchers  *watcherSet
 		snapshots map[int64]*keptSnapshot
 		closed    bool // no watcher may register any more
+		// clone is a copy-on-write clone of state, and snap the last
+		// snapshot, both shared until state changes (then nil: kept, a
+		// clone would pin the replaced events): a relist storm's
+		// thousands of watches start from one snapshot rather than a
+		// tree header and a snapshot each (~110 B a watch until its
+		// initial events are sent).
+		clone *tree
+		snap  *Snapshot
 	}
 }
 
@@ -135,6 +143,7 @@ func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) error
 }
 
 func (r *Resource) applyLocked(ch change, now time.Time) error {
+	r.mu.clone, r.mu.snap = nil, nil // the state changes
 	prev, had := r.mu.state.Get(&Event{Key: ch.key})
 	ev := &Event{Rev: ch.rev, Key: ch.key, Namespace: r.namespaceOf(ch.key), Obj: ch.obj, enc: r.enc, at: now}
 	if had {
@@ -201,6 +210,7 @@ func (r *Resource) reset(state *tree, rev int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.state = state
+	r.mu.clone, r.mu.snap = nil, nil
 	r.mu.rev = rev
 	clear(r.mu.hist)
 	r.mu.hist, r.mu.head, r.mu.histStart = r.mu.hist[:0], 0, rev
@@ -384,9 +394,27 @@ func (r *Resource) Snapshot(ns string) *Snapshot {
 	return r.snapshotLocked(ns)
 }
 
-// snapshotLocked is Snapshot with r.mu held for writing.
+// snapshotLocked is Snapshot with r.mu held for writing. Snapshots of
+// the same state, revision and namespace are one (a Snapshot is
+// immutable).
 func (r *Resource) snapshotLocked(ns string) *Snapshot {
-	return &Snapshot{Rev: r.mu.rev, tree: r.mu.state.Clone(), prefix: r.res.KeyPrefix(ns), named: ns != "" || !r.res.Namespaced}
+	prefix := r.res.KeyPrefix(ns)
+	if s := r.mu.snap; s != nil && s.Rev == r.mu.rev && s.prefix == prefix {
+		return s
+	}
+	s := &Snapshot{Rev: r.mu.rev, tree: r.cloneLocked(), prefix: prefix, named: ns != "" || !r.res.Namespaced}
+	r.mu.snap = s
+	return s
+}
+
+// cloneLocked returns a clone of the state, shared until the state
+// changes. r.mu must be held for writing (Clone writes the tree's
+// copy-on-write context).
+func (r *Resource) cloneLocked() *tree {
+	if r.mu.clone == nil {
+		r.mu.clone = r.mu.state.Clone()
+	}
+	return r.mu.clone
 }
 
 // Keep retains snap (its whole resource) so a continued list can read the
@@ -425,7 +453,7 @@ func (r *Resource) Kept(ns string, rev int64) (*Snapshot, bool) {
 		return &Snapshot{Rev: rev, tree: k.snap.tree, prefix: r.res.KeyPrefix(ns)}, true
 	}
 	if rev == r.mu.rev {
-		return &Snapshot{Rev: rev, tree: r.mu.state.Clone(), prefix: r.res.KeyPrefix(ns)}, true
+		return &Snapshot{Rev: rev, tree: r.cloneLocked(), prefix: r.res.KeyPrefix(ns)}, true
 	}
 	return nil, false
 }

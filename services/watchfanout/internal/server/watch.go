@@ -70,12 +70,18 @@ func watchError(err error) metav1.Status {
 	return apiStatus(err)
 }
 
+// sender sends a batch encoded by package wire; on success gRPC owns its
+// buffer.
+type sender interface {
+	sendEncoded(*wire.Message) error
+}
+
 // batcher packs frames into WatchResponses of up to max bytes of frames,
 // encoded by a wire.Builder straight into the buffer gRPC will write (see
 // package wire): nothing is allocated per message, and the frames, shared
 // by every watcher, are copied once.
 type batcher struct {
-	send func(*wire.Message) error
+	send sender // the watch (an interface holding it allocates nothing, a method value would)
 	max  int
 	enc  wire.Builder
 	msg  wire.Message // reused: each send hands its buffer to gRPC
@@ -114,7 +120,7 @@ func (b *batcher) flush() error {
 	}
 	b.enc.Finish(b.rev, &b.msg)
 	b.n = 0
-	err := b.send(&b.msg)
+	err := b.send.sendEncoded(&b.msg)
 	// gRPC took the buffer if it marshalled the message; if the send
 	// failed before that, the buffer is still ours.
 	b.msg.Release()

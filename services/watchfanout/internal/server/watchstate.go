@@ -81,7 +81,7 @@ func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64, done ch
 	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
 	max := m.s.cfg.MaxBatchBytes
-	w.b = batcher{send: w.sendEncoded, max: max, enc: wire.NewBuilder(m.s.pool, m.many, id, max)}
+	w.b = batcher{send: w, max: max, enc: wire.NewBuilder(m.s.pool, m.many, id, max)}
 	return w
 }
 
