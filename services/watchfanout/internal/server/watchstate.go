@@ -222,11 +222,21 @@ func (w *watch) start() {
 	}
 	w.r, w.f, w.flt, w.from = r, f, flt, start
 	w.deadline = time.Now().Add(timeout)
-	if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
-		w.finish(err)
-		return
+	// The first message tells the client the watch is established. A
+	// watch of changes only, from the store's current revision (RV unset,
+	// sendInitialEvents=false), starts at a revision read below: its first
+	// message waits for that read (registerConsistent), or a write the
+	// client makes once it has it could come before the start and be
+	// missed (as kube-apiserver, which reads the revision before it
+	// answers). The others start at a revision that covers whatever the
+	// client wrote before asking, or send it as initial state.
+	if start.rv >= 0 || start.initial {
+		if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+			w.finish(err)
+			return
+		}
+		w.started = true
 	}
-	w.started = true
 
 	opts := cache.WatchOptions{Namespace: req.GetNamespace(), Filter: flt, Bookmarks: req.GetAllowBookmarks(), OnPending: w.poke}
 	if start.rv < 0 {
@@ -360,10 +370,27 @@ func (w *watch) awaitConsistent(opts cache.WatchOptions) {
 // reached rev.
 func (w *watch) registerConsistent(opts cache.WatchOptions, rev int64, foreign bool) {
 	opts.Initial, opts.After = w.from.initial, -1
-	if !w.from.initial {
-		opts.After = rev
+	if w.from.initial {
+		w.register(opts, foreign)
+		return
 	}
-	w.register(opts, foreign)
+	// Changes only: the first message goes now that the start is known
+	// (see start). Sending may wait for credit, which the cache's
+	// goroutine must not.
+	opts.After = rev
+	send := func() {
+		if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+			w.finish(err)
+			return
+		}
+		w.started = true
+		w.register(opts, false)
+	}
+	if foreign {
+		go send()
+		return
+	}
+	send()
 }
 
 // consistentWait is one watch's wait in awaitConsistent: whoever claims
