@@ -216,19 +216,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		conn.Close()
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
+	runCtx, cancel := context.WithCancel(context.Background())
 	ws, err := server.New(server.Config{
-		Cache: c, Codec: cdc, KV: storev1.NewKVServiceClient(conn),
+		Cache: c, Codec: cdc, KV: storev1.NewKVServiceClient(conn), Stopping: runCtx.Done(),
 		WatchTimeout: cfg.WatchTimeout, ReadWaitTimeout: cfg.ReadWaitTimeout, InitialEventsConcurrency: cfg.InitialEventsConcurrency,
 		BufferPool: cfg.BufferPool,
 	})
 	if err != nil {
+		cancel()
 		conn.Close()
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
 	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	runCtx, cancel := context.WithCancel(context.Background())
 	a := &App{srv: srv, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)

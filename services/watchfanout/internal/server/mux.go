@@ -48,6 +48,9 @@ type mux struct {
 
 	mu      sync.Mutex
 	watches map[int64]*watch
+	// closing is set by stopAll: the stream is ending, and a watch it
+	// still receives is not opened.
+	closing bool
 	ready   []*watch
 	wake    chan struct{} // capacity 1: ready grew
 	live    sync.WaitGroup
@@ -89,6 +92,10 @@ func (m *mux) closeSends() {
 // is in use.
 func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) (*watch, bool) {
 	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		return nil, true
+	}
 	if _, dup := m.watches[id]; dup {
 		m.mu.Unlock()
 		return nil, false
@@ -124,6 +131,7 @@ func (m *mux) credit(id, n int64) {
 // stopAll stops every watch (the stream is ending).
 func (m *mux) stopAll() {
 	m.mu.Lock()
+	m.closing = true
 	ws := make([]*watch, 0, len(m.watches))
 	for _, w := range m.watches {
 		ws = append(ws, w)
@@ -225,7 +233,16 @@ func (s *Server) WatchMany(stream watchv1.WatchService_WatchManyServer) error {
 		defer close(sent)
 		m.serve(quit)
 	}()
-	err := m.receive(stream)
+	received := make(chan error, 1)
+	go func() { received <- m.receive(stream) }()
+	var err error
+	select {
+	case err = <-received:
+	case <-s.cfg.Stopping:
+		// The service is shutting down: the stream ends with its
+		// watches, and the receiver with the stream (its Recv fails once
+		// this handler returns; what it still reads is not opened).
+	}
 	// Every watch ends (ending the stream ends its watches); the sender
 	// drains them, then stops.
 	m.stopAll()

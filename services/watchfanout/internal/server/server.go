@@ -46,6 +46,11 @@ type Config struct {
 	// exact revision it does not hold, and continue tokens whose snapshot
 	// expired. Required.
 	KV storev1.KVServiceClient
+	// Stopping is closed when the service shuts down: WatchMany streams
+	// then end once their watches have (a client keeps an idle stream open
+	// for as long as it likes, and a graceful stop would wait for it).
+	// Nil: streams end only when their clients end them.
+	Stopping <-chan struct{}
 	// WatchTimeout ends watches that asked for no timeout; default 30m.
 	WatchTimeout time.Duration
 	// ReadWaitTimeout bounds how long a read or watch waits for the cache
