@@ -289,8 +289,7 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("raftwal: append: entry %d follows %d", e.Index, logs[0].Index+uint64(i)-1)
 		}
 		offs = append(offs, int64(len(buf)))
-		body := raftlog.EncodeLog(nil, e)
-		buf = appendRecord(buf, e.Index, body)
+		buf = appendRecord(buf, e)
 	}
 	l.buf = buf[:0]
 

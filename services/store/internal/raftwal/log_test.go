@@ -247,7 +247,7 @@ func TestTornTailIsCutAtOpen(t *testing.T) {
 	l.Close()
 	// A record of entry 21 whose bytes did not all reach the disk: a
 	// length and part of a body, checksum wrong.
-	torn := appendRecord(nil, 21, []byte("entry-21"))
+	torn := appendRecord(nil, &raft.Log{Index: 21, Term: 1, Data: []byte("entry-21")})
 	torn[len(torn)-1] ^= 0xff
 	appendGarbage(t, dir, torn)
 

@@ -8,7 +8,10 @@ import (
 	"io"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
+
+	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 )
 
 // Record framing inside a segment:
@@ -74,12 +77,12 @@ func (s *segment) recordAt(idx uint64, buf []byte) ([]byte, error) {
 	return body, nil
 }
 
-// appendRecord frames (index, entry) onto buf.
-func appendRecord(buf []byte, index uint64, entry []byte) []byte {
+// appendRecord frames entry e onto buf, encoding it in place.
+func appendRecord(buf []byte, e *raft.Log) []byte {
 	start := len(buf)
 	buf = append(buf, make([]byte, headerLen)...)
-	binary.LittleEndian.PutUint64(buf[start+8:], index)
-	buf = append(buf, entry...)
+	binary.LittleEndian.PutUint64(buf[start+8:], e.Index)
+	buf = raftlog.EncodeLog(buf, e)
 	rec := buf[start:]
 	binary.LittleEndian.PutUint32(rec[0:], uint32(len(rec)-8))
 	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], crcTable))
