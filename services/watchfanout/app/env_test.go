@@ -89,11 +89,13 @@ func (m *storeMember) stop() {
 	}
 }
 
-// newEnv starts a single-node store and a watchfanout replica.
-func newEnv(t *testing.T, cfg app.Config) *env {
+// newEnv starts a single-node store and a watchfanout replica; storeOpts
+// go to the store's gRPC server (e.g. an interceptor that injects delays).
+func newEnv(t *testing.T, cfg app.Config, storeOpts ...grpc.ServerOption) *env {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(), ProgressInterval: 200 * time.Millisecond, Registerer: reg})
+	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(),
+		ProgressInterval: 200 * time.Millisecond, Registerer: reg, GRPCServerOptions: storeOpts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,14 @@ package app_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
-	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 )
@@ -31,22 +28,7 @@ func TestChangesOnlyWatchSeesWritesAfterItsFirstMessage(t *testing.T) {
 		}
 		return h(ctx, req)
 	})
-	reg := prometheus.NewRegistry()
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(),
-		ProgressInterval: 200 * time.Millisecond, Registerer: reg, GRPCServerOptions: []grpc.ServerOption{delayRevRead}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	m := &storeMember{id: "store-0", addr: lis.Addr().String(), reg: reg, app: st, served: make(chan error, 1)}
-	go func() { m.served <- st.Serve(lis) }()
-	t.Cleanup(m.stop)
-	e := startEnv(t, app.Config{}, []*storeMember{m})
-
+	e := newEnv(t, app.Config{}, delayRevRead)
 	e.mustPut(configMap("ns", "before", nil, "x"))
 	slow.Store(true)
 	for _, mux := range []bool{false, true} {

@@ -93,6 +93,16 @@ func (w *watch) sendResponse(resp *watchv1.WatchResponse) error {
 	return w.m.send(w.id, resp, false, nil)
 }
 
+// sendFirst sends the first (empty) message, which tells the client the
+// watch is established; from then on failures are ERROR frames.
+func (w *watch) sendFirst() error {
+	if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+		return err
+	}
+	w.started = true
+	return nil
+}
+
 // sendEncoded sends a batch of the watch.
 func (w *watch) sendEncoded(msg *wire.Message) error {
 	if err := w.takeCredit(); err != nil {
@@ -231,11 +241,10 @@ func (w *watch) start() {
 	// answers). The others start at a revision that covers whatever the
 	// client wrote before asking, or send it as initial state.
 	if start.rv >= 0 || start.initial {
-		if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+		if err := w.sendFirst(); err != nil {
 			w.finish(err)
 			return
 		}
-		w.started = true
 	}
 
 	opts := cache.WatchOptions{Namespace: req.GetNamespace(), Filter: flt, Bookmarks: req.GetAllowBookmarks(), OnPending: w.poke}
@@ -379,11 +388,10 @@ func (w *watch) registerConsistent(opts cache.WatchOptions, rev int64, foreign b
 	// goroutine must not.
 	opts.After = rev
 	send := func() {
-		if err := w.sendResponse(&watchv1.WatchResponse{}); err != nil {
+		if err := w.sendFirst(); err != nil {
 			w.finish(err)
 			return
 		}
-		w.started = true
 		w.register(opts, false)
 	}
 	if foreign {
