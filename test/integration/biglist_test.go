@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // TestListLargerThanMessageLimit: a collection whose stored values exceed
@@ -39,13 +37,7 @@ func TestListLargerThanMessageLimit(t *testing.T) {
 		}
 	}
 	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
-		cfg := rest.CopyConfig(e.config)
-		cfg.ContentType, cfg.AcceptContentTypes = ct, ct
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list, err := c.CoreV1().ConfigMaps("big").List(ctx, metav1.ListOptions{})
+		list, err := e.clientFor(t, ct).CoreV1().ConfigMaps("big").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", ct, err)
 		}

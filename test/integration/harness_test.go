@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,38 @@ func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, cp: cp, config: rc, client: c, dataDir: cfg.DataDir}
+}
+
+// clientFor returns a clientset that sends and accepts contentType
+// (application/json or application/vnd.kubernetes.protobuf).
+func (e *env) clientFor(t testing.TB, contentType string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(e.config)
+	cfg.ContentType, cfg.AcceptContentTypes = contentType, contentType
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// inParallel calls f(0) … f(n-1), 16 at a time, and returns when all have;
+// each error fails t.
+func inParallel(t testing.TB, n int, f func(i int) error) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // storeConn dials the store's own gRPC API with the admin certificate.

@@ -3,13 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestLargeList lists more objects than the gateway reads from the store at
@@ -21,32 +19,16 @@ func TestLargeList(t *testing.T) {
 	defer cancel()
 	cms := e.client.CoreV1().ConfigMaps("default")
 	const n = 1100
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%04d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{}); err != nil {
-				t.Error(err)
-			}
-		}(i)
-	}
-	wg.Wait()
+	inParallel(t, n, func(i int) error {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%04d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+		return err
+	})
 	if t.Failed() {
 		return
 	}
 	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
 		t.Run(ct, func(t *testing.T) {
-			cfg := *e.config
-			cfg.ContentType, cfg.AcceptContentTypes = ct, ct
-			c, err := kubernetes.NewForConfig(&cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cms := c.CoreV1().ConfigMaps("default")
+			cms := e.clientFor(t, ct).CoreV1().ConfigMaps("default")
 			all, err := cms.List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestProtobufListsMatchJSON lists through client-go in protobuf (which
@@ -32,54 +30,34 @@ func TestProtobufListsMatchJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 650
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			name := fmt.Sprintf("cm-%04d", i)
-			var err error
-			switch i % 3 {
-			case 0:
-				_, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name},
-					Data: map[string]string{"v": fmt.Sprint(i)}}, metav1.CreateOptions{})
-			case 1:
-				_, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name,
-					Labels: map[string]string{"app": "demo", "i": fmt.Sprint(i)}, Annotations: map[string]string{"note": "日本語 ✓ ünïcode"}},
-					Data: map[string]string{"v": fmt.Sprintf("välue %d", i)}, BinaryData: map[string][]byte{"b": {0, 0xff, byte(i)}}}, metav1.CreateOptions{})
-			case 2:
-				body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"labels":{"applied":"yes"}},"data":{"v":"ä %d"}}`, name, i)
-				_, err = e.client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.ApplyPatchType, []byte(body), metav1.PatchOptions{FieldManager: "tester"})
-			}
-			if err != nil {
-				t.Error(err)
-			}
-		}(i)
-	}
+	inParallel(t, n, func(i int) error {
+		name := fmt.Sprintf("cm-%04d", i)
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Data: map[string]string{"v": fmt.Sprint(i)}}, metav1.CreateOptions{})
+		case 1:
+			_, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name,
+				Labels: map[string]string{"app": "demo", "i": fmt.Sprint(i)}, Annotations: map[string]string{"note": "日本語 ✓ ünïcode"}},
+				Data: map[string]string{"v": fmt.Sprintf("välue %d", i)}, BinaryData: map[string][]byte{"b": {0, 0xff, byte(i)}}}, metav1.CreateOptions{})
+		case 2:
+			body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"labels":{"applied":"yes"}},"data":{"v":"ä %d"}}`, name, i)
+			_, err = e.client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.ApplyPatchType, []byte(body), metav1.PatchOptions{FieldManager: "tester"})
+		}
+		return err
+	})
 	for i := 0; i < 20; i++ {
 		if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%02d", i)},
 			Data: map[string][]byte{"p": []byte(fmt.Sprintf("pässword %d", i))}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wg.Wait()
 	if t.Failed() {
 		return
 	}
 
-	clientFor := func(ct string) kubernetes.Interface {
-		cfg := *e.config
-		cfg.ContentType, cfg.AcceptContentTypes = ct, ct
-		c, err := kubernetes.NewForConfig(&cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	pb, js := clientFor("application/vnd.kubernetes.protobuf"), clientFor("application/json")
+	pb, js := e.clientFor(t, "application/vnd.kubernetes.protobuf"), e.clientFor(t, "application/json")
 
 	// Nothing changes from here on: every list reads the same objects.
 	for _, limit := range []int64{0, 1, 250, 500, 649, 2000} {
