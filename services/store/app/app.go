@@ -302,7 +302,6 @@ func (a *App) Close() error {
 	return a.closeErr
 }
 
-// closeParts releases whatever open or New managed to create.
 // fatalLog stops the process when the raft log cannot be synced (or a
 // failed append undone), as pebbleLogger.Fatalf does for pebble's WAL: a
 // failed fsync cannot be retried (package raftwal), and nothing
@@ -312,6 +311,7 @@ func (a *App) fatalLog(err error) {
 	panic(err)
 }
 
+// closeParts releases whatever open or New managed to create.
 func (a *App) closeParts() error {
 	var errs []error
 	if a.health != nil {

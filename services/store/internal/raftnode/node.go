@@ -1,6 +1,6 @@
 // Package raftnode runs the hashicorp/raft node of the store: the log in
-// raft-wal segments (package raftwal), the stable store in pebble (package
-// raftlog), file snapshots, the transport, bootstrap, proposals and
+// its own segment files (package raftwal), the stable store in pebble
+// (package raftlog), file snapshots, the transport, bootstrap, proposals and
 // linearizable reads.
 package raftnode
 
