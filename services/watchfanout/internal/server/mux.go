@@ -89,7 +89,7 @@ func (m *mux) closeSends() {
 }
 
 // open starts watch id with a credit window (0: none); false when the id
-// is in use.
+// is in use, a nil watch when the stream is ending (after stopAll).
 func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) (*watch, bool) {
 	m.mu.Lock()
 	if m.closing {
