@@ -204,10 +204,14 @@ func TestDiskFullRefusesWritesServesReadsAndRecovers(t *testing.T) {
 	// 3. statfs says there is room, the disk has 256 KiB: a write hits
 	// ENOSPC in the middle of its append. The ballast is released, the
 	// write completes and is acknowledged; later writes are refused.
-	// statfs stays above the reserve (writes are admitted) but below
-	// reserve + ballast, so the background check does not re-create the
-	// ballast before the test looks for it.
-	d.set(256<<10, 12<<20)
+	// statfs stays above the reserve (writes are admitted: 0.25 + 7.875
+	// MiB) but, once the ballast's 8 MiB are back and the write that hit
+	// ENOSPC took at least the 0.75 MiB the budget lacked, below reserve +
+	// ballast (at most 7.5 + 7.875 < 16 MiB), so the background check does
+	// not re-create the ballast before the test looks for it. (A margin of
+	// 12 MiB counted on the write taking twice its size, as when the raft
+	// log shared pebble's WAL; the log's segments are allocated ahead.)
+	d.set(256<<10, 7<<20+7<<17)
 	big := strings.Repeat("x", 1<<20)
 	for i := 0; !m.app.disk.Full(); i++ {
 		if i == 16 {
