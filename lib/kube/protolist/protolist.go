@@ -1,6 +1,7 @@
 // Package protolist reads stored built-in objects without decoding them:
-// it builds protobuf list responses from their stored bytes, and reads the
-// metadata that selectors and the garbage collector need.
+// it builds protobuf list responses and objects' envelopes (a Get's, a
+// watch event's object) from their stored bytes, and reads the metadata
+// that selectors and the garbage collector need.
 //
 // # Wire formats
 //
@@ -306,18 +307,20 @@ func (o *Object) Meta() (Meta, error) {
 	return m, err
 }
 
-// metaSize is the size of the ObjectMeta message with resourceVersion rv.
-func (o *Object) metaSize(rv string) int {
-	return o.metaEnd - o.metaStart - (o.rvEnd - o.rvStart) + protowire.SizeTag(resourceVersionField) + protowire.SizeBytes(len(rv))
+// metaSize is the size of the ObjectMeta message with a resourceVersion
+// of rvLen bytes.
+func (o *Object) metaSize(rvLen int) int {
+	return o.metaEnd - o.metaStart - (o.rvEnd - o.rvStart) + protowire.SizeTag(resourceVersionField) + protowire.SizeBytes(rvLen)
 }
 
-// size is the size of the object's message with resourceVersion rv.
-func (o *Object) size(rv string) int {
-	ms := o.metaSize(rv)
-	return len(o.raw) - (o.metaEnd - o.metaTag) + protowire.SizeTag(objectMetaField) + protowire.SizeBytes(ms)
+// size is the size of the object's message with an ObjectMeta of
+// metaSize bytes.
+func (o *Object) size(metaSize int) int {
+	return len(o.raw) - (o.metaEnd - o.metaTag) + protowire.SizeTag(objectMetaField) + protowire.SizeBytes(metaSize)
 }
 
-// appendTo appends the object's message with resourceVersion rv.
+// appendTo appends the object's message with resourceVersion rv, whose
+// ObjectMeta is then metaSize bytes.
 //
 // The resourceVersion field is rewritten in place rather than appended to
 // ObjectMeta (which decoders would also read as the value, the last one
@@ -325,13 +328,13 @@ func (o *Object) size(rv string) int {
 // decoded object, so a spliced list can be checked against a decoded and
 // re-encoded one byte for byte. It costs the same: ObjectMeta's length
 // changes either way, so its prefix is rewritten in both.
-func (o *Object) appendTo(dst []byte, rv string) []byte {
+func (o *Object) appendTo(dst, rv []byte, metaSize int) []byte {
 	dst = append(dst, o.raw[:o.metaTag]...)
 	dst = protowire.AppendTag(dst, objectMetaField, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(o.metaSize(rv)))
+	dst = protowire.AppendVarint(dst, uint64(metaSize))
 	dst = append(dst, o.raw[o.metaStart:o.rvStart]...)
 	dst = protowire.AppendTag(dst, resourceVersionField, protowire.BytesType)
-	dst = protowire.AppendString(dst, rv)
+	dst = protowire.AppendBytes(dst, rv)
 	dst = append(dst, o.raw[o.rvEnd:o.metaEnd]...)
 	return append(dst, o.raw[o.metaEnd:]...)
 }
@@ -362,8 +365,9 @@ func NewWriter(listGVK schema.GroupVersionKind, chunkSize int) *Writer {
 // Add appends an item: o with resourceVersion modRevision.
 func (w *Writer) Add(o *Object, modRevision int64) {
 	var buf [20]byte
-	rv := string(strconv.AppendInt(buf[:0], modRevision, 10))
-	size := o.size(rv)
+	rv := strconv.AppendInt(buf[:0], modRevision, 10)
+	ms := o.metaSize(len(rv))
+	size := o.size(ms)
 	n := protowire.SizeTag(listItemsField) + protowire.SizeBytes(size)
 	last := len(w.chunks) - 1
 	if last < 0 || len(w.chunks[last])+n > cap(w.chunks[last])-tailSize {
@@ -374,7 +378,7 @@ func (w *Writer) Add(o *Object, modRevision int64) {
 	}
 	c := protowire.AppendTag(w.chunks[last], listItemsField, protowire.BytesType)
 	c = protowire.AppendVarint(c, uint64(size))
-	w.chunks[last] = o.appendTo(c, rv)
+	w.chunks[last] = o.appendTo(c, rv, ms)
 	w.itemsSize += n
 	w.count++
 }
@@ -392,33 +396,88 @@ func (w *Writer) Finish(lm *metav1.ListMeta) ([][]byte, error) {
 		return nil, fmt.Errorf("protolist: list metadata: %w", err)
 	}
 	apiVersion, kind := w.listGVK.GroupVersion().String(), w.listGVK.Kind
-	tmSize := protowire.SizeTag(typeMetaAPIVersionField) + protowire.SizeBytes(len(apiVersion)) +
-		protowire.SizeTag(typeMetaKindField) + protowire.SizeBytes(len(kind))
+	tmSize := typeMetaSize(apiVersion, kind)
 	listSize := protowire.SizeTag(listMetaField) + protowire.SizeBytes(len(meta)) + w.itemsSize
 
 	head := make([]byte, 0, len(envelopePrefix)+16+tmSize+len(meta)+16)
-	head = append(head, envelopePrefix...)
-	head = protowire.AppendTag(head, unknownTypeMetaField, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(tmSize))
-	head = protowire.AppendTag(head, typeMetaAPIVersionField, protowire.BytesType)
-	head = protowire.AppendString(head, apiVersion)
-	head = protowire.AppendTag(head, typeMetaKindField, protowire.BytesType)
-	head = protowire.AppendString(head, kind)
-	head = protowire.AppendTag(head, unknownRawField, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(listSize))
+	head = appendEnvelopeHead(head, apiVersion, kind, tmSize, listSize)
 	head = protowire.AppendTag(head, listMetaField, protowire.BytesType)
 	head = protowire.AppendBytes(head, meta)
 
-	// contentEncoding and contentType, empty, as the marshaler writes
-	// them.
-	tail := make([]byte, 0, tailSize)
-	tail = protowire.AppendTag(tail, unknownContentEncodingField, protowire.BytesType)
-	tail = protowire.AppendString(tail, "")
-	tail = protowire.AppendTag(tail, unknownContentTypeField, protowire.BytesType)
-	tail = protowire.AppendString(tail, "")
-
 	out := append([][]byte{head}, w.chunks...)
-	out[len(out)-1] = append(out[len(out)-1], tail...)
+	out[len(out)-1] = appendEnvelopeTail(out[len(out)-1])
 	w.chunks = nil
 	return out, nil
+}
+
+// typeMetaSize is the size of the envelope's TypeMeta message.
+func typeMetaSize(apiVersion, kind string) int {
+	return protowire.SizeTag(typeMetaAPIVersionField) + protowire.SizeBytes(len(apiVersion)) +
+		protowire.SizeTag(typeMetaKindField) + protowire.SizeBytes(len(kind))
+}
+
+// appendEnvelopeHead appends what precedes the raw message of an
+// envelope: the prefix, TypeMeta (of tmSize bytes) and raw's tag and
+// length.
+func appendEnvelopeHead(dst []byte, apiVersion, kind string, tmSize, rawSize int) []byte {
+	dst = append(dst, envelopePrefix...)
+	dst = protowire.AppendTag(dst, unknownTypeMetaField, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(tmSize))
+	dst = protowire.AppendTag(dst, typeMetaAPIVersionField, protowire.BytesType)
+	dst = protowire.AppendString(dst, apiVersion)
+	dst = protowire.AppendTag(dst, typeMetaKindField, protowire.BytesType)
+	dst = protowire.AppendString(dst, kind)
+	dst = protowire.AppendTag(dst, unknownRawField, protowire.BytesType)
+	return protowire.AppendVarint(dst, uint64(rawSize))
+}
+
+// appendEnvelopeTail appends the envelope's contentEncoding and
+// contentType, empty, as the marshaler writes them (tailSize bytes).
+func appendEnvelopeTail(dst []byte) []byte {
+	dst = protowire.AppendTag(dst, unknownContentEncodingField, protowire.BytesType)
+	dst = protowire.AppendString(dst, "")
+	dst = protowire.AppendTag(dst, unknownContentTypeField, protowire.BytesType)
+	return protowire.AppendString(dst, "")
+}
+
+// Envelope is an object's protobuf envelope with a resourceVersion —
+// byte for byte what decoding the stored value and encoding the object
+// with the protobuf serializer give — sized once, so that it can be
+// written wherever it goes (the object of a watch frame, straight into a
+// batch being sent; a Get's response) without decoding. It refers to the
+// Object, and so to the stored bytes.
+type Envelope struct {
+	o                *Object
+	apiVersion, kind string
+	rev              int64
+	// The sizes of TypeMeta, ObjectMeta, the object's message and the
+	// whole (int32: an envelope is made per frame).
+	tmSize, metaSize, rawSize, size int32
+}
+
+// Envelope returns the object's envelope with resourceVersion modRevision
+// (> 0) and the TypeMeta apiVersion and kind (those of the kind Parse was
+// given).
+func (o *Object) Envelope(apiVersion, kind string, modRevision int64) Envelope {
+	var buf [20]byte
+	rvLen := len(strconv.AppendInt(buf[:0], modRevision, 10))
+	tmSize := typeMetaSize(apiVersion, kind)
+	metaSize := o.metaSize(rvLen)
+	rawSize := o.size(metaSize)
+	size := len(envelopePrefix) + protowire.SizeTag(unknownTypeMetaField) + protowire.SizeBytes(tmSize) +
+		protowire.SizeTag(unknownRawField) + protowire.SizeBytes(rawSize) + tailSize
+	return Envelope{o: o, apiVersion: apiVersion, kind: kind, rev: modRevision,
+		tmSize: int32(tmSize), metaSize: int32(metaSize), rawSize: int32(rawSize), size: int32(size)}
+}
+
+// Size is the size of the envelope: what AppendTo appends.
+func (e *Envelope) Size() int { return int(e.size) }
+
+// AppendTo appends the envelope to dst.
+func (e *Envelope) AppendTo(dst []byte) []byte {
+	var buf [20]byte
+	rv := strconv.AppendInt(buf[:0], e.rev, 10)
+	dst = appendEnvelopeHead(dst, e.apiVersion, e.kind, int(e.tmSize), int(e.rawSize))
+	dst = e.o.appendTo(dst, rv, int(e.metaSize))
+	return appendEnvelopeTail(dst)
 }

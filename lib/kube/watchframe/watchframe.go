@@ -159,16 +159,8 @@ func (e *Encoder) protoFrame(t watch.EventType, obj runtime.Object, m runtime.Pr
 	// Unknown with raw: NestedMarshalTo writes it, raw included.
 	unkSize := unk.Size() + 1 + protowire.SizeVarint(uint64(rawSize)) + rawSize
 	envSize := len(envelopePrefix) + unkSize
-	extSize := 1 + protowire.SizeVarint(uint64(envSize)) + envSize
-	evSize := 1 + protowire.SizeVarint(uint64(len(t))) + len(t) + 1 + protowire.SizeVarint(uint64(extSize)) + extSize
-	out := make([]byte, 4, 4+evSize)
-	binary.BigEndian.PutUint32(out, uint32(evSize))
-	out = append(out, tagEventType)
-	out = protowire.AppendString(out, string(t))
-	out = append(out, tagEventObject)
-	out = protowire.AppendVarint(out, uint64(extSize))
-	out = append(out, tagRawExtRaw)
-	out = protowire.AppendVarint(out, uint64(envSize))
+	out := make([]byte, 0, FrameSize(t, envSize))
+	out = AppendFrameHead(out, t, envSize)
 	out = append(out, envelopePrefix[:]...)
 	n, err := unk.NestedMarshalTo(out[len(out):cap(out)], m, uint64(rawSize))
 	if err != nil {
@@ -178,4 +170,36 @@ func (e *Encoder) protoFrame(t watch.EventType, obj runtime.Object, m runtime.Pr
 		return nil, fmt.Errorf("watchframe: %T encoded to %d bytes, want %d", obj, n, unkSize)
 	}
 	return out[:cap(out)], nil
+}
+
+// FrameSize is the size of a protobuf frame of event type t whose object's
+// envelope is envSize bytes.
+func FrameSize(t watch.EventType, envSize int) int {
+	return 4 + eventSize(t, envSize)
+}
+
+// eventSize is the size of the WatchEvent of such a frame.
+func eventSize(t watch.EventType, envSize int) int {
+	extSize := 1 + protowire.SizeVarint(uint64(envSize)) + envSize
+	return 1 + protowire.SizeVarint(uint64(len(t))) + len(t) + 1 + protowire.SizeVarint(uint64(extSize)) + extSize
+}
+
+// AppendFrameHead appends what precedes the object's envelope in a
+// protobuf frame of event type t whose envelope is envSize bytes: the
+// frame's length, the WatchEvent's type, and the tags and lengths of its
+// object and the RawExtension's raw. The envelope must follow, exactly
+// envSize bytes: the frame is then FrameSize(t, envSize) bytes.
+//
+// It lets a frame be written wherever it goes (a batch being sent), its
+// envelope spliced from an object's stored bytes (protolist), byte for
+// byte what Frame encodes for the decoded object.
+func AppendFrameHead(dst []byte, t watch.EventType, envSize int) []byte {
+	evSize := eventSize(t, envSize)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(evSize))
+	dst = append(dst, tagEventType)
+	dst = protowire.AppendString(dst, string(t))
+	dst = append(dst, tagEventObject)
+	dst = protowire.AppendVarint(dst, uint64(1+protowire.SizeVarint(uint64(envSize))+envSize))
+	dst = append(dst, tagRawExtRaw)
+	return protowire.AppendVarint(dst, uint64(envSize))
 }
