@@ -3,6 +3,15 @@
 // event history, and fans each event out to the registered watchers,
 // encoding it at most once per wire format.
 //
+// # Objects
+//
+// The cache keeps each object as the store holds it (with its
+// resourceVersion filled in), not decoded: protobuf frames, lists and
+// gets are written from those bytes, byte for byte what decoding and
+// encoding give, and nothing is kept per protobuf frame; the object is
+// decoded only for JSON and Table frames (encoded once per event, as
+// before), JSON reads and selectors on a kind's own fields. See object.
+//
 // # Revisions
 //
 // The cache's revision is the store revision up to which every event has
@@ -39,7 +48,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -171,6 +179,9 @@ type Cache struct {
 	progressPending bool
 
 	fetch revFetcher
+
+	// scratch is newObject's buffer; used by Run's goroutine only.
+	scratch []byte
 }
 
 // New returns a cache reading the store over conn. It does not contact the
@@ -400,13 +411,14 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 			if r == nil {
 				continue
 			}
-			obj, err := c.decode(r, kv.GetValue(), kv.GetModRevision())
+			obj, err := newObject(r.enc, kv.GetValue(), kv.GetModRevision(), &c.scratch)
 			if err != nil {
 				c.logger.Error("skipping undecodable object", "key", string(kv.GetKey()), "err", err)
 				continue
 			}
 			key := string(kv.GetKey())
-			trees[r].ReplaceOrInsert(&Event{Rev: kv.GetModRevision(), Key: key, Namespace: r.namespaceOf(key), Obj: obj, enc: r.enc, at: time.Now()})
+			rev := kv.GetModRevision()
+			trees[r].ReplaceOrInsert(&Event{Rev: rev, Key: key, Namespace: r.namespaceOf(key), obj: obj, own: ownEnvelope(obj, rev), enc: r.enc, at: time.Now()})
 			n++
 		}
 		kvs := resp.GetKvs()
@@ -433,19 +445,6 @@ func (c *Cache) syncTarget(rev int64) {
 			c.syncOnce.Do(func() { close(c.synced) })
 		}
 	}()
-}
-
-func (c *Cache) decode(r *Resource, value []byte, modRev int64) (runtime.Object, error) {
-	obj := r.res.New()
-	if err := c.opts.Codec.DecodeStorage(value, modRev, obj); err != nil {
-		return nil, err
-	}
-	// Set apiVersion/kind now: encoding later must not write to a shared
-	// object.
-	if err := c.opts.Codec.SetKind(obj); err != nil {
-		return nil, err
-	}
-	return obj, nil
 }
 
 func prefixEnd(p string) []byte {
@@ -518,9 +517,9 @@ func (c *Cache) follow(ctx context.Context) error {
 			if r == nil {
 				continue
 			}
-			var obj runtime.Object
+			var obj *object
 			if ev.GetType() == storev1.Event_TYPE_PUT {
-				if obj, err = c.decode(r, kv.GetValue(), kv.GetModRevision()); err != nil {
+				if obj, err = newObject(r.enc, kv.GetValue(), kv.GetModRevision(), &c.scratch); err != nil {
 					c.logger.Error("skipping undecodable object", "key", key, "rev", kv.GetModRevision(), "err", err)
 					continue
 				}
@@ -529,9 +528,7 @@ func (c *Cache) follow(ctx context.Context) error {
 		}
 		now := time.Now()
 		for r, chs := range batches {
-			if err := r.applyBatch(chs, complete, now); err != nil {
-				return err
-			}
+			r.applyBatch(chs, complete, now)
 			clear(chs)
 			batches[r] = chs[:0]
 		}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,45 +86,161 @@ func (k FrameKind) eventType() watch.EventType {
 	return watch.Bookmark
 }
 
-// encoders holds one watchframe encoder per format of one resource. It is
-// immutable.
-type encoders [numFormats]*watchframe.Encoder
+// encoders is what the events of one resource share: a watchframe
+// encoder per format, and what decoding and splicing their stored objects
+// need. It is immutable.
+type encoders struct {
+	f     [numFormats]*watchframe.Encoder
+	codec *codec.Codec
+	res   *registry.Resource
+	// apiVersion and kind are the TypeMeta of the resource's objects in
+	// their protobuf envelopes.
+	apiVersion, kind string
+}
 
 func newEncoders(c *codec.Codec, res *registry.Resource, now func() time.Time) *encoders {
-	var e encoders
+	e := &encoders{codec: c, res: res, apiVersion: res.GVK().GroupVersion().String(), kind: res.Kind}
 	for f := Format(0); f < numFormats; f++ {
-		e[f] = watchframe.NewEncoder(c, res, f.Watchframe(), now)
+		e.f[f] = watchframe.NewEncoder(c, res, f.Watchframe(), now)
 	}
-	return &e
+	return e
+}
+
+// object is one state of an object as the cache keeps it: the value the
+// store holds, with its resourceVersion filled in (for a built-in kind,
+// its protobuf envelope: ~1.1 KiB for a ConfigMap of 1 KiB of data), not
+// the decoded object (~2 KiB, and a protobuf frame of 1.15 KiB more,
+// memoized once a watcher had it).
+//
+// A protobuf frame of the object at its own revision is a frame head and
+// these bytes, written straight into each batch; at another revision (a
+// delete's, a watcher leaving the selectors) and in protobuf lists it is
+// spliced with that resourceVersion (package protolist) — byte for byte,
+// either way, what decoding and encoding give. The object is decoded only
+// for JSON and Table frames, reads in JSON and selectors on a kind's own
+// fields.
+//
+// An object is immutable and shared: by the event that wrote it, the next
+// event of its key (as its previous state) and every reader; value is
+// never modified.
+type object struct {
+	// value is the stored value, in its spliceable form with
+	// resourceVersion rev; nil for a bookmark's object.
+	value      []byte
+	rev        int64
+	spliceable bool
+	// po is value parsed for splicing, valid when spliceable (the plain
+	// protobuf form of the kind); it refers into value.
+	po protolist.Object
+	// fixed is a bookmark's object, with its resourceVersion; it is
+	// never modified either.
+	fixed runtime.Object
+}
+
+// newObject builds the object of a stored value of res written at
+// revision rev; it takes value over (and may write to it). It is decoded
+// once to check that it can be (as the cache did when it kept the decoded
+// object), so that the decodings later do not fail.
+//
+// scratch, if not nil, is a buffer newObject may keep for the next call
+// (the caller's goroutine's own): with it, the envelope with the
+// resourceVersion is written back into value's own allocation when that
+// has room (its size class rounds it up), rather than into a new one.
+// Why: a new allocation per write, of the same size as the value the
+// store watch's response decoded, left every other block of that size
+// class garbage, and the next writes' values filled those holes in no
+// order; a relist storm reads every value once per watcher, and copying
+// them from all over the heap instead of in order made the copies several
+// times slower than copying memoized frames.
+func newObject(enc *encoders, value []byte, rev int64, scratch *[]byte) (*object, error) {
+	o := &object{value: value, rev: rev}
+	gvk := enc.res.GVK()
+	if po, err := protolist.Parse(value, gvk); err == nil {
+		// The envelope with the resourceVersion, as a Get or a watch
+		// event at rev sends it: a frame is then a head and these bytes.
+		env := po.Envelope(enc.apiVersion, enc.kind, rev)
+		var withRV []byte
+		if scratch != nil && env.Size() <= cap(value) {
+			// In place, through scratch: the envelope reads value.
+			*scratch = env.AppendTo((*scratch)[:0])
+			withRV = append(value[:0], *scratch...)
+		} else {
+			withRV = env.AppendTo(make([]byte, 0, env.Size()))
+		}
+		if po, err = protolist.Parse(withRV, gvk); err == nil {
+			o.value, o.po, o.spliceable = withRV, po, true
+		}
+	}
+	if _, err := o.decode(enc, rev); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// ownEnvelope returns what Event.own is for an event at rev whose state
+// is o.
+func ownEnvelope(o *object, rev int64) []byte {
+	if o != nil && o.spliceable && o.rev == rev {
+		return o.value
+	}
+	return nil
+}
+
+// decode returns a new decoded copy of o with resourceVersion rev (a
+// bookmark's shared object, for a bookmark: not to be modified).
+func (o *object) decode(enc *encoders, rev int64) (runtime.Object, error) {
+	if o.fixed != nil {
+		return o.fixed, nil
+	}
+	obj := enc.res.New()
+	if err := enc.codec.DecodeStorage(o.value, rev, obj); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	// Set apiVersion/kind, as the encoders expect.
+	if err := enc.codec.SetKind(obj); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return obj, nil
 }
 
 // Event is one change of one object, or a bookmark, as the cache keeps it:
 // in the resource's history, and (the last event of each key) as the key's
 // current state.
 //
-// Obj and Prev are decoded once and never mutated afterwards: they are
-// shared by every reader. Frames are encoded lazily, once per
-// (format, kind), and the same bytes are handed to every watcher.
+// Its objects are kept as the store holds them (see object) and shared
+// by every reader. Protobuf frames of them are spliced into each batch
+// (ProtoFrame); other frames are encoded lazily, once per (format,
+// kind), and the same bytes are handed to every watcher (Frame).
 type Event struct {
 	// Rev is the store revision of the change.
 	Rev int64
 	// Key is the store key; Namespace the object's namespace ("" when
 	// cluster-scoped).
 	Key, Namespace string
-	// Obj is the state after the change; for a delete the last state with
-	// resourceVersion = Rev; for a bookmark an empty object carrying Rev.
-	Obj runtime.Object
-	// Prev is the state before the change (resourceVersion = its own
-	// revision); nil for a create, a delete, a bookmark and listed state.
-	Prev runtime.Object
+	// own is obj's bytes when they are the envelope of a protobuf frame
+	// of the event (obj spliceable, written at Rev: ADDED and MODIFIED,
+	// listed state), else nil. Kept here, next to what a watcher reads
+	// anyway, so that writing such a frame reads no more than the event
+	// and these bytes: in a relist storm every watcher writes every
+	// object's frame, and loading obj too (another cache line, another
+	// allocation) cost more than the copy (17% of the tier's CPU with
+	// 128 B objects).
+	own []byte
 	// Deleted marks a delete; Bookmark a bookmark.
 	Deleted, Bookmark bool
+
+	// obj is the state after the change; for a delete the last state;
+	// for a bookmark an empty object carrying Rev. Every frame and read
+	// of it carries resourceVersion Rev.
+	obj *object
+	// prev is the state before the change; nil for a create, a delete, a
+	// bookmark and listed state.
+	prev *object
 
 	at  time.Time // when the cache received it, for the history window
 	enc *encoders
 
-	mu        sync.Mutex     // serializes encoding
-	prevAtRev runtime.Object // Prev at Rev; guarded by mu
+	mu sync.Mutex // serializes encoding
 	// frames are the frames encoded so far, the newest first; pushed
 	// under mu, read without it.
 	frames atomic.Pointer[frame]
@@ -150,8 +268,97 @@ func (f *frame) find(slot uint8) *frame {
 	return nil
 }
 
+// Object returns the state after the change (for a delete the last
+// state), decoded, with resourceVersion Rev: a new object the caller
+// owns, except for a bookmark's, which must not be modified.
+func (e *Event) Object() (runtime.Object, error) { return e.obj.decode(e.enc, e.Rev) }
+
+// Stored returns the state after the change as the cache keeps it, to
+// splice with resourceVersion Rev (protolist); false when it is not in a
+// spliceable form.
+func (e *Event) Stored() (*protolist.Object, bool) {
+	if !e.obj.spliceable {
+		return nil, false
+	}
+	return &e.obj.po, true
+}
+
+// stateFor is the state that a frame of kind shows.
+func (e *Event) stateFor(kind FrameKind) (*object, error) {
+	if kind != FrameDeletedPrev {
+		return e.obj, nil
+	}
+	if e.prev == nil {
+		return nil, fmt.Errorf("cache: event %d of %s has no previous state", e.Rev, e.Key)
+	}
+	// Leaving the selectors: the previous state at the event's revision.
+	return e.prev, nil
+}
+
+// ProtoFrame is a protobuf frame of an event, written from its stored
+// object wherever it goes (AppendTo): a frame head and the object's bytes
+// when the frame is at the object's own revision (ADDED and MODIFIED),
+// else spliced with the frame's resourceVersion — byte for byte, either
+// way, what Frame encodes.
+//
+// Why not Frame's memoized bytes: a frame kept per event doubles what
+// the cache holds of an object for as long as any watcher may still want
+// it — in a relist storm, until the storm is over — and the garbage
+// collector's headroom doubles that again. Written into each batch, a
+// frame is copied once, as a memoized one is, and kept nowhere.
+type ProtoFrame struct {
+	t watch.EventType
+	// whole is the object's bytes when they are the frame's envelope;
+	// else env is the envelope to splice.
+	whole []byte
+	env   protolist.Envelope
+}
+
+// ProtoFrame makes f the protobuf frame of e as kind, written from the
+// stored object; false when the object is not spliceable (or kind is a
+// bookmark): use Frame. (f is filled in place: it is made for every
+// frame of every watcher.)
+func (e *Event) ProtoFrame(kind FrameKind, f *ProtoFrame) bool {
+	if e.own != nil && kind != FrameDeletedPrev && kind != FrameBookmark {
+		f.t, f.whole = kind.eventType(), e.own
+		return true
+	}
+	o, err := e.stateFor(kind)
+	if err != nil || !o.spliceable || kind == FrameBookmark {
+		return false
+	}
+	f.t = kind.eventType()
+	if o.rev == e.Rev {
+		f.whole = o.value
+		return true
+	}
+	f.whole, f.env = nil, o.po.Envelope(e.enc.apiVersion, e.enc.kind, e.Rev)
+	return true
+}
+
+// envSize is the size of the frame's envelope.
+func (f *ProtoFrame) envSize() int {
+	if f.whole != nil {
+		return len(f.whole)
+	}
+	return f.env.Size()
+}
+
+// Size is the size of the frame.
+func (f *ProtoFrame) Size() int { return watchframe.FrameSize(f.t, f.envSize()) }
+
+// AppendTo appends the frame to dst.
+func (f *ProtoFrame) AppendTo(dst []byte) []byte {
+	dst = watchframe.AppendFrameHead(dst, f.t, f.envSize())
+	if f.whole != nil {
+		return append(dst, f.whole...)
+	}
+	return f.env.AppendTo(dst)
+}
+
 // Frame returns the encoded watch frame of e as kind in format f. The bytes
-// are shared: callers must not modify them.
+// are shared: callers must not modify them. (Protobuf frames of stored
+// objects go straight into batches with ProtoFrame instead.)
 func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 	slot := uint8(int(f)*int(numKinds) + int(kind))
 	if fr := e.frames.Load().find(slot); fr != nil {
@@ -163,35 +370,31 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 	if fr := head.find(slot); fr != nil {
 		return fr.data, nil
 	}
-	obj := e.Obj
-	if kind == FrameDeletedPrev {
-		if e.prevAtRev == nil {
-			if e.Prev == nil {
-				return nil, fmt.Errorf("cache: event %d of %s has no previous state", e.Rev, e.Key)
-			}
-			p := e.Prev.DeepCopyObject()
-			if err := setRV(p, e.Rev); err != nil {
-				return nil, err
-			}
-			e.prevAtRev = p
+	var data []byte
+	var pf ProtoFrame
+	if f == FormatProtobuf && e.ProtoFrame(kind, &pf) {
+		data = pf.AppendTo(make([]byte, 0, pf.Size()))
+	} else {
+		o, err := e.stateFor(kind)
+		if err != nil {
+			return nil, err
 		}
-		obj = e.prevAtRev
-	}
-	data, err := e.enc[f].Frame(kind.eventType(), obj)
-	if err != nil {
-		return nil, fmt.Errorf("cache: encode %s: %w", e.Key, err)
+		obj, err := o.decode(e.enc, e.Rev)
+		if err != nil {
+			return nil, fmt.Errorf("cache: decode %s: %w", e.Key, err)
+		}
+		if data, err = e.enc.f[f].Frame(kind.eventType(), obj); err != nil {
+			return nil, fmt.Errorf("cache: encode %s: %w", e.Key, err)
+		}
 	}
 	e.frames.Store(&frame{next: head, slot: slot, data: data})
 	return data, nil
 }
 
-func setRV(obj runtime.Object, rev int64) error {
-	acc, err := meta.Accessor(obj)
-	if err != nil {
-		return fmt.Errorf("cache: %w", err)
-	}
-	acc.SetResourceVersion(strconv.FormatInt(rev, 10))
-	return nil
+// Matches reports whether f selects the state after the change.
+func (e *Event) Matches(f *selection.Filter) bool {
+	s := state{o: e.obj}
+	return s.matches(e, f)
 }
 
 // newBookmark returns a bookmark event at rev for res; initialEnd adds the
@@ -206,5 +409,5 @@ func newBookmark(res *registry.Resource, enc *encoders, rev int64, initialEnd bo
 	if initialEnd {
 		acc.SetAnnotations(map[string]string{InitialEventsEndAnnotation: "true"})
 	}
-	return &Event{Rev: rev, Obj: obj, Bookmark: true, enc: enc, at: time.Now()}, nil
+	return &Event{Rev: rev, obj: &object{fixed: obj}, Bookmark: true, enc: enc, at: time.Now()}, nil
 }

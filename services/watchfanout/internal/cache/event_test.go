@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,7 +29,7 @@ func TestFrameEncodedOncePerFormat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev := &Event{Rev: 5, Key: res.Key("ns", "cm"), Namespace: "ns", Obj: cur, Prev: prev, enc: newEncoders(c, res, nil)}
+	ev := testEvent(t, c, res, 5, cur, prev)
 	var wg sync.WaitGroup
 	frames := make([][]byte, 50)
 	for i := range frames {
@@ -94,7 +95,7 @@ func TestFramesOfEverySlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev := &Event{Rev: 5, Key: res.Key("ns", "cm"), Namespace: "ns", Obj: cur, Prev: prev, enc: newEncoders(c, res, nil)}
+	ev := testEvent(t, c, res, 5, cur, prev)
 	const n = int(numFormats) * int(numKinds)
 	got := make([][][]byte, 8)
 	var wg sync.WaitGroup
@@ -125,7 +126,7 @@ func TestFramesOfEverySlot(t *testing.T) {
 			}
 		}
 		f, k := Format(slot/int(numKinds)), FrameKind(slot%int(numKinds))
-		want, err := ev.enc[f].Frame(k.eventType(), map[bool]runtime.Object{true: ev.Obj, false: withRV(t, prev, "5")}[k != FrameDeletedPrev])
+		want, err := ev.enc.f[f].Frame(k.eventType(), map[bool]runtime.Object{true: withRV(t, cur, "5"), false: withRV(t, prev, "5")}[k != FrameDeletedPrev])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,9 +146,82 @@ func TestFramesOfEverySlot(t *testing.T) {
 	}
 }
 
+// testEvent is the event of a change from prev (nil: a create) to cur at
+// rev, its objects stored as the store holds them.
+func testEvent(t testing.TB, c *codec.Codec, res *registry.Resource, rev int64, cur, prev runtime.Object) *Event {
+	t.Helper()
+	enc := newEncoders(c, res, nil)
+	stored := func(obj runtime.Object, rev int64) *object {
+		v, err := c.EncodeStorage(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := newObject(enc, v, rev, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	ev := &Event{Rev: rev, Key: res.Key("ns", "cm"), Namespace: "ns", obj: stored(cur, rev), enc: enc}
+	if prev != nil {
+		ev.prev = stored(prev, rev-1)
+	}
+	ev.own = ownEnvelope(ev.obj, rev)
+	return ev
+}
+
 func withRV(t *testing.T, o *corev1.ConfigMap, rv string) runtime.Object {
 	t.Helper()
 	c := o.DeepCopy()
 	c.ResourceVersion = rv
 	return c
+}
+
+// BenchmarkProtoFrame: writing an event's protobuf frame into a batch
+// from the stored object (at its own revision: a head and the object's
+// bytes; at another: spliced), against copying a memoized frame.
+func BenchmarkProtoFrame(b *testing.B) {
+	c, err := codec.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := registry.New(registry.Core()...)
+	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm-00001", UID: "0b4d8d6c-3f3a-4c1e-9d8e-000000000001", CreationTimestamp: metav1.Now()},
+		Data:       map[string]string{"data": strings.Repeat("x", 1024)},
+	}
+	ev := testEvent(b, c, res, 12345, cm, cm)
+	buf := make([]byte, 0, 64<<10)
+	for _, k := range []struct {
+		name string
+		kind FrameKind
+	}{{"own revision", FrameAdded}, {"spliced", FrameDeletedPrev}} {
+		b.Run(k.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				var pf ProtoFrame
+				if !ev.ProtoFrame(k.kind, &pf) {
+					b.Fatal("not spliceable")
+				}
+				if len(buf)+pf.Size() > cap(buf) {
+					buf = buf[:0]
+				}
+				buf = pf.AppendTo(buf)
+			}
+		})
+	}
+	b.Run("memoized", func(b *testing.B) {
+		b.ReportAllocs()
+		f, err := ev.Frame(FrameAdded, FormatProtobuf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range b.N {
+			if len(buf)+len(f) > cap(buf) {
+				buf = buf[:0]
+			}
+			buf = append(buf, f...)
+		}
+	})
 }

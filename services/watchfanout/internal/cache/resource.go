@@ -13,7 +13,6 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -117,55 +116,50 @@ func (r *Resource) namespaceOf(key string) string {
 	return ""
 }
 
-// change is one store event for a resource: obj is the decoded new state,
-// nil for a delete.
+// change is one store event for a resource: obj is the new state, nil
+// for a delete.
 type change struct {
 	key string
 	rev int64
-	obj runtime.Object
+	obj *object
 }
 
 // applyBatch records changes (in revision order) and then that every event
 // up to complete has been applied, in one critical section, so no reader
 // sees part of a batch. Called by the apply goroutine only.
-func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) error {
+func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ch := range chs {
-		if err := r.applyLocked(ch, now); err != nil {
-			return err
-		}
+		r.applyLocked(ch, now)
 	}
 	r.m.received.Add(float64(len(chs)))
 	r.m.objects.Set(float64(r.mu.state.Len()))
 	r.advanceLocked(complete, now)
-	return nil
 }
 
-func (r *Resource) applyLocked(ch change, now time.Time) error {
+func (r *Resource) applyLocked(ch change, now time.Time) {
 	r.mu.clone, r.mu.snap = nil, nil // the state changes
 	prev, had := r.mu.state.Get(&Event{Key: ch.key})
-	ev := &Event{Rev: ch.rev, Key: ch.key, Namespace: r.namespaceOf(ch.key), Obj: ch.obj, enc: r.enc, at: now}
+	ev := &Event{Rev: ch.rev, Key: ch.key, Namespace: r.namespaceOf(ch.key), obj: ch.obj, own: ownEnvelope(ch.obj, ch.rev), enc: r.enc, at: now}
 	if had {
-		ev.Prev = prev.Obj
+		ev.prev = prev.obj
 	}
 	if ch.obj == nil {
 		if !had {
 			// A delete of a key the cache never saw: nobody can have seen it.
-			return nil
+			return
 		}
-		last := prev.Obj.DeepCopyObject()
-		if err := setRV(last, ch.rev); err != nil {
-			return err
-		}
-		ev.Obj, ev.Prev, ev.Deleted = last, nil, true
+		// The last state, shared: its frames and reads carry the
+		// delete's revision (an object's resourceVersion is not in
+		// what the store holds).
+		ev.obj, ev.prev, ev.Deleted = prev.obj, nil, true
 		r.mu.state.Delete(prev)
 	} else {
 		r.mu.state.ReplaceOrInsert(ev)
 	}
 	r.mu.hist = append(r.mu.hist, ev)
 	r.dispatchLocked(ev)
-	return nil
 }
 
 // advance records that every event up to rev has been applied, and trims
@@ -237,22 +231,25 @@ func (r *Resource) bookmark() error {
 	if err != nil {
 		return err
 	}
-	r.mu.watchers.all(func(w *Watcher) { r.offerLocked(w, ev) })
+	v := newView(ev)
+	r.mu.watchers.all(func(w *Watcher) { r.offerLocked(w, &v) })
 	return nil
 }
 
 func (r *Resource) dispatchLocked(ev *Event) {
 	n := 0
-	r.mu.watchers.forEvent(ev, func(w *Watcher) { n += r.offerLocked(w, ev) })
+	v := newView(ev)
+	r.mu.watchers.forEvent(&v, func(w *Watcher) { n += r.offerLocked(w, &v) })
 	if n > 0 {
 		r.m.events.Add(float64(n))
 	}
 }
 
-// offerLocked queues ev to w if it concerns w; 1 when queued. A watcher
-// whose queue overflows is terminated and unregistered.
-func (r *Resource) offerLocked(w *Watcher, ev *Event) int {
-	kind, ok := w.kindFor(ev)
+// offerLocked queues the event of v to w if it concerns w; 1 when queued.
+// A watcher whose queue overflows is terminated and unregistered.
+func (r *Resource) offerLocked(w *Watcher, v *view) int {
+	ev := v.ev
+	kind, ok := w.kindFor(v)
 	if !ok {
 		return 0
 	}
@@ -304,7 +301,10 @@ type Subscription struct {
 }
 
 // Kind decides what ev is for this watch; see Watcher.
-func (s *Subscription) Kind(ev *Event) (FrameKind, bool) { return s.kindAfter(ev, s.from) }
+func (s *Subscription) Kind(ev *Event) (FrameKind, bool) {
+	v := newView(ev)
+	return s.kindAfter(&v, s.from)
+}
 
 // Watch registers a watch. It returns *ExpiredError when opts.After is
 // older than the history, ErrClosed once the cache stopped. The caller must Close the subscription.
@@ -541,7 +541,7 @@ func (r *Resource) Bookmark(rev int64, initialEnd bool) (*Event, error) {
 
 // ErrorFrame encodes an ERROR event carrying st in format f.
 func (r *Resource) ErrorFrame(f Format, st *metav1.Status) ([]byte, error) {
-	return r.enc[f].Frame(watch.Error, st)
+	return r.enc.f[f].Frame(watch.Error, st)
 }
 
 // Resource returns the resource the subscription watches.

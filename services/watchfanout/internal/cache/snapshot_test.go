@@ -17,12 +17,10 @@ func TestAscendNamed(t *testing.T) {
 		for j := range 50 {
 			name := fmt.Sprintf("cm%02d", j)
 			key := r.Registry().Key(ns, name)
-			chs = append(chs, change{key: key, rev: int64(i*50 + j + 1), obj: configMap(ns, name, nil)})
+			chs = append(chs, change{key: key, rev: int64(i*50 + j + 1), obj: storedOf(t, r, configMap(ns, name, nil))})
 		}
 	}
-	if err := r.applyBatch(chs, 100, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	r.applyBatch(chs, 100, time.Now())
 	keys := func(snap *Snapshot, from, name string) []string {
 		var out []string
 		snap.AscendNamed(from, name, func(ev *Event) bool {
@@ -58,9 +56,7 @@ func TestAscendNamed(t *testing.T) {
 func TestSnapshotsShareUntilChange(t *testing.T) {
 	r := testResource(t)
 	key := func(name string) string { return r.Registry().Key("a", name) }
-	if err := r.applyBatch([]change{{key: key("x"), rev: 1, obj: configMap("a", "x", nil)}}, 1, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	r.applyBatch([]change{{key: key("x"), rev: 1, obj: storedOf(t, r, configMap("a", "x", nil))}}, 1, time.Now())
 	s1, s2 := r.Snapshot("a"), r.Snapshot("a")
 	if s1 != s2 {
 		t.Fatal("two snapshots of one state and namespace differ")
@@ -74,9 +70,7 @@ func TestSnapshotsShareUntilChange(t *testing.T) {
 	if s3 == s1 || s3.Rev != 2 || s3.tree != s1.tree {
 		t.Fatalf("after advance: snapshot %p rev %d tree shared %t", s3, s3.Rev, s3.tree == s1.tree)
 	}
-	if err := r.applyBatch([]change{{key: key("y"), rev: 3, obj: configMap("a", "y", nil)}}, 3, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	r.applyBatch([]change{{key: key("y"), rev: 3, obj: storedOf(t, r, configMap("a", "y", nil))}}, 3, time.Now())
 	r.mu.RLock()
 	pinned := r.mu.clone != nil || r.mu.snap != nil
 	r.mu.RUnlock()

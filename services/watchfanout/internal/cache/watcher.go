@@ -61,12 +61,14 @@ type Watcher struct {
 	}
 }
 
-// kindFor decides what ev is for w: nothing, or one kind of frame, with
-// selector transitions (entering the selectors is ADDED, leaving DELETED).
-func (w *Watcher) kindFor(ev *Event) (FrameKind, bool) { return w.kindAfter(ev, w.after) }
+// kindFor decides what the event of v is for w: nothing, or one kind of
+// frame, with selector transitions (entering the selectors is ADDED,
+// leaving DELETED).
+func (w *Watcher) kindFor(v *view) (FrameKind, bool) { return w.kindAfter(v, w.after) }
 
 // kindAfter is kindFor for a watch that starts after revision after.
-func (w *Watcher) kindAfter(ev *Event, after int64) (FrameKind, bool) {
+func (w *Watcher) kindAfter(v *view, after int64) (FrameKind, bool) {
+	ev := v.ev
 	if ev.Bookmark {
 		// Never below what the watcher has been sent.
 		return FrameBookmark, w.bookmarks && ev.Rev >= max(w.sent, after)
@@ -75,10 +77,10 @@ func (w *Watcher) kindAfter(ev *Event, after int64) (FrameKind, bool) {
 		return 0, false
 	}
 	if ev.Deleted {
-		return FrameDeleted, w.filter.Matches(ev.Obj)
+		return FrameDeleted, v.cur.matches(ev, w.filter)
 	}
-	cur := w.filter.Matches(ev.Obj)
-	prev := ev.Prev != nil && w.filter.Matches(ev.Prev)
+	cur := v.cur.matches(ev, w.filter)
+	prev := ev.prev != nil && v.prev.matches(ev, w.filter)
 	switch {
 	case cur && prev:
 		return FrameModified, true

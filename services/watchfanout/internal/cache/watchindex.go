@@ -1,10 +1,5 @@
 package cache
 
-import (
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
-)
-
 // watcherSet holds a resource's registered watchers, indexed so that an
 // event is offered only to the watchers it can concern.
 //
@@ -150,16 +145,16 @@ func removeFrom(m map[string]map[*Watcher]struct{}, k string, w *Watcher) bool {
 	return true
 }
 
-// forEvent calls fn for every watcher ev can concern (a superset of those
-// it matches; fn still filters).
-func (s *watcherSet) forEvent(ev *Event, fn func(*Watcher)) {
-	s.forNamespace(s.byNS[""], ev, fn)
-	if ev.Namespace != "" {
-		s.forNamespace(s.byNS[ev.Namespace], ev, fn)
+// forEvent calls fn for every watcher the event of v can concern (a
+// superset of those it matches; fn still filters).
+func (s *watcherSet) forEvent(v *view, fn func(*Watcher)) {
+	s.forNamespace(s.byNS[""], v, fn)
+	if v.ev.Namespace != "" {
+		s.forNamespace(s.byNS[v.ev.Namespace], v, fn)
 	}
 }
 
-func (s *watcherSet) forNamespace(ns *nsWatchers, ev *Event, fn func(*Watcher)) {
+func (s *watcherSet) forNamespace(ns *nsWatchers, v *view, fn func(*Watcher)) {
 	if ns == nil {
 		return
 	}
@@ -169,17 +164,20 @@ func (s *watcherSet) forNamespace(ns *nsWatchers, ev *Event, fn func(*Watcher)) 
 	if len(ns.byName) == 0 && len(ns.byLabel) == 0 {
 		return
 	}
-	cur, err := meta.Accessor(ev.Obj)
-	if err != nil {
+	name, _, curLabels, ok := v.cur.meta(v.ev)
+	if !ok {
 		return
 	}
-	for w := range ns.byName[cur.GetName()] {
+	for w := range ns.byName[name] {
 		fn(w)
 	}
 	if len(ns.byLabel) == 0 {
 		return
 	}
-	curLabels, prevLabels := cur.GetLabels(), labelsOf(ev.Prev)
+	var prevLabels map[string]string
+	if v.ev.prev != nil {
+		_, _, prevLabels, _ = v.prev.meta(v.ev)
+	}
 	for key, vals := range ns.byLabel {
 		v, has := curLabels[key]
 		if has {
@@ -193,17 +191,6 @@ func (s *watcherSet) forNamespace(ns *nsWatchers, ev *Event, fn func(*Watcher)) 
 			}
 		}
 	}
-}
-
-func labelsOf(obj runtime.Object) map[string]string {
-	if obj == nil {
-		return nil
-	}
-	acc, err := meta.Accessor(obj)
-	if err != nil {
-		return nil
-	}
-	return acc.GetLabels()
 }
 
 // all calls fn for every watcher.

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"strconv"
 
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"github.com/meridian-cp/meridian/lib/kube/table"
@@ -47,11 +49,24 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 	if ev == nil {
 		return nil, toGRPC(apierrors.NewNotFound(r.Registry().GVR.GroupResource(), req.GetName()))
 	}
-	data, err := s.encode(r.Registry(), ev.Obj, f)
+	evRV := strconv.FormatInt(ev.Rev, 10)
+	if po, ok := ev.Stored(); ok && f == cache.FormatProtobuf {
+		// Spliced from the stored bytes: what decoding and encoding
+		// give, without either.
+		gvk := r.Registry().GVK()
+		env := po.Envelope(gvk.GroupVersion().String(), gvk.Kind, ev.Rev)
+		data := env.AppendTo(make([]byte, 0, env.Size()))
+		return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
+	}
+	obj, err := ev.Object()
+	if err != nil {
+		return nil, toGRPC(apierrors.NewInternalError(err))
+	}
+	data, err := s.encode(r.Registry(), obj, f)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	return &watchv1.GetResponse{Data: data, ResourceVersion: strconv.FormatInt(ev.Rev, 10)}, nil
+	return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
 }
 
 // waitRead applies the freshness rule of a read at rv (-1 unset).
@@ -166,32 +181,76 @@ func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 			return nil, err
 		}
 	}
-	list := res.NewList()
-	if err := meta.SetList(list, page.items); err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
 	out := &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}
-	lm.SetResourceVersion(out.ResourceVersion)
+	lm := metav1.ListMeta{ResourceVersion: out.ResourceVersion}
 	if page.next != "" {
 		if out.ContinueToken, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		lm.SetContinue(out.ContinueToken)
-		lm.SetRemainingItemCount(page.remaining)
+		lm.Continue, lm.RemainingItemCount = out.ContinueToken, page.remaining
 		out.RemainingItemCount = page.remaining
 	}
-	if out.Data, err = s.encode(res, list, f); err != nil {
+	if out.Data, err = s.encodeList(res, &page, &lm, f); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// listPage is one chunk of a list.
+// listChunkBytes is the size of the chunks a spliced list is gathered in.
+const listChunkBytes = 64 << 10
+
+// encodeList writes a page as a list with metadata lm in format f: in
+// protobuf, spliced from the stored bytes of the cache's objects (byte
+// for byte the decoded list encoded; package protolist), else decoded.
+func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.ListMeta, f cache.Format) ([]byte, error) {
+	if f == cache.FormatProtobuf && page.items == nil {
+		gvk := res.GVK()
+		w := protolist.NewWriter(gvk.GroupVersion().WithKind(res.ListKind), listChunkBytes)
+		for _, ev := range page.evs {
+			po, ok := ev.Stored()
+			if !ok {
+				w = nil
+				break
+			}
+			w.Add(po, ev.Rev)
+		}
+		if w != nil {
+			chunks, err := w.Finish(lm)
+			if err != nil {
+				return nil, apierrors.NewInternalError(err)
+			}
+			return bytes.Join(chunks, nil), nil
+		}
+	}
+	items := page.items
+	if items == nil {
+		items = make([]runtime.Object, 0, len(page.evs))
+		for _, ev := range page.evs {
+			obj, err := ev.Object()
+			if err != nil {
+				return nil, apierrors.NewInternalError(err)
+			}
+			items = append(items, obj)
+		}
+	}
+	list := res.NewList()
+	if err := meta.SetList(list, items); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	la, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	la.SetResourceVersion(lm.ResourceVersion)
+	la.SetContinue(lm.Continue)
+	la.SetRemainingItemCount(lm.RemainingItemCount)
+	return s.encode(res, list, f)
+}
+
+// listPage is one chunk of a list: the cache's events (a snapshot's) or
+// objects decoded from the store.
 type listPage struct {
+	evs       []*cache.Event
 	items     []runtime.Object
 	rev       int64
 	next      string // the key to continue from; "" when complete
@@ -214,15 +273,15 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 			rest++
 			return true
 		}
-		if !flt.Matches(ev.Obj) {
+		if !ev.Matches(flt) {
 			return true
 		}
-		if limit > 0 && int64(len(p.items)) == limit {
+		if limit > 0 && int64(len(p.evs)) == limit {
 			p.next = ev.Key
 			rest = 1
 			return true
 		}
-		p.items = append(p.items, ev.Obj)
+		p.evs = append(p.evs, ev)
 		return true
 	})
 	if p.next != "" && flt.Empty() {

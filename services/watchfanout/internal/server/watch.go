@@ -90,18 +90,60 @@ type batcher struct {
 }
 
 func (b *batcher) event(ev *cache.Event, kind cache.FrameKind, f cache.Format) error {
+	var p pending
+	if err := p.prepare(ev, kind, f); err != nil {
+		return err
+	}
+	if !b.fits(p.n) {
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+	return b.put(&p, ev.Rev)
+}
+
+// pending is one event's frame on its way into a batch: encoded (frame,
+// shared by every watcher of its format) or, in protobuf, spliced from
+// the stored object straight into the batch (pf).
+type pending struct {
+	frame []byte
+	pf    cache.ProtoFrame
+	n     int // the frame's size
+}
+
+// prepare makes p the frame of ev as kind in format f.
+func (p *pending) prepare(ev *cache.Event, kind cache.FrameKind, f cache.Format) error {
+	if f == cache.FormatProtobuf && ev.ProtoFrame(kind, &p.pf) {
+		p.frame, p.n = nil, p.pf.Size()
+		return nil
+	}
 	frame, err := ev.Frame(kind, f)
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
-	return b.add(frame, ev.Rev)
+	p.frame, p.n = frame, len(frame)
+	return nil
 }
 
-// fits reports whether frame joins the batch without a flush.
-func (b *batcher) fits(frame []byte) bool { return b.n == 0 || b.enc.Len()+len(frame) <= b.max }
+// put adds p, of revision rev, without a flush.
+func (b *batcher) put(p *pending, rev int64) error {
+	if p.frame != nil {
+		b.enc.Add(p.frame)
+	} else if err := b.enc.AddAppend(p.n, p.pf.AppendTo); err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	b.n++
+	b.rev = rev
+	return nil
+}
 
+// fits reports whether a frame of n bytes joins the batch without a flush.
+func (b *batcher) fits(n int) bool { return b.n == 0 || b.enc.Len()+n <= b.max }
+
+// add adds a frame (rev 0: one without a revision, an ERROR), flushing
+// first when it does not fit.
 func (b *batcher) add(frame []byte, rev int64) error {
-	if !b.fits(frame) {
+	if !b.fits(len(frame)) {
 		if err := b.flush(); err != nil {
 			return err
 		}

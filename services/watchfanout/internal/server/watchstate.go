@@ -444,7 +444,7 @@ func (w *watch) sendInitial() error {
 		ascend = func(from string, fn func(*cache.Event) bool) { sub.Initial.AscendNamed(from, name, fn) }
 	}
 	ascend("", func(ev *cache.Event) bool {
-		if !w.flt.Matches(ev.Obj) {
+		if !ev.Matches(w.flt) {
 			return true
 		}
 		err = w.b.event(ev, cache.FrameAdded, w.f)
@@ -543,16 +543,16 @@ func (w *watch) drain() {
 // sendMessage sends one message of the taken items: as many as fit in a
 // batch.
 func (w *watch) sendMessage() error {
+	var p pending
 	for w.next < len(w.items) {
 		it := w.items[w.next]
-		frame, err := it.Ev.Frame(it.Kind, w.f)
-		if err != nil {
-			return apierrors.NewInternalError(err)
+		if err := p.prepare(it.Ev, it.Kind, w.f); err != nil {
+			return err
 		}
-		if !w.b.fits(frame) {
+		if !w.b.fits(p.n) {
 			break
 		}
-		if err := w.b.add(frame, it.Ev.Rev); err != nil {
+		if err := w.b.put(&p, it.Ev.Rev); err != nil {
 			return err
 		}
 		w.items[w.next] = cache.Item{}

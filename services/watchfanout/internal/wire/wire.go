@@ -171,24 +171,52 @@ func (b *Builder) Len() int { return b.n }
 
 // Add appends a frame. The frame is not retained past Finish or Reset.
 func (b *Builder) Add(frame []byte) {
-	switch {
-	case b.frames == 0:
+	if b.frames == 0 {
 		b.first = frame
-	case b.buf == nil:
-		b.buf = b.get(b.reserve + max(b.hint, b.n+len(frame)) + maxRVField)
-		*b.buf = append(append((*b.buf)[:b.reserve], b.first...), frame...)
-		b.first = nil
-	default:
-		if need := len(*b.buf) + len(frame) + maxRVField; need > cap(*b.buf) {
-			nb := b.get(max(need, 2*cap(*b.buf)))
-			*nb = append((*nb)[:0], *b.buf...)
-			b.pool.Put(b.buf)
-			b.buf = nb
-		}
+	} else {
+		b.grow(len(frame))
 		*b.buf = append(*b.buf, frame...)
 	}
 	b.frames++
 	b.n += len(frame)
+}
+
+// errFrameSize: AddAppend's appendFrame did not append the size given.
+var errFrameSize = errors.New("wire: frame not of the size given")
+
+// AddAppend appends a frame of n bytes that appendFrame appends to the
+// slice it is given (and returns, as append does): a frame written
+// straight into the batch (spliced from an object's stored bytes), copied
+// once and kept nowhere else. appendFrame must append exactly n bytes;
+// otherwise nothing is added and AddAppend returns an error.
+func (b *Builder) AddAppend(n int, appendFrame func([]byte) []byte) error {
+	b.grow(n)
+	before := len(*b.buf)
+	out := appendFrame(*b.buf)
+	if len(out)-before != n {
+		*b.buf = (*b.buf)[:before]
+		return errFrameSize
+	}
+	*b.buf = out
+	b.frames++
+	b.n += n
+	return nil
+}
+
+// grow makes room in buf for a frame of n bytes (and the resourceVersion
+// field), moving a first frame there.
+func (b *Builder) grow(n int) {
+	switch {
+	case b.buf == nil:
+		b.buf = b.get(b.reserve + max(b.hint, b.n+n) + maxRVField)
+		*b.buf = append((*b.buf)[:b.reserve], b.first...)
+		b.first = nil
+	case len(*b.buf)+n+maxRVField > cap(*b.buf):
+		nb := b.get(max(len(*b.buf)+n+maxRVField, 2*cap(*b.buf)))
+		*nb = append((*nb)[:0], *b.buf...)
+		b.pool.Put(b.buf)
+		b.buf = nb
+	}
 }
 
 // get is a buffer of at least n bytes' capacity, empty.

@@ -19,8 +19,16 @@ func frame(i, size int) []byte {
 }
 
 // TestBuilderEncoding: what the builder writes is byte for byte what the
-// proto codec marshals for the same message, for every header size.
+// proto codec marshals for the same message, for every header size, with
+// frames added as they are (Add), written into the batch (AddAppend), or
+// both.
 func TestBuilderEncoding(t *testing.T) {
+	for _, mode := range []string{"Add", "AddAppend", "both"} {
+		t.Run(mode, func(t *testing.T) { builderEncoding(t, mode) })
+	}
+}
+
+func builderEncoding(t *testing.T, mode string) {
 	for _, tc := range []struct {
 		name   string
 		many   bool
@@ -45,7 +53,13 @@ func TestBuilderEncoding(t *testing.T) {
 			var want []byte
 			for i, n := range tc.frames {
 				f := frame(i, n)
-				b.Add(f)
+				if mode == "AddAppend" || mode == "both" && i%2 == 1 {
+					if err := b.AddAppend(len(f), func(dst []byte) []byte { return append(dst, f...) }); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					b.Add(f)
+				}
 				want = append(want, f...)
 			}
 			if b.Len() != len(want) {
@@ -78,6 +92,33 @@ func TestBuilderEncoding(t *testing.T) {
 }
 
 func head(b []byte) []byte { return b[:min(len(b), 24)] }
+
+// TestAddAppendWrongSize: a frame that is not of the size given is not
+// added, and the batch goes on as if it had not been tried.
+func TestAddAppendWrongSize(t *testing.T) {
+	pool := wiretest.New(t)
+	b := NewBuilder(pool, false, 0, 32<<10)
+	b.Add(frame(0, 100))
+	if err := b.AddAppend(50, func(dst []byte) []byte { return append(dst, frame(1, 49)...) }); err == nil {
+		t.Fatal("a frame of 49 bytes added as 50")
+	}
+	if err := b.AddAppend(30, func(dst []byte) []byte { return append(dst, frame(2, 30)...) }); err != nil {
+		t.Fatal(err)
+	}
+	var m Message
+	b.Finish(0, &m)
+	exp, err := proto.Marshal(&watchv1.WatchResponse{Frames: append(frame(0, 100), frame(2, 30)...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.Bytes(), exp) {
+		t.Fatalf("got %q, want %q", m.Bytes(), exp)
+	}
+	m.Release()
+	if n := pool.Outstanding(); n != 0 {
+		t.Fatalf("%d buffers not given back", n)
+	}
+}
 
 // TestBuilderInPlace: a batch of 16 KiB or more is sent in the buffer it
 // was built in (one Get, no copy); a smaller one is copied into a buffer
