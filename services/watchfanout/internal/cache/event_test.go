@@ -15,12 +15,7 @@ import (
 // TestFrameEncodedOncePerFormat: concurrent watchers of one format get the
 // very same bytes; each format and kind is encoded separately.
 func TestFrameEncodedOncePerFormat(t *testing.T) {
-	c, err := codec.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := registry.New(registry.Core()...)
-	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	c, res := configMaps(t)
 	prev := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm", ResourceVersion: "4", Labels: map[string]string{"a": "1"}}}
 	cur := prev.DeepCopy()
 	cur.ResourceVersion, cur.Labels = "5", nil
@@ -81,12 +76,7 @@ func indexOf(s, sub string) int {
 // from many goroutines: each (format, kind) is encoded once, and the list
 // they are kept in returns each one's own bytes.
 func TestFramesOfEverySlot(t *testing.T) {
-	c, err := codec.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := registry.New(registry.Core()...)
-	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	c, res := configMaps(t)
 	prev := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm", ResourceVersion: "4"}, Data: map[string]string{"k": "old"}}
 	cur := prev.DeepCopy()
 	cur.ResourceVersion, cur.Data = "5", map[string]string{"k": "new"}
@@ -146,6 +136,17 @@ func TestFramesOfEverySlot(t *testing.T) {
 	}
 }
 
+// configMaps returns a codec and the configmaps resource.
+func configMaps(t testing.TB) (*codec.Codec, *registry.Resource) {
+	t.Helper()
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := registry.New(registry.Core()...).Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	return c, res
+}
+
 // testEvent is the event of a change from prev (nil: a create) to cur at
 // rev, its objects stored as the store holds them.
 func testEvent(t testing.TB, c *codec.Codec, res *registry.Resource, rev int64, cur, prev runtime.Object) *Event {
@@ -181,12 +182,7 @@ func withRV(t *testing.T, o *corev1.ConfigMap, rv string) runtime.Object {
 // from the stored object (at its own revision: a head and the object's
 // bytes; at another: spliced), against copying a memoized frame.
 func BenchmarkProtoFrame(b *testing.B) {
-	c, err := codec.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := registry.New(registry.Core()...)
-	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	c, res := configMaps(b)
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm-00001", UID: "0b4d8d6c-3f3a-4c1e-9d8e-000000000001", CreationTimestamp: metav1.Now()},
 		Data:       map[string]string{"data": strings.Repeat("x", 1024)},
