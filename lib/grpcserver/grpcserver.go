@@ -1,7 +1,7 @@
 // Package grpcserver assembles the gRPC server of every meridian service,
-// so that transport security, keepalive, limits and the interceptor chain
-// (metrics, logging, panic recovery, identity) are built in one place and
-// behave the same in each service.
+// so that transport security, keepalive, limits, the stream worker pool and
+// the interceptor chain (metrics, logging, panic recovery, identity) are
+// built in one place and behave the same in each service.
 //
 // The chain, outermost first:
 //
@@ -102,6 +102,22 @@ func (o Options) logger() *slog.Logger {
 	return l
 }
 
+// streamWorkers is the size of a server's goroutine pool for streams.
+// Streams beyond it (a long watch holds a worker) get a goroutine of their
+// own, as without a pool.
+const streamWorkers = 32
+
+// StreamWorkers returns the option that runs a server's streams on a pool
+// of goroutines instead of a new goroutine each. A new goroutine's stack
+// starts small and grows by doubling, each time copying the whole stack,
+// while it reads the request, iterates pebble or encodes the reply: in a
+// profile of the all-in-one serving GETs at 32 clients the store's
+// handlers spent 5 % of the process's CPU there. Pooled goroutines keep
+// their grown stacks.
+func StreamWorkers() grpc.ServerOption {
+	return grpc.NumStreamWorkers(streamWorkers)
+}
+
 // ServerOptions returns the grpc.ServerOptions of a meridian server:
 // credentials (TLS when opts.TLS is set, else insecure), keepalive, the
 // message size limit and the chained unary and stream interceptors
@@ -147,6 +163,7 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 		grpc.ChainStreamInterceptor(stream...),
 	}
 	so = append(so, Keepalive()...)
+	so = append(so, StreamWorkers())
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}

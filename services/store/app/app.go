@@ -161,6 +161,7 @@ func (a *App) open(ctx context.Context) error {
 		// Above the request limit, so that oversized requests reach the
 		// handler and get INVALID_ARGUMENT rather than RESOURCE_EXHAUSTED.
 		grpc.MaxRecvMsgSize(cfg.MaxValueBytes + requestOverheadBytes + 1<<20),
+		grpcserver.StreamWorkers(),
 	}, grpcserver.Keepalive()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/meridian-cp/meridian/lib/growstack"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -133,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 // ServeHTTP serves one request. It never panics: a panic below becomes a
 // 500 Status.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// net/http runs each request on a new goroutine; grow its stack to a
+	// handler's depth in one copy (package growstack).
+	growstack.Grow()
 	rec := &recorder{ResponseWriter: w}
 	info := requestinfo.New(r.Method, r.URL)
 	defer func() {
