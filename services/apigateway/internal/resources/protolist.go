@@ -33,19 +33,17 @@ func spliceable(out output, filter *selection.Filter) bool {
 // spliceList serves a protobuf list from the store by splicing the stored
 // bytes of its objects into the list envelope (see package protolist)
 // instead of decoding and re-encoding each one; it reads the store as
-// list does, in one read at one revision, and sets the same list
+// streamList does, in pages of listPageSize at the revision of the first
+// (the next page read while this one is spliced), and sets the same list
 // metadata.
 //
 // Unlike streamList it cannot send before the end: the envelope carries
 // the list's length before the first item, and the store reports no value
 // sizes without the values. So it holds the whole response, in chunks of
-// listChunkBytes, and the store's reply — as the decoding path did, which
-// also held every decoded object. Reading in pages of listPageSize would
-// drop the reply sooner, but each page's count of the keys after it makes
-// the store scan the rest of the range again (quadratic in the list's
-// length), which costs more than the splice saves; bounding a protobuf
-// list's memory needs two reads of the store (sizes, then values) or a
-// store that reports sizes.
+// listChunkBytes (about the size of the stored values), but no more than
+// two pages of the store's replies. Bounding a protobuf list's memory
+// would need two reads of the store (sizes, then values) or a store that
+// reports sizes.
 //
 // handled is false when a stored value cannot be spliced (another kind, a
 // content encoding: see protolist.Parse); nothing has been sent then, and
@@ -62,7 +60,7 @@ func (s *Server) spliceList(ctx context.Context, res *registry.Resource, req *ap
 		return s.listPage(ctx, res, req, prefix, o)
 	}
 	all := filter.Empty()
-	at, err := scanKVs(ctx, all, opts, minRV, req.GetLimit(), 0, read, func(kv storage.KV) (bool, error) {
+	at, err := scanKVs(ctx, all, opts, minRV, req.GetLimit(), listPageSize, read, func(kv storage.KV) (bool, error) {
 		o, err := protolist.Parse(kv.Value, gvk)
 		if err != nil {
 			return false, err

@@ -52,6 +52,15 @@ func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selec
 // every key read and reports whether it selected it (only selected keys
 // count toward limit). selectsAll says that yield selects every key, which
 // makes the count of keys left after a page the remainingItemCount.
+//
+// Only a page that can end the list at limit asks the store for that count
+// (storage.ListOptions.SkipCount): counting costs the store a walk over the
+// rest of the range, which every page of a long list would pay again.
+//
+// Reading the whole collection (no limit, pageSize > 0), the next page is
+// read while yield handles the current one, so that the store's reading
+// and the caller's decoding and encoding overlap: at most two pages are
+// held. A page read ahead is not used when yield fails.
 func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(storage.KV) (bool, error)) (scanResult, error) {
 	var out scanResult
@@ -63,9 +72,19 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 		}
 		return pageSize
 	}
+	readAhead := limit == 0 && pageSize > 0
+	var ahead chan pageRead
 	for firstPage := true; ; firstPage = false {
-		opts.Limit = pageLimit()
-		page, err := read(ctx, opts)
+		var page storage.ListResult
+		var err error
+		if ahead != nil {
+			r := <-ahead
+			page, err, ahead = r.page, r.err, nil
+		} else {
+			opts.Limit = pageLimit()
+			opts.SkipCount = !(selectsAll && limit > 0 && opts.Limit == limit-count)
+			page, err = read(ctx, opts)
+		}
 		if err != nil {
 			return out, err
 		}
@@ -74,6 +93,17 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 				return out, apistatus.TooLargeResourceVersion(minRV, page.Revision)
 			}
 			out.rev = page.Revision
+		}
+		more := page.More && len(page.KVs) > 0
+		if more {
+			// The next page starts at the key after this page's last, at
+			// the same revision.
+			out.next = page.KVs[len(page.KVs)-1].Key + "\x00"
+			opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: out.rev, Serializable: true}, Start: out.next}
+			if readAhead {
+				opts.Limit, opts.SkipCount = pageSize, true
+				ahead = readPage(ctx, read, opts)
+			}
 		}
 		for _, kv := range page.KVs {
 			selected, err := yield(kv)
@@ -84,20 +114,32 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 				count++
 			}
 		}
-		if !page.More || len(page.KVs) == 0 {
+		if !more {
 			out.next, out.remaining = "", nil
 			return out, nil
 		}
-		// The page ended before the collection: continue from the key
-		// after its last, at the same revision.
-		out.next = page.KVs[len(page.KVs)-1].Key + "\x00"
-		if selectsAll {
+		if selectsAll && limit > 0 && count >= limit {
 			r := page.Count - int64(len(page.KVs))
 			out.remaining = &r
 		}
 		if limit > 0 && count >= limit {
 			return out, nil
 		}
-		opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: out.rev, Serializable: true}, Start: out.next}
 	}
+}
+
+// pageRead is the result of a page read ahead.
+type pageRead struct {
+	page storage.ListResult
+	err  error
+}
+
+// readPage reads one page in the background; the channel delivers it.
+func readPage(ctx context.Context, read func(context.Context, storage.ListOptions) (storage.ListResult, error), opts storage.ListOptions) chan pageRead {
+	ch := make(chan pageRead, 1) // the reader never blocks, used or not
+	go func() {
+		page, err := read(ctx, opts)
+		ch <- pageRead{page, err}
+	}()
+	return ch
 }

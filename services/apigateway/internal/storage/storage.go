@@ -152,6 +152,10 @@ type ListOptions struct {
 	// Start is the first key to return (for continuation); empty starts at
 	// the prefix.
 	Start string
+	// SkipCount leaves ListResult.Count 0 for a read with a Limit: the
+	// store stops at the limit instead of counting the rest of the range
+	// (a cost proportional to what is left, paid again by every page).
+	SkipCount bool
 }
 
 // ListResult is a page of keys.
@@ -162,7 +166,8 @@ type ListResult struct {
 	Revision int64
 	// More is true when Limit cut the page short.
 	More bool
-	// Count is the number of keys from Start to the end of the prefix.
+	// Count is the number of keys from Start to the end of the prefix (0
+	// when the read asked for SkipCount).
 	Count int64
 }
 
@@ -192,7 +197,7 @@ func (s *Store) list(ctx context.Context, prefix string, opts ListOptions) (List
 	}
 	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{
 		Key: []byte(start), RangeEnd: PrefixEnd([]byte(prefix)),
-		Limit: opts.Limit, Revision: opts.Revision, Serializable: opts.Serializable,
+		Limit: opts.Limit, Revision: opts.Revision, Serializable: opts.Serializable, SkipCount: opts.SkipCount,
 	})
 	if err != nil {
 		return ListResult{}, convert(err, opts.Revision)
@@ -220,16 +225,19 @@ const listPageKeys = 1000
 func (s *Store) listPaged(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
 	var out ListResult
 	for first := true; ; first = false {
-		page, err := s.List(ctx, prefix, ListOptions{ReadOptions: opts.ReadOptions, Limit: listPageKeys, Start: opts.Start})
+		// Every key is read, so the count is the keys read: no page needs
+		// the store to count the rest.
+		page, err := s.List(ctx, prefix, ListOptions{ReadOptions: opts.ReadOptions, Limit: listPageKeys, Start: opts.Start, SkipCount: true})
 		if err != nil {
 			return ListResult{}, err
 		}
 		if first {
-			out.Revision, out.Count = page.Revision, page.Count
+			out.Revision = page.Revision
 			opts.Revision = page.Revision
 		}
 		out.KVs = append(out.KVs, page.KVs...)
 		if !page.More || len(page.KVs) == 0 {
+			out.Count = int64(len(out.KVs))
 			return out, nil
 		}
 		opts.Start = page.KVs[len(page.KVs)-1].Key + "\x00"

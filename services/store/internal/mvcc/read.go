@@ -143,9 +143,11 @@ type rangeResult struct {
 }
 
 // rangeAt reads the keys in [key, end) live at rev. limit <= 0 means no
-// limit; count is always the number of live keys in the range; countOnly
-// fetches no records.
-func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (rangeResult, error) {
+// limit; count is the number of live keys in the range, unless skipCount
+// (with a limit) stops the scan at the first key past the limit and leaves
+// it 0; countOnly fetches no records.
+func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly, skipCount bool) (rangeResult, error) {
+	skipCount = skipCount && limit > 0 && !countOnly
 	var res rangeResult
 	// The first record is a point read; from the second on (a range),
 	// records come through one iterator. A single-key read keeps the
@@ -163,7 +165,7 @@ func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (range
 		}
 		if limit > 0 && int64(len(res.recs)) >= limit {
 			res.more = true
-			return true, nil
+			return !skipCount, nil
 		}
 		var rec *record
 		var err error
@@ -183,6 +185,9 @@ func rangeAt(r reader, key, end []byte, rev, limit int64, countOnly bool) (range
 		res.recs = append(res.recs, rec)
 		return true, nil
 	})
+	if skipCount {
+		res.count = 0
+	}
 	return res, err
 }
 

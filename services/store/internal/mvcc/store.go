@@ -139,7 +139,7 @@ func (s *Store) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.
 }
 
 func rangeResponse(r reader, req *storev1.RangeRequest, rev, comp int64) (*storev1.RangeResponse, error) {
-	res, err := rangeAt(r, req.GetKey(), req.GetRangeEnd(), rev, req.GetLimit(), req.GetCountOnly())
+	res, err := rangeAt(r, req.GetKey(), req.GetRangeEnd(), rev, req.GetLimit(), req.GetCountOnly(), req.GetSkipCount())
 	if err != nil {
 		return nil, err
 	}

@@ -80,7 +80,7 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 // it holds for every live key in it, and an empty range (or a missing key)
 // compares as a key with zero fields and an empty value.
 func (w *WriteBatch) compare(c *storev1.Compare) (bool, error) {
-	res, err := rangeAt(w.b, c.GetKey(), c.GetRangeEnd(), latestRev, 0, false)
+	res, err := rangeAt(w.b, c.GetKey(), c.GetRangeEnd(), latestRev, 0, false, false)
 	if err != nil {
 		return false, err
 	}
@@ -205,7 +205,7 @@ func (t *txnWriter) put(p *storev1.PutRequest) (*storev1.PutResponse, error) {
 }
 
 func (t *txnWriter) deleteRange(d *storev1.DeleteRangeRequest) (*storev1.DeleteRangeResponse, error) {
-	res, err := rangeAt(t.w.b, d.GetKey(), d.GetRangeEnd(), latestRev, 0, false)
+	res, err := rangeAt(t.w.b, d.GetKey(), d.GetRangeEnd(), latestRev, 0, false, false)
 	if err != nil {
 		return nil, err
 	}

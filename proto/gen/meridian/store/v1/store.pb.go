@@ -424,7 +424,13 @@ type RangeRequest struct {
 	// keys_only leaves values out.
 	KeysOnly bool `protobuf:"varint,6,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
 	// count_only returns only the count.
-	CountOnly     bool `protobuf:"varint,7,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	CountOnly bool `protobuf:"varint,7,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	// skip_count leaves count out (0) of a read with a limit: the store stops
+	// at the first key past the limit instead of counting the rest of the
+	// range, which makes reading a range in pages cost its length rather than
+	// its length times its pages. more stays exact. Ignored without a limit
+	// and with count_only.
+	SkipCount     bool `protobuf:"varint,8,opt,name=skip_count,json=skipCount,proto3" json:"skip_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,6 +514,13 @@ func (x *RangeRequest) GetCountOnly() bool {
 	return false
 }
 
+func (x *RangeRequest) GetSkipCount() bool {
+	if x != nil {
+		return x.SkipCount
+	}
+	return false
+}
+
 // RangeResponse is the result of a Range.
 type RangeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -517,7 +530,8 @@ type RangeResponse struct {
 	Kvs []*KeyValue `protobuf:"bytes,2,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	// more is true when limit cut the result short.
 	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
-	// count is the number of keys in the range, regardless of limit.
+	// count is the number of keys in the range, regardless of limit; 0 when
+	// the request asked for skip_count.
 	Count         int64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3359,7 +3373,7 @@ const file_meridian_store_v1_store_proto_rawDesc = "" +
 	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x14\n" +
-	"\x05lease\x18\x06 \x01(\x03R\x05lease\"\xcf\x01\n" +
+	"\x05lease\x18\x06 \x01(\x03R\x05lease\"\xee\x01\n" +
 	"\fRangeRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
 	"\trange_end\x18\x02 \x01(\fR\brangeEnd\x12\x14\n" +
@@ -3368,7 +3382,9 @@ const file_meridian_store_v1_store_proto_rawDesc = "" +
 	"\fserializable\x18\x05 \x01(\bR\fserializable\x12\x1b\n" +
 	"\tkeys_only\x18\x06 \x01(\bR\bkeysOnly\x12\x1d\n" +
 	"\n" +
-	"count_only\x18\a \x01(\bR\tcountOnly\"\xa3\x01\n" +
+	"count_only\x18\a \x01(\bR\tcountOnly\x12\x1d\n" +
+	"\n" +
+	"skip_count\x18\b \x01(\bR\tskipCount\"\xa3\x01\n" +
 	"\rRangeResponse\x129\n" +
 	"\x06header\x18\x01 \x01(\v2!.meridian.store.v1.ResponseHeaderR\x06header\x12-\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x1b.meridian.store.v1.KeyValueR\x03kvs\x12\x12\n" +
