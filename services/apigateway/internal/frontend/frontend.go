@@ -80,6 +80,7 @@ type Handler struct {
 	openapiV2 *openapi.V2
 	health    map[string]*healthz.Handler
 	metrics   *metrics
+	gzip      gzipWriters
 }
 
 // New builds the front end and registers the ResourceService routes.
@@ -271,7 +272,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// round trip never holds the end of the response.
 	defer release()
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
-		gz := &gzipWriter{ResponseWriter: w}
+		gz := &gzipWriter{ResponseWriter: w, writers: &h.gzip}
 		defer gz.Close()
 		w = gz
 	}

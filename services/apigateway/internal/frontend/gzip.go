@@ -1,9 +1,11 @@
 package frontend
 
 import (
-	"compress/gzip"
 	"net/http"
 	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // gzipThreshold is the body size from which responses are compressed, as in
@@ -16,7 +18,30 @@ const gzipThreshold = 128 << 10
 // with the loadtest's repeated values and 178 ms with random letters —
 // longer than the store takes to read the list — and at level 1 10 ms and
 // 26 ms, for 5% more bytes.
+//
+// The compressor is klauspost/compress's, a drop-in for compress/gzip
+// (same format and API) whose level 1 is faster: on the loadtest's 10,000
+// ConfigMaps, 14.0 MB of JSON took 13.6 ms instead of 19.0, 11.8 MB of
+// protobuf 9.7 ms instead of 18.1, for 10 % more bytes.
 const gzipLevel = gzip.BestSpeed
+
+// gzipWriters keeps compressors for reuse: each holds ~300 KiB of tables
+// and window, which a response would otherwise allocate and leave to the
+// collector.
+type gzipWriters struct{ pool sync.Pool }
+
+// get returns a compressor writing to w.
+func (p *gzipWriters) get(w http.ResponseWriter) *gzip.Writer {
+	if z, ok := p.pool.Get().(*gzip.Writer); ok {
+		z.Reset(w)
+		return z
+	}
+	z, _ := gzip.NewWriterLevel(w, gzipLevel) // the level is valid
+	return z
+}
+
+// put returns a closed compressor.
+func (p *gzipWriters) put(z *gzip.Writer) { p.pool.Put(z) }
 
 // acceptsGzip reports whether the client takes gzip-encoded responses.
 func acceptsGzip(r *http.Request) bool {
@@ -34,9 +59,10 @@ func acceptsGzip(r *http.Request) bool {
 // called once the handler is done.
 type gzipWriter struct {
 	http.ResponseWriter
-	code int
-	buf  []byte
-	gz   *gzip.Writer
+	writers *gzipWriters
+	code    int
+	buf     []byte
+	gz      *gzip.Writer
 }
 
 func (g *gzipWriter) WriteHeader(code int) {
@@ -61,7 +87,7 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	h.Add("Vary", "Accept-Encoding")
 	h.Del("Content-Length")
 	g.ResponseWriter.WriteHeader(g.code)
-	g.gz, _ = gzip.NewWriterLevel(g.ResponseWriter, gzipLevel) // the level is valid
+	g.gz = g.writers.get(g.ResponseWriter)
 	if _, err := g.gz.Write(g.buf); err != nil {
 		return 0, err
 	}
@@ -87,7 +113,10 @@ func (g *gzipWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 // Close sends what is buffered.
 func (g *gzipWriter) Close() error {
 	if g.gz != nil {
-		return g.gz.Close()
+		err := g.gz.Close()
+		g.writers.put(g.gz)
+		g.gz = nil
+		return err
 	}
 	if g.code == 0 {
 		g.code = http.StatusOK
