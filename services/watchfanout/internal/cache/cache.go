@@ -396,7 +396,9 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 	n := 0
 	page := c.opts.ListPageSize
 	for {
-		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: page, Serializable: true})
+		// SkipCount: the count of the keys after each page is not needed,
+		// and would make the store walk the rest of the range per page.
+		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: page, Serializable: true, SkipCount: true})
 		if status.Code(err) == codes.ResourceExhausted && page > 1 {
 			// A page of large objects over gRPC's message limit: read
 			// it in smaller pages.

@@ -24,6 +24,9 @@ func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start
 		req := &storev1.RangeRequest{Key: key, RangeEnd: end, Revision: rev, Serializable: true}
 		if limit > 0 {
 			req.Limit = limit - int64(len(p.items))
+			// Only a list without a filter reports the keys left
+			// (remainingItemCount); otherwise spare the store counting them.
+			req.SkipCount = !flt.Empty()
 		}
 		resp, err := s.cfg.KV.Range(ctx, req)
 		if err != nil {
