@@ -66,11 +66,15 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 	var out scanResult
 	opts := first
 	var count int64
-	pageLimit := func() int64 {
+	// sized sets the next page's size, and asks for the count of the keys
+	// after it only when it can end the list at limit.
+	sized := func(o storage.ListOptions) storage.ListOptions {
+		o.Limit = pageSize
 		if limit > 0 && (pageSize == 0 || limit-count < pageSize) {
-			return limit - count
+			o.Limit = limit - count
 		}
-		return pageSize
+		o.SkipCount = !(selectsAll && limit > 0 && o.Limit == limit-count)
+		return o
 	}
 	readAhead := limit == 0 && pageSize > 0
 	var ahead chan pageRead
@@ -81,9 +85,7 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 			r := <-ahead
 			page, err, ahead = r.page, r.err, nil
 		} else {
-			opts.Limit = pageLimit()
-			opts.SkipCount = !(selectsAll && limit > 0 && opts.Limit == limit-count)
-			page, err = read(ctx, opts)
+			page, err = read(ctx, sized(opts))
 		}
 		if err != nil {
 			return out, err
@@ -101,8 +103,7 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 			out.next = page.KVs[len(page.KVs)-1].Key + "\x00"
 			opts = storage.ListOptions{ReadOptions: storage.ReadOptions{Revision: out.rev, Serializable: true}, Start: out.next}
 			if readAhead {
-				opts.Limit, opts.SkipCount = pageSize, true
-				ahead = readPage(ctx, read, opts)
+				ahead = readPage(ctx, read, sized(opts))
 			}
 		}
 		for _, kv := range page.KVs {
@@ -115,14 +116,14 @@ func scanKVs(ctx context.Context, selectsAll bool, first storage.ListOptions, mi
 			}
 		}
 		if !more {
-			out.next, out.remaining = "", nil
+			out.next = ""
 			return out, nil
 		}
-		if selectsAll && limit > 0 && count >= limit {
-			r := page.Count - int64(len(page.KVs))
-			out.remaining = &r
-		}
 		if limit > 0 && count >= limit {
+			if selectsAll {
+				r := page.Count - int64(len(page.KVs))
+				out.remaining = &r
+			}
 			return out, nil
 		}
 	}
