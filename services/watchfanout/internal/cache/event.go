@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -281,6 +282,22 @@ func (e *Event) Stored() (*protolist.Object, bool) {
 		return nil, false
 	}
 	return &e.obj.po, true
+}
+
+// Envelope returns the protobuf envelope of the state after the change
+// with resourceVersion Rev (a Get's response), in a new slice: the stored
+// bytes when they are it (see own), else spliced from them — byte for
+// byte what decoding and encoding give. False when the state is not
+// spliceable: decode it (Object).
+func (e *Event) Envelope() ([]byte, bool) {
+	if e.own != nil {
+		return slices.Clone(e.own), true
+	}
+	if !e.obj.spliceable {
+		return nil, false
+	}
+	env := e.obj.po.Envelope(e.enc.apiVersion, e.enc.kind, e.Rev)
+	return env.AppendTo(make([]byte, 0, env.Size())), true
 }
 
 // stateFor is the state that a frame of kind shows.

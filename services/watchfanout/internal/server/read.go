@@ -50,13 +50,12 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 		return nil, toGRPC(apierrors.NewNotFound(r.Registry().GVR.GroupResource(), req.GetName()))
 	}
 	evRV := strconv.FormatInt(ev.Rev, 10)
-	if po, ok := ev.Stored(); ok && f == cache.FormatProtobuf {
-		// Spliced from the stored bytes: what decoding and encoding
-		// give, without either.
-		gvk := r.Registry().GVK()
-		env := po.Envelope(gvk.GroupVersion().String(), gvk.Kind, ev.Rev)
-		data := env.AppendTo(make([]byte, 0, env.Size()))
-		return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
+	if f == cache.FormatProtobuf {
+		// From the stored bytes: what decoding and encoding give,
+		// without either.
+		if data, ok := ev.Envelope(); ok {
+			return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
+		}
 	}
 	obj, err := ev.Object()
 	if err != nil {
