@@ -96,7 +96,10 @@ type Log struct {
 	first, last uint64
 	closed      bool
 
-	buf []byte // StoreLogs' encoding buffer, under writeMu
+	// StoreLogs' encoding buffer and record offsets, reused across
+	// appends, under writeMu.
+	buf  []byte
+	offs []int64
 }
 
 var (
@@ -282,8 +285,7 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 	if last != 0 && logs[0].Index != last+1 {
 		return fmt.Errorf("raftwal: append of entry %d after %d would leave a gap", logs[0].Index, last)
 	}
-	buf := l.buf[:0]
-	offs := make([]int64, 0, len(logs))
+	buf, offs := l.buf[:0], l.offs[:0]
 	for i, e := range logs {
 		if e.Index != logs[0].Index+uint64(i) {
 			return fmt.Errorf("raftwal: append: entry %d follows %d", e.Index, logs[0].Index+uint64(i)-1)
@@ -291,7 +293,7 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 		offs = append(offs, int64(len(buf)))
 		buf = appendRecord(buf, e)
 	}
-	l.buf = buf[:0]
+	l.buf, l.offs = buf[:0], offs[:0]
 
 	// A new segment when there is none, when the log was emptied (its
 	// segment's base no longer fits), or when the batch does not fit.
