@@ -249,7 +249,7 @@ func (l *Log) GetLog(index uint64, out *raft.Log) error {
 		return raft.ErrLogNotFound
 	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > index }) - 1
-	body, err := l.segs[i].recordAt(index, nil)
+	body, err := l.segs[i].recordAt(index)
 	if err != nil {
 		return err
 	}

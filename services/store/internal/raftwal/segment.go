@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
@@ -55,23 +54,20 @@ func (s *segment) last() uint64 { return s.base + uint64(len(s.offsets)) - 1 }
 func (s *segment) empty() bool { return len(s.offsets) == 0 }
 
 // recordAt reads the record of entry idx, which the segment holds.
-func (s *segment) recordAt(idx uint64, buf []byte) ([]byte, error) {
+func (s *segment) recordAt(idx uint64) ([]byte, error) {
 	i := idx - s.base
 	off := s.offsets[i]
 	next := s.end
 	if int(i)+1 < len(s.offsets) {
 		next = s.offsets[i+1]
 	}
-	n := int(next - off)
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
+	buf := make([]byte, next-off)
 	if _, err := s.f.ReadAt(buf, off); err != nil {
 		return nil, fmt.Errorf("raftwal: read %s at %d: %w", s.name, off, err)
 	}
+	// verify checks that the record's length is all of buf.
 	body, index, ok := verify(buf)
-	if !ok || index != idx || len(body) != n-headerLen {
+	if !ok || index != idx {
 		return nil, fmt.Errorf("%w: %s: entry %d at offset %d does not verify", ErrCorrupt, s.name, idx, off)
 	}
 	return body, nil
@@ -114,8 +110,7 @@ func (s *segment) scan() (torn bool, err error) {
 		return false, fmt.Errorf("raftwal: stat %s: %w", s.name, err)
 	}
 	size := st.Size()
-	r := io.NewSectionReader(s.f, 0, size)
-	var hdr [headerLen]byte
+	var hdr [8]byte // len and crc
 	var buf []byte
 	off := int64(0)
 	s.offsets = s.offsets[:0]
@@ -124,7 +119,7 @@ func (s *segment) scan() (torn bool, err error) {
 		if off+8 > size {
 			return off < size, nil
 		}
-		if _, err := r.ReadAt(hdr[:8], off); err != nil {
+		if _, err := s.f.ReadAt(hdr[:], off); err != nil {
 			return false, fmt.Errorf("raftwal: read %s: %w", s.name, err)
 		}
 		n := int64(binary.LittleEndian.Uint32(hdr[0:]))
@@ -138,7 +133,7 @@ func (s *segment) scan() (torn bool, err error) {
 			buf = make([]byte, 8+n)
 		}
 		buf = buf[:8+n]
-		if _, err := r.ReadAt(buf, off); err != nil {
+		if _, err := s.f.ReadAt(buf, off); err != nil {
 			return false, fmt.Errorf("raftwal: read %s: %w", s.name, err)
 		}
 		_, index, ok := verify(buf)
