@@ -278,16 +278,9 @@ func (w *watch) start() {
 // awaitConsistent), which hands whatever may wait to a new goroutine.
 func (w *watch) register(opts cache.WatchOptions, foreign bool) {
 	s := w.m.s
-	run := func(f func()) {
-		if foreign {
-			go f()
-			return
-		}
-		f()
-	}
 	sub, err := w.r.Watch(opts)
 	if err != nil {
-		run(func() { w.finish(err) })
+		runOn(foreign, func() { w.finish(err) })
 		return
 	}
 	w.sub = sub
@@ -299,10 +292,20 @@ func (w *watch) register(opts cache.WatchOptions, foreign bool) {
 		if !s.initialSlots.acquire(w.initial) {
 			return
 		}
-		run(w.initial)
+		runOn(foreign, w.initial)
 		return
 	}
-	run(w.replay)
+	runOn(foreign, w.replay)
+}
+
+// runOn runs f on the caller's goroutine, or on a new one when the caller
+// is foreign (a goroutine that must not block; see register).
+func runOn(foreign bool, f func()) {
+	if foreign {
+		go f()
+		return
+	}
+	f()
 }
 
 // awaitConsistent waits for the store's current revision (read
@@ -387,18 +390,13 @@ func (w *watch) registerConsistent(opts cache.WatchOptions, rev int64, foreign b
 	// (see start). Sending may wait for credit, which the cache's
 	// goroutine must not.
 	opts.After = rev
-	send := func() {
+	runOn(foreign, func() {
 		if err := w.sendFirst(); err != nil {
 			w.finish(err)
 			return
 		}
 		w.register(opts, false)
-	}
-	if foreign {
-		go send()
-		return
-	}
-	send()
+	})
 }
 
 // consistentWait is one watch's wait in awaitConsistent: whoever claims
