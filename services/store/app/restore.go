@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 )
 
@@ -74,7 +76,7 @@ func RestoreSnapshot(file, dataDir string, log *slog.Logger) (int64, error) {
 	if err := os.Rename(tmp, dbDir); err != nil {
 		return 0, fmt.Errorf("store: restore: %w", err)
 	}
-	if err := syncDir(dataDir); err != nil {
+	if err := disk.SyncDir(vfs.Default, dataDir); err != nil {
 		return 0, err
 	}
 	log.Info("snapshot restored", "file", file, "data_dir", dataDir, "revision", rev)
@@ -104,16 +106,4 @@ func restoreInto(dir string, r io.Reader, log *slog.Logger) (rev int64, err erro
 		return 0, fmt.Errorf("store: restore: %w", err)
 	}
 	return s.Rev(), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("store: open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("store: sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -315,7 +315,7 @@ func (g *Guard) allocateBallast() error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("disk: close ballast: %w", err)
 	}
-	if err := syncDir(g.opts.FS, g.opts.Dir); err != nil {
+	if err := SyncDir(g.opts.FS, g.opts.Dir); err != nil {
 		return err
 	}
 	g.hasBallast = true
@@ -343,13 +343,20 @@ func preallocate(f vfs.File, n int64) error {
 	return nil
 }
 
-func syncDir(fsys vfs.FS, dir string) error {
+// SyncDir makes the entries of dir durable: the files created, renamed or
+// removed in it since they were last synced. The store's data directory,
+// the raft log's segment directory and the disk guard's ballast each need
+// it after such a change.
+func SyncDir(fsys vfs.FS, dir string) error {
 	d, err := fsys.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("disk: open %s: %w", dir, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("disk: sync %s: %w", dir, err)
 	}
 	return nil

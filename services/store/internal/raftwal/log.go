@@ -50,6 +50,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 )
 
@@ -149,7 +150,7 @@ func (l *Log) mkdir() error {
 		return fmt.Errorf("raftwal: %w", err)
 	}
 	for d := l.dir; d != existing; d = filepath.Dir(d) {
-		if err := syncDir(l.fs, filepath.Dir(d)); err != nil {
+		if err := disk.SyncDir(l.fs, filepath.Dir(d)); err != nil {
 			return err
 		}
 	}
@@ -383,22 +384,7 @@ func (l *Log) removeSegment(s *segment) error {
 	return l.syncDir()
 }
 
-func (l *Log) syncDir() error { return syncDir(l.fs, l.dir) }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("raftwal: open %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("raftwal: sync %s: %w", dir, err)
-	}
-	return nil
-}
+func (l *Log) syncDir() error { return disk.SyncDir(l.fs, l.dir) }
 
 // DeleteRange deletes entries lo..hi, inclusive. raft deletes a prefix
 // (after a snapshot), a suffix (a follower's entries that conflict with
