@@ -180,9 +180,13 @@ func FrameSize(t watch.EventType, envSize int) int {
 
 // eventSize is the size of the WatchEvent of such a frame.
 func eventSize(t watch.EventType, envSize int) int {
-	extSize := 1 + protowire.SizeVarint(uint64(envSize)) + envSize
+	extSize := rawExtSize(envSize)
 	return 1 + protowire.SizeVarint(uint64(len(t))) + len(t) + 1 + protowire.SizeVarint(uint64(extSize)) + extSize
 }
+
+// rawExtSize is the size of the RawExtension of an envelope of envSize
+// bytes.
+func rawExtSize(envSize int) int { return 1 + protowire.SizeVarint(uint64(envSize)) + envSize }
 
 // AppendFrameHead appends what precedes the object's envelope in a
 // protobuf frame of event type t whose envelope is envSize bytes: the
@@ -199,7 +203,7 @@ func AppendFrameHead(dst []byte, t watch.EventType, envSize int) []byte {
 	dst = append(dst, tagEventType)
 	dst = protowire.AppendString(dst, string(t))
 	dst = append(dst, tagEventObject)
-	dst = protowire.AppendVarint(dst, uint64(1+protowire.SizeVarint(uint64(envSize))+envSize))
+	dst = protowire.AppendVarint(dst, uint64(rawExtSize(envSize)))
 	dst = append(dst, tagRawExtRaw)
 	return protowire.AppendVarint(dst, uint64(envSize))
 }
