@@ -37,7 +37,7 @@ func ensureNamespaces(ctx context.Context, store *storage.Store, c *codec.Codec,
 		if err != nil {
 			return err
 		}
-		if _, err := store.Create(ctx, res.Key("", name), data, "", 0); err != nil && !errors.Is(err, storage.ErrExists) {
+		if _, err := store.Create(ctx, res.Key("", name), data, storage.Parent{}, 0); err != nil && !errors.Is(err, storage.ErrExists) {
 			return fmt.Errorf("apigateway: create namespace %s: %w", name, err)
 		}
 	}

@@ -64,6 +64,9 @@ type Config struct {
 type Server struct {
 	apiv1.UnimplementedResourceServiceServer
 	cfg Config
+
+	// nsHints guess the guard of creates (nsguard.go).
+	nsHints namespaceHints
 }
 
 var _ apiv1.ResourceServiceServer = (*Server)(nil)

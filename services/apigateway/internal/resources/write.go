@@ -146,7 +146,8 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 	acc.SetDeletionGracePeriodSeconds(nil)
 	acc.SetSelfLink("")
 	res.Strategy.PrepareForCreate(obj)
-	if err := s.checkNamespaceActive(ctx, res, acc.GetNamespace(), acc.GetName()); err != nil {
+	parent, err := s.namespaceGuard(ctx, res, acc.GetNamespace(), acc.GetName(), dryRun)
+	if err != nil {
 		return nil, err
 	}
 
@@ -172,20 +173,16 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		parent := ""
-		if res.Namespaced {
-			parent = namespaceKey(s, acc.GetNamespace())
-		}
 		lease, err := s.leaseFor(ctx, res)
 		if err != nil {
 			return nil, err
 		}
-		rev, err := s.cfg.Store.Create(ctx, res.Key(acc.GetNamespace(), acc.GetName()), data, parent, lease)
-		if errors.Is(err, storage.ErrExists) && generate && attempt+1 < attempts {
+		rev, err := s.createGuarded(ctx, res, acc.GetNamespace(), acc.GetName(), res.Key(acc.GetNamespace(), acc.GetName()), data, parent, lease)
+		if apierrors.IsAlreadyExists(err) && generate && attempt+1 < attempts {
 			continue
 		}
 		if err != nil {
-			return nil, storageError(err, res, acc.GetNamespace(), acc.GetName())
+			return nil, err
 		}
 		acc.SetResourceVersion(fmt.Sprint(rev))
 		return obj, nil

@@ -244,25 +244,48 @@ func (s *Store) listPaged(ctx context.Context, prefix string, opts ListOptions) 
 	}
 }
 
-// Create stores a new key, attached to lease (0: none). When parent is not
-// empty, the create succeeds only while that key exists (a namespaced
-// object needs its namespace); the check and the write are one
-// transaction. It returns the new revision, ErrExists or ErrParentMissing.
-func (s *Store) Create(ctx context.Context, key string, value []byte, parent string, lease int64) (int64, error) {
+// Parent is the key a create depends on (a namespaced object's namespace).
+// The create succeeds only while Key still has mod revision ModRevision: a
+// caller that checked the parent at ModRevision (a namespace is not being
+// deleted) knows the check still held when the object was written,
+// without a second read.
+type Parent struct {
+	Key         string
+	ModRevision int64
+}
+
+// ParentChangedError reports a create whose parent exists but no longer has
+// the mod revision the create was guarded by. KV is the parent as it is
+// now, read in the same transaction, so the caller can check it again
+// and retry without another round trip.
+type ParentChangedError struct {
+	KV KV
+}
+
+func (e *ParentChangedError) Error() string {
+	return fmt.Sprintf("storage: parent %s changed (mod revision %d)", e.KV.Key, e.KV.ModRevision)
+}
+
+// Create stores a new key, attached to lease (0: none), guarded by parent
+// (zero: none): the check and the write are one transaction. It returns
+// the new revision, ErrExists, ErrParentMissing or a *ParentChangedError.
+func (s *Store) Create(ctx context.Context, key string, value []byte, parent Parent, lease int64) (int64, error) {
 	cmp := []*storev1.Compare{{
 		Key: []byte(key), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL,
 		TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
 	}}
-	if parent != "" {
+	failure := []*storev1.RequestOp{rangeOp(key, true)}
+	if parent.Key != "" {
 		cmp = append(cmp, &storev1.Compare{
-			Key: []byte(parent), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_GREATER,
-			TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
+			Key: []byte(parent.Key), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL,
+			TargetUnion: &storev1.Compare_ModRevision{ModRevision: parent.ModRevision},
 		})
+		failure = append(failure, rangeOp(parent.Key, false))
 	}
 	resp, err := s.kv.Txn(ctx, &storev1.TxnRequest{
 		Compare: cmp,
 		Success: []*storev1.RequestOp{putOp(key, value, lease)},
-		Failure: []*storev1.RequestOp{rangeOp(key, true)},
+		Failure: failure,
 	})
 	if err != nil {
 		return 0, convert(err, 0)
@@ -270,10 +293,14 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, parent str
 	if resp.Succeeded {
 		return resp.GetHeader().GetRevision(), nil
 	}
-	if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+	rs := resp.GetResponses()
+	if len(rs) > 0 && len(rs[0].GetResponseRange().GetKvs()) > 0 {
 		return 0, ErrExists
 	}
-	return 0, ErrParentMissing
+	if len(rs) < 2 || len(rs[1].GetResponseRange().GetKvs()) == 0 {
+		return 0, ErrParentMissing
+	}
+	return 0, &ParentChangedError{KV: fromProto(rs[1].GetResponseRange().GetKvs()[0])}
 }
 
 // Update replaces a key whose mod revision is modRevision, attached to
