@@ -49,6 +49,7 @@ func newGatewayMux() *runtime.ServeMux {
 		}),
 		runtime.WithForwardResponseOption(setStatusCode),
 		runtime.WithDisableChunkedEncoding(),
+		useQueryParser(),
 	)
 }
 
