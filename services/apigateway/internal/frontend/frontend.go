@@ -384,7 +384,11 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	r.Header.Del("Content-Type")
 	r.URL.Path = "/_meridian/v1/" + info.Verb
 	r.URL.RawPath = ""
-	r.URL.RawQuery = out.Encode()
+	// The query reaches grpc-gateway as the parsed form it reads
+	// (Request.ParseForm keeps a Form already set): encoding it only for
+	// ParseForm to decode it again cost 2 % of a GET.
+	r.URL.RawQuery = ""
+	r.Form = out
 	return nil
 }
 
