@@ -119,6 +119,11 @@ func scan(r reader, key, end []byte, rev int64, fn func(v version) (bool, error)
 				return err
 			}
 		}
+		if len(end) == 0 {
+			// One key: its bounds hold no other key's entries, so the
+			// steps below would only walk its older versions.
+			break
+		}
 		// Most keys have one version (or a few): stepping is cheaper than
 		// seeking, so seek past the key's older versions only when the
 		// next entry is one of them. Only from an entry of this key: a

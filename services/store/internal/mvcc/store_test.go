@@ -14,13 +14,13 @@ import (
 
 type testStore struct {
 	*Store
-	t       *testing.T
+	t       testing.TB
 	db      *pebble.DB
 	dir     string
 	applied uint64
 }
 
-func newTestStore(t *testing.T) *testStore {
+func newTestStore(t testing.TB) *testStore {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := pebble.Open(dir, &pebble.Options{})
