@@ -27,7 +27,12 @@ func TestLargeList(t *testing.T) {
 	cms := e.client.CoreV1().ConfigMaps("default")
 	const n = 1100
 	inParallel(t, n, func(i int) error {
-		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%04d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+		// Every third object is labelled, and every one past 1000.
+		labels := map[string]string{}
+		if i%3 == 0 || i >= 1000 {
+			labels["picked"] = "yes"
+		}
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%04d", i), Labels: labels}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
 		return err
 	})
 	if t.Failed() {
@@ -47,6 +52,24 @@ func TestLargeList(t *testing.T) {
 			for i, it := range all.Items {
 				if want := fmt.Sprintf("big-%04d", i); it.Name != want || it.Data["i"] != fmt.Sprint(i) {
 					t.Fatalf("item %d is %s %v, want %s", i, it.Name, it.Data, want)
+				}
+			}
+			picked, err := cms.List(ctx, metav1.ListOptions{LabelSelector: "picked=yes"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := range n {
+				if i%3 == 0 || i >= 1000 {
+					want = append(want, fmt.Sprintf("big-%04d", i))
+				}
+			}
+			if len(picked.Items) != len(want) {
+				t.Fatalf("selected list: %d items, want %d", len(picked.Items), len(want))
+			}
+			for i, it := range picked.Items {
+				if it.Name != want[i] {
+					t.Fatalf("selected item %d is %s, want %s", i, it.Name, want[i])
 				}
 			}
 			first, err := cms.List(ctx, metav1.ListOptions{Limit: 700})
