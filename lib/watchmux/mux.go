@@ -13,6 +13,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -29,6 +30,10 @@ const (
 	DefaultWatchesPerStream = 1000
 	DefaultBuffer           = 256
 )
+
+// brokenWait bounds how long opening a watch on a stream that just broke
+// waits for the stream's status (session.open).
+const brokenWait = 5 * time.Second
 
 // Options tune a Mux. Zero fields mean their defaults.
 type Options struct {
@@ -127,7 +132,7 @@ func (m *Mux) session() (*session, int64, error) {
 		cancel()
 		return nil, 0, err
 	}
-	s := &session{stream: st, cancelStream: cancel, watches: map[int64]*watchStream{}}
+	s := &session{stream: st, cancelStream: cancel, watches: map[int64]*watchStream{}, broken: make(chan struct{})}
 	go s.receive()
 	m.sessions = append(m.sessions, s)
 	return s, id, nil
@@ -143,6 +148,8 @@ type session struct {
 	mu      sync.Mutex
 	watches map[int64]*watchStream
 	err     error // set once the stream broke
+
+	broken chan struct{} // closed once err is set
 }
 
 // open registers w and asks the tier for it. Registering and sending
@@ -163,8 +170,15 @@ func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
 	if err != nil {
 		s.forget(w.id)
 		// Send reports io.EOF when the stream broke; its status comes from
-		// Recv, which the receiver has or will have seen.
+		// Recv, which the receiver has seen or is about to see (the stream
+		// is over, so Recv returns). Waiting for it matters: a tier that
+		// does not know WatchMany ends the stream UNIMPLEMENTED, which
+		// makes the caller fall back to Watch, where "broke" would not.
 		if errors.Is(err, io.EOF) {
+			select {
+			case <-s.broken:
+			case <-time.After(brokenWait):
+			}
 			err = s.brokenErr()
 		}
 		return err
@@ -214,6 +228,7 @@ func (s *session) receive() {
 			ws := s.watches
 			s.watches = map[int64]*watchStream{}
 			s.mu.Unlock()
+			close(s.broken)
 			for _, w := range ws {
 				w.fail(err)
 			}
