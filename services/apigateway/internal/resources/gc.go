@@ -141,6 +141,7 @@ func (c *collector) run(ctx context.Context) error {
 // identity in memory).
 func (c *collector) resync(ctx context.Context) (int64, error) {
 	c.g = newGCGraph()
+	c.s.objHints.clear() // changes since the last watch went unobserved
 	rev, err := c.s.cfg.Store.Revision(ctx, false)
 	if err != nil {
 		return 0, err
@@ -195,7 +196,11 @@ func readMeta(res *registry.Resource, value []byte) (protolist.Meta, error) {
 }
 
 // apply folds one change into the graph.
+//
+// The collector's watch is the gateway's one view of every change the
+// store makes, so it also tells the update hints (objhints.go).
 func (c *collector) apply(ev storage.Event) {
+	c.s.objHints.observe(ev.KV.Key, ev.KV.ModRevision)
 	res := c.s.cfg.Registry.ForKey(ev.KV.Key)
 	if res == nil {
 		return

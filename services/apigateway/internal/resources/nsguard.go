@@ -126,6 +126,7 @@ func (s *Server) createGuarded(ctx context.Context, res *registry.Resource, ns, 
 			if err != nil {
 				return 0, namespaceError(err, res, ns, name)
 			}
+			s.objHints.put(key, data, rev)
 			return rev, nil
 		}
 		if attempt+1 == maxParentRetries {

@@ -67,6 +67,8 @@ type Server struct {
 
 	// nsHints guess the guard of creates (nsguard.go).
 	nsHints namespaceHints
+	// objHints guess the object an update starts from (objhints.go).
+	objHints objectHints
 }
 
 var _ apiv1.ResourceServiceServer = (*Server)(nil)

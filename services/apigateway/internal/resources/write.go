@@ -251,88 +251,130 @@ type mutateFunc func(old runtime.Object) (runtime.Object, error)
 // and stores it if nobody wrote in between. With a precondition (the
 // resourceVersion the client saw) a concurrent write is a 409 Conflict;
 // without one the loop reads again and retries.
+//
+// The first attempt may start from the object's hint instead of a read
+// (objhints.go); unless that attempt stores its result, it is not counted
+// and the loop starts over from a read, so only a hint that was the
+// stored object shapes the outcome.
 func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, precondition string, dryRun bool, mutate mutateFunc) (runtime.Object, error) {
 	gr := res.GVR.GroupResource()
+	key := res.Key(ref.GetNamespace(), ref.GetName())
+	hinted := !dryRun // a dry run stores nothing, so nothing would check a hint
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
-		old, _, err := s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0)
-		if err != nil {
-			return nil, err
-		}
-		oldAcc, _ := meta.Accessor(old)
-		if precondition != "" && precondition != oldAcc.GetResourceVersion() {
-			return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
-		}
-		obj, err := mutate(old)
-		if err != nil {
-			return nil, err
-		}
-		acc, err := meta.Accessor(obj)
-		if err != nil {
-			return nil, apierrors.NewInternalError(err)
-		}
-		if acc.GetName() != ref.GetName() {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
-		}
-		if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
-			return nil, err
-		}
-		// Metadata the server owns is carried over; a changed uid is caught
-		// by validation.
-		if acc.GetUID() == "" {
-			acc.SetUID(oldAcc.GetUID())
-		}
-		acc.SetCreationTimestamp(oldAcc.GetCreationTimestamp())
-		acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
-		acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
-		acc.SetResourceVersion(oldAcc.GetResourceVersion())
-		if sub := ref.GetSubresource(); sub != "" {
-			ss, ok := res.Strategy.(registry.SubresourceStrategy)
-			if !ok || !ss.PrepareForSubresourceUpdate(sub, obj, old) {
-				return nil, apierrors.NewNotFound(gr, ref.GetName())
-			}
-		} else {
-			res.Strategy.PrepareForUpdate(obj, old)
-		}
-		if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
-			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
-		}
-		if err := s.admit(ctx, res, ref, obj, old, apiv1Update, dryRun); err != nil {
-			return nil, err
-		}
-		if dryRun {
-			return obj, nil
-		}
-		modRev, _ := parseRV(oldAcc.GetResourceVersion())
-		if finalized(obj) {
-			// The last finalizer is gone: the object goes.
-			err := s.removeFinalized(ctx, res, ref, modRev)
-			if errors.Is(err, storage.ErrConflict) {
-				if precondition == "" {
-					continue
+		var old runtime.Object
+		speculative := false
+		if hinted {
+			hinted = false
+			if kv, ok := s.objHints.get(key); ok {
+				o := res.New()
+				if s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, o) == nil {
+					old, speculative = o, true
 				}
-				return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
 			}
-			return obj, err
 		}
-		data, err := s.cfg.Codec.EncodeStorage(obj)
-		if err != nil {
-			return nil, apierrors.NewInternalError(err)
+		if old == nil {
+			var err error
+			if old, _, err = s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0); err != nil {
+				return nil, err
+			}
 		}
-		lease, err := s.leaseFor(ctx, res)
-		if err != nil {
-			return nil, err
-		}
-		rev, err := s.cfg.Store.Update(ctx, res.Key(ref.GetNamespace(), ref.GetName()), data, modRev, lease)
-		if errors.Is(err, storage.ErrConflict) && precondition == "" {
+		obj, retry, err := s.updateFrom(ctx, res, ref, key, old, precondition, dryRun, mutate)
+		if speculative && (err != nil || retry) {
+			s.objHints.forget(key)
+			attempt--
 			continue
 		}
 		if err != nil {
-			return nil, storageError(err, res, ref.GetNamespace(), ref.GetName())
+			return nil, err
 		}
-		acc.SetResourceVersion(fmt.Sprint(rev))
-		return obj, nil
+		if !retry {
+			return obj, nil
+		}
 	}
 	return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New("too many concurrent writers; try again"))
+}
+
+// updateFrom is one attempt of updateLoop, from old, the object stored at
+// key. retry reports a write that lost a race the loop may retry.
+func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, key string, old runtime.Object, precondition string, dryRun bool, mutate mutateFunc) (_ runtime.Object, retry bool, _ error) {
+	gr := res.GVR.GroupResource()
+	oldAcc, _ := meta.Accessor(old)
+	if precondition != "" && precondition != oldAcc.GetResourceVersion() {
+		return nil, false, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
+	}
+	obj, err := mutate(old)
+	if err != nil {
+		return nil, false, err
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	if acc.GetName() != ref.GetName() {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
+	}
+	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
+		return nil, false, err
+	}
+	// Metadata the server owns is carried over; a changed uid is caught
+	// by validation.
+	if acc.GetUID() == "" {
+		acc.SetUID(oldAcc.GetUID())
+	}
+	acc.SetCreationTimestamp(oldAcc.GetCreationTimestamp())
+	acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
+	acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
+	acc.SetResourceVersion(oldAcc.GetResourceVersion())
+	if sub := ref.GetSubresource(); sub != "" {
+		ss, ok := res.Strategy.(registry.SubresourceStrategy)
+		if !ok || !ss.PrepareForSubresourceUpdate(sub, obj, old) {
+			return nil, false, apierrors.NewNotFound(gr, ref.GetName())
+		}
+	} else {
+		res.Strategy.PrepareForUpdate(obj, old)
+	}
+	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+	}
+	if err := s.admit(ctx, res, ref, obj, old, apiv1Update, dryRun); err != nil {
+		return nil, false, err
+	}
+	if dryRun {
+		return obj, false, nil
+	}
+	modRev, _ := parseRV(oldAcc.GetResourceVersion())
+	if finalized(obj) {
+		// The last finalizer is gone: the object goes.
+		err := s.removeFinalized(ctx, res, ref, modRev)
+		if errors.Is(err, storage.ErrConflict) {
+			if precondition == "" {
+				return nil, true, nil
+			}
+			return nil, false, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
+		}
+		if err == nil {
+			s.objHints.forget(key)
+		}
+		return obj, false, err
+	}
+	data, err := s.cfg.Codec.EncodeStorage(obj)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	lease, err := s.leaseFor(ctx, res)
+	if err != nil {
+		return nil, false, err
+	}
+	rev, err := s.cfg.Store.Update(ctx, key, data, modRev, lease)
+	if errors.Is(err, storage.ErrConflict) && precondition == "" {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, storageError(err, res, ref.GetNamespace(), ref.GetName())
+	}
+	s.objHints.put(key, data, rev)
+	acc.SetResourceVersion(fmt.Sprint(rev))
+	return obj, false, nil
 }
 
 // readLatest is a linearizable read.

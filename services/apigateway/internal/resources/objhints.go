@@ -1,0 +1,97 @@
+package resources
+
+import (
+	"sync"
+
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+)
+
+// An update, patch or apply reads the stored object, computes its
+// replacement and stores it guarded by the mod revision it read. The read
+// costs a store round trip on every write, though the object is often one
+// this gateway has just written (a controller updating what it created, a
+// second apply). objectHints keeps the objects this gateway last wrote, as
+// stored, so that the first attempt of an update can start from one of
+// them instead (updateLoop).
+//
+// A hint is only a guess: the write that starts from one is guarded by
+// the hint's mod revision, so it commits only when the hint was the stored
+// object; anything else the attempt produces (a conflict, a validation
+// error, a failed precondition) is discarded and the update starts over
+// from a read, so no client ever sees an answer computed from a stale
+// hint. What keeps hints mostly right is that every change the store
+// makes is observed (observe, from the garbage collector's watch of the
+// whole registry) and drops a hint it outdates.
+
+// maxObjectHintBytes bounds the stored bytes the hints hold.
+const maxObjectHintBytes = 16 << 20
+
+// objectHints maps a store key to the object last written there by this
+// gateway, as stored. It is safe for concurrent use.
+type objectHints struct {
+	mu    sync.Mutex
+	m     map[string]storage.KV
+	bytes int
+}
+
+// get returns the hint for key.
+func (h *objectHints) get(key string) (storage.KV, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	kv, ok := h.m[key]
+	return kv, ok
+}
+
+// put records that key holds value at modRev. value must not change
+// afterwards.
+func (h *objectHints) put(key string, value []byte, modRev int64) {
+	if len(value) > maxObjectHintBytes/16 {
+		h.forget(key)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]storage.KV{}
+	}
+	h.dropLocked(key)
+	for k := range h.m {
+		if h.bytes+len(value) <= maxObjectHintBytes {
+			break
+		}
+		h.dropLocked(k)
+	}
+	h.m[key] = storage.KV{Key: key, Value: value, ModRevision: modRev}
+	h.bytes += len(value)
+}
+
+// observe drops the hint for key unless it is the version at modRev: the
+// store changed key at modRev.
+func (h *objectHints) observe(key string, modRev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if kv, ok := h.m[key]; ok && kv.ModRevision != modRev {
+		h.dropLocked(key)
+	}
+}
+
+// forget drops the hint for key.
+func (h *objectHints) forget(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropLocked(key)
+}
+
+// clear drops every hint: changes may have gone unobserved.
+func (h *objectHints) clear() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.m, h.bytes = nil, 0
+}
+
+func (h *objectHints) dropLocked(key string) {
+	if kv, ok := h.m[key]; ok {
+		h.bytes -= len(kv.Value)
+		delete(h.m, key)
+	}
+}
