@@ -3,6 +3,7 @@ package frontend
 import (
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -49,80 +50,89 @@ func (p queryParser) Parse(msg proto.Message, values url.Values, filter *utiliti
 // fillGet sets m from values when every key is a field of GetRequest with
 // one value; otherwise it leaves m unchanged and returns false.
 func fillGet(m *apiv1.GetRequest, values url.Values) bool {
-	var r apiv1.GetRequest
-	var ref apiv1.ResourceRef
-	hasRef := false
-	for k, v := range values {
-		if len(v) != 1 {
-			return false
-		}
-		if fillRef(&ref, k, v[0]) {
-			hasRef = true
-			continue
-		}
+	var rv, accept, include string
+	ref, ok := fillFrom(values, func(k, v string) bool {
 		switch k {
 		case "resourceVersion", "resource_version":
-			r.ResourceVersion = v[0]
+			rv = v
 		case "accept":
-			r.Accept = v[0]
+			accept = v
 		case "includeObject", "include_object":
-			r.IncludeObject = v[0]
+			include = v
 		default:
 			return false
 		}
+		return true
+	})
+	if ok {
+		m.Ref, m.ResourceVersion, m.Accept, m.IncludeObject = ref, rv, accept, include
 	}
-	if hasRef {
-		m.Ref = &ref
-	}
-	m.ResourceVersion, m.Accept, m.IncludeObject = r.ResourceVersion, r.Accept, r.IncludeObject
-	return true
+	return ok
 }
 
 // fillList is fillGet for ListRequest.
 func fillList(m *apiv1.ListRequest, values url.Values) bool {
-	var r apiv1.ListRequest
-	var ref apiv1.ResourceRef
-	hasRef := false
-	for k, v := range values {
-		if len(v) != 1 {
-			return false
-		}
-		if fillRef(&ref, k, v[0]) {
-			hasRef = true
-			continue
-		}
+	var r struct{ labels, fields, rv, rvMatch, cont, accept, include string }
+	var limit int64
+	ref, ok := fillFrom(values, func(k, v string) bool {
 		switch k {
 		case "labelSelector", "label_selector":
-			r.LabelSelector = v[0]
+			r.labels = v
 		case "fieldSelector", "field_selector":
-			r.FieldSelector = v[0]
+			r.fields = v
 		case "resourceVersion", "resource_version":
-			r.ResourceVersion = v[0]
+			r.rv = v
 		case "resourceVersionMatch", "resource_version_match":
-			r.ResourceVersionMatch = v[0]
+			r.rvMatch = v
 		case "limit":
-			n, err := strconv.ParseInt(v[0], 10, 64)
+			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return false // the default parser words the error
 			}
-			r.Limit = n
+			limit = n
 		case "continue", "continue_token":
-			r.ContinueToken = v[0]
+			r.cont = v
 		case "accept":
-			r.Accept = v[0]
+			r.accept = v
 		case "includeObject", "include_object":
-			r.IncludeObject = v[0]
+			r.include = v
 		default:
 			return false
 		}
+		return true
+	})
+	if ok {
+		m.Ref, m.LabelSelector, m.FieldSelector = ref, r.labels, r.fields
+		m.ResourceVersion, m.ResourceVersionMatch, m.Limit = r.rv, r.rvMatch, limit
+		m.ContinueToken, m.Accept, m.IncludeObject = r.cont, r.accept, r.include
 	}
-	if hasRef {
-		m.Ref = &ref
+	return ok
+}
+
+// fillFrom reads the ref.* keys of values into a ResourceRef (nil when
+// there are none) and hands every other key to field, which reports
+// whether it knows it. It fails on a key field does not know and on a key
+// with other than one value.
+func fillFrom(values url.Values, field func(k, v string) bool) (*apiv1.ResourceRef, bool) {
+	var ref *apiv1.ResourceRef
+	for k, v := range values {
+		if len(v) != 1 {
+			return nil, false
+		}
+		if strings.HasPrefix(k, "ref.") {
+			if ref == nil {
+				ref = &apiv1.ResourceRef{}
+			}
+			if fillRef(ref, k, v[0]) {
+				continue
+			}
+			return nil, false
+		}
+		if !field(k, v[0]) {
+			return nil, false
+		}
 	}
-	m.LabelSelector, m.FieldSelector = r.LabelSelector, r.FieldSelector
-	m.ResourceVersion, m.ResourceVersionMatch, m.Limit = r.ResourceVersion, r.ResourceVersionMatch, r.Limit
-	m.ContinueToken, m.Accept, m.IncludeObject = r.ContinueToken, r.Accept, r.IncludeObject
-	return true
+	return ref, true
 }
 
 // fillRef sets the field of ref that key ("ref.group" …) names and reports
