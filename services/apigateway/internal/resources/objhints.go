@@ -29,17 +29,38 @@ const maxObjectHintBytes = 16 << 20
 // objectHints maps a store key to the object last written there by this
 // gateway, as stored. It is safe for concurrent use.
 type objectHints struct {
-	mu    sync.Mutex
-	m     map[string]storage.KV
-	bytes int
+	mu       sync.Mutex
+	m        map[string]storage.KV
+	bytes    int
+	updating map[string]int // updates in progress per key
 }
 
-// get returns the hint for key.
-func (h *objectHints) get(key string) (storage.KV, bool) {
+// begin marks an update of key as in progress and returns the hint to
+// start it from, if any; end must follow. While another update of the
+// same key is in progress, there is no hint: that update is about to
+// outdate it, and an attempt from it would likely be wasted (a failed
+// transaction is a raft round trip).
+func (h *objectHints) begin(key string) (storage.KV, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.updating == nil {
+		h.updating = map[string]int{}
+	}
+	h.updating[key]++
+	if h.updating[key] > 1 {
+		return storage.KV{}, false
+	}
 	kv, ok := h.m[key]
 	return kv, ok
+}
+
+// end marks the end of an update begun with begin.
+func (h *objectHints) end(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.updating[key]--; h.updating[key] <= 0 {
+		delete(h.updating, key)
+	}
 }
 
 // put records that key holds value at modRev. value must not change

@@ -260,12 +260,15 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 	gr := res.GVR.GroupResource()
 	key := res.Key(ref.GetNamespace(), ref.GetName())
 	hinted := !dryRun // a dry run stores nothing, so nothing would check a hint
+	if hinted {
+		defer s.objHints.end(key)
+	}
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		var old runtime.Object
 		speculative := false
 		if hinted {
 			hinted = false
-			if kv, ok := s.objHints.get(key); ok {
+			if kv, ok := s.objHints.begin(key); ok {
 				o := res.New()
 				if s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, o) == nil {
 					old, speculative = o, true
