@@ -259,8 +259,10 @@ type mutateFunc func(old runtime.Object) (runtime.Object, error)
 func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, precondition string, dryRun bool, mutate mutateFunc) (runtime.Object, error) {
 	gr := res.GVR.GroupResource()
 	key := res.Key(ref.GetNamespace(), ref.GetName())
-	hinted := !dryRun // a dry run stores nothing, so nothing would check a hint
-	if hinted {
+	var hint storage.KV
+	hinted := false
+	if !dryRun { // a dry run stores nothing, so nothing would check a hint
+		hint, hinted = s.objHints.begin(key)
 		defer s.objHints.end(key)
 	}
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
@@ -268,11 +270,9 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		speculative := false
 		if hinted {
 			hinted = false
-			if kv, ok := s.objHints.begin(key); ok {
-				o := res.New()
-				if s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, o) == nil {
-					old, speculative = o, true
-				}
+			o := res.New()
+			if s.cfg.Codec.DecodeStorage(hint.Value, hint.ModRevision, o) == nil {
+				old, speculative = o, true
 			}
 		}
 		if old == nil {
