@@ -25,6 +25,10 @@ type WriteBatch struct {
 	compactRev int64 // working compacted revision
 	events     []*storev1.Event
 	committed  bool
+
+	// written is the newest version of every key this batch wrote; it
+	// moves into the store's liveIndex when the batch commits.
+	written map[string]version
 }
 
 // NewWriteBatch opens the write batch; it blocks while another is open.
@@ -54,6 +58,9 @@ func (w *WriteBatch) Commit(applied uint64, opts *pebble.WriteOptions) ([]*store
 		return nil, fmt.Errorf("mvcc: commit: %w", err)
 	}
 	w.committed = true
+	for k, v := range w.written {
+		w.s.live.set(k, v)
+	}
 	w.s.rev.Store(w.rev)
 	w.s.applied.Store(applied)
 	return w.events, nil
@@ -70,6 +77,16 @@ func (w *WriteBatch) Close() {
 	w.s.wmu.Unlock()
 }
 
+// newest returns the newest version of key in the batch's view if key is
+// live there: from the batch's own writes, or else the store's liveIndex
+// (the batch did not write key, so its view of key is the committed state).
+func (w *WriteBatch) newest(key []byte) (version, bool) {
+	if v, ok := w.written[string(key)]; ok {
+		return v, !v.tomb
+	}
+	return w.s.live.get(key)
+}
+
 // put writes a new version of rec.key at (main, sub).
 func (w *WriteBatch) put(rec *record) error {
 	if err := w.b.Set(recordKey(rec.mod, rec.sub), encodeRecord(rec), nil); err != nil {
@@ -78,5 +95,9 @@ func (w *WriteBatch) put(rec *record) error {
 	if err := w.b.Set(idxKey(rec.key, rec.mod), idxValue(rec.sub, rec.tomb), nil); err != nil {
 		return fmt.Errorf("mvcc: batch set index: %w", err)
 	}
+	if w.written == nil {
+		w.written = make(map[string]version)
+	}
+	w.written[string(rec.key)] = version{main: rec.mod, sub: rec.sub, tomb: rec.tomb}
 	return nil
 }

@@ -24,6 +24,8 @@ type Store struct {
 
 	// wmu is held by the open WriteBatch, from NewWriteBatch to Close.
 	wmu sync.Mutex
+	// live is the writer's index of live keys; guarded by wmu.
+	live *liveIndex
 
 	// rev is the current revision; published after the commit that made it.
 	rev atomic.Int64
@@ -73,8 +75,14 @@ func Open(db *pebble.DB) (*Store, error) {
 	return s, nil
 }
 
-// reload reads the meta key into the atomics.
+// reload reads the meta key into the atomics and rebuilds the index of
+// live keys.
 func (s *Store) reload() error {
+	li, err := loadLiveIndex(s.db)
+	if err != nil {
+		return err
+	}
+	s.live = li
 	m := meta{}
 	v, closer, err := s.db.Get(metaKey)
 	switch {

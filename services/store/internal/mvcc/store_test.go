@@ -22,8 +22,14 @@ type testStore struct {
 
 func newTestStore(t testing.TB) *testStore {
 	t.Helper()
+	return newTestStoreWith(t, &pebble.Options{})
+}
+
+// newTestStoreWith opens a store on a new pebble database with opts.
+func newTestStoreWith(t testing.TB, opts *pebble.Options) *testStore {
+	t.Helper()
 	dir := t.TempDir()
-	db, err := pebble.Open(dir, &pebble.Options{})
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,10 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 	if err := ValidateTxn(req); err != nil {
 		return nil, err
 	}
+	t := txnWriter{w: w, rev: w.rev + 1}
 	ok := true
 	for _, c := range req.GetCompare() {
-		holds, err := w.compare(c)
+		holds, err := t.compare(c)
 		if err != nil {
 			return nil, err
 		}
@@ -52,7 +53,6 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 			}
 		}
 	}
-	t := txnWriter{w: w, rev: w.rev + 1}
 	resp := &storev1.TxnResponse{Succeeded: ok, Responses: make([]*storev1.ResponseOp, 0, len(ops))}
 	for _, op := range ops {
 		r, err := t.do(op)
@@ -79,8 +79,26 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 // compare evaluates one compare against the newest state; a range holds when
 // it holds for every live key in it, and an empty range (or a missing key)
 // compares as a key with zero fields and an empty value.
-func (w *WriteBatch) compare(c *storev1.Compare) (bool, error) {
-	res, err := rangeAt(w.b, c.GetKey(), c.GetRangeEnd(), latestRev, 0, false, false)
+//
+// A single key's newest version comes from the writer's index of live keys
+// (liveIndex), and its record is read only when the target is not in the
+// version: a mod revision is the version's revision.
+func (t *txnWriter) compare(c *storev1.Compare) (bool, error) {
+	if len(c.GetRangeEnd()) == 0 {
+		v, live := t.w.newest(c.GetKey())
+		switch {
+		case !live:
+			return compareRecord(c, &record{}), nil
+		case c.GetTarget() == storev1.Compare_TARGET_MOD:
+			return compareRecord(c, &record{mod: v.main}), nil
+		}
+		rec, err := getRecord(t.w.b, v.main, v.sub)
+		if err != nil {
+			return false, err
+		}
+		return compareRecord(c, rec), nil
+	}
+	res, err := rangeAt(t.w.b, c.GetKey(), c.GetRangeEnd(), latestRev, 0, false, false)
 	if err != nil {
 		return false, err
 	}
@@ -139,6 +157,15 @@ type txnWriter struct {
 	sub uint32 // next sub-revision; > 0 once the transaction wrote
 }
 
+// live returns the record of key if it exists, or nil.
+func (t *txnWriter) live(key []byte) (*record, error) {
+	v, live := t.w.newest(key)
+	if !live {
+		return nil, nil
+	}
+	return getRecord(t.w.b, v.main, v.sub)
+}
+
 // readRev is the revision at which a range inside the transaction reads
 // "now": the transaction's own revision once it wrote.
 func (t *txnWriter) readRev() int64 {
@@ -177,7 +204,7 @@ func (t *txnWriter) do(op *storev1.RequestOp) (*storev1.ResponseOp, error) {
 }
 
 func (t *txnWriter) put(p *storev1.PutRequest) (*storev1.PutResponse, error) {
-	prev, err := liveAt(t.w.b, p.GetKey(), latestRev)
+	prev, err := t.live(p.GetKey())
 	if err != nil {
 		return nil, err
 	}
