@@ -232,12 +232,25 @@ func (t *txnWriter) put(p *storev1.PutRequest) (*storev1.PutResponse, error) {
 }
 
 func (t *txnWriter) deleteRange(d *storev1.DeleteRangeRequest) (*storev1.DeleteRangeResponse, error) {
-	res, err := rangeAt(t.w.b, d.GetKey(), d.GetRangeEnd(), latestRev, 0, false, false)
-	if err != nil {
-		return nil, err
+	var recs []*record
+	if len(d.GetRangeEnd()) == 0 {
+		// One key: its version from the live index, as for a put.
+		prev, err := t.live(d.GetKey())
+		if err != nil {
+			return nil, err
+		}
+		if prev != nil {
+			recs = []*record{prev}
+		}
+	} else {
+		res, err := rangeAt(t.w.b, d.GetKey(), d.GetRangeEnd(), latestRev, 0, false, false)
+		if err != nil {
+			return nil, err
+		}
+		recs = res.recs
 	}
-	resp := &storev1.DeleteRangeResponse{Deleted: int64(len(res.recs))}
-	for _, prev := range res.recs {
+	resp := &storev1.DeleteRangeResponse{Deleted: int64(len(recs))}
+	for _, prev := range recs {
 		rec := &record{key: prev.key, mod: t.rev, sub: t.sub, tomb: true}
 		if err := t.w.put(rec); err != nil {
 			return nil, fmt.Errorf("mvcc: delete %q: %w", prev.key, err)
