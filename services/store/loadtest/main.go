@@ -8,6 +8,13 @@
 //   - watch: delivery latency of events to one watcher while a writer puts
 //     at a fixed rate.
 //
+// With -compare, it drives a meridian cluster and an etcd cluster that run
+// side by side, in alternating slices of -slice each (meridian, etcd, then
+// etcd, meridian, ...) until each has had -duration of every workload and
+// level, and prints both rows and their ratio. This machine's speed drifts
+// by tens of percent within minutes; slices cancel that drift, which
+// separate runs of the two stores one after the other do not.
+//
 // It is a separate module (not in go.work) because etcd's client pins its
 // own dependencies; run it with GOWORK=off (see run.sh).
 package main
@@ -115,18 +122,31 @@ type result struct {
 	lat         []time.Duration
 }
 
-func (r result) String() string {
-	slices.Sort(r.lat)
-	pct := func(p float64) time.Duration {
-		if len(r.lat) == 0 {
-			return 0
-		}
-		return r.lat[min(len(r.lat)-1, int(p*float64(len(r.lat))))]
+// pct returns the p-quantile of lat, which it sorts.
+func pct(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
 	}
+	slices.Sort(lat)
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+}
+
+func (r result) String() string {
 	return fmt.Sprintf("%-18s conc=%-4d ops=%-7d errors=%-4d ops/s=%-9.0f p50=%-9v p99=%-9v p99.9=%v",
 		r.name, r.concurrency, r.ops, r.errors, float64(r.ops)/r.elapsed.Seconds(),
-		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond))
+		pct(r.lat, 0.50).Round(time.Microsecond), pct(r.lat, 0.99).Round(time.Microsecond), pct(r.lat, 0.999).Round(time.Microsecond))
 }
+
+// add accumulates another slice of the same workload into r.
+func (r *result) add(o result) {
+	r.name, r.concurrency = o.name, o.concurrency
+	r.ops += o.ops
+	r.errors += o.errors
+	r.elapsed += o.elapsed
+	r.lat = append(r.lat, o.lat...)
+}
+
+func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 
 // run runs op from conc goroutines for d, each on clients[i%len].
 func run(name string, clients []kv, conc int, d time.Duration, op func(ctx context.Context, c kv, worker, seq int) error) result {
@@ -162,34 +182,77 @@ func run(name string, clients []kv, conc int, d time.Duration, op func(ctx conte
 	return r
 }
 
+// workload is one row of the report: op from conc workers. slice numbers
+// the runs of the same row, so that puts stay under unique keys.
+type workload struct {
+	name string
+	conc int
+	op   func(slice int) func(ctx context.Context, c kv, worker, seq int) error
+}
+
+// target is one store under test: its name and its client connections.
+type target struct {
+	name    string
+	clients []kv
+}
+
+func dialTarget(name, eps string, conns int) (*target, error) {
+	t := &target{name: name}
+	for range conns {
+		c, err := dial(name, strings.Split(eps, ","))
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("dial %s: %w", name, err)
+		}
+		t.clients = append(t.clients, c)
+	}
+	return t, nil
+}
+
+func (t *target) close() {
+	for _, c := range t.clients {
+		c.close()
+	}
+}
+
 func main() {
-	target := flag.String("target", "meridian", "meridian or etcd")
+	targetName := flag.String("target", "meridian", "meridian or etcd")
 	eps := flag.String("endpoints", "127.0.0.1:2479", "comma-separated gRPC endpoints")
+	compare := flag.String("compare", "", "etcd's comma-separated endpoints: drive -endpoints (meridian) and these (etcd) in alternating slices")
+	slice := flag.Duration("slice", time.Second, "with -compare, the length of one slice")
 	concs := flag.String("concurrency", "1,16,256", "client concurrency levels")
-	d := flag.Duration("duration", 10*time.Second, "duration of each workload")
+	d := flag.Duration("duration", 10*time.Second, "duration of each workload (per target with -compare)")
 	conns := flag.Int("clients", 4, "client connections shared by the workers")
 	watchRate := flag.Int("watch-rate", 500, "puts per second during the watch-latency workload")
 	workloads := flag.String("workloads", "put,get,watch", "workloads to run: put, get (linearizable and serializable), watch")
 	flag.Parse()
 
-	endpoints := strings.Split(*eps, ",")
-	var clients []kv
-	for range *conns {
-		c, err := dial(*target, endpoints)
+	var targets []*target
+	if *compare != "" {
+		*targetName = "meridian"
+	}
+	t, err := dialTarget(*targetName, *eps, *conns)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer t.close()
+	targets = append(targets, t)
+	if *compare != "" {
+		e, err := dialTarget("etcd", *compare, *conns)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "dial:", err)
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		defer c.close()
-		clients = append(clients, c)
+		defer e.close()
+		targets = append(targets, e)
+		fmt.Printf("# meridian %s and etcd %s in alternating slices of %v, %v each per row, clients %d\n", *eps, *compare, *slice, *d, *conns)
+	} else {
+		fmt.Printf("# target %s endpoints %s duration %v clients %d\n", *targetName, *eps, *d, *conns)
 	}
 	value := make([]byte, 256)
 	for i := range value {
 		value[i] = 'a' + byte(i%26)
-	}
-	fmt.Printf("# target %s endpoints %s duration %v clients %d\n", *target, *eps, *d, *conns)
-	run := func(name string, conc int, op func(ctx context.Context, c kv, worker, seq int) error) {
-		fmt.Println(run(name, clients, conc, *d, op))
 	}
 	var levels []int
 	for _, s := range strings.Split(*concs, ",") {
@@ -204,39 +267,70 @@ func main() {
 	for _, w := range strings.Split(*workloads, ",") {
 		want[w] = true
 	}
-	for _, conc := range levels {
-		if !want["put"] {
-			break
-		}
-		run("put", conc, func(ctx context.Context, c kv, w, seq int) error {
-			return c.put(ctx, fmt.Sprintf("/bench/put/%d/%d/%d", conc, w, seq), value)
-		})
-	}
-	if !want["get"] {
-		if want["watch"] {
-			fmt.Println(watchLatency(clients, *d, *watchRate, value))
-		}
-		return
-	}
-	// Reads of a key set written once.
-	for i := range 1000 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = clients[0].put(ctx, fmt.Sprintf("/bench/read/%04d", i), value)
-		cancel()
-	}
-	for _, serializable := range []bool{false, true} {
-		name := "get-linearizable"
-		if serializable {
-			name = "get-serializable"
-		}
+
+	var rows []workload
+	if want["put"] {
 		for _, conc := range levels {
-			run(name, conc, func(ctx context.Context, c kv, w, seq int) error {
-				return c.get(ctx, fmt.Sprintf("/bench/read/%04d", (w*7919+seq)%1000), serializable)
-			})
+			rows = append(rows, workload{"put", conc, func(slice int) func(ctx context.Context, c kv, w, seq int) error {
+				return func(ctx context.Context, c kv, w, seq int) error {
+					return c.put(ctx, fmt.Sprintf("/bench/put/%d/%d/%d/%d", conc, slice, w, seq), value)
+				}
+			}})
 		}
+	}
+	if want["get"] {
+		// Reads of a key set written once.
+		for _, t := range targets {
+			for i := range 1000 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = t.clients[0].put(ctx, fmt.Sprintf("/bench/read/%04d", i), value)
+				cancel()
+			}
+		}
+		for _, serializable := range []bool{false, true} {
+			name := "get-linearizable"
+			if serializable {
+				name = "get-serializable"
+			}
+			for _, conc := range levels {
+				rows = append(rows, workload{name, conc, func(int) func(ctx context.Context, c kv, w, seq int) error {
+					return func(ctx context.Context, c kv, w, seq int) error {
+						return c.get(ctx, fmt.Sprintf("/bench/read/%04d", (w*7919+seq)%1000), serializable)
+					}
+				}})
+			}
+		}
+	}
+
+	for _, row := range rows {
+		if len(targets) == 1 {
+			fmt.Println(run(row.name, targets[0].clients, row.conc, *d, row.op(0)))
+			continue
+		}
+		res := make([]result, len(targets))
+		for i := 0; res[0].elapsed < *d || res[1].elapsed < *d; i++ {
+			// meridian first in even rounds, etcd first in odd ones.
+			for j := range targets {
+				k := (i + j) % len(targets)
+				if res[k].elapsed < *d {
+					res[k].add(run(row.name, targets[k].clients, row.conc, *slice, row.op(i)))
+				}
+			}
+		}
+		for k, r := range res {
+			fmt.Printf("%-8s %v\n", targets[k].name, r)
+		}
+		fmt.Printf("%-8s %-18s conc=%-4d throughput %.2f×, p99 %.2f× etcd's\n", "ratio", row.name, row.conc,
+			res[0].rate()/res[1].rate(), float64(pct(res[0].lat, 0.99))/float64(pct(res[1].lat, 0.99)))
 	}
 	if want["watch"] {
-		fmt.Println(watchLatency(clients, *d, *watchRate, value))
+		for _, t := range targets {
+			r := watchLatency(t.clients, *d, *watchRate, value)
+			if len(targets) > 1 {
+				fmt.Printf("%-8s ", t.name)
+			}
+			fmt.Println(r)
+		}
 	}
 }
 

@@ -6,6 +6,9 @@
 #   services/store/loadtest/run.sh [DATA_ROOT] [DURATION]
 #
 # STORE_FLAGS adds flags to every meridian store (e.g. "--min-free-bytes -1"), for A/B runs.
+# COMPARE=1 runs both clusters at once and drives them in alternating
+# 1-second slices (loadtest -compare), which cancels the drift of the
+# machine's speed between two runs one after the other.
 # Needs: go, etcd (Debian: apt-get install -y etcd-server). Output: the
 # loadtest tables on stdout; CPU profiles of the meridian leader in
 # $DATA_ROOT/*.pprof.
@@ -60,15 +63,31 @@ etcdc() { # n
   EPS=$eps
 }
 
+profile() { # n: CPU profile of every meridian member (the leader's is the one that counts)
+  curls=()
+  for i in $(seq 0 $(($1-1))); do
+    curl -s -o "$root/meridian-$1-m$i.pprof" "http://127.0.0.1:$((23810+i))/debug/pprof/profile?seconds=20" &
+    curls+=($!)
+  done
+}
+
+if [ -n "${COMPARE:-}" ]; then
+  for n in $shapes; do
+    meridian $n; meps=$EPS
+    etcdc $n; eeps=$EPS
+    echo "## meridian and etcd $(etcd --version | head -1 | awk '{print $3}'), $n member(s), alternating slices"
+    profile $n
+    "$root/bin/loadtest" -compare "$eeps" -endpoints "$meps" -duration "$dur" -workloads "$workloads"
+    wait "${curls[@]}" 2>/dev/null || true
+    cleanup; sleep 1
+  done
+  exit 0
+fi
+
 for n in $shapes; do
   meridian $n; eps=$EPS; sleep 1
   echo "## meridian, $n member(s)"
-  # CPU profile of the leader (member 0 or whichever leads) during the run.
-  curls=()
-  for i in $(seq 0 $((n-1))); do
-    curl -s -o "$root/meridian-$n-m$i.pprof" "http://127.0.0.1:$((23810+i))/debug/pprof/profile?seconds=20" &
-    curls+=($!)
-  done
+  profile $n
   "$root/bin/loadtest" -target meridian -endpoints "$eps" -duration "$dur" -workloads "$workloads"
   wait "${curls[@]}" 2>/dev/null || true
   cleanup; sleep 1
