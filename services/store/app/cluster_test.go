@@ -201,6 +201,46 @@ func TestClusterForwardingReadIndexMembership(t *testing.T) {
 		}
 	}
 
+	// A transaction that only reads is served like a linearizable Range:
+	// on the other follower it sees a write made through the first one at
+	// once, and it is not proposed through raft (50 of them move the
+	// leader's commit index by less than 50).
+	rc := dialOne(t, certs, followers[1])
+	commitIndex := func() uint64 {
+		st, err := dialOne(t, certs, leader).Maintenance().Status(ctx, &storev1.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetCommitIndex()
+	}
+	before := commitIndex()
+	for i := range 50 {
+		key := fmt.Sprintf("ro%d", i%5)
+		if i < 5 {
+			if _, err := putVia(ctx, fc, key, fmt.Sprint(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := rc.KV().Txn(ctx, &storev1.TxnRequest{
+			Compare: []*storev1.Compare{{Key: []byte("k19"), Target: storev1.Compare_TARGET_VALUE, Result: storev1.Compare_RESULT_EQUAL,
+				TargetUnion: &storev1.Compare_Value{Value: []byte("v19")}}},
+			Success: []*storev1.RequestOp{
+				{Request: &storev1.RequestOp_RequestRange{RequestRange: &storev1.RangeRequest{Key: []byte(key)}}},
+				{Request: &storev1.RequestOp_RequestRange{RequestRange: &storev1.RangeRequest{Key: []byte("k0")}}},
+			},
+		})
+		if err != nil || !resp.GetSucceeded() || len(resp.GetResponses()) != 2 {
+			t.Fatalf("read-only txn %d on a follower: %v %v", i, resp, err)
+		}
+		got := resp.GetResponses()[0].GetResponseRange().GetKvs()
+		if len(got) != 1 || string(got[0].GetValue()) != fmt.Sprint(i%5) {
+			t.Fatalf("read-only txn %d: %q = %v, want %d", i, key, got, i%5)
+		}
+	}
+	if moved := commitIndex() - before; moved >= 50 {
+		t.Fatalf("50 read-only transactions and 5 writes moved the commit index by %d: proposed through raft", moved)
+	}
+
 	// A non-voter joins through a follower and serves reads.
 	nv := cfgs[0]
 	nvAddrs := freePorts(t, 2)

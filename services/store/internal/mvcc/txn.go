@@ -98,7 +98,13 @@ func (t *txnWriter) compare(c *storev1.Compare) (bool, error) {
 		}
 		return compareRecord(c, rec), nil
 	}
-	res, err := rangeAt(t.w.b, c.GetKey(), c.GetRangeEnd(), latestRev, 0, false, false)
+	return compareAt(t.w.b, c, latestRev)
+}
+
+// compareAt evaluates c against r's state at rev, reading every live key
+// of its range.
+func compareAt(r reader, c *storev1.Compare, rev int64) (bool, error) {
+	res, err := rangeAt(r, c.GetKey(), c.GetRangeEnd(), rev, 0, false, false)
 	if err != nil {
 		return false, err
 	}

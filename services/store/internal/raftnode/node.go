@@ -23,6 +23,7 @@ import (
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 	"github.com/meridian-cp/meridian/services/store/internal/raftwal"
 )
@@ -385,7 +386,7 @@ func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnRe
 	if !n.IsLeader() {
 		return nil, notLeader()
 	}
-	if txnWrites(req) {
+	if mvcc.TxnWrites(req) {
 		if err := n.admitWrite(); err != nil {
 			return nil, err
 		}
@@ -403,18 +404,6 @@ func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnRe
 		return nil, fmt.Errorf("raftnode: txn applied with response %T", resp)
 	}
 	return r, nil
-}
-
-// txnWrites reports whether either branch of req puts or deletes.
-func txnWrites(req *storev1.TxnRequest) bool {
-	for _, ops := range [][]*storev1.RequestOp{req.GetSuccess(), req.GetFailure()} {
-		for _, op := range ops {
-			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // admitWrite asks Config.AdmitWrite whether a write that adds data may be

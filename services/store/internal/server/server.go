@@ -53,6 +53,9 @@ type Node interface {
 // KV is the local MVCC state.
 type KV interface {
 	Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error)
+	// ReadTxn evaluates a transaction that only reads (mvcc.TxnWrites
+	// false) on local state.
+	ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error)
 	Rev() int64
 	CompactRev() int64
 	// NewSnapshot pins the applied state for MaintenanceService.Snapshot;
@@ -226,13 +229,26 @@ func (k *kvServer) Range(ctx context.Context, req *storev1.RangeRequest) (*store
 	return resp, nil
 }
 
-// Txn proposes a transaction through raft.
+// Txn proposes a transaction through raft, unless it only reads: that
+// one is served like a linearizable Range, after a read barrier, from
+// local state (as etcd does), and costs no log entry.
 func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
 	if err := mvcc.ValidateTxn(req); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
 		return nil, toStatus(err)
+	}
+	if !mvcc.TxnWrites(req) {
+		if err := k.s.linearize(ctx); err != nil {
+			return nil, toStatus(err)
+		}
+		resp, err := k.s.cfg.KV.ReadTxn(ctx, req)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Header = k.s.fillHeader(resp.Header)
+		return resp, nil
 	}
 	resp, err := leaderCall(ctx, k.s,
 		func(ctx context.Context) (*storev1.TxnResponse, error) { return k.s.cfg.Node.Txn(ctx, req) },

@@ -1,0 +1,73 @@
+package mvcc
+
+import (
+	"context"
+	"fmt"
+
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+)
+
+// TxnWrites reports whether either branch of req puts or deletes. A
+// transaction that does not is served by ReadTxn, without raft.
+func TxnWrites(req *storev1.TxnRequest) bool {
+	for _, ops := range [][]*storev1.RequestOp{req.GetSuccess(), req.GetFailure()} {
+		for _, op := range ops {
+			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ReadTxn evaluates a transaction that only reads (TxnWrites false)
+// against one snapshot of the committed state, as etcd serves read-only
+// transactions: its compares and ranges all see the same revision, the
+// current one unless a range names an older one. The caller makes it
+// linearizable (a read barrier first), as for Range. It moves no revision
+// and writes nothing, so it needs no raft entry.
+func (s *Store) ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
+	if err := ValidateTxn(req); err != nil {
+		return nil, err
+	}
+	if TxnWrites(req) {
+		return nil, fmt.Errorf("%w: ReadTxn of a transaction that writes", ErrInvalidOp)
+	}
+	cur := s.rev.Load() // before the snapshot: see "Publication order"
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	comp := s.compactRev.Load() // after the snapshot
+	ok := true
+	for _, c := range req.GetCompare() {
+		holds, err := compareAt(snap, c, cur)
+		if err != nil {
+			return nil, err
+		}
+		if !holds {
+			ok = false
+			break
+		}
+	}
+	ops := req.GetSuccess()
+	if !ok {
+		ops = req.GetFailure()
+	}
+	resp := &storev1.TxnResponse{Succeeded: ok, Responses: make([]*storev1.ResponseOp, 0, len(ops))}
+	for _, op := range ops {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r := op.GetRequestRange()
+		rev, err := checkRev(r.GetRevision(), cur, comp)
+		if err != nil {
+			return nil, err
+		}
+		rr, err := rangeResponse(snap, r, rev, comp)
+		if err != nil {
+			return nil, err
+		}
+		resp.Responses = append(resp.Responses, &storev1.ResponseOp{Response: &storev1.ResponseOp_ResponseRange{ResponseRange: rr}})
+	}
+	resp.Header = &storev1.ResponseHeader{Revision: cur, CompactRevision: comp}
+	return resp, nil
+}
