@@ -166,7 +166,7 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = c.conns[idx].Invoke(ctx, method, args, reply, opts...)
-		if err == nil || attempt >= c.opts.MaxAttempts || !Retryable(method, err) {
+		if err == nil || attempt >= c.opts.MaxAttempts || !(Retryable(method, err) || readOnlyTxn(args) && status.Code(err) == codes.Unavailable) {
 			return err
 		}
 		next := (idx + 1) % len(c.conns)
@@ -181,6 +181,13 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 			idx = int(c.preferred.Load())
 		}
 	}
+}
+
+// readOnlyTxn reports whether args is a transaction that only reads: it
+// has no effect, so it is retried like a Range.
+func readOnlyTxn(args any) bool {
+	t, ok := args.(*storev1.TxnRequest)
+	return ok && !wire.TxnWrites(t)
 }
 
 // NewStream opens a stream on the preferred member, trying the others

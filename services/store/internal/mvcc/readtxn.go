@@ -5,22 +5,10 @@ import (
 	"fmt"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
 
-// TxnWrites reports whether either branch of req puts or deletes. A
-// transaction that does not is served by ReadTxn, without raft.
-func TxnWrites(req *storev1.TxnRequest) bool {
-	for _, ops := range [][]*storev1.RequestOp{req.GetSuccess(), req.GetFailure()} {
-		for _, op := range ops {
-			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// ReadTxn evaluates a transaction that only reads (TxnWrites false)
+// ReadTxn evaluates a transaction that only reads (wire.TxnWrites false)
 // against one snapshot of the committed state, as etcd serves read-only
 // transactions: its compares and ranges all see the same revision, the
 // current one unless a range names an older one. The caller makes it
@@ -30,7 +18,7 @@ func (s *Store) ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.
 	if err := ValidateTxn(req); err != nil {
 		return nil, err
 	}
-	if TxnWrites(req) {
+	if wire.TxnWrites(req) {
 		return nil, fmt.Errorf("%w: ReadTxn of a transaction that writes", ErrInvalidOp)
 	}
 	cur := s.rev.Load() // before the snapshot: see "Publication order"

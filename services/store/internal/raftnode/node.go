@@ -23,9 +23,9 @@ import (
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
-	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 	"github.com/meridian-cp/meridian/services/store/internal/raftwal"
+	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
 
 // Errors of the node; all map to UNAVAILABLE at the API.
@@ -386,7 +386,7 @@ func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnRe
 	if !n.IsLeader() {
 		return nil, notLeader()
 	}
-	if mvcc.TxnWrites(req) {
+	if wire.TxnWrites(req) {
 		if err := n.admitWrite(); err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
 	"github.com/meridian-cp/meridian/services/store/internal/watch"
+	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
 
 // Node is the raft side: writes, linearizable read barriers, membership,
@@ -53,7 +54,7 @@ type Node interface {
 // KV is the local MVCC state.
 type KV interface {
 	Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error)
-	// ReadTxn evaluates a transaction that only reads (mvcc.TxnWrites
+	// ReadTxn evaluates a transaction that only reads (wire.TxnWrites
 	// false) on local state.
 	ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error)
 	Rev() int64
@@ -239,7 +240,7 @@ func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.T
 	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
 		return nil, toStatus(err)
 	}
-	if !mvcc.TxnWrites(req) {
+	if !wire.TxnWrites(req) {
 		if err := k.s.linearize(ctx); err != nil {
 			return nil, toStatus(err)
 		}

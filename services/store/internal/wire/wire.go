@@ -1,7 +1,24 @@
 // Package wire holds the conventions shared by the store's gRPC server and
-// its Go client (package client) beyond store.proto: error reasons and
-// metadata keys. It has no dependencies, so the client stays small.
+// its Go client (package client) beyond store.proto: error reasons,
+// metadata keys, and which transactions only read. It depends on nothing
+// but the generated API, so the client stays small.
 package wire
+
+import storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+
+// TxnWrites reports whether either branch of req puts or deletes. A
+// transaction that does not is served like a linearizable Range (no raft
+// entry), and, like a Range, is always safe to retry.
+func TxnWrites(req *storev1.TxnRequest) bool {
+	for _, ops := range [][]*storev1.RequestOp{req.GetSuccess(), req.GetFailure()} {
+		for _, op := range ops {
+			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 const (
 	// ErrorDomain is the domain of the google.rpc.ErrorInfo details the
