@@ -74,6 +74,9 @@ type Store struct {
 	watch  storev1.WatchServiceClient
 	leases storev1.LeaseServiceClient
 
+	// gets batches consistent reads of single keys (Get).
+	gets getBatcher
+
 	// lease is the store lease shared by objects that expire (Events):
 	// granting one per object would cost a raft write each, so, like
 	// kube-apiserver, one lease is reused for leaseReuse.
@@ -92,7 +95,8 @@ const leaseReuse = time.Minute
 
 // New returns a Store over a connection to the store service.
 func New(conn grpc.ClientConnInterface) *Store {
-	return &Store{kv: storev1.NewKVServiceClient(conn), watch: storev1.NewWatchServiceClient(conn), leases: storev1.NewLeaseServiceClient(conn)}
+	kv := storev1.NewKVServiceClient(conn)
+	return &Store{kv: kv, watch: storev1.NewWatchServiceClient(conn), leases: storev1.NewLeaseServiceClient(conn), gets: getBatcher{kv: kv}}
 }
 
 // Lease returns a store lease that expires between ttl and
@@ -123,7 +127,13 @@ type ReadOptions struct {
 // Get reads one key. It returns ErrNotFound (with the read revision) when
 // the key does not exist.
 func (s *Store) Get(ctx context.Context, key string, opts ReadOptions) (KV, int64, error) {
-	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(key), Revision: opts.Revision, Serializable: opts.Serializable})
+	var resp *storev1.RangeResponse
+	var err error
+	if opts.Revision == 0 && !opts.Serializable {
+		resp, err = s.gets.get(ctx, []byte(key))
+	} else {
+		resp, err = s.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(key), Revision: opts.Revision, Serializable: opts.Serializable})
+	}
 	if err != nil {
 		return KV{}, 0, convert(err, opts.Revision)
 	}
