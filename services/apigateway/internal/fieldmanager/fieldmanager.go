@@ -31,10 +31,16 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
-// UserAgentMetadata is the gRPC metadata key through which the REST front
-// end passes the client's User-Agent header: the default field manager of
-// a write that names none, as in kube-apiserver.
-const UserAgentMetadata = "x-meridian-user-agent"
+// userAgentKey is the context key of the REST client's User-Agent header
+// (WithUserAgent).
+type userAgentKey struct{}
+
+// WithUserAgent returns ctx carrying the User-Agent header of the REST
+// request it serves: the default field manager of a write that names none,
+// as in kube-apiserver.
+func WithUserAgent(ctx context.Context, userAgent string) context.Context {
+	return context.WithValue(ctx, userAgentKey{}, userAgent)
+}
 
 // StatusSubresource is the only subresource whose writes are tracked apart
 // from the main resource.
@@ -216,16 +222,16 @@ func ValidateManager(fieldManager string) error {
 // Manager returns the manager of a non-apply write: fieldManager, or else
 // the first segment of the client's User-Agent ("kubectl" from
 // "kubectl/v1.32.4 (linux/amd64) kubernetes/…"), as kube-apiserver names
-// it. The User-Agent comes from the REST front end (UserAgentMetadata) or,
-// for a gRPC client, from its own user-agent.
+// it. The User-Agent comes from the REST front end (WithUserAgent) or, for
+// a gRPC client, from its own user-agent.
 func Manager(ctx context.Context, fieldManager string) string {
 	if fieldManager != "" {
 		return fieldManager
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(UserAgentMetadata); len(v) > 0 {
-		return prefixFromUserAgent(v[0])
+	if ua, ok := ctx.Value(userAgentKey{}).(string); ok {
+		return prefixFromUserAgent(ua)
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("user-agent"); len(v) > 0 {
 		return prefixFromUserAgent(v[0])
 	}

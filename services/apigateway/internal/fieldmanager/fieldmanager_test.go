@@ -194,13 +194,17 @@ func TestManagerFromUserAgent(t *testing.T) {
 		"":                                             "",
 		strings.Repeat("x", 200):                       strings.Repeat("x", 128),
 	} {
-		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(UserAgentMetadata, ua, "user-agent", "grpc-go/1.0"))
+		ctx := WithUserAgent(metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "grpc-go/1.0")), ua)
 		if got := Manager(ctx, ""); got != want {
 			t.Errorf("%q: got %q, want %q", ua, got, want)
 		}
 	}
 	if got := Manager(context.Background(), "explicit"); got != "explicit" {
 		t.Errorf("explicit: %q", got)
+	}
+	// A gRPC client: its own user-agent.
+	if got := Manager(metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "grpc-go/1.0")), ""); got != "grpc-go" {
+		t.Errorf("gRPC client: %q", got)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
@@ -163,9 +164,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	// The Authorization header has done its work; it goes no further.
 	r.Header.Del("Authorization")
+	ctx := fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent"))
 	if ok {
-		r = r.WithContext(identity.WithUser(r.Context(), u))
+		ctx = identity.WithUser(ctx, u)
 	}
+	r = r.WithContext(ctx)
 
 	path := r.URL.Path
 	for prefix, hh := range h.health {

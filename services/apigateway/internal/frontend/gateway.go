@@ -8,11 +8,8 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -22,9 +19,10 @@ import (
 var passedHeaders = map[string]bool{"warning": true, "retry-after": true, "audit-id": true}
 
 // newGatewayMux builds the grpc-gateway mux of the internal routes: raw
-// bytes in and out, Kubernetes Status errors, the caller's identity in gRPC
-// metadata, and no HTTP request header forwarded (the front end has already
-// read what matters).
+// bytes in and out, Kubernetes Status errors, and no HTTP request header
+// forwarded as gRPC metadata: the front end has already read what matters
+// and put it in the request's context (the caller's identity, the
+// User-Agent), which the in-process handlers receive as it is.
 func newGatewayMux() *runtime.ServeMux {
 	return runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, rawMarshaler{}),
@@ -36,16 +34,6 @@ func newGatewayMux() *runtime.ServeMux {
 				return textproto.CanonicalMIMEHeaderKey(k), true
 			}
 			return "", false
-		}),
-		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			// The User-Agent names the field manager of writes that name none.
-			ua := metadata.Pairs(fieldmanager.UserAgentMetadata, r.Header.Get("User-Agent"))
-			u, ok := identity.UserFrom(r.Context())
-			if !ok {
-				return ua
-			}
-			md, _ := metadata.FromOutgoingContext(identity.AppendToOutgoing(context.Background(), u))
-			return metadata.Join(md, ua)
 		}),
 		runtime.WithForwardResponseOption(setStatusCode),
 		runtime.WithDisableChunkedEncoding(),
