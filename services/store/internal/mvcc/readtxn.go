@@ -25,20 +25,9 @@ func (s *Store) ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	comp := s.compactRev.Load() // after the snapshot
-	ok := true
-	for _, c := range req.GetCompare() {
-		holds, err := compareAt(snap, c, cur)
-		if err != nil {
-			return nil, err
-		}
-		if !holds {
-			ok = false
-			break
-		}
-	}
-	ops := req.GetSuccess()
-	if !ok {
-		ops = req.GetFailure()
+	ok, ops, err := branch(req, func(c *storev1.Compare) (bool, error) { return compareAt(snap, c, cur) })
+	if err != nil {
+		return nil, err
 	}
 	resp := &storev1.TxnResponse{Succeeded: ok, Responses: make([]*storev1.ResponseOp, 0, len(ops))}
 	for _, op := range ops {

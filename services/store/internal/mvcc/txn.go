@@ -20,20 +20,9 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 		return nil, err
 	}
 	t := txnWriter{w: w, rev: w.rev + 1}
-	ok := true
-	for _, c := range req.GetCompare() {
-		holds, err := t.compare(c)
-		if err != nil {
-			return nil, err
-		}
-		if !holds {
-			ok = false
-			break
-		}
-	}
-	ops := req.GetSuccess()
-	if !ok {
-		ops = req.GetFailure()
+	ok, ops, err := branch(req, t.compare)
+	if err != nil {
+		return nil, err
 	}
 	// Reads at explicit revisions are checked against the state before the
 	// transaction, so no request error can occur after a write.
@@ -74,6 +63,21 @@ func (w *WriteBatch) Txn(req *storev1.TxnRequest) (*storev1.TxnResponse, error) 
 		}
 	}
 	return resp, nil
+}
+
+// branch evaluates req's compares with compare, in order until one fails,
+// and returns whether all held and the branch to run.
+func branch(req *storev1.TxnRequest, compare func(*storev1.Compare) (bool, error)) (bool, []*storev1.RequestOp, error) {
+	for _, c := range req.GetCompare() {
+		holds, err := compare(c)
+		if err != nil {
+			return false, nil, err
+		}
+		if !holds {
+			return false, req.GetFailure(), nil
+		}
+	}
+	return true, req.GetSuccess(), nil
 }
 
 // compare evaluates one compare against the newest state; a range holds when
