@@ -23,6 +23,7 @@ type kvInput struct {
 	key      string
 	value    string // put, cas: new value
 	expected string // cas: compared value
+	viaTxn   bool   // get: read by a transaction that only reads
 }
 
 type kvOutput struct {
@@ -80,6 +81,9 @@ var kvModel = porcupine.Model{
 		in, out := input.(kvInput), output.(kvOutput)
 		switch in.kind {
 		case opGet:
+			if in.viaTxn {
+				return fmt.Sprintf("txn-get(%s) -> %q", in.key, out.value)
+			}
 			return fmt.Sprintf("get(%s) -> %q", in.key, out.value)
 		case opPut:
 			return fmt.Sprintf("put(%s, %s) unknown=%t", in.key, in.value, out.unknown)

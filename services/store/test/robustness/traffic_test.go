@@ -74,7 +74,10 @@ func runClient(ctx context.Context, id int, c *client.Client, rec *recorder) {
 		case p < 50:
 			in = kvInput{kind: opCAS, key: key, value: val, expected: lastSeen[key]}
 		case p < 88:
-			in = kvInput{kind: opGet, key: key}
+			// Half the reads are transactions that only read (served
+			// like a linearizable Range, without raft), unless the run
+			// asks for stale reads.
+			in = kvInput{kind: opGet, key: key, viaTxn: !*staleReads && rng.IntN(2) == 0}
 		default:
 			in = kvInput{kind: opDelete, key: key}
 		}
@@ -104,6 +107,17 @@ func do(ctx context.Context, c *client.Client, in kvInput) (kvOutput, *ack, erro
 	kv := c.KV()
 	switch in.kind {
 	case opGet:
+		if in.viaTxn {
+			r, err := kv.Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestRange{
+				RequestRange: &storev1.RangeRequest{Key: []byte(in.key)}}}}})
+			if err != nil {
+				return kvOutput{}, nil, err
+			}
+			if kvs := r.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				return kvOutput{value: string(kvs[0].GetValue())}, nil, nil
+			}
+			return kvOutput{}, nil, nil
+		}
 		r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(in.key), Serializable: *staleReads})
 		if err != nil {
 			return kvOutput{}, nil, err
