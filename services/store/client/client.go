@@ -166,7 +166,7 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = c.conns[idx].Invoke(ctx, method, args, reply, opts...)
-		if err == nil || attempt >= c.opts.MaxAttempts || !(Retryable(method, err) || readOnlyTxn(args) && status.Code(err) == codes.Unavailable) {
+		if err == nil || attempt >= c.opts.MaxAttempts || !retryable(isRead(method, args), err) {
 			return err
 		}
 		next := (idx + 1) % len(c.conns)
@@ -183,9 +183,12 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 	}
 }
 
-// readOnlyTxn reports whether args is a transaction that only reads: it
-// has no effect, so it is retried like a Range.
-func readOnlyTxn(args any) bool {
+// isRead reports whether a call of method with args has no effect: a read
+// method, or a transaction that only reads.
+func isRead(method string, args any) bool {
+	if readMethods[method] {
+		return true
+	}
 	t, ok := args.(*storev1.TxnRequest)
 	return ok && !wire.TxnWrites(t)
 }
@@ -211,11 +214,16 @@ func (c *Client) NewStream(ctx context.Context, desc *grpc.StreamDesc, method st
 
 // Retryable reports whether a failed call of method may be sent again:
 // reads on UNAVAILABLE, anything whose error proves it was not proposed.
-func Retryable(method string, err error) bool {
+func Retryable(method string, err error) bool { return retryable(readMethods[method], err) }
+
+// retryable reports whether a failed call may be sent again: one without
+// effect (read) on UNAVAILABLE, anything whose error proves it was not
+// proposed.
+func retryable(read bool, err error) bool {
 	if status.Code(err) != codes.Unavailable {
 		return false
 	}
-	return readMethods[method] || NotProposed(err)
+	return read || NotProposed(err)
 }
 
 // NotProposed reports whether err proves that the request never reached

@@ -50,32 +50,26 @@ func BenchmarkTxnBatch(b *testing.B) {
 	for b.Loop() {
 		w := ts.NewWriteBatch()
 		for j := range perBatch {
-			var req *storev1.TxnRequest
-			if j%2 == 0 {
-				k := fmt.Sprintf("/registry/configmaps/bench/new-%08d", n)
-				n++
-				req = &storev1.TxnRequest{
-					Compare: []*storev1.Compare{
-						{Key: []byte(k), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_CreateRevision{}},
-						{Key: []byte("/registry/namespaces/bench"), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_ModRevision{ModRevision: nsRev}},
-					},
-					Success: []*storev1.RequestOp{putOp(k, val)},
-				}
+			var k string
+			var cmp []*storev1.Compare
+			update := j%2 == 1
+			if update {
+				k = fmt.Sprintf("/registry/configmaps/bench/cm-%05d", (n*7919)%10000)
+				cmp = []*storev1.Compare{{Key: []byte(k), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_ModRevision{ModRevision: mods[k]}}}
 			} else {
-				k := fmt.Sprintf("/registry/configmaps/bench/cm-%05d", (n*7919)%10000)
-				req = &storev1.TxnRequest{
-					Compare: []*storev1.Compare{{Key: []byte(k), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_ModRevision{ModRevision: mods[k]}}},
-					Success: []*storev1.RequestOp{putOp(k, val)},
+				k = fmt.Sprintf("/registry/configmaps/bench/new-%08d", n)
+				n++
+				cmp = []*storev1.Compare{
+					{Key: []byte(k), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_CreateRevision{}},
+					{Key: []byte("/registry/namespaces/bench"), Target: storev1.Compare_TARGET_MOD, Result: storev1.Compare_RESULT_EQUAL, TargetUnion: &storev1.Compare_ModRevision{ModRevision: nsRev}},
 				}
-				resp, err := w.Txn(req)
-				if err != nil || !resp.Succeeded {
-					b.Fatal(err, resp)
-				}
-				mods[k] = resp.Header.Revision
-				continue
 			}
-			if resp, err := w.Txn(req); err != nil || !resp.Succeeded {
+			resp, err := w.Txn(&storev1.TxnRequest{Compare: cmp, Success: []*storev1.RequestOp{putOp(k, val)}})
+			if err != nil || !resp.Succeeded {
 				b.Fatal(err, resp)
+			}
+			if update {
+				mods[k] = resp.Header.Revision
 			}
 		}
 		ts.applied++

@@ -240,22 +240,17 @@ func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.T
 	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
 		return nil, toStatus(err)
 	}
-	if !wire.TxnWrites(req) {
-		if err := k.s.linearize(ctx); err != nil {
-			return nil, toStatus(err)
-		}
-		resp, err := k.s.cfg.KV.ReadTxn(ctx, req)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		resp.Header = k.s.fillHeader(resp.Header)
-		return resp, nil
+	var resp *storev1.TxnResponse
+	var err error
+	if wire.TxnWrites(req) {
+		resp, err = leaderCall(ctx, k.s,
+			func(ctx context.Context) (*storev1.TxnResponse, error) { return k.s.cfg.Node.Txn(ctx, req) },
+			func(ctx context.Context, c *grpc.ClientConn) (*storev1.TxnResponse, error) {
+				return storev1.NewKVServiceClient(c).Txn(ctx, req)
+			})
+	} else if err = k.s.linearize(ctx); err == nil {
+		resp, err = k.s.cfg.KV.ReadTxn(ctx, req)
 	}
-	resp, err := leaderCall(ctx, k.s,
-		func(ctx context.Context) (*storev1.TxnResponse, error) { return k.s.cfg.Node.Txn(ctx, req) },
-		func(ctx context.Context, c *grpc.ClientConn) (*storev1.TxnResponse, error) {
-			return storev1.NewKVServiceClient(c).Txn(ctx, req)
-		})
 	if err != nil {
 		return nil, toStatus(err)
 	}
