@@ -195,7 +195,7 @@ func TestDiskFullRefusesWritesServesReadsAndRecovers(t *testing.T) {
 		t.Fatalf("health while below the reserve: %v, %v", h, err)
 	}
 
-	// 2. Space is back: writes are admitted at once.
+	// 2. Space is back: writes are admitted again (once a reading sees it).
 	d.set(1<<30, 0)
 	if err := putAck("k/back", "1"); err != nil {
 		t.Fatalf("write after space returned: %v", err)

@@ -5,8 +5,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/meridian-cp/meridian/services/store/internal/disk"
 )
 
 // fakeDisk is a vfs.FS over the real filesystem that models a disk with a
@@ -40,11 +43,14 @@ func newFakeDisk(avail int64) *fakeDisk {
 	return &fakeDisk{FS: vfs.Default, avail: avail, alloc: map[string]int64{}}
 }
 
-// set sets the budget and the statfs surplus.
+// set sets the budget and the statfs surplus, and returns once admissions
+// decide on a reading taken after the change (they share one for up to
+// disk.DefaultMaxStaleness).
 func (d *fakeDisk) set(avail, statfsExtra int64) {
 	d.mu.Lock()
 	d.avail, d.statfsExtra = avail, statfsExtra
 	d.mu.Unlock()
+	time.Sleep(2 * disk.DefaultMaxStaleness)
 }
 
 func enospc(op, name string) error { return &os.PathError{Op: op, Path: name, Err: syscall.ENOSPC} }

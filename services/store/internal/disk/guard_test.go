@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,7 @@ func newGuard(t *testing.T, avail uint64) (*Guard, *statfsFS, string) {
 	fs.avail.Store(avail)
 	dir := t.TempDir()
 	g, err := New(Options{
-		FS: fs, Dir: dir, MinFreeBytes: 100 << 10, BallastBytes: 64 << 10,
+		FS: fs, Dir: dir, MinFreeBytes: 100 << 10, BallastBytes: 64 << 10, MaxStaleness: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
@@ -79,6 +80,33 @@ func TestReserveRefusesBelowMinFree(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(g.metrics.refused); got != 1 {
 		t.Fatalf("refused counter %v, want 1", got)
+	}
+}
+
+// TestAdmissionsShareOneReading: within MaxStaleness admissions decide on
+// the reading taken by the first; after it, the next admission reads again.
+func TestAdmissionsShareOneReading(t *testing.T) {
+	fs := &statfsFS{FS: vfs.Default}
+	fs.avail.Store(1 << 30)
+	const staleness = 50 * time.Millisecond
+	g, err := New(Options{
+		FS: fs, Dir: t.TempDir(), MinFreeBytes: 100 << 10, BallastBytes: -1, MaxStaleness: staleness,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := time.Now()
+	if err := g.Admit(); err != nil {
+		t.Fatalf("admit with room: %v", err)
+	}
+	fs.avail.Store(99 << 10)
+	if err := g.Admit(); err != nil && time.Since(read) < staleness {
+		t.Fatalf("admit within %v of the reading with room: %v", staleness, err)
+	}
+	time.Sleep(staleness)
+	if err := g.Admit(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("admit %v after the last reading, below the reserve: %v, want ErrNoSpace", staleness, err)
 	}
 }
 
