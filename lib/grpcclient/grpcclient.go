@@ -29,6 +29,30 @@ const (
 	KeepaliveTimeout = 10 * time.Second
 )
 
+// Flow-control windows, static: every meridian client (Dial, the store's
+// client) and server (lib/grpcserver) sets them. A static window turns off
+// gRPC's bandwidth-delay estimator, which sends a PING, and draws a PING
+// ack, whenever data arrives after a quiet spell — on request/response
+// traffic, about once per call. The all-in-one serving one client
+// (/proc/PID/io, two runs each): a GET took 6.2–6.3 → 3.3–3.4 write and
+// 12.1–12.3 → 6.4–6.5 read system calls, a create 14.4–15.0 → 8.3–9.1 and
+// 26.6–30.8 → 14.9–17.3.
+// The sizes are what the estimator grows to on a fast link, so a stream
+// still moves 40 MB/s across a 100 ms round trip (another region); a
+// window is credit, not memory: a receiver buffers only what its reader
+// has not yet taken.
+const (
+	// InitialWindowSize is a stream's receive window.
+	InitialWindowSize = 4 << 20
+	// InitialConnWindowSize is a connection's receive window.
+	InitialConnWindowSize = 16 << 20
+)
+
+// WindowDialOptions set the flow-control windows of a client connection.
+func WindowDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(InitialWindowSize), grpc.WithInitialConnWindowSize(InitialConnWindowSize)}
+}
+
 // Dial returns a client connection to target (any grpc.NewClient target,
 // e.g. "dns:///store:7000" or "127.0.0.1:7000"). tlsConf nil means
 // plaintext, for tests only. opts are appended after the defaults, so they
@@ -50,6 +74,8 @@ func Dial(target string, tlsConf *tls.Config, opts ...grpc.DialOption) (*grpc.Cl
 			grpc.MaxCallRecvMsgSize(MaxMsgSize),
 			grpc.MaxCallSendMsgSize(MaxMsgSize),
 		),
+		grpc.WithInitialWindowSize(InitialWindowSize),
+		grpc.WithInitialConnWindowSize(InitialConnWindowSize),
 	}, opts...)
 	conn, err := grpc.NewClient(target, all...)
 	if err != nil {

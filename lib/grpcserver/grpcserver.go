@@ -25,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/identity"
 )
 
@@ -58,6 +59,15 @@ func Keepalive() []grpc.ServerOption {
 			Time:    keepaliveTime,
 			Timeout: keepaliveTimeout,
 		}),
+	}
+}
+
+// Windows returns the static flow-control windows every meridian gRPC
+// server uses, the same as its clients' (see lib/grpcclient for why).
+func Windows() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(grpcclient.InitialWindowSize),
+		grpc.InitialConnWindowSize(grpcclient.InitialConnWindowSize),
 	}
 }
 
@@ -163,6 +173,7 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 		grpc.ChainStreamInterceptor(stream...),
 	}
 	so = append(so, Keepalive()...)
+	so = append(so, Windows()...)
 	so = append(so, StreamWorkers())
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))

@@ -130,7 +130,7 @@ func (a *App) open(ctx context.Context) error {
 		PeerAddress: cfg.PeerAddress, PeerAdvertise: cfg.PeerAdvertise, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
 		FSM: a.fsm, Logger: a.log, Registerer: reg,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, CommitTimeout: cfg.CommitTimeout,
 		AdmitWrite: guard.Admit,
 	}
 	if cfg.PeerAddress != "" && cfg.TLS != nil {
@@ -163,6 +163,7 @@ func (a *App) open(ctx context.Context) error {
 		grpc.MaxRecvMsgSize(cfg.MaxValueBytes + requestOverheadBytes + 1<<20),
 		grpcserver.StreamWorkers(),
 	}, grpcserver.Keepalive()...)
+	opts = append(opts, grpcserver.Windows()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/grpcclient"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -100,7 +101,8 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 	c := &Client{endpoints: append([]string(nil), endpoints...), opts: o}
 	for _, ep := range endpoints {
 		dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}, o.DialOptions...)
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize))}, grpcclient.WindowDialOptions()...)
+		dopts = append(dopts, o.DialOptions...)
 		conn, err := grpc.NewClient(ep, dopts...)
 		if err != nil {
 			_ = c.Close()
