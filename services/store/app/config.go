@@ -88,6 +88,10 @@ type Config struct {
 	// HeartbeatTimeout and ElectionTimeout tune failure detection; 0 keeps
 	// raft's defaults (1s each).
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// CommitTimeout bounds how late a follower learns that entries are
+	// committed when no new entries follow them; 0 means
+	// raftnode.DefaultCommitTimeout.
+	CommitTimeout time.Duration
 	// TLS is the gRPC server TLS config (set ClientAuth for mTLS); nil
 	// serves plaintext, for tests only.
 	TLS *tls.Config

@@ -54,6 +54,21 @@ type Peer struct {
 	Address string
 }
 
+// DefaultCommitTimeout is raft's CommitTimeout here: when no new entries
+// flow, the leader sends each follower an AppendEntries carrying its commit
+// index after CommitTimeout to twice that.
+//
+// Why not raft's 50ms: a follower learns that an entry is committed only
+// from a later message, and hashicorp/raft sends none when commit advances
+// (etcd's raft does). Under sparse writes a follower applied each entry
+// 50–100 ms after it committed: its watchers saw the event that late (watch
+// delivery from a follower at 20 writes/s: p50 52 ms, against etcd's
+// 2.6 ms; 17 ms at 10ms, 5.6 ms at 2ms), and a linearizable read it served
+// right after a write waited as long. The price is idle traffic: the idle
+// CPU of a three-member cluster is 5.4 % of a core at 50ms, 10.9 % at 10ms,
+// 17.5 % at 5ms and 33 % at 2ms.
+const DefaultCommitTimeout = 10 * time.Millisecond
+
 // Config configures a Node.
 type Config struct {
 	// ID is the raft server id.
@@ -102,6 +117,10 @@ type Config struct {
 	// HeartbeatTimeout and ElectionTimeout override raft's (1s each);
 	// LeaderLeaseTimeout is set to half the heartbeat timeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// CommitTimeout bounds how long a follower may go without learning
+	// the leader's commit index when no new entries flow; 0 means
+	// DefaultCommitTimeout.
+	CommitTimeout time.Duration
 	// RestoreOnStart restores the newest raft snapshot into the FSM at
 	// start; needed only after an interrupted restore (the FSM's state is
 	// otherwise durable in pebble).
@@ -230,6 +249,10 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.ElectionTimeout > 0 {
 		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	rc.CommitTimeout = DefaultCommitTimeout
+	if cfg.CommitTimeout > 0 {
+		rc.CommitTimeout = cfg.CommitTimeout
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
 		closeTransport(trans)
