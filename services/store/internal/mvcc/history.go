@@ -20,9 +20,17 @@ type History struct {
 // OpenHistory pins the current state. Every event at or below Rev() is in
 // the view; events at or above CompactRev() are complete.
 func (s *Store) OpenHistory() *History {
+	h := s.pin()
+	return &h
+}
+
+// pin loads the revision, the snapshot and the compacted revision in the
+// order that makes them agree; Range, ReadTxn and OpenHistory read through
+// it. It returns a value so that a read's view stays off the heap.
+func (s *Store) pin() History {
 	rev := s.rev.Load() // before the snapshot: see "Publication order"
 	snap := s.db.NewSnapshot()
-	return &History{snap: snap, rev: rev, compactRev: s.compactRev.Load()}
+	return History{snap: snap, rev: rev, compactRev: s.compactRev.Load()} // after the snapshot
 }
 
 // Rev returns the current revision of the view.

@@ -21,10 +21,9 @@ func (s *Store) ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.
 	if wire.TxnWrites(req) {
 		return nil, fmt.Errorf("%w: ReadTxn of a transaction that writes", ErrInvalidOp)
 	}
-	cur := s.rev.Load() // before the snapshot: see "Publication order"
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
-	comp := s.compactRev.Load() // after the snapshot
+	view := s.pin()
+	defer view.Close()
+	snap, cur, comp := view.snap, view.rev, view.compactRev
 	ok, ops, err := branch(req, func(c *storev1.Compare) (bool, error) { return compareAt(snap, c, cur) })
 	if err != nil {
 		return nil, err

@@ -132,18 +132,16 @@ func (s *Store) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.
 	if err := ValidateRange(req); err != nil {
 		return nil, err
 	}
-	cur := s.rev.Load() // before the snapshot: see "Publication order"
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
-	comp := s.compactRev.Load() // after the snapshot
-	rev, err := checkRev(req.GetRevision(), cur, comp)
+	view := s.pin()
+	defer view.Close()
+	rev, err := checkRev(req.GetRevision(), view.rev, view.compactRev)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return rangeResponse(snap, req, rev, comp)
+	return rangeResponse(view.snap, req, rev, view.compactRev)
 }
 
 func rangeResponse(r reader, req *storev1.RangeRequest, rev, comp int64) (*storev1.RangeResponse, error) {
