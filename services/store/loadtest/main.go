@@ -190,16 +190,18 @@ type workload struct {
 	op   func(slice int) func(ctx context.Context, c kv, worker, seq int) error
 }
 
-// target is one store under test: its name and its client connections.
+// target is one store under test: its name, its endpoints and its client
+// connections.
 type target struct {
-	name    string
-	clients []kv
+	name      string
+	endpoints []string
+	clients   []kv
 }
 
 func dialTarget(name, eps string, conns int) (*target, error) {
-	t := &target{name: name}
+	t := &target{name: name, endpoints: strings.Split(eps, ",")}
 	for range conns {
-		c, err := dial(name, strings.Split(eps, ","))
+		c, err := dial(name, t.endpoints)
 		if err != nil {
 			t.close()
 			return nil, fmt.Errorf("dial %s: %w", name, err)
@@ -225,6 +227,7 @@ func main() {
 	conns := flag.Int("clients", 4, "client connections shared by the workers")
 	watchRate := flag.Int("watch-rate", 500, "puts per second during the watch-latency workload")
 	workloads := flag.String("workloads", "put,get,watch", "workloads to run: put, get (linearizable and serializable), watch")
+	watchMembers := flag.Bool("watch-members", false, "measure watch delivery once per member, with the watcher connected to that member alone (leader and followers apart)")
 	flag.Parse()
 
 	var targets []*target
@@ -325,18 +328,43 @@ func main() {
 	}
 	if want["watch"] {
 		for _, t := range targets {
-			r := watchLatency(t.clients, *d, *watchRate, value)
-			if len(targets) > 1 {
-				fmt.Printf("%-8s ", t.name)
+			type watcher struct {
+				via string
+				c   kv
 			}
-			fmt.Println(r)
+			// By default the watcher shares a client with the writers, so
+			// it opens where that client sends it (for meridian, the
+			// member it believes leads).
+			watchers := []watcher{{"", t.clients[1%len(t.clients)]}}
+			if *watchMembers {
+				watchers = nil
+				for _, ep := range t.endpoints {
+					c, err := dial(t.name, []string{ep})
+					if err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(1)
+					}
+					defer c.close()
+					watchers = append(watchers, watcher{ep, c})
+				}
+			}
+			for _, w := range watchers {
+				r := watchLatency(w.c, t.clients, *d, *watchRate, value)
+				if w.via != "" {
+					r.name += " via " + w.via
+				}
+				if len(targets) > 1 {
+					fmt.Printf("%-8s ", t.name)
+				}
+				fmt.Println(r)
+			}
 		}
 	}
 }
 
-// watchLatency puts at rate per second with the send time in the value and
-// measures when one watcher receives each event.
-func watchLatency(clients []kv, d time.Duration, rate int, value []byte) result {
+// watchLatency puts at rate per second through clients with the send time
+// in the value and measures when watcher receives each event.
+func watchLatency(watcher kv, clients []kv, d time.Duration, rate int, value []byte) result {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -344,7 +372,7 @@ func watchLatency(clients []kv, d time.Duration, rate int, value []byte) result 
 	ready := make(chan struct{})
 	var once sync.Once
 	go func() {
-		_ = clients[1%len(clients)].watch(ctx, "/bench/watch/", func(val []byte) {
+		_ = watcher.watch(ctx, "/bench/watch/", func(val []byte) {
 			once.Do(func() { close(ready) })
 			if len(val) < 8 {
 				return

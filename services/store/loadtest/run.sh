@@ -5,7 +5,8 @@
 #
 #   services/store/loadtest/run.sh [DATA_ROOT] [DURATION]
 #
-# STORE_FLAGS adds flags to every meridian store (e.g. "--min-free-bytes -1"), for A/B runs.
+# STORE_FLAGS adds flags to every meridian store (e.g. "--min-free-bytes -1"), for A/B runs;
+# LOADTEST_FLAGS adds flags to the loadtest (e.g. "-watch-rate 20").
 # COMPARE=1 runs both clusters at once and drives them in alternating
 # 1-second slices (loadtest -compare), which cancels the drift of the
 # machine's speed between two runs one after the other.
@@ -77,7 +78,7 @@ if [ -n "${COMPARE:-}" ]; then
     etcdc $n; eeps=$EPS
     echo "## meridian and etcd $(etcd --version | head -1 | awk '{print $3}'), $n member(s), alternating slices"
     profile $n
-    "$root/bin/loadtest" -compare "$eeps" -endpoints "$meps" -duration "$dur" -workloads "$workloads"
+    "$root/bin/loadtest" -compare "$eeps" -endpoints "$meps" -duration "$dur" -workloads "$workloads" ${LOADTEST_FLAGS:-}
     wait "${curls[@]}" 2>/dev/null || true
     cleanup; sleep 1
   done
