@@ -15,21 +15,19 @@ func deep(n int) int {
 }
 
 // BenchmarkHandler runs a fresh goroutine per operation that reaches ~25 KiB
-// of stack, with and without Grow first: the difference is the doublings
-// and copies Grow saves.
+// of stack, plain, after Grow (16 KiB: one doubling left) and after
+// GrowLarge (32 KiB: none): the differences are the doublings and copies
+// they save.
 func BenchmarkHandler(b *testing.B) {
-	for _, grow := range []bool{false, true} {
-		name := "plain"
-		if grow {
-			name = "grow"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, grow := range []struct {
+		name string
+		f    func()
+	}{{"plain", func() {}}, {"grow", Grow}, {"growlarge", GrowLarge}} {
+		b.Run(grow.name, func(b *testing.B) {
 			done := make(chan int)
 			for i := 0; i < b.N; i++ {
 				go func() {
-					if grow {
-						Grow()
-					}
+					grow.f()
 					done <- deep(100)
 				}()
 				<-done

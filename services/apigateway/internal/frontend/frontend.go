@@ -137,8 +137,14 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 // 500 Status.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// net/http runs each request on a new goroutine; grow its stack to a
-	// handler's depth in one copy (package growstack).
-	growstack.Grow()
+	// handler's depth in one copy (package growstack). Writes go deeper:
+	// their managed-fields update.
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+		growstack.GrowLarge()
+	default:
+		growstack.Grow()
+	}
 	rec := &recorder{ResponseWriter: w}
 	info := requestinfo.New(r.Method, r.URL)
 	defer func() {
