@@ -64,7 +64,14 @@ func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 // (application/json or application/vnd.kubernetes.protobuf).
 func (e *env) clientFor(t testing.TB, contentType string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(e.config)
+	return clientWith(t, e.config, contentType)
+}
+
+// clientWith returns a clientset for config that sends and accepts
+// contentType.
+func clientWith(t testing.TB, config *rest.Config, contentType string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(config)
 	cfg.ContentType, cfg.AcceptContentTypes = contentType, contentType
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

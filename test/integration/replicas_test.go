@@ -90,9 +90,16 @@ func (r *replica) stop() {
 // labels include match.
 func (r *replica) metric(name string, match map[string]string) float64 {
 	r.t.Helper()
-	mfs, err := r.reg.Gather()
+	return gathered(r.t, r.reg, name, match)
+}
+
+// gathered sums the values of the series of the counter or gauge name in g
+// whose labels include match.
+func gathered(t *testing.T, g prometheus.Gatherer, name string, match map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var sum float64
 	for _, mf := range mfs {
@@ -138,6 +145,10 @@ func (r *replica) lists() float64 {
 type replicaEnv struct {
 	replicas [2]*replica
 	client   kubernetes.Interface
+	// config is client's configuration; gateway holds the gateway's
+	// metrics.
+	config  *rest.Config
+	gateway *prometheus.Registry
 }
 
 func newReplicaEnv(t *testing.T) *replicaEnv {
@@ -159,7 +170,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	go func() { storeServed <- st.Serve(storeLis) }()
 	t.Cleanup(func() { st.Close(); <-storeServed })
 
-	e := &replicaEnv{}
+	e := &replicaEnv{gateway: prometheus.NewRegistry()}
 	for i := range e.replicas {
 		r := &replica{t: t, name: fmt.Sprintf("r%d", i), store: storeLis.Addr().String()}
 		r.start()
@@ -189,6 +200,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 		Registry:             registry.New(registry.Standard()...),
 		ServingTLS:           pki.ServerTLS(serving, nil, tls.NoClientCert),
 		ClientCAs:            ca.Pool(),
+		Registerer:           e.gateway,
 		Logger:               quiet,
 	})
 	if err != nil {
@@ -211,6 +223,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	if e.client, err = kubernetes.NewForConfig(rc); err != nil {
 		t.Fatal(err)
 	}
+	e.config = rc
 	return e
 }
 
@@ -254,13 +267,18 @@ func TestWatchMovesToHealthyReplica(t *testing.T) {
 			mu.Unlock()
 			w, err := cms.Watch(watchCtx, metav1.ListOptions{ResourceVersion: from})
 			if err != nil {
+				if watchCtx.Err() == nil {
+					t.Logf("watch from %s: %v", from, err)
+				}
 				select {
 				case <-watchCtx.Done():
 				case <-time.After(50 * time.Millisecond):
 				}
 				continue
 			}
+			n := 0
 			for ev := range w.ResultChan() {
+				n++
 				cm, ok := ev.Object.(*corev1.ConfigMap)
 				if !ok {
 					if watchCtx.Err() == nil { // not the end of the test
@@ -274,6 +292,10 @@ func TestWatchMovesToHealthyReplica(t *testing.T) {
 				mu.Unlock()
 			}
 			w.Stop()
+			if watchCtx.Err() == nil {
+				// Where each watch ended helps to read a failure.
+				t.Logf("watch from %s ended after %d events", from, n)
+			}
 		}
 	}()
 
@@ -324,6 +346,27 @@ func TestWatchMovesToHealthyReplica(t *testing.T) {
 			return len(want) >= target
 		})
 	}
+
+	// On failure, what each replica did helps to tell where events stopped.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		mu.Lock()
+		t.Logf("the watcher is at %s", last)
+		mu.Unlock()
+		for _, r := range e.replicas {
+			if r.app == nil {
+				t.Logf("%s: stopped", r.name)
+				continue
+			}
+			cm := map[string]string{"resource": "configmaps"}
+			t.Logf("%s: revision %v, watchers %v, events received %v, queued %v, watchers ended %v", r.name,
+				r.metric("watchfanout_cache_revision", cm), r.watchers(),
+				r.metric("apiserver_watch_cache_events_received_total", cm), r.metric("apiserver_watch_events_total", nil),
+				r.metric("watchfanout_terminated_watchers_total", nil))
+		}
+	})
 
 	from, to := e.replicas[0], e.replicas[1]
 	for _, move := range []string{"stop", "restart and stop the other"} {

@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	store := storage.New(storeConn)
 
-	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger}
+	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer}
 	readyz := []healthz.Check{storeCheck(storeConn)}
 	if cfg.AdmissionAddress != "" {
 		conn, err := a.dial(cfg.AdmissionAddress)
@@ -207,7 +207,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		readyz = append(readyz, watchTierCheck(conns))
 	}
 	authenticator := authn.New(cfg.ClientCAs, tokens)
-	resourceServer := resources.New(rcfg)
+	resourceServer, err := resources.New(rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: %w", err)
+	}
 
 	var metrics http.Handler
 	if cfg.Gatherer != nil {

@@ -23,7 +23,8 @@ import (
 //	watch (any resourceVersion)              → watch tier
 //	get/list resourceVersion="0" (Any)       → watch tier
 //	get/list resourceVersion=N, NotOlderThan → watch tier (it waits for N)
-//	get/list unset (consistent), Exact, continue → store
+//	list unset (consistent), protobuf/Table  → watch tier (it waits for the store's revision)
+//	get unset, JSON list unset, Exact, continue → store
 //
 // Formats the tier does not encode (YAML, PartialObjectMetadata) are served
 // from the store. When the tier cannot be reached (UNAVAILABLE,
@@ -46,10 +47,11 @@ func cacheEncoding(out output) (watchv1.Encoding, bool) {
 }
 
 // fallBack reports whether a failed call to the tier should be served from
-// the store instead.
+// the store instead: the tier cannot be reached, or its reply would exceed
+// gRPC's message limit (the store's reads fall back to smaller pages).
 func fallBack(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Unimplemented:
+	case codes.Unavailable, codes.Unimplemented, codes.ResourceExhausted:
 		return true
 	}
 	return false
@@ -60,12 +62,21 @@ func cacheResource(res *registry.Resource) *watchv1.Resource {
 }
 
 // cacheable reports whether a read's resourceVersion parameters are served
-// from the cache.
-func cacheable(rv, match, continueToken string) bool {
-	if rv == "" || continueToken != "" || match == string(metav1.ResourceVersionMatchExact) {
+// from the cache. A consistent read (resourceVersion unset) is served there
+// only when consistentOK is true.
+func cacheable(rv, match, continueToken string, consistentOK bool) bool {
+	if (rv == "" && !consistentOK) || continueToken != "" || match == string(metav1.ResourceVersionMatchExact) {
 		return false
 	}
 	return true
+}
+
+// lagged reports whether the tier gave up on a consistent read because it
+// could not reach the store's current revision in time (504), while the
+// caller still waits: the store can still answer. kube-apiserver falls
+// back to etcd the same way when its watch cache lags a consistent list.
+func lagged(ctx context.Context, err error) bool {
+	return status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil
 }
 
 // relayWatch serves a watch from the tier, relaying its pre-encoded frames
@@ -124,7 +135,9 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 // must serve it.
 func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *apiv1.GetRequest, out output) (*httpbody.HttpBody, bool, error) {
 	enc, ok := cacheEncoding(out)
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", "") {
+	// A consistent get reads the store: one key costs the store less than
+	// the tier's wait for the store's revision plus the hop to the tier.
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", "", false) {
 		return nil, false, nil
 	}
 	resp, err := s.cfg.WatchCache.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
@@ -142,9 +155,23 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 
 // cachedList serves a list from the tier. handled is false when the store
 // must serve it.
+//
+// A consistent list in an encoding the tier serves goes there unless it is
+// JSON of the objects: the tier reads the store's current revision
+// linearizably (one read shared by concurrent callers), waits until its
+// cache has applied it, and lists from memory, without the store's scan —
+// what kube-apiserver does for consistent lists since 1.31
+// (ConsistentListFromCache). A JSON list stays on the store: it streams
+// from there as it is read, the tier sends a list as one message, and its
+// JSON costs the same to encode in either place. Protobuf lists and Tables
+// are built whole either way. When the tier cannot reach the store's
+// revision in time (504) the store serves the list, as kube-apiserver
+// falls back to etcd.
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
 	enc, ok := cacheEncoding(out)
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken()) {
+	consistent := req.GetResourceVersion() == "" && req.GetContinueToken() == ""
+	streamed := out.mediaType == negotiation.JSON && !out.table && !out.partial
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken(), !streamed) {
 		return false, nil
 	}
 	resp, err := s.cfg.WatchCache.Client().List(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.ListRequest{
@@ -154,10 +181,14 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 		Limit: req.GetLimit(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
 	})
 	if err != nil {
-		if fallBack(err) {
-			return false, nil
+		fallback := fallBack(err) || (consistent && lagged(ctx, err))
+		if consistent {
+			s.m.consistentRead(res.GVR.Resource, false, fallback)
 		}
-		return true, err
+		return !fallback, err
+	}
+	if consistent {
+		s.m.consistentRead(res.GVR.Resource, true, false)
 	}
 	return true, stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()})
 }

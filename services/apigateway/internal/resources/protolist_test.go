@@ -156,7 +156,11 @@ func newListServer(t testing.TB) (*Server, *fakeKV, *codec.Codec) {
 	reg := registry.New(registry.Standard()...)
 	kv := &fakeKV{}
 	seedObjects(t, c, reg, kv)
-	return New(Config{Registry: reg, Codec: c, Store: storage.New(kv)}), kv, c
+	srv, err := New(Config{Registry: reg, Codec: c, Store: storage.New(kv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, kv, c
 }
 
 // decodingList is the list as List served every protobuf list before

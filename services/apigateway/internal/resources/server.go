@@ -10,6 +10,7 @@ package resources
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -22,6 +23,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -42,9 +44,12 @@ type Config struct {
 	Codec *codec.Codec
 	// Store is the store. Required.
 	Store *storage.Store
-	// WatchCache serves watches and Any/NotOlderThan reads from the watch
-	// fan-out tier; nil serves everything from the store.
+	// WatchCache serves watches, Any/NotOlderThan reads and consistent
+	// lists that are built whole from the watch fan-out tier; nil serves
+	// everything from the store.
 	WatchCache *watchcache.Pool
+	// Registerer receives the read metrics; nil: none.
+	Registerer prometheus.Registerer
 	// Admission admits writes; nil admits everything.
 	Admission admissionv1.AdmissionServiceClient
 	// Logger logs; nil means slog.Default().
@@ -69,12 +74,14 @@ type Server struct {
 	nsHints namespaceHints
 	// objHints guess the object an update starts from (objhints.go).
 	objHints objectHints
+
+	m *metrics
 }
 
 var _ apiv1.ResourceServiceServer = (*Server)(nil)
 
 // New returns a Server.
-func New(cfg Config) *Server {
+func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -87,7 +94,11 @@ func New(cfg Config) *Server {
 	if cfg.ResourceVersionWait == 0 {
 		cfg.ResourceVersionWait = 3 * time.Second
 	}
-	return &Server{cfg: cfg}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("resources: metrics: %w", err)
+	}
+	return &Server{cfg: cfg, m: m}, nil
 }
 
 // resolve finds the resource a ref names and checks the ref's shape.
