@@ -11,6 +11,7 @@ type metrics struct {
 	pending prometheus.Gauge
 	propose prometheus.Histogram
 	logSync prometheus.Histogram
+	nudges  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,8 +30,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time of each synced raft log write (append, truncation, stable store).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		nudges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_store_raft_commit_nudges_total",
+			Help: "Barriers the leader appended to tell followers of a commit no entry followed (see raftnode's nudge.go).",
+		}),
 	}
-	return m, m.register(m.pending, m.propose, m.logSync)
+	return m, m.register(m.pending, m.propose, m.logSync, m.nudges)
 }
 
 func (m *metrics) register(cs ...prometheus.Collector) error {
