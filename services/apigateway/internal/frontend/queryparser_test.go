@@ -7,12 +7,14 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/protobuf/proto"
 )
 
 // TestQueryParserIsTheDefault: for the queries the front end builds, and
-// for ones it does not, queryParser fills get and list requests exactly as
-// grpc-gateway's DefaultQueryParser does, errors included.
+// for ones it does not, queryParser fills get, list and write requests
+// exactly as grpc-gateway's DefaultQueryParser does, errors included; a
+// write's body, decoded before the query, is kept.
 func TestQueryParserIsTheDefault(t *testing.T) {
 	ref := "ref.group=apps&ref.version=v1&ref.resource=deployments&ref.namespace=ns&ref.name=web&ref.subresource="
 	queries := []string{
@@ -28,17 +30,41 @@ func TestQueryParserIsTheDefault(t *testing.T) {
 		ref + "&unknown=1",
 		ref + "&ref.bogus=1",
 		ref + "&labels[a]=b",
+		ref + "&dryRun=All&fieldManager=kubectl&fieldValidation=Strict&accept=application%2Fjson",
+		ref + "&dry_run=All&field_manager=m&field_validation=Ignore",
+		ref + "&dryRun=All&dryRun=All",
+		ref + "&fieldManager=m&force=true",
+		ref + "&force=false",
+		ref + "&force=1",
+		ref + "&force=maybe",
+		ref + "&body=x",
+		ref + "&body.content_type=x",
 		"",
 		"ref.name=x",
 	}
-	filter := &utilities.DoubleArray{Encoding: map[string]int{}}
+	reads := &utilities.DoubleArray{Encoding: map[string]int{}}
+	writes := utilities.NewDoubleArray([][]string{{"body"}}) // as the generated handlers' filters
+	body := func() *httpbody.HttpBody {
+		return &httpbody.HttpBody{ContentType: "application/json", Data: []byte("{}")}
+	}
 	for _, q := range queries {
 		values, err := url.ParseQuery(q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, pair := range [][2]proto.Message{{&apiv1.GetRequest{}, &apiv1.GetRequest{}}, {&apiv1.ListRequest{}, &apiv1.ListRequest{}}} {
+		for _, pair := range [][2]proto.Message{
+			{&apiv1.GetRequest{}, &apiv1.GetRequest{}},
+			{&apiv1.ListRequest{}, &apiv1.ListRequest{}},
+			{&apiv1.CreateRequest{Body: body()}, &apiv1.CreateRequest{Body: body()}},
+			{&apiv1.UpdateRequest{Body: body()}, &apiv1.UpdateRequest{Body: body()}},
+			{&apiv1.PatchRequest{Body: body()}, &apiv1.PatchRequest{Body: body()}},
+		} {
 			fast, def := pair[0], pair[1]
+			filter := reads
+			switch fast.(type) {
+			case *apiv1.CreateRequest, *apiv1.UpdateRequest, *apiv1.PatchRequest:
+				filter = writes
+			}
 			ferr := queryParser{}.Parse(fast, values, filter)
 			derr := (&runtime.DefaultQueryParser{}).Parse(def, values, filter)
 			if (ferr == nil) != (derr == nil) || ferr != nil && ferr.Error() != derr.Error() {
