@@ -63,7 +63,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 0, "raft entries between snapshots; 0 = raft's default (8192)")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 0, "raft entries kept after a snapshot; 0 = raft's default (10240)")
 	fs.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", 0, "raft heartbeat timeout; 0 = 1s")
-	fs.DurationVar(&f.commitTimeout, "commit-timeout", 0, "longest a follower goes without learning the commit index while no new entries flow; 0 = 10ms")
+	fs.DurationVar(&f.commitTimeout, "commit-timeout", 0, "longest a follower goes without learning the commit index while no new entries flow and no nudge reaches it; 0 = 50ms")
 	fs.DurationVar(&f.electionTimt, "election-timeout", 0, "raft election timeout; 0 = 1s")
 	fs.StringVar(&f.peerCA, "peer-ca-file", "", "CA bundle (PEM) verifying other members' certificates when dialing them (raft, forwarding); default --client-ca-file")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "server certificate (PEM) for the gRPC API; empty = plaintext")

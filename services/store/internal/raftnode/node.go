@@ -58,20 +58,17 @@ type Peer struct {
 // flow, the leader sends each follower an AppendEntries carrying its commit
 // index after CommitTimeout to twice that.
 //
-// Why not raft's 50ms: a follower learns that an entry is committed only
-// from a later message, and hashicorp/raft sends none when commit advances
-// (etcd's raft does). Under sparse writes a follower applied each entry
-// 50–100 ms after it committed: its watchers saw the event that late (watch
-// delivery from a follower at 20 writes/s: p50 52 ms, against etcd's
-// 2.6 ms; 17 ms at 10ms, 5.6 ms at 2ms), and a linearizable read it served
-// right after a write waited as long. The price is idle traffic: the idle
-// CPU of a three-member cluster is 5.4 % of a core at 50ms, 10.9 % at 10ms,
-// 17.5 % at 5ms and 33 % at 2ms.
-//
-// Since then the leader nudges followers after a commit no entry follows
-// (nudge.go): CommitTimeout is no longer what bounds a follower's lag
-// behind a sparse write, only the backstop if a nudge is lost.
-const DefaultCommitTimeout = 10 * time.Millisecond
+// It is raft's own default. A follower learns that an entry is committed
+// only from a later message, and hashicorp/raft sends none when commit
+// advances (etcd's raft does), so under sparse writes a follower applied
+// each entry 50–100 ms after it committed, and its watchers saw it that
+// late (p50 52 ms at 20 writes/s, against etcd's 2.6 ms). Shortening
+// CommitTimeout helped at a price in idle traffic (17 ms at 10ms, for an
+// idle three-member cluster's CPU of 15 % of a core instead of 6 %). The
+// leader's nudge (nudge.go) tells followers at once instead (5.7–7.4 ms),
+// so CommitTimeout went back to 50ms: it is only the backstop if a nudge
+// is lost.
+const DefaultCommitTimeout = 50 * time.Millisecond
 
 // Config configures a Node.
 type Config struct {
