@@ -38,13 +38,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,10 +97,6 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 	if err := seed(ctx, httpc, api, kv, ns, n); err != nil {
 		return err
 	}
-	c, err := codec.New()
-	if err != nil {
-		return err
-	}
 	cmRes := registry.New(registry.Core()...)
 	res, _ := cmRes.Lookup(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
 	prefix := res.KeyPrefix(ns)
@@ -134,8 +130,8 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 		}))
 		report(fmt.Sprintf("gateway LIST %d (json)", n), cc, measure(d, cc, func() (int, error) { return get(httpc, base, "application/json") }))
 		report(fmt.Sprintf("gateway LIST %d (protobuf)", n), cc, measure(d, cc, func() (int, error) { return get(httpc, base, "application/vnd.kubernetes.protobuf") }))
-		report(fmt.Sprintf("gateway LIST %d chunked 500 (json)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, c, base, "application/json") }))
-		report(fmt.Sprintf("gateway LIST %d chunked 500 (protobuf)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, c, base, "application/vnd.kubernetes.protobuf") }))
+		report(fmt.Sprintf("gateway LIST %d chunked 500 (json)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, base, "application/json") }))
+		report(fmt.Sprintf("gateway LIST %d chunked 500 (protobuf)", n), cc, measure(d, cc, func() (int, error) { return chunked(httpc, base, "application/vnd.kubernetes.protobuf") }))
 		report(fmt.Sprintf("store   Range %d (prefix)", n), cc, measure(d, cc, func() (int, error) {
 			r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(prefix[:len(prefix)-1] + "0")})
 			return size(r), err
@@ -245,9 +241,11 @@ func get(c *http.Client, url, accept string) (int, error) {
 	return int(n), err
 }
 
-// chunked lists in pages of 500, following continue tokens; each page is
-// decoded, as a client must, to read its token.
-func chunked(c *http.Client, cd *codec.Codec, base, accept string) (int, error) {
+// chunked lists in pages of 500, following continue tokens. Each page is
+// read whole and its token taken from its list metadata, without decoding
+// its items: decoding 10,000 objects is the client's cost, which the
+// store's chunked Range (its figure beside this one) does not include.
+func chunked(c *http.Client, base, accept string) (int, error) {
 	total, cont := 0, ""
 	for {
 		url := base + "?limit=500"
@@ -266,15 +264,79 @@ func chunked(c *http.Client, cd *codec.Codec, base, accept string) (int, error) 
 			return total, fmt.Errorf("chunk: %v %s", err, resp.Status)
 		}
 		total += len(body)
-		var page corev1.ConfigMapList
-		if err := cd.Decode(body, accept, corev1.SchemeGroupVersion.WithKind("ConfigMapList"), &page); err != nil {
+		if cont, err = continueToken(body, accept); err != nil {
 			return total, err
 		}
-		cont = page.Continue
 		if cont == "" {
 			return total, nil
 		}
 	}
+}
+
+// continueToken reads a list's metadata.continue: in JSON, the metadata
+// object comes before the items (kube-apiserver's field order, and ours);
+// in protobuf, it is field 1 of the list inside the runtime.Unknown
+// envelope's raw bytes (field 2), after the 4-byte "k8s\x00" prefix.
+func continueToken(body []byte, accept string) (string, error) {
+	if accept != "application/vnd.kubernetes.protobuf" {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if _, err := dec.Token(); err != nil { // {
+			return "", err
+		}
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			if key != "metadata" {
+				var skip json.RawMessage
+				if err := dec.Decode(&skip); err != nil {
+					return "", err
+				}
+				continue
+			}
+			var meta metav1.ListMeta
+			err = dec.Decode(&meta)
+			return meta.Continue, err
+		}
+		return "", fmt.Errorf("list without metadata")
+	}
+	raw, err := protoField(bytes.TrimPrefix(body, []byte("k8s\x00")), 2)
+	if err != nil {
+		return "", err
+	}
+	b, err := protoField(raw, 1)
+	if err != nil {
+		return "", err
+	}
+	var meta metav1.ListMeta
+	err = meta.Unmarshal(b)
+	return meta.Continue, err
+}
+
+// protoField returns the bytes of the first length-delimited field num of
+// the protobuf message b.
+func protoField(b []byte, num protowire.Number) ([]byte, error) {
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, protowire.ParseError(l)
+		}
+		b = b[l:]
+		if n == num && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return nil, protowire.ParseError(l)
+			}
+			return v, nil
+		}
+		l = protowire.ConsumeFieldValue(n, typ, b)
+		if l < 0 {
+			return nil, protowire.ParseError(l)
+		}
+		b = b[l:]
+	}
+	return nil, fmt.Errorf("no field %d", num)
 }
 
 func watchStart(c *http.Client, base string) (int, error) {
