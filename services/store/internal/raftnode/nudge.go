@@ -18,8 +18,9 @@ import (
 // followers — and the watchers and reads they serve — wait for
 // CommitTimeout.
 //
-// So the leader nudges: once a proposal it made is applied, if for a
-// moment (nudgeDelay) no entry follows it in the log, the leader appends a
+// So the leader nudges: once a proposal it made is applied, if no entry
+// follows it in the log — at once after a lone write, after a moment
+// (nudgeDelay) while writes come close together — the leader appends a
 // barrier. The barrier reaches the FSM of no member (raft keeps barrier
 // entries to itself, see waitApplied), but the AppendEntries that carries
 // it carries the new commit index, and raft sends it at once. One nudge is
@@ -35,8 +36,14 @@ import (
 // 256 clients).
 
 // nudgeDelay is how long after a commit the leader waits for an entry
-// that would carry the news before it appends a barrier.
-const nudgeDelay = time.Millisecond
+// that would carry the news before it appends a barrier. It waits only
+// while commits come close together (within sparseGap of each other):
+// after a lone write nothing is coming, and the delay would only add to
+// the followers' lag.
+const (
+	nudgeDelay = time.Millisecond
+	sparseGap  = 5 * time.Millisecond
+)
 
 // nudgeTimeout bounds how long a nudge may wait to be enqueued; a leader
 // that busy has entries flowing, which carry the commit index anyway.
@@ -52,7 +59,7 @@ func (n *Node) signalNudge() {
 }
 
 // nudgeFollowers runs until stop is closed: for each signal, once
-// nudgeDelay passed, while this member leads a group with other members,
+// nudgeDelay passed (when commits come close together), while this member leads a group with other members,
 // entries were committed that no earlier nudge covered, and nothing
 // follows the commit index in its log, it appends a barrier and waits for
 // it to commit.
@@ -60,6 +67,7 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 	// covered is the index of the last nudge: followers know of every
 	// commit before it, and it is a barrier, whose commit nobody waits for.
 	var covered uint64
+	var last time.Time // of the previous signal
 	delay := time.NewTimer(0)
 	<-delay.C
 	for {
@@ -68,11 +76,16 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 			return
 		case <-n.nudges:
 		}
-		delay.Reset(nudgeDelay)
-		select {
-		case <-stop:
-			return
-		case <-delay.C:
+		now := time.Now()
+		sparse := now.Sub(last) > sparseGap
+		last = now
+		if !sparse {
+			delay.Reset(nudgeDelay)
+			select {
+			case <-stop:
+				return
+			case <-delay.C:
+			}
 		}
 		commit := n.raft.CommitIndex()
 		if !n.IsLeader() || commit <= covered || n.raft.LastIndex() > commit {
