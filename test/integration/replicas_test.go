@@ -138,6 +138,11 @@ func (r *replica) lists() float64 {
 	return r.metric("grpc_server_handled_total", map[string]string{"grpc_method": "List", "grpc_code": "OK"})
 }
 
+// streamLists is how many StreamList calls the replica answered OK.
+func (r *replica) streamLists() float64 {
+	return r.metric("grpc_server_handled_total", map[string]string{"grpc_method": "StreamList", "grpc_code": "OK"})
+}
+
 // replicaEnv is a store, two watchfanout replicas and a gateway that
 // spreads watches and cached reads over them, each on its own gRPC server
 // on loopback (plaintext between them; HTTPS with client certificates at

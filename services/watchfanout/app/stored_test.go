@@ -228,7 +228,7 @@ func TestStoredFramesListsAndGetsAreDecodedEncoded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if exp := e.encodedList(res, items, metav1.ListMeta{ResourceVersion: whole.GetResourceVersion()}); !bytes.Equal(whole.GetData(), exp) {
+		if exp := e.encodedList(res, items, metav1.ListMeta{ResourceVersion: whole.GetResourceVersion()}, negotiation.Protobuf); !bytes.Equal(whole.GetData(), exp) {
 			t.Errorf("%s: list differs from the decoded list's encoding:\n got %q\nwant %q", name, whole.GetData(), exp)
 		}
 		first, err := e.watch.List(ctx, &watchv1.ListRequest{Resource: ref, Namespace: "ns", Limit: 1, Encoding: watchv1.Encoding_ENCODING_PROTOBUF})
@@ -239,15 +239,48 @@ func TestStoredFramesListsAndGetsAreDecodedEncoded(t *testing.T) {
 			t.Fatalf("%s: a list with limit 1 of 2 objects has no continue token", name)
 		}
 		lm := metav1.ListMeta{ResourceVersion: first.GetResourceVersion(), Continue: first.GetContinueToken(), RemainingItemCount: first.RemainingItemCount}
-		if exp := e.encodedList(res, items[:1], lm); !bytes.Equal(first.GetData(), exp) {
+		if exp := e.encodedList(res, items[:1], lm, negotiation.Protobuf); !bytes.Equal(first.GetData(), exp) {
 			t.Errorf("%s: first chunk differs from the decoded list's encoding:\n got %q\nwant %q", name, first.GetData(), exp)
 		}
 		rest, err := e.watch.List(ctx, &watchv1.ListRequest{Resource: ref, Namespace: "ns", ContinueToken: first.GetContinueToken(), Encoding: watchv1.Encoding_ENCODING_PROTOBUF})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if exp := e.encodedList(res, items[1:], metav1.ListMeta{ResourceVersion: rest.GetResourceVersion()}); !bytes.Equal(rest.GetData(), exp) {
+		if exp := e.encodedList(res, items[1:], metav1.ListMeta{ResourceVersion: rest.GetResourceVersion()}, negotiation.Protobuf); !bytes.Equal(rest.GetData(), exp) {
 			t.Errorf("%s: continued chunk differs from the decoded list's encoding:\n got %q\nwant %q", name, rest.GetData(), exp)
+		}
+
+		// JSON lists, from each object's memoized JSON: a2's was encoded
+		// for the JSON watch above (its MODIFIED frame), c's is encoded
+		// by the list. Whole, chunked and continued, and streamed.
+		jsList := func(req *watchv1.ListRequest) *watchv1.ListResponse {
+			t.Helper()
+			req.Encoding = watchv1.Encoding_ENCODING_JSON
+			resp, err := e.watch.List(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamed, _ := e.streamList(ctx, req)
+			if !bytes.Equal(streamed.GetData(), resp.GetData()) || streamed.GetResourceVersion() != resp.GetResourceVersion() ||
+				streamed.GetContinueToken() != resp.GetContinueToken() || streamed.GetRemainingItemCount() != resp.GetRemainingItemCount() {
+				t.Errorf("%s: StreamList differs from List:\n got %q (%v)\nwant %q (%v)", name, streamed.GetData(), streamed, resp.GetData(), resp)
+			}
+			return resp
+		}
+		for round := range 2 { // the second from what the first memoized
+			whole = jsList(&watchv1.ListRequest{Resource: ref, Namespace: "ns", ResourceVersion: listRV, ResourceVersionMatch: "NotOlderThan"})
+			if exp := e.encodedList(res, items, metav1.ListMeta{ResourceVersion: whole.GetResourceVersion()}, negotiation.JSON); !bytes.Equal(whole.GetData(), exp) {
+				t.Errorf("%s: JSON list (round %d) differs from the decoded list's encoding:\n got %q\nwant %q", name, round, whole.GetData(), exp)
+			}
+		}
+		first = jsList(&watchv1.ListRequest{Resource: ref, Namespace: "ns", Limit: 1})
+		lm = metav1.ListMeta{ResourceVersion: first.GetResourceVersion(), Continue: first.GetContinueToken(), RemainingItemCount: first.RemainingItemCount}
+		if exp := e.encodedList(res, items[:1], lm, negotiation.JSON); !bytes.Equal(first.GetData(), exp) {
+			t.Errorf("%s: first JSON chunk differs from the decoded list's encoding:\n got %q\nwant %q", name, first.GetData(), exp)
+		}
+		empty := jsList(&watchv1.ListRequest{Resource: ref, Namespace: "ns", LabelSelector: "no=such"})
+		if exp := e.encodedList(res, nil, metav1.ListMeta{ResourceVersion: empty.GetResourceVersion()}, negotiation.JSON); !bytes.Equal(empty.GetData(), exp) {
+			t.Errorf("%s: empty JSON list differs from the decoded list's encoding:\n got %q\nwant %q", name, empty.GetData(), exp)
 		}
 
 		// Get.
@@ -262,12 +295,22 @@ func TestStoredFramesListsAndGetsAreDecodedEncoded(t *testing.T) {
 		if !bytes.Equal(got.GetData(), exp) || got.GetResourceVersion() != strconv.FormatInt(revA2, 10) {
 			t.Errorf("%s: get (rv %s) differs from the decoded object's encoding:\n got %q\nwant %q", name, got.GetResourceVersion(), got.GetData(), exp)
 		}
+		got, err = e.watch.Get(ctx, &watchv1.GetRequest{Resource: ref, Namespace: ns, Name: "a", ResourceVersion: "0", Encoding: watchv1.Encoding_ENCODING_JSON})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exp, err = e.codec.EncodeToBytes(e.decodedAt(res, a2, revA2), negotiation.JSON); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.GetData(), exp) {
+			t.Errorf("%s: JSON get differs from the decoded object's encoding:\n got %q\nwant %q", name, got.GetData(), exp)
+		}
 	}
 }
 
-// encodedList is the list of items with metadata lm, encoded in protobuf
-// from the decoded objects.
-func (e *env) encodedList(res *registry.Resource, items []runtime.Object, lm metav1.ListMeta) []byte {
+// encodedList is the list of items with metadata lm, encoded in
+// mediaType from the decoded objects.
+func (e *env) encodedList(res *registry.Resource, items []runtime.Object, lm metav1.ListMeta, mediaType string) []byte {
 	e.t.Helper()
 	list := res.NewList()
 	if err := meta.SetList(list, items); err != nil {
@@ -277,11 +320,42 @@ func (e *env) encodedList(res *registry.Resource, items []runtime.Object, lm met
 	la.SetResourceVersion(lm.ResourceVersion)
 	la.SetContinue(lm.Continue)
 	la.SetRemainingItemCount(lm.RemainingItemCount)
-	data, err := e.codec.EncodeToBytes(list, negotiation.Protobuf)
+	data, err := e.codec.EncodeToBytes(list, mediaType)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return data
+}
+
+// streamList reads a StreamList whole: its data joined, the first
+// message's metadata, and how many messages carried it.
+func (e *env) streamList(ctx context.Context, req *watchv1.ListRequest) (*watchv1.StreamListResponse, int) {
+	e.t.Helper()
+	ls, err := e.watch.StreamList(ctx, &watchv1.StreamListRequest{List: req})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var whole *watchv1.StreamListResponse
+	n := 0
+	for {
+		msg, err := ls.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n++
+		if whole == nil {
+			whole = msg
+			continue
+		}
+		if msg.GetResourceVersion() != "" || msg.GetContinueToken() != "" || msg.RemainingItemCount != nil {
+			e.t.Errorf("StreamList message %d carries metadata: %v", n, msg)
+		}
+		whole.Data = append(whole.Data, msg.GetData()...)
+	}
+	return whole, n
 }
 
 // TestFieldSelectorTransitions: a watch with a selector on a kind's own
@@ -345,5 +419,46 @@ func TestFieldSelectorTransitions(t *testing.T) {
 	}
 	for which, req := range selectors {
 		checkFrames(t, which+" selector, from the history", pb, e.rawFrames(req, 4), wants)
+	}
+}
+
+// TestStreamListSendsChunks: a JSON list larger than one message is sent
+// by StreamList in several, the list's metadata in the first, and joined
+// they are List's bytes, a ConfigMapList of every object; a protobuf list
+// likewise (built whole, sent in chunks).
+func TestStreamListSendsChunks(t *testing.T) {
+	e := newEnv(t, app.Config{})
+	const n = 200
+	data := string(bytes.Repeat([]byte("x"), 2<<10))
+	var last int64
+	for i := range n {
+		last = e.mustPut(configMap("big", fmt.Sprintf("cm-%03d", i), nil, data))
+	}
+	rv := strconv.FormatInt(last, 10)
+	for _, enc := range []watchv1.Encoding{watchv1.Encoding_ENCODING_JSON, watchv1.Encoding_ENCODING_PROTOBUF} {
+		req := &watchv1.ListRequest{Resource: cmResource, Namespace: "big", ResourceVersion: rv, ResourceVersionMatch: "NotOlderThan", Encoding: enc}
+		whole, err := e.watch.List(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed, msgs := e.streamList(t.Context(), req)
+		if msgs < 2 {
+			t.Errorf("%s: a list of %d bytes came in %d message(s), want several", enc, len(whole.GetData()), msgs)
+		}
+		if !bytes.Equal(streamed.GetData(), whole.GetData()) || streamed.GetResourceVersion() != whole.GetResourceVersion() {
+			t.Errorf("%s: StreamList (%d bytes, rv %s) differs from List (%d bytes, rv %s)", enc,
+				len(streamed.GetData()), streamed.GetResourceVersion(), len(whole.GetData()), whole.GetResourceVersion())
+		}
+		mt := negotiation.JSON
+		if enc == watchv1.Encoding_ENCODING_PROTOBUF {
+			mt = negotiation.Protobuf
+		}
+		var list corev1.ConfigMapList
+		if err := e.codec.Decode(streamed.GetData(), mt, corev1.SchemeGroupVersion.WithKind("ConfigMapList"), &list); err != nil {
+			t.Fatalf("%s: %v", enc, err)
+		}
+		if len(list.Items) != n || list.Items[n-1].Name != fmt.Sprintf("cm-%03d", n-1) || list.ResourceVersion != streamed.GetResourceVersion() {
+			t.Errorf("%s: streamed list holds %d items at %s, want %d at %s", enc, len(list.Items), list.ResourceVersion, n, streamed.GetResourceVersion())
+		}
 	}
 }

@@ -23,8 +23,8 @@ import (
 //	watch (any resourceVersion)              → watch tier
 //	get/list resourceVersion="0" (Any)       → watch tier
 //	get/list resourceVersion=N, NotOlderThan → watch tier (it waits for N)
-//	list unset (consistent), protobuf/Table  → watch tier (it waits for the store's revision)
-//	get unset, JSON list unset, Exact, continue → store
+//	list unset (consistent)                  → watch tier (it waits for the store's revision)
+//	get unset, Exact, continue               → store
 //
 // Formats the tier does not encode (YAML, PartialObjectMetadata) are served
 // from the store. When the tier cannot be reached (UNAVAILABLE,
@@ -156,39 +156,80 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 // cachedList serves a list from the tier. handled is false when the store
 // must serve it.
 //
-// A consistent list in an encoding the tier serves goes there unless it is
-// JSON of the objects: the tier reads the store's current revision
-// linearizably (one read shared by concurrent callers), waits until its
-// cache has applied it, and lists from memory, without the store's scan —
-// what kube-apiserver does for consistent lists since 1.31
-// (ConsistentListFromCache). A JSON list stays on the store: it streams
-// from there as it is read, the tier sends a list as one message, and its
-// JSON costs the same to encode in either place. Protobuf lists and Tables
-// are built whole either way. When the tier cannot reach the store's
-// revision in time (504) the store serves the list, as kube-apiserver
-// falls back to etcd.
+// A consistent list in an encoding the tier serves goes there: the tier
+// reads the store's current revision linearizably (one read shared by
+// concurrent callers), waits until its cache has applied it, and lists
+// from memory, without the store's scan — what kube-apiserver does for
+// consistent lists since 1.31 (ConsistentListFromCache). A JSON list of
+// the objects is relayed as the tier writes it (relayList), from each
+// object's memoized JSON, so no whole list is held on either side;
+// protobuf lists and Tables are built whole either way. When the tier
+// cannot reach the store's revision in time (504) the store serves the
+// list, as kube-apiserver falls back to etcd.
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
 	enc, ok := cacheEncoding(out)
 	consistent := req.GetResourceVersion() == "" && req.GetContinueToken() == ""
-	streamed := out.mediaType == negotiation.JSON && !out.table && !out.partial
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken(), !streamed) {
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken(), true) {
 		return false, nil
 	}
-	resp, err := s.cfg.WatchCache.Client().List(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.ListRequest{
+	lreq := &watchv1.ListRequest{
 		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(),
 		LabelSelector: req.GetLabelSelector(), FieldSelector: req.GetFieldSelector(),
 		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
 		Limit: req.GetLimit(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
-	})
+	}
+	ctx = identity.AppendToOutgoing(ctx, user(ctx))
+	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
+		return s.relayList(ctx, res, lreq, out, consistent, stream)
+	}
+	resp, err := s.cfg.WatchCache.Client().List(ctx, lreq)
 	if err != nil {
-		fallback := fallBack(err) || (consistent && lagged(ctx, err))
-		if consistent {
-			s.m.consistentRead(res.GVR.Resource, false, fallback)
-		}
-		return !fallback, err
+		return s.listFailed(ctx, res, consistent, err)
 	}
 	if consistent {
 		s.m.consistentRead(res.GVR.Resource, true, false)
 	}
 	return true, stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()})
+}
+
+// relayList serves a JSON list from the tier's StreamList, sending each
+// chunk on as it arrives. Until the first chunk has come, a failure is
+// handled as List's (the store may serve the list instead); after it, the
+// response is cut, as a list streamed from the store is.
+func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent bool, stream apiv1.ResourceService_ListServer) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ls, err := s.cfg.WatchCache.Client().StreamList(ctx, &watchv1.StreamListRequest{List: lreq})
+	var msg *watchv1.StreamListResponse
+	if err == nil {
+		msg, err = ls.Recv()
+	}
+	if err != nil {
+		return s.listFailed(ctx, res, consistent, err)
+	}
+	if consistent {
+		s.m.consistentRead(res.GVR.Resource, true, false)
+	}
+	for {
+		if err := stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: msg.GetData()}); err != nil {
+			return true, err
+		}
+		if msg, err = ls.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return true, nil
+			}
+			return true, err
+		}
+	}
+}
+
+// listFailed decides what a failed list from the tier becomes: served by
+// the store (handled false) when the tier cannot be reached or, for a
+// consistent list, lagged the store; else the tier's error.
+func (s *Server) listFailed(ctx context.Context, res *registry.Resource, consistent bool, err error) (bool, error) {
+	fallback := fallBack(err) || (consistent && lagged(ctx, err))
+	if consistent {
+		s.m.consistentRead(res.GVR.Resource, false, fallback)
+	}
+	return !fallback, err
 }

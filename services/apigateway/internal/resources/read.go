@@ -106,10 +106,11 @@ func readOptions(rv, match string) (opts storage.ReadOptions, minRV int64, err e
 }
 
 // List reads a collection, filtered by selectors, optionally in chunks.
-// JSON lists stream (see streamList); protobuf lists are spliced from the
-// stored bytes (see spliceList) unless a selector needs a kind's own
-// fields; other encodings, Tables and metadata-only lists are built whole
-// and sent as one message.
+// Lists the watch tier can serve go there (cachedList; JSON relayed as the
+// tier streams it). From the store, JSON lists stream (see streamList);
+// protobuf lists are spliced from the stored bytes (see spliceList) unless
+// a selector needs a kind's own fields; other encodings, Tables and
+// metadata-only lists are built whole and sent as one message.
 func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
 	ctx := stream.Context()
 	res, err := s.resolve(req.GetRef(), false)

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -377,7 +378,7 @@ func (f *ProtoFrame) AppendTo(dst []byte) []byte {
 // are shared: callers must not modify them. (Protobuf frames of stored
 // objects go straight into batches with ProtoFrame instead.)
 func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
-	slot := uint8(int(f)*int(numKinds) + int(kind))
+	slot := frameSlot(f, kind)
 	if fr := e.frames.Load().find(slot); fr != nil {
 		return fr.data, nil
 	}
@@ -391,6 +392,11 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 	var pf ProtoFrame
 	if f == FormatProtobuf && e.ProtoFrame(kind, &pf) {
 		data = pf.AppendTo(make([]byte, 0, pf.Size()))
+	} else if x, ok := e.siblingJSON(f, kind); ok {
+		// The object's JSON is in a sibling frame (ADDED for a list, say,
+		// where a relist's watcher wants ADDED, or MODIFIED where it wants
+		// ADDED): the same object, in another event wrapper.
+		data = appendJSONFrame(make([]byte, 0, len(x)+32), kind.eventType(), x)
 	} else {
 		o, err := e.stateFor(kind)
 		if err != nil {
@@ -407,6 +413,115 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 	e.frames.Store(&frame{next: head, slot: slot, data: data})
 	return data, nil
 }
+
+// ObjectJSON returns the JSON of the state after the change with
+// resourceVersion Rev (for a delete, the last state at the delete's
+// revision), as a JSON list holds it among its items: the object's own
+// encoding without its trailing newline. The bytes are shared: callers
+// must not modify them.
+//
+// A JSON ADDED, MODIFIED or DELETED frame is {"type":"…","object":X}
+// followed by a newline, X being exactly these bytes (the encoder writes
+// the object, then the event around it, compacted), so ObjectJSON is
+// memoized inside the frames: X is read out of the event's JSON frame of
+// its own type (or of one a watcher already asked for), which is encoded
+// now if no watcher has. A list and every JSON watcher of an event then
+// cost one decode, one encode and one copy of the bytes between them, and
+// a list of unchanged objects costs no encoding at all — what
+// kube-apiserver's watch cache does for its events (cachingObject), here
+// for lists too. The bytes live as long as the event: while it is a key's
+// current state or in the history.
+func (e *Event) ObjectJSON() ([]byte, error) {
+	if e.Bookmark {
+		return nil, fmt.Errorf("cache: a bookmark has no object")
+	}
+	if x, ok := e.memoizedJSON(); ok {
+		return x, nil
+	}
+	// ADDED: the frame initial events (a relist) ask for, so that a list
+	// and the relists after it share it; a live watcher of a change has
+	// asked for its frame already, if it was to.
+	own := FrameAdded
+	if e.Deleted {
+		own = FrameDeleted
+	}
+	data, err := e.Frame(own, FormatJSON)
+	if err != nil {
+		return nil, err
+	}
+	if x, ok := jsonFrameObject(data, own); ok {
+		return x, nil
+	}
+	// Not of that shape (no encoder of this codec writes another): the
+	// object alone, not memoized.
+	obj, err := e.Object()
+	if err != nil {
+		return nil, err
+	}
+	x, err := e.enc.codec.EncodeToBytes(obj, negotiation.JSON)
+	if err != nil {
+		return nil, fmt.Errorf("cache: encode %s: %w", e.Key, err)
+	}
+	return bytes.TrimSuffix(x, []byte("\n")), nil
+}
+
+// memoizedJSON returns the object member of a JSON frame of the event's
+// object already memoized, if there is one.
+func (e *Event) memoizedJSON() ([]byte, bool) {
+	head := e.frames.Load()
+	for _, kind := range [...]FrameKind{FrameAdded, FrameModified, FrameDeleted} {
+		if fr := head.find(frameSlot(FormatJSON, kind)); fr != nil {
+			if x, ok := jsonFrameObject(fr.data, kind); ok {
+				return x, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// siblingJSON returns the object a JSON frame of kind in f would hold, if
+// another frame of the event holds it already.
+func (e *Event) siblingJSON(f Format, kind FrameKind) ([]byte, bool) {
+	if f != FormatJSON || kind == FrameDeletedPrev || kind == FrameBookmark {
+		return nil, false
+	}
+	return e.memoizedJSON()
+}
+
+// jsonFrameObject returns the object member of a JSON watch frame of kind:
+// the X of {"type":"<kind's type>","object":X} and a newline.
+func jsonFrameObject(frame []byte, kind FrameKind) ([]byte, bool) {
+	const head, tail = `{"type":"`, "}\n"
+	t := kind.eventType()
+	rest, ok := bytes.CutPrefix(frame, []byte(head))
+	if !ok {
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(t)); !ok {
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`","object":`)); !ok {
+		return nil, false
+	}
+	x, ok := bytes.CutSuffix(rest, []byte(tail))
+	if !ok || len(x) < 2 || x[0] != '{' || x[len(x)-1] != '}' {
+		return nil, false
+	}
+	return x[:len(x):len(x)], true
+}
+
+// appendJSONFrame appends the JSON watch frame of type t whose object is
+// x: {"type":"<t>","object":x} and a newline, as the encoder writes it.
+func appendJSONFrame(dst []byte, t watch.EventType, x []byte) []byte {
+	dst = append(dst, `{"type":"`...)
+	dst = append(dst, t...)
+	dst = append(dst, `","object":`...)
+	dst = append(dst, x...)
+	return append(dst, "}\n"...)
+}
+
+// frameSlot is the slot of the frame of kind in format f.
+func frameSlot(f Format, kind FrameKind) uint8 { return uint8(int(f)*int(numKinds) + int(kind)) }
 
 // Matches reports whether f selects the state after the change.
 func (e *Event) Matches(f *selection.Filter) bool {

@@ -57,6 +57,15 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 			return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
 		}
 	}
+	if f == cache.FormatJSON {
+		// The object's memoized JSON (what a list of it holds).
+		x, err := ev.ObjectJSON()
+		if err != nil {
+			return nil, toGRPC(apierrors.NewInternalError(err))
+		}
+		data := make([]byte, 0, len(x)+1)
+		return &watchv1.GetResponse{Data: append(append(data, x...), '\n'), ResourceVersion: evRV}, nil
+	}
 	obj, err := ev.Object()
 	if err != nil {
 		return nil, toGRPC(apierrors.NewInternalError(err))
@@ -91,6 +100,28 @@ func (s *Server) List(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 }
 
 func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.ListResponse, error) {
+	l, err := s.read(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if l.out.Data, err = s.encodeList(l.res, &l.page, &l.lm, l.f); err != nil {
+		return nil, err
+	}
+	return l.out, nil
+}
+
+// listed is a list read and not yet encoded: the page, its metadata (in
+// out, and as the list's ListMeta lm) and the format asked for.
+type listed struct {
+	res  *registry.Resource
+	page listPage
+	lm   metav1.ListMeta
+	f    cache.Format
+	out  *watchv1.ListResponse
+}
+
+// read reads the page a list request asks for, with its metadata.
+func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, error) {
 	r, err := s.resolve(req.GetResource())
 	if err != nil {
 		return nil, err
@@ -180,19 +211,16 @@ func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 			return nil, err
 		}
 	}
-	out := &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}
-	lm := metav1.ListMeta{ResourceVersion: out.ResourceVersion}
+	l := &listed{res: res, page: page, f: f, out: &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}}
+	l.lm.ResourceVersion = l.out.ResourceVersion
 	if page.next != "" {
-		if out.ContinueToken, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
+		if l.out.ContinueToken, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		lm.Continue, lm.RemainingItemCount = out.ContinueToken, page.remaining
-		out.RemainingItemCount = page.remaining
+		l.lm.Continue, l.lm.RemainingItemCount = l.out.ContinueToken, page.remaining
+		l.out.RemainingItemCount = page.remaining
 	}
-	if out.Data, err = s.encodeList(res, &page, &lm, f); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return l, nil
 }
 
 // listChunkBytes is the size of the chunks a spliced list is gathered in.
@@ -200,8 +228,12 @@ const listChunkBytes = 64 << 10
 
 // encodeList writes a page as a list with metadata lm in format f: in
 // protobuf, spliced from the stored bytes of the cache's objects (byte
-// for byte the decoded list encoded; package protolist), else decoded.
+// for byte the decoded list encoded; package protolist); in JSON, from
+// each object's memoized JSON (appendJSONList); else decoded.
 func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.ListMeta, f cache.Format) ([]byte, error) {
+	if f == cache.FormatJSON && page.items == nil {
+		return appendJSONList(nil, res, page.evs, lm, 0, nil)
+	}
 	if f == cache.FormatProtobuf && page.items == nil {
 		gvk := res.GVK()
 		w := protolist.NewWriter(gvk.GroupVersion().WithKind(res.ListKind), listChunkBytes)

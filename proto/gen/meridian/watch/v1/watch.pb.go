@@ -849,6 +849,127 @@ func (x *ListResponse) GetRemainingItemCount() int64 {
 	return 0
 }
 
+// StreamListRequest asks StreamList for a list.
+type StreamListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// list is the list, as List is asked for it.
+	List          *ListRequest `protobuf:"bytes,1,opt,name=list,proto3" json:"list,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamListRequest) Reset() {
+	*x = StreamListRequest{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamListRequest) ProtoMessage() {}
+
+func (x *StreamListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamListRequest.ProtoReflect.Descriptor instead.
+func (*StreamListRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StreamListRequest) GetList() *ListRequest {
+	if x != nil {
+		return x.List
+	}
+	return nil
+}
+
+// StreamListResponse is one chunk of an encoded list.
+type StreamListResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next bytes of the encoded List object.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// resource_version is the list's resourceVersion (first message only).
+	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	// continue_token continues the list when limit cut it short (first
+	// message only).
+	ContinueToken string `protobuf:"bytes,3,opt,name=continue_token,json=continueToken,proto3" json:"continue_token,omitempty"`
+	// remaining_item_count estimates the items after this chunk of the list
+	// (first message only).
+	RemainingItemCount *int64 `protobuf:"varint,4,opt,name=remaining_item_count,json=remainingItemCount,proto3,oneof" json:"remaining_item_count,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StreamListResponse) Reset() {
+	*x = StreamListResponse{}
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamListResponse) ProtoMessage() {}
+
+func (x *StreamListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamListResponse.ProtoReflect.Descriptor instead.
+func (*StreamListResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StreamListResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StreamListResponse) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
+func (x *StreamListResponse) GetContinueToken() string {
+	if x != nil {
+		return x.ContinueToken
+	}
+	return ""
+}
+
+func (x *StreamListResponse) GetRemainingItemCount() int64 {
+	if x != nil && x.RemainingItemCount != nil {
+		return *x.RemainingItemCount
+	}
+	return 0
+}
+
 // GetRequest reads one object from the cache.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -870,7 +991,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1003,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[9]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1016,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{9}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetResource() *Resource {
@@ -953,7 +1074,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1086,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_watch_v1_watch_proto_msgTypes[10]
+	mi := &file_meridian_watch_v1_watch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1099,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{10}
+	return file_meridian_watch_v1_watch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetData() []byte {
@@ -1055,6 +1176,14 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12%\n" +
 	"\x0econtinue_token\x18\x03 \x01(\tR\rcontinueToken\x125\n" +
 	"\x14remaining_item_count\x18\x04 \x01(\x03H\x00R\x12remainingItemCount\x88\x01\x01B\x17\n" +
+	"\x15_remaining_item_count\"G\n" +
+	"\x11StreamListRequest\x122\n" +
+	"\x04list\x18\x01 \x01(\v2\x1e.meridian.watch.v1.ListRequestR\x04list\"\xca\x01\n" +
+	"\x12StreamListResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12%\n" +
+	"\x0econtinue_token\x18\x03 \x01(\tR\rcontinueToken\x125\n" +
+	"\x14remaining_item_count\x18\x04 \x01(\x03H\x00R\x12remainingItemCount\x88\x01\x01B\x17\n" +
 	"\x15_remaining_item_count\"\x82\x02\n" +
 	"\n" +
 	"GetRequest\x127\n" +
@@ -1071,11 +1200,13 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rENCODING_JSON\x10\x01\x12\x15\n" +
 	"\x11ENCODING_PROTOBUF\x10\x02\x12\x12\n" +
-	"\x0eENCODING_TABLE\x10\x032\xc7\x02\n" +
+	"\x0eENCODING_TABLE\x10\x032\xa4\x03\n" +
 	"\fWatchService\x12L\n" +
 	"\x05Watch\x12\x1f.meridian.watch.v1.WatchRequest\x1a .meridian.watch.v1.WatchResponse0\x01\x12Z\n" +
 	"\tWatchMany\x12#.meridian.watch.v1.WatchManyRequest\x1a$.meridian.watch.v1.WatchManyResponse(\x010\x01\x12G\n" +
-	"\x04List\x12\x1e.meridian.watch.v1.ListRequest\x1a\x1f.meridian.watch.v1.ListResponse\x12D\n" +
+	"\x04List\x12\x1e.meridian.watch.v1.ListRequest\x1a\x1f.meridian.watch.v1.ListResponse\x12[\n" +
+	"\n" +
+	"StreamList\x12$.meridian.watch.v1.StreamListRequest\x1a%.meridian.watch.v1.StreamListResponse0\x01\x12D\n" +
 	"\x03Get\x12\x1d.meridian.watch.v1.GetRequest\x1a\x1e.meridian.watch.v1.GetResponseBEZCgithub.com/meridian-cp/meridian/proto/gen/meridian/watch/v1;watchv1b\x06proto3"
 
 var (
@@ -1091,20 +1222,22 @@ func file_meridian_watch_v1_watch_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_watch_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_meridian_watch_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_meridian_watch_v1_watch_proto_goTypes = []any{
-	(Encoding)(0),             // 0: meridian.watch.v1.Encoding
-	(*Resource)(nil),          // 1: meridian.watch.v1.Resource
-	(*WatchRequest)(nil),      // 2: meridian.watch.v1.WatchRequest
-	(*WatchManyRequest)(nil),  // 3: meridian.watch.v1.WatchManyRequest
-	(*WatchCredit)(nil),       // 4: meridian.watch.v1.WatchCredit
-	(*WatchOpen)(nil),         // 5: meridian.watch.v1.WatchOpen
-	(*WatchManyResponse)(nil), // 6: meridian.watch.v1.WatchManyResponse
-	(*WatchResponse)(nil),     // 7: meridian.watch.v1.WatchResponse
-	(*ListRequest)(nil),       // 8: meridian.watch.v1.ListRequest
-	(*ListResponse)(nil),      // 9: meridian.watch.v1.ListResponse
-	(*GetRequest)(nil),        // 10: meridian.watch.v1.GetRequest
-	(*GetResponse)(nil),       // 11: meridian.watch.v1.GetResponse
+	(Encoding)(0),              // 0: meridian.watch.v1.Encoding
+	(*Resource)(nil),           // 1: meridian.watch.v1.Resource
+	(*WatchRequest)(nil),       // 2: meridian.watch.v1.WatchRequest
+	(*WatchManyRequest)(nil),   // 3: meridian.watch.v1.WatchManyRequest
+	(*WatchCredit)(nil),        // 4: meridian.watch.v1.WatchCredit
+	(*WatchOpen)(nil),          // 5: meridian.watch.v1.WatchOpen
+	(*WatchManyResponse)(nil),  // 6: meridian.watch.v1.WatchManyResponse
+	(*WatchResponse)(nil),      // 7: meridian.watch.v1.WatchResponse
+	(*ListRequest)(nil),        // 8: meridian.watch.v1.ListRequest
+	(*ListResponse)(nil),       // 9: meridian.watch.v1.ListResponse
+	(*StreamListRequest)(nil),  // 10: meridian.watch.v1.StreamListRequest
+	(*StreamListResponse)(nil), // 11: meridian.watch.v1.StreamListResponse
+	(*GetRequest)(nil),         // 12: meridian.watch.v1.GetRequest
+	(*GetResponse)(nil),        // 13: meridian.watch.v1.GetResponse
 }
 var file_meridian_watch_v1_watch_proto_depIdxs = []int32{
 	1,  // 0: meridian.watch.v1.WatchRequest.resource:type_name -> meridian.watch.v1.Resource
@@ -1115,21 +1248,24 @@ var file_meridian_watch_v1_watch_proto_depIdxs = []int32{
 	7,  // 5: meridian.watch.v1.WatchManyResponse.response:type_name -> meridian.watch.v1.WatchResponse
 	1,  // 6: meridian.watch.v1.ListRequest.resource:type_name -> meridian.watch.v1.Resource
 	0,  // 7: meridian.watch.v1.ListRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	1,  // 8: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
-	0,  // 9: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
-	2,  // 10: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
-	3,  // 11: meridian.watch.v1.WatchService.WatchMany:input_type -> meridian.watch.v1.WatchManyRequest
-	8,  // 12: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
-	10, // 13: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
-	7,  // 14: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
-	6,  // 15: meridian.watch.v1.WatchService.WatchMany:output_type -> meridian.watch.v1.WatchManyResponse
-	9,  // 16: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
-	11, // 17: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 8: meridian.watch.v1.StreamListRequest.list:type_name -> meridian.watch.v1.ListRequest
+	1,  // 9: meridian.watch.v1.GetRequest.resource:type_name -> meridian.watch.v1.Resource
+	0,  // 10: meridian.watch.v1.GetRequest.encoding:type_name -> meridian.watch.v1.Encoding
+	2,  // 11: meridian.watch.v1.WatchService.Watch:input_type -> meridian.watch.v1.WatchRequest
+	3,  // 12: meridian.watch.v1.WatchService.WatchMany:input_type -> meridian.watch.v1.WatchManyRequest
+	8,  // 13: meridian.watch.v1.WatchService.List:input_type -> meridian.watch.v1.ListRequest
+	10, // 14: meridian.watch.v1.WatchService.StreamList:input_type -> meridian.watch.v1.StreamListRequest
+	12, // 15: meridian.watch.v1.WatchService.Get:input_type -> meridian.watch.v1.GetRequest
+	7,  // 16: meridian.watch.v1.WatchService.Watch:output_type -> meridian.watch.v1.WatchResponse
+	6,  // 17: meridian.watch.v1.WatchService.WatchMany:output_type -> meridian.watch.v1.WatchManyResponse
+	9,  // 18: meridian.watch.v1.WatchService.List:output_type -> meridian.watch.v1.ListResponse
+	11, // 19: meridian.watch.v1.WatchService.StreamList:output_type -> meridian.watch.v1.StreamListResponse
+	13, // 20: meridian.watch.v1.WatchService.Get:output_type -> meridian.watch.v1.GetResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_meridian_watch_v1_watch_proto_init() }
@@ -1144,13 +1280,14 @@ func file_meridian_watch_v1_watch_proto_init() {
 		(*WatchManyRequest_Credit)(nil),
 	}
 	file_meridian_watch_v1_watch_proto_msgTypes[8].OneofWrappers = []any{}
+	file_meridian_watch_v1_watch_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_watch_v1_watch_proto_rawDesc), len(file_meridian_watch_v1_watch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

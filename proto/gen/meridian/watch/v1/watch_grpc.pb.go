@@ -25,10 +25,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WatchService_Watch_FullMethodName     = "/meridian.watch.v1.WatchService/Watch"
-	WatchService_WatchMany_FullMethodName = "/meridian.watch.v1.WatchService/WatchMany"
-	WatchService_List_FullMethodName      = "/meridian.watch.v1.WatchService/List"
-	WatchService_Get_FullMethodName       = "/meridian.watch.v1.WatchService/Get"
+	WatchService_Watch_FullMethodName      = "/meridian.watch.v1.WatchService/Watch"
+	WatchService_WatchMany_FullMethodName  = "/meridian.watch.v1.WatchService/WatchMany"
+	WatchService_List_FullMethodName       = "/meridian.watch.v1.WatchService/List"
+	WatchService_StreamList_FullMethodName = "/meridian.watch.v1.WatchService/StreamList"
+	WatchService_Get_FullMethodName        = "/meridian.watch.v1.WatchService/Get"
 )
 
 // WatchServiceClient is the client API for WatchService service.
@@ -59,6 +60,14 @@ type WatchServiceClient interface {
 	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error)
 	// List reads a collection from the cache.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// StreamList is List with the encoded list sent in chunks, each the next
+	// bytes of what ListResponse.data would hold; the first also carries
+	// resource_version, continue_token and remaining_item_count. A JSON list of the objects is
+	// sent as it is written, so that neither the tier nor a relay holds the
+	// whole list; other encodings are built whole and then sent in chunks.
+	// Errors before the first message are those of List; an error after it
+	// means the list is incomplete.
+	StreamList(ctx context.Context, in *StreamListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamListResponse], error)
 	// Get reads one object from the cache.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 }
@@ -113,6 +122,25 @@ func (c *watchServiceClient) List(ctx context.Context, in *ListRequest, opts ...
 	return out, nil
 }
 
+func (c *watchServiceClient) StreamList(ctx context.Context, in *StreamListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamListResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WatchService_ServiceDesc.Streams[2], WatchService_StreamList_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamListRequest, StreamListResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_StreamListClient = grpc.ServerStreamingClient[StreamListResponse]
+
 func (c *watchServiceClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetResponse)
@@ -151,6 +179,14 @@ type WatchServiceServer interface {
 	WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error
 	// List reads a collection from the cache.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// StreamList is List with the encoded list sent in chunks, each the next
+	// bytes of what ListResponse.data would hold; the first also carries
+	// resource_version, continue_token and remaining_item_count. A JSON list of the objects is
+	// sent as it is written, so that neither the tier nor a relay holds the
+	// whole list; other encodings are built whole and then sent in chunks.
+	// Errors before the first message are those of List; an error after it
+	// means the list is incomplete.
+	StreamList(*StreamListRequest, grpc.ServerStreamingServer[StreamListResponse]) error
 	// Get reads one object from the cache.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	mustEmbedUnimplementedWatchServiceServer()
@@ -171,6 +207,9 @@ func (UnimplementedWatchServiceServer) WatchMany(grpc.BidiStreamingServer[WatchM
 }
 func (UnimplementedWatchServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedWatchServiceServer) StreamList(*StreamListRequest, grpc.ServerStreamingServer[StreamListResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamList not implemented")
 }
 func (UnimplementedWatchServiceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
@@ -232,6 +271,17 @@ func _WatchService_List_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WatchService_StreamList_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamListRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WatchServiceServer).StreamList(m, &grpc.GenericServerStream[StreamListRequest, StreamListResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_StreamListServer = grpc.ServerStreamingServer[StreamListResponse]
+
 func _WatchService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetRequest)
 	if err := dec(in); err != nil {
@@ -277,6 +327,11 @@ var WatchService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _WatchService_WatchMany_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "StreamList",
+			Handler:       _WatchService_StreamList_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "meridian/watch/v1/watch.proto",

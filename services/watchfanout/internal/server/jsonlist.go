@@ -1,0 +1,97 @@
+package server
+
+import (
+	"encoding/json"
+
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// streamChunkBytes is the size of the messages StreamList sends: large
+// enough that a message's overhead is noise, small enough that neither
+// side holds much of a list (gRPC's stream window, 4 MiB, bounds what is
+// in flight).
+const streamChunkBytes = 256 << 10
+
+// StreamList is List with the encoded list sent in chunks. A JSON list of
+// the objects is written from their memoized JSON (cache.Event.ObjectJSON)
+// and each chunk is sent as it fills, so neither the tier nor the gateway
+// relaying it holds the whole list; other encodings are built whole, as
+// List builds them, and sent in chunks. The first message carries the
+// list's resource_version, continue_token and remaining_item_count.
+// Errors before the first message are Status errors as List's; after it,
+// the stream ends with the error and the list is incomplete.
+func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.WatchService_StreamListServer) error {
+	l, err := s.read(stream.Context(), req.GetList())
+	if err != nil {
+		return toGRPC(err)
+	}
+	first := true
+	send := func(chunk []byte) error {
+		msg := &watchv1.StreamListResponse{Data: chunk}
+		if first {
+			msg.ResourceVersion, msg.ContinueToken, msg.RemainingItemCount = l.out.ResourceVersion, l.out.ContinueToken, l.out.RemainingItemCount
+			first = false
+		}
+		// Send has encoded msg when it returns: chunk may be reused.
+		return stream.Send(msg)
+	}
+	var rest []byte
+	if l.f == cache.FormatJSON && l.page.items == nil {
+		rest, err = appendJSONList(make([]byte, 0, streamChunkBytes+streamChunkBytes/4), l.res, l.page.evs, &l.lm, streamChunkBytes, send)
+	} else {
+		rest, err = s.encodeList(l.res, &l.page, &l.lm, l.f)
+		for err == nil && len(rest) > streamChunkBytes {
+			err = send(rest[:streamChunkBytes])
+			rest = rest[streamChunkBytes:]
+		}
+	}
+	if err != nil {
+		return toGRPC(err)
+	}
+	return send(rest)
+}
+
+// appendJSONList appends the JSON list of evs' objects with metadata lm
+// to dst, spliced from each object's memoized JSON: byte for byte what
+// decoding the objects into a <Kind>List and encoding it gives,
+//
+//	{"kind":"ConfigMapList","apiVersion":"v1","metadata":{…},"items":[…]}
+//
+// and a newline. With flushAt > 0, whenever dst holds flushAt bytes or
+// more it is handed to flush (which must not keep it) and refilled from
+// its start; what is left at the end is returned.
+func appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, flushAt int, flush func([]byte) error) ([]byte, error) {
+	head := struct {
+		Kind       string          `json:"kind"`
+		APIVersion string          `json:"apiVersion"`
+		Metadata   metav1.ListMeta `json:"metadata"`
+	}{res.ListKind, res.GVR.GroupVersion().String(), *lm}
+	h, err := json.Marshal(&head)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	// h is {"kind":…,"apiVersion":…,"metadata":{…}}: open it for items.
+	dst = append(dst, h[:len(h)-1]...)
+	dst = append(dst, `,"items":[`...)
+	for i, ev := range evs {
+		x, err := ev.ObjectJSON()
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, x...)
+		if flushAt > 0 && len(dst) >= flushAt {
+			if err := flush(dst); err != nil {
+				return nil, err
+			}
+			dst = dst[:0]
+		}
+	}
+	return append(dst, "]}\n"...), nil
+}
