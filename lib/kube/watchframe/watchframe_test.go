@@ -12,6 +12,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/metaonly"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/table"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -178,6 +179,104 @@ func TestProtoFrameIsCodecFrame(t *testing.T) {
 			}
 			if want := codecFrame(t, c, watch.Error, &b); !bytes.Equal(got, want) {
 				t.Fatalf("%s error: frame differs:\n got %x\nwant %x", res.GVR, got, want)
+			}
+			checked++
+		}
+	}
+	if checked < 500 {
+		t.Fatalf("only %d frames checked", checked)
+	}
+}
+
+// codecJSONFrame is the JSON frame of obj as the codec writes the
+// WatchEvent (the path Frame took before it laid JSON frames out itself).
+func codecJSONFrame(t *testing.T, c *codec.Codec, typ watch.EventType, raw []byte) []byte {
+	t.Helper()
+	data, err := c.EncodeToBytes(&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}}, negotiation.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestJSONFrameIsCodecFrame: JSON frames laid out by hand are byte for
+// byte the codec's encoding of the WatchEvent, for every served kind,
+// event type and size, the PartialObjectMetadata and Table formats,
+// ERROR frames, and strings the encoder escapes (<, >, &, U+2028); and
+// JSONFrameObject gives back the object's own encoding.
+func TestJSONFrameIsCodecFrame(t *testing.T) {
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC) }
+	types := []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark}
+	checked := 0
+	for _, res := range registry.Standard() {
+		for _, f := range []Format{
+			{MediaType: negotiation.JSON},
+			{MediaType: negotiation.JSON, Partial: true},
+			{MediaType: negotiation.JSON, Table: true, IncludeObject: metav1.IncludeObject},
+		} {
+			enc := NewEncoder(c, res, f, now)
+			for i := range objects(res) {
+				for _, typ := range types {
+					name := fmt.Sprintf("%s/%+v/%d/%s", res.GVR, f, i, typ)
+					obj := objects(res)[i]
+					acc, _ := meta.Accessor(obj)
+					acc.SetAnnotations(map[string]string{"html": "<a href=\"x\">&amp;</a>", "sep": "a\u2028b\u2029c"})
+					got, err := enc.Frame(typ, obj.DeepCopyObject())
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					// What the frame holds, encoded by the codec's path.
+					var raw []byte
+					switch {
+					case f.Table && typ != watch.Bookmark:
+						tbl, err := table.Render(c, res, obj.DeepCopyObject(), f.IncludeObject, now())
+						if err != nil {
+							t.Fatal(err)
+						}
+						raw, err = c.EncodeToBytes(tbl, negotiation.JSON)
+						if err != nil {
+							t.Fatal(err)
+						}
+					case f.Partial && typ != watch.Bookmark:
+						p, err := metaonly.Object(obj.DeepCopyObject())
+						if err != nil {
+							t.Fatal(err)
+						}
+						raw, _ = c.EncodeToBytes(p, negotiation.JSON)
+					default:
+						raw, _ = c.EncodeToBytes(obj.DeepCopyObject(), negotiation.JSON)
+					}
+					if want := codecJSONFrame(t, c, typ, raw); !bytes.Equal(got, want) {
+						t.Fatalf("%s: frame differs:\n got %s\nwant %s", name, got, want)
+					}
+					x, ok := JSONFrameObject(got, typ)
+					if !ok || !bytes.Equal(x, bytes.TrimSuffix(raw, []byte("\n"))) {
+						t.Fatalf("%s: JSONFrameObject %v:\n got %s\nwant %s", name, ok, x, raw)
+					}
+					if _, ok := JSONFrameObject(got, watch.Error); ok {
+						t.Fatalf("%s: JSONFrameObject read a %s frame as ERROR", name, typ)
+					}
+					checked++
+				}
+			}
+		}
+		plain := NewEncoder(c, res, Format{MediaType: negotiation.JSON}, now)
+		for _, st := range []metav1.Status{
+			apierrors.NewResourceExpired("too old resource version: 1 (5)").Status(),
+			apierrors.NewInternalError(fmt.Errorf("ünïcode <%s> & \u2028", strings.Repeat("e", 200))).Status(),
+		} {
+			a, b := st, st
+			got, err := plain.Frame(watch.Error, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := c.EncodeToBytes(&b, negotiation.JSON)
+			if want := codecJSONFrame(t, c, watch.Error, raw); !bytes.Equal(got, want) {
+				t.Fatalf("%s error: frame differs:\n got %s\nwant %s", res.GVR, got, want)
 			}
 			checked++
 		}

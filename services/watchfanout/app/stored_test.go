@@ -346,6 +346,11 @@ func (e *env) streamList(ctx context.Context, req *watchv1.ListRequest) (*watchv
 			e.t.Fatal(err)
 		}
 		n++
+		// Each fits the 1 MiB buffers of gRPC's pool (objects here are
+		// far smaller than a message).
+		if len(msg.GetData()) > 1<<20-1<<10 {
+			e.t.Errorf("StreamList message %d carries %d bytes", n, len(msg.GetData()))
+		}
 		if whole == nil {
 			whole = msg
 			continue
@@ -422,14 +427,15 @@ func TestFieldSelectorTransitions(t *testing.T) {
 	}
 }
 
-// TestStreamListSendsChunks: a JSON list larger than one message is sent
-// by StreamList in several, the list's metadata in the first, and joined
+// TestStreamListSendsChunks: a JSON list larger than one message (1.6 MB)
+// is sent by StreamList in several of at most 1 MiB, the list's metadata
+// in the first, and joined
 // they are List's bytes, a ConfigMapList of every object; a protobuf list
 // likewise (built whole, sent in chunks).
 func TestStreamListSendsChunks(t *testing.T) {
 	e := newEnv(t, app.Config{})
-	const n = 200
-	data := string(bytes.Repeat([]byte("x"), 2<<10))
+	const n = 400
+	data := string(bytes.Repeat([]byte("x"), 4<<10))
 	var last int64
 	for i := range n {
 		last = e.mustPut(configMap("big", fmt.Sprintf("cm-%03d", i), nil, data))

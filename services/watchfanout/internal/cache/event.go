@@ -396,7 +396,7 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 		// The object's JSON is in a sibling frame (ADDED for a list, say,
 		// where a relist's watcher wants ADDED, or MODIFIED where it wants
 		// ADDED): the same object, in another event wrapper.
-		data = appendJSONFrame(make([]byte, 0, len(x)+32), kind.eventType(), x)
+		data = watchframe.AppendJSONFrame(make([]byte, 0, watchframe.JSONFrameSize(kind.eventType(), len(x))), kind.eventType(), x)
 	} else {
 		o, err := e.stateFor(kind)
 		if err != nil {
@@ -449,7 +449,7 @@ func (e *Event) ObjectJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if x, ok := jsonFrameObject(data, own); ok {
+	if x, ok := watchframe.JSONFrameObject(data, own.eventType()); ok {
 		return x, nil
 	}
 	// Not of that shape (no encoder of this codec writes another): the
@@ -471,7 +471,7 @@ func (e *Event) memoizedJSON() ([]byte, bool) {
 	head := e.frames.Load()
 	for _, kind := range [...]FrameKind{FrameAdded, FrameModified, FrameDeleted} {
 		if fr := head.find(frameSlot(FormatJSON, kind)); fr != nil {
-			if x, ok := jsonFrameObject(fr.data, kind); ok {
+			if x, ok := watchframe.JSONFrameObject(fr.data, kind.eventType()); ok {
 				return x, true
 			}
 		}
@@ -486,38 +486,6 @@ func (e *Event) siblingJSON(f Format, kind FrameKind) ([]byte, bool) {
 		return nil, false
 	}
 	return e.memoizedJSON()
-}
-
-// jsonFrameObject returns the object member of a JSON watch frame of kind:
-// the X of {"type":"<kind's type>","object":X} and a newline.
-func jsonFrameObject(frame []byte, kind FrameKind) ([]byte, bool) {
-	const head, tail = `{"type":"`, "}\n"
-	t := kind.eventType()
-	rest, ok := bytes.CutPrefix(frame, []byte(head))
-	if !ok {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(t)); !ok {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`","object":`)); !ok {
-		return nil, false
-	}
-	x, ok := bytes.CutSuffix(rest, []byte(tail))
-	if !ok || len(x) < 2 || x[0] != '{' || x[len(x)-1] != '}' {
-		return nil, false
-	}
-	return x[:len(x):len(x)], true
-}
-
-// appendJSONFrame appends the JSON watch frame of type t whose object is
-// x: {"type":"<t>","object":x} and a newline, as the encoder writes it.
-func appendJSONFrame(dst []byte, t watch.EventType, x []byte) []byte {
-	dst = append(dst, `{"type":"`...)
-	dst = append(dst, t...)
-	dst = append(dst, `","object":`...)
-	dst = append(dst, x...)
-	return append(dst, "}\n"...)
 }
 
 // frameSlot is the slot of the frame of kind in format f.
