@@ -16,8 +16,9 @@ import (
 // protobuf or JSON, is served by a watchfanout replica, which first
 // reaches the store's current revision, so every list sees the write
 // acknowledged just before it — whole, and as a first page with a limit.
-// JSON lists are relayed as the tier streams them (StreamList). With both
-// replicas stopped the same lists are served by the store. The gateway counts each case in
+// JSON lists are relayed as the tier streams them (StreamList). Chunks
+// after the first come from the tier too. With both replicas stopped the
+// same lists are served by the store. The gateway counts each case in
 // apiserver_watch_cache_consistent_read_total, as kube-apiserver does.
 func TestConsistentListsFromTheTier(t *testing.T) {
 	e := newReplicaEnv(t)
@@ -81,6 +82,51 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 		t.Errorf("consistent reads served by the tier: %v, want %d", got, 4*n)
 	}
 
+	// Chunked lists: every chunk from the tier (the first chunk's kept
+	// snapshot, or the store at its revision on the other replica), at the
+	// first chunk's revision, together exactly the whole list.
+	calls := func() float64 { return tierLists() + streamed() }
+	for enc, c := range map[string]kubernetes.Interface{"protobuf": pb, "json": js} {
+		whole, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls0 := calls()
+		var names []string
+		pages := 0
+		opts := metav1.ListOptions{Limit: 7}
+		for {
+			page, err := c.CoreV1().ConfigMaps("default").List(ctx, opts)
+			if err != nil {
+				t.Fatalf("%s chunk %d: %v", enc, pages, err)
+			}
+			pages++
+			if page.ResourceVersion != whole.ResourceVersion {
+				t.Errorf("%s chunk %d at %s, the list at %s", enc, pages, page.ResourceVersion, whole.ResourceVersion)
+			}
+			for _, it := range page.Items {
+				names = append(names, it.Name)
+			}
+			if page.Continue == "" {
+				break
+			}
+			opts.Continue = page.Continue
+		}
+		if got := calls() - calls0; got < float64(pages) {
+			t.Errorf("%s: the replicas served %v of %d chunks", enc, got, pages)
+		}
+		if len(names) != len(whole.Items) {
+			t.Fatalf("%s: chunks held %d objects, the list %d", enc, len(names), len(whole.Items))
+		}
+		for i, it := range whole.Items {
+			if names[i] != it.Name {
+				t.Fatalf("%s: chunks hold %s at %d, the list %s", enc, names[i], i, it.Name)
+			}
+		}
+	}
+
+	fromTier := reads(true, false) // the chunked lists' first chunks and whole lists too
+
 	e.replicas[0].stop()
 	e.replicas[1].stop()
 	for i := range n {
@@ -92,7 +138,7 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 	if got := reads(false, true); got != 4*n {
 		t.Errorf("consistent reads the store served with the tier stopped: %v, want %d", got, 4*n)
 	}
-	if got := reads(true, false); got != 4*n {
-		t.Errorf("consistent reads served by the tier: %v, want still %d", got, 4*n)
+	if got := reads(true, false); got != fromTier {
+		t.Errorf("consistent reads served by the tier: %v, want still %v", got, fromTier)
 	}
 }

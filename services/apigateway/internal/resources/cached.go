@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -24,7 +26,8 @@ import (
 //	get/list resourceVersion="0" (Any)       → watch tier
 //	get/list resourceVersion=N, NotOlderThan → watch tier (it waits for N)
 //	list unset (consistent)                  → watch tier (it waits for the store's revision)
-//	get unset, Exact, continue               → store
+//	list continue                            → watch tier (the first chunk's snapshot; 410 → store)
+//	get unset, Exact                         → store
 //
 // Formats the tier does not encode (YAML, PartialObjectMetadata) are served
 // from the store. When the tier cannot be reached (UNAVAILABLE,
@@ -63,12 +66,12 @@ func cacheResource(res *registry.Resource) *watchv1.Resource {
 
 // cacheable reports whether a read's resourceVersion parameters are served
 // from the cache. A consistent read (resourceVersion unset) is served there
-// only when consistentOK is true.
-func cacheable(rv, match, continueToken string, consistentOK bool) bool {
-	if (rv == "" && !consistentOK) || continueToken != "" || match == string(metav1.ResourceVersionMatchExact) {
-		return false
-	}
-	return true
+// only when consistentOK is true. A continue token is: the tier serves the
+// next chunk from the snapshot the first was read from, while it keeps it
+// and the store has not compacted its revision (else from the store at
+// that revision, as the gateway would).
+func cacheable(rv, match string, consistentOK bool) bool {
+	return (rv != "" || consistentOK) && match != string(metav1.ResourceVersionMatchExact)
 }
 
 // lagged reports whether the tier gave up on a consistent read because it
@@ -137,7 +140,7 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 	enc, ok := cacheEncoding(out)
 	// A consistent get reads the store: one key costs the store less than
 	// the tier's wait for the store's revision plus the hop to the tier.
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", "", false) {
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", false) {
 		return nil, false, nil
 	}
 	resp, err := s.cfg.WatchCache.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
@@ -169,22 +172,23 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
 	enc, ok := cacheEncoding(out)
 	consistent := req.GetResourceVersion() == "" && req.GetContinueToken() == ""
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), req.GetContinueToken(), true) {
+	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), true) {
 		return false, nil
 	}
 	lreq := &watchv1.ListRequest{
 		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(),
 		LabelSelector: req.GetLabelSelector(), FieldSelector: req.GetFieldSelector(),
 		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
-		Limit: req.GetLimit(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
+		Limit: req.GetLimit(), ContinueToken: req.GetContinueToken(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
 	}
+	continued := req.GetContinueToken() != ""
 	ctx = identity.AppendToOutgoing(ctx, user(ctx))
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
-		return s.relayList(ctx, res, lreq, out, consistent, stream)
+		return s.relayList(ctx, res, lreq, out, consistent, continued, stream)
 	}
 	resp, err := s.cfg.WatchCache.Client().List(ctx, lreq)
 	if err != nil {
-		return s.listFailed(ctx, res, consistent, err)
+		return s.listFailed(ctx, res, consistent, continued, err)
 	}
 	if consistent {
 		s.m.consistentRead(res.GVR.Resource, true, false)
@@ -196,7 +200,7 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 // chunk on as it arrives. Until the first chunk has come, a failure is
 // handled as List's (the store may serve the list instead); after it, the
 // response is cut, as a list streamed from the store is.
-func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent bool, stream apiv1.ResourceService_ListServer) (bool, error) {
+func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent, continued bool, stream apiv1.ResourceService_ListServer) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ls, err := s.cfg.WatchCache.Client().StreamList(ctx, &watchv1.StreamListRequest{List: lreq})
@@ -205,7 +209,7 @@ func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *wa
 		msg, err = ls.Recv()
 	}
 	if err != nil {
-		return s.listFailed(ctx, res, consistent, err)
+		return s.listFailed(ctx, res, consistent, continued, err)
 	}
 	if consistent {
 		s.m.consistentRead(res.GVR.Resource, true, false)
@@ -225,9 +229,13 @@ func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *wa
 
 // listFailed decides what a failed list from the tier becomes: served by
 // the store (handled false) when the tier cannot be reached or, for a
-// consistent list, lagged the store; else the tier's error.
-func (s *Server) listFailed(ctx context.Context, res *registry.Resource, consistent bool, err error) (bool, error) {
-	fallback := fallBack(err) || (consistent && lagged(ctx, err))
+// consistent list, lagged the store, or for a continued list, found its
+// revision compacted (the store path answers that 410 with a token for an
+// inconsistent continuation, as kube-apiserver does); else the tier's
+// error.
+func (s *Server) listFailed(ctx context.Context, res *registry.Resource, consistent, continued bool, err error) (bool, error) {
+	fallback := fallBack(err) || (consistent && lagged(ctx, err)) ||
+		(continued && apistatus.FromError(err).Code == http.StatusGone)
 	if consistent {
 		s.m.consistentRead(res.GVR.Resource, false, fallback)
 	}

@@ -65,7 +65,7 @@ func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grp
 	if err == nil {
 		first, ferr := s.Recv()
 		if status.Code(ferr) != codes.Unimplemented {
-			return &primed{ServerStreamingClient: s, first: first, err: ferr}, nil
+			return &primed[watchv1.WatchResponse]{ServerStreamingClient: s, first: first, err: ferr}, nil
 		}
 		err = ferr
 	}
@@ -128,10 +128,26 @@ func unavailable(err error) bool { return status.Code(err) == codes.Unavailable 
 // after it validated the request), so that a refusal arriving with it
 // moves on too; the returned stream delivers it first.
 func (f failover) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	return openPrimed(f.clients, func(c watchv1.WatchServiceClient) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+		return c.Watch(ctx, in, opts...)
+	})
+}
+
+// StreamList streams a list from the first replica that takes it: its
+// first message (or refusal) is received here, as Watch's is.
+func (f failover) StreamList(ctx context.Context, in *watchv1.StreamListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
+	return openPrimed(f.clients, func(c watchv1.WatchServiceClient) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
+		return c.StreamList(ctx, in, opts...)
+	})
+}
+
+// openPrimed opens a server stream on each client in turn until one does
+// not answer UNAVAILABLE, at the call or with its first message.
+func openPrimed[T any](clients []watchv1.WatchServiceClient, open func(watchv1.WatchServiceClient) (grpc.ServerStreamingClient[T], error)) (grpc.ServerStreamingClient[T], error) {
 	var err error
-	for _, c := range f.clients {
-		var s grpc.ServerStreamingClient[watchv1.WatchResponse]
-		if s, err = c.Watch(ctx, in, opts...); err != nil {
+	for _, c := range clients {
+		var s grpc.ServerStreamingClient[T]
+		if s, err = open(c); err != nil {
 			if unavailable(err) {
 				continue
 			}
@@ -142,7 +158,7 @@ func (f failover) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...g
 			err = ferr // the stream has ended
 			continue
 		}
-		return &primed{ServerStreamingClient: s, first: first, err: ferr}, nil
+		return &primed[T]{ServerStreamingClient: s, first: first, err: ferr}, nil
 	}
 	return nil, err
 }
@@ -171,18 +187,18 @@ func (f failover) Get(ctx context.Context, in *watchv1.GetRequest, opts ...grpc.
 	return nil, err
 }
 
-// primed is a watch stream whose first message (or error) was received
+// primed is a server stream whose first message (or error) was received
 // already; Recv and RecvMsg deliver it first. Like any stream, it is read
 // by one goroutine.
-type primed struct {
-	grpc.ServerStreamingClient[watchv1.WatchResponse]
-	first *watchv1.WatchResponse
+type primed[T any] struct {
+	grpc.ServerStreamingClient[T]
+	first *T
 	err   error
 	done  bool // first delivered
 }
 
 // Recv returns the first message, then the stream's.
-func (p *primed) Recv() (*watchv1.WatchResponse, error) {
+func (p *primed[T]) Recv() (*T, error) {
 	if !p.done {
 		p.done = true
 		return p.first, p.err
@@ -190,16 +206,15 @@ func (p *primed) Recv() (*watchv1.WatchResponse, error) {
 	return p.ServerStreamingClient.Recv()
 }
 
-// RecvMsg receives into m (a *watchv1.WatchResponse) the first message,
-// then the stream's.
-func (p *primed) RecvMsg(m any) error {
+// RecvMsg receives into m (a *T) the first message, then the stream's.
+func (p *primed[T]) RecvMsg(m any) error {
 	if !p.done {
 		p.done = true
 		if p.err != nil {
 			return p.err
 		}
 		proto.Reset(m.(proto.Message))
-		proto.Merge(m.(proto.Message), p.first)
+		proto.Merge(m.(proto.Message), any(p.first).(proto.Message))
 		return nil
 	}
 	return p.ServerStreamingClient.RecvMsg(m)

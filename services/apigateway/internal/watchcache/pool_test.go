@@ -51,6 +51,17 @@ func (r *replica) Watch(_ *watchv1.WatchRequest, s grpc.ServerStreamingServer[wa
 	return s.Send(&watchv1.WatchResponse{Frames: []byte(r.name)})
 }
 
+// StreamList sends the replica's name, then its data, and ends.
+func (r *replica) StreamList(_ *watchv1.StreamListRequest, s grpc.ServerStreamingServer[watchv1.StreamListResponse]) error {
+	if r.unavailable {
+		return errNotSynced
+	}
+	if err := s.Send(&watchv1.StreamListResponse{ResourceVersion: r.name, Data: []byte("{")}); err != nil {
+		return err
+	}
+	return s.Send(&watchv1.StreamListResponse{Data: []byte(r.name + "}")})
+}
+
 func serve(t *testing.T, name string) (*grpc.Server, string) {
 	t.Helper()
 	return serveReplica(t, &replica{name: name})
@@ -120,8 +131,8 @@ func TestPoolMovesToHealthyReplica(t *testing.T) {
 // TestPoolSkipsReplicaThatIsGoneOrNotSynced: a replica that went away
 // (its connection still looks IDLE until a call tries it) or whose cache
 // has not synced (it answers UNAVAILABLE) does not fail any call: each one
-// moves on to the replica that serves, watches included, whose first
-// message then arrives as the replica sent it.
+// moves on to the replica that serves, watches and streamed lists
+// included, whose first message then arrives as the replica sent it.
 func TestPoolSkipsReplicaThatIsGoneOrNotSynced(t *testing.T) {
 	gone, addrGone := serve(t, "gone")
 	_, addrSyncing := serveReplica(t, &replica{name: "syncing", unavailable: true})
@@ -166,6 +177,28 @@ func TestPoolSkipsReplicaThatIsGoneOrNotSynced(t *testing.T) {
 		}
 		if _, err := w.Recv(); err != io.EOF {
 			t.Fatalf("watch %d: end %v", i, err)
+		}
+		sl, err := p.Client().StreamList(ctx, &watchv1.StreamListRequest{})
+		if err != nil {
+			t.Fatalf("stream list %d: %v", i, err)
+		}
+		var data []byte
+		var rv string
+		for {
+			msg, err := sl.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("stream list %d: %v", i, err)
+			}
+			if rv == "" {
+				rv = msg.GetResourceVersion()
+			}
+			data = append(data, msg.GetData()...)
+		}
+		if rv != "ok" || string(data) != "{ok}" {
+			t.Fatalf("stream list %d: %q from %q; want {ok} from the replica that serves", i, data, rv)
 		}
 	}
 }

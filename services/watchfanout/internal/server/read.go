@@ -167,6 +167,8 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 		default:
 			if snap, _ = r.Kept(ns, rev); snap == nil {
 				exact = rev
+			} else if err := s.notCompacted(ctx, prefix, rev); err != nil {
+				return nil, err
 			}
 		}
 	} else {

@@ -12,6 +12,28 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
+// notCompacted fails with 410 Expired when the store has compacted
+// revision rev, as a store read of a continue token's next page at rev
+// would: a chunk continued from a kept snapshot keeps the lifetime of a
+// continue token kube-apiserver serves from etcd (until the store compacts
+// its revision), though the tier could still serve it. One read of at
+// most one key, with no value; the current revision is never compacted.
+func (s *Server) notCompacted(ctx context.Context, prefix string, rev int64) error {
+	if rev >= s.cfg.Cache.Rev() {
+		return nil
+	}
+	end := []byte(prefix)
+	end[len(end)-1]++
+	_, err := s.cfg.KV.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: end, Revision: rev, Serializable: true, Limit: 1, KeysOnly: true, SkipCount: true})
+	switch status.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.OutOfRange:
+		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the store compacted the list's revision; start a new list", rev))
+	}
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("store: %v", err))
+}
+
 // listStore reads a chunk of a list from the store at revision rev: what
 // the cache cannot serve (an exact revision it keeps no snapshot of, a
 // continue token whose snapshot expired).
