@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -313,7 +314,13 @@ func TestStoredFramesListsAndGetsAreDecodedEncoded(t *testing.T) {
 func (e *env) encodedList(res *registry.Resource, items []runtime.Object, lm metav1.ListMeta, mediaType string) []byte {
 	e.t.Helper()
 	list := res.NewList()
-	if err := meta.SetList(list, items); err != nil {
+	// As kube-apiserver writes a list: items without their own kind.
+	bare := make([]runtime.Object, len(items))
+	for i, it := range items {
+		bare[i] = it.DeepCopyObject()
+		bare[i].GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	}
+	if err := meta.SetList(list, bare); err != nil {
 		e.t.Fatal(err)
 	}
 	la, _ := meta.ListAccessor(list)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
@@ -287,7 +288,7 @@ func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollecti
 		deleted = append(deleted, out)
 	}
 	list := res.NewList()
-	if err := meta.SetList(list, deleted); err != nil {
+	if err := codec.SetListItems(list, deleted); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	if lm, err := meta.ListAccessor(list); err == nil {

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/meridian-cp/meridian/lib/kube/apistatus"
-	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
-	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"strconv"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/selection"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -216,7 +217,7 @@ func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.Li
 		return nil, err
 	}
 	rev, next, remaining := at.rev, at.next, at.remaining
-	if err := meta.SetList(list, items); err != nil {
+	if err := codec.SetListItems(list, items); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	lm, err := meta.ListAccessor(list)

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"strconv"
 
+	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
@@ -38,7 +38,7 @@ const (
 //	{"kind":"ConfigMapList","apiVersion":"v1","items":[…],"metadata":{…}}
 //
 // which is the same JSON object as kube-apiserver's, members in another
-// order. Errors before the first chunk is sent are returned (the caller maps
+// order (items without their own apiVersion and kind, as there). Errors before the first chunk is sent are returned (the caller maps
 // them to a Status); after it, the stream is cut.
 func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter, stream apiv1.ResourceService_ListServer) error {
 	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
@@ -71,7 +71,7 @@ func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *ap
 			buf.WriteByte(',')
 		}
 		count++
-		if err := s.cfg.Codec.Encode(&buf, obj, negotiation.JSON); err != nil {
+		if err := s.cfg.Codec.EncodeListItem(&buf, obj, negotiation.JSON); err != nil {
 			return apierrors.NewInternalError(err)
 		}
 		if n := buf.Len(); buf.Bytes()[n-1] == '\n' {

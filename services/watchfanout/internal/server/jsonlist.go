@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
@@ -44,7 +47,7 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 	}
 	var rest []byte
 	if l.f == cache.FormatJSON && l.page.items == nil {
-		rest, err = appendJSONList(make([]byte, 0, streamChunkBytes), l.res, l.page.evs, &l.lm, streamChunkBytes, send)
+		rest, err = s.appendJSONList(make([]byte, 0, streamChunkBytes), l.res, l.page.evs, &l.lm, streamChunkBytes, send)
 	} else {
 		rest, err = s.encodeList(l.res, &l.page, &l.lm, l.f)
 		for err == nil && len(rest) > streamChunkBytes {
@@ -64,11 +67,13 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 //
 //	{"kind":"ConfigMapList","apiVersion":"v1","metadata":{…},"items":[…]}
 //
-// and a newline. With flushAt > 0, dst is handed to flush (which must not
+// and a newline. An item is its object's JSON without the leading
+// "kind" and "apiVersion" members (codec.SetListItems): the encoder
+// writes TypeMeta first, so that is a fixed prefix cut off. With flushAt > 0, dst is handed to flush (which must not
 // keep it) and refilled from its start whenever the next item would take
 // it past flushAt bytes, so each flush holds at most flushAt bytes unless
 // one item alone is larger; what is left at the end is returned.
-func appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, flushAt int, flush func([]byte) error) ([]byte, error) {
+func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, flushAt int, flush func([]byte) error) ([]byte, error) {
 	head := struct {
 		Kind       string          `json:"kind"`
 		APIVersion string          `json:"apiVersion"`
@@ -81,12 +86,20 @@ func appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *
 	// h is {"kind":…,"apiVersion":…,"metadata":{…}}: open it for items.
 	dst = append(dst, h[:len(h)-1]...)
 	dst = append(dst, `,"items":[`...)
+	typeMeta, err := json.Marshal(&struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+	}{res.Kind, res.GVK().GroupVersion().String()})
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	typeMeta[len(typeMeta)-1] = ',' // {"kind":…,"apiVersion":…, starts every object
 	for i, ev := range evs {
-		x, err := ev.ObjectJSON()
+		x, err := s.listItemJSON(ev, typeMeta)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		if flushAt > 0 && len(dst) > 0 && len(dst)+1+len(x) > flushAt {
+		if flushAt > 0 && len(dst) > 0 && len(dst)+1+x.size() > flushAt {
 			if err := flush(dst); err != nil {
 				return nil, err
 			}
@@ -95,7 +108,7 @@ func appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, x...)
+		dst = x.appendTo(dst)
 	}
 	if flushAt > 0 && len(dst) > 0 && len(dst)+3 > flushAt {
 		if err := flush(dst); err != nil {
@@ -104,4 +117,47 @@ func appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *
 		dst = dst[:0]
 	}
 	return append(dst, "]}\n"...), nil
+}
+
+// listItemJSON returns ev's object as a JSON list item: '{' and its
+// memoized JSON after typeMeta (the leading kind and apiVersion members
+// and the comma after them), shared, not copied.
+func (s *Server) listItemJSON(ev *cache.Event, typeMeta []byte) (jsonItem, error) {
+	x, err := ev.ObjectJSON()
+	if err != nil {
+		return jsonItem{}, err
+	}
+	if rest, ok := bytes.CutPrefix(x, typeMeta); ok {
+		return jsonItem{rest: rest}, nil
+	}
+	// Not the encoder's usual shape (never for a kind it serves): encode
+	// the object as an item.
+	obj, err := ev.Object()
+	if err != nil {
+		return jsonItem{}, err
+	}
+	var buf bytes.Buffer
+	if err := s.cfg.Codec.EncodeListItem(&buf, obj, negotiation.JSON); err != nil {
+		return jsonItem{}, err
+	}
+	return jsonItem{whole: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}, nil
+}
+
+// jsonItem is a list item's JSON: '{' and rest, or whole.
+type jsonItem struct{ rest, whole []byte }
+
+// size is the item's length.
+func (it jsonItem) size() int {
+	if it.whole != nil {
+		return len(it.whole)
+	}
+	return 1 + len(it.rest)
+}
+
+// appendTo appends the item to dst.
+func (it jsonItem) appendTo(dst []byte) []byte {
+	if it.whole != nil {
+		return append(dst, it.whole...)
+	}
+	return append(append(dst, '{'), it.rest...)
 }

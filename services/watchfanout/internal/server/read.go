@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/protolist"
@@ -234,7 +235,7 @@ const listChunkBytes = 64 << 10
 // each object's memoized JSON (appendJSONList); else decoded.
 func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.ListMeta, f cache.Format) ([]byte, error) {
 	if f == cache.FormatJSON && page.items == nil {
-		return appendJSONList(nil, res, page.evs, lm, 0, nil)
+		return s.appendJSONList(nil, res, page.evs, lm, 0, nil)
 	}
 	if f == cache.FormatProtobuf && page.items == nil {
 		gvk := res.GVK()
@@ -267,7 +268,7 @@ func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.L
 		}
 	}
 	list := res.NewList()
-	if err := meta.SetList(list, items); err != nil {
+	if err := codec.SetListItems(list, items); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	la, err := meta.ListAccessor(list)
