@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
-
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
@@ -67,12 +66,14 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 //
 //	{"kind":"ConfigMapList","apiVersion":"v1","metadata":{…},"items":[…]}
 //
-// and a newline. An item is its object's JSON without the leading
-// "kind" and "apiVersion" members (codec.SetListItems): the encoder
-// writes TypeMeta first, so that is a fixed prefix cut off. With flushAt > 0, dst is handed to flush (which must not
-// keep it) and refilled from its start whenever the next item would take
-// it past flushAt bytes, so each flush holds at most flushAt bytes unless
-// one item alone is larger; what is left at the end is returned.
+// and a newline. An item is its object's JSON without the leading "kind"
+// and "apiVersion" members (list items carry none: codec.SetListItems);
+// the encoder writes TypeMeta first, so that is a fixed prefix, cut off.
+//
+// With flushAt > 0, dst is handed to flush (which must not keep it) and
+// refilled from its start whenever the next item would take it past
+// flushAt bytes, so each flush holds at most flushAt bytes unless one
+// item alone is larger; what is left at the end is returned.
 func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, flushAt int, flush func([]byte) error) ([]byte, error) {
 	head := struct {
 		Kind       string          `json:"kind"`
