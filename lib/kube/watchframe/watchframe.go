@@ -102,8 +102,8 @@ func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchframe: %w", err)
 	}
-	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: raw}}
 	if e.format.MediaType == negotiation.Protobuf {
+		ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: raw}}
 		data, err := ev.Marshal()
 		if err != nil {
 			return nil, fmt.Errorf("watchframe: %w", err)
@@ -125,6 +125,7 @@ func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 			return AppendJSONFrame(make([]byte, 0, JSONFrameSize(t, len(raw))), t, raw), nil
 		}
 	}
+	ev := &metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: raw}}
 	data, err := e.codec.EncodeToBytes(ev, negotiation.JSON)
 	if err != nil {
 		return nil, fmt.Errorf("watchframe: %w", err)
