@@ -13,6 +13,7 @@ import (
 	"time"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -206,7 +207,7 @@ func (s *Store) list(ctx context.Context, prefix string, opts ListOptions) (List
 		start = opts.Start
 	}
 	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{
-		Key: []byte(start), RangeEnd: PrefixEnd([]byte(prefix)),
+		Key: []byte(start), RangeEnd: storeclient.PrefixEnd(prefix),
 		Limit: opts.Limit, Revision: opts.Revision, Serializable: opts.Serializable, SkipCount: opts.SkipCount,
 	})
 	if err != nil {
@@ -362,18 +363,6 @@ func fromProto(kv *storev1.KeyValue) KV {
 		return KV{}
 	}
 	return KV{Key: string(kv.Key), Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
-}
-
-// PrefixEnd returns the range end that selects every key with prefix p.
-func PrefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return []byte{0} // every key >= p
 }
 
 // convert turns the store's gRPC errors into this package's errors; others

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
 // EventType is the kind of a change.
@@ -62,7 +63,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, startRevision int64, p
 		return nil, convert(err, startRevision)
 	}
 	err = stream.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{
-		Key: []byte(prefix), RangeEnd: PrefixEnd([]byte(prefix)), StartRevision: startRevision, PrevKv: true, ProgressNotify: progress,
+		Key: []byte(prefix), RangeEnd: storeclient.PrefixEnd(prefix), StartRevision: startRevision, PrevKv: true, ProgressNotify: progress,
 	}}})
 	if err != nil {
 		cancel()

@@ -44,6 +44,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -392,7 +393,7 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 		trees[r] = btree.NewG(32, lessEvent)
 	}
 	start := []byte(Prefix)
-	end := prefixEnd(Prefix)
+	end := storeclient.PrefixEnd(Prefix)
 	n := 0
 	page := c.opts.ListPageSize
 	for {
@@ -449,12 +450,6 @@ func (c *Cache) syncTarget(rev int64) {
 	}()
 }
 
-func prefixEnd(p string) []byte {
-	b := []byte(p)
-	b[len(b)-1]++
-	return b
-}
-
 // follow watches the store from the revision after the cache's until the
 // stream fails.
 func (c *Cache) follow(ctx context.Context) error {
@@ -466,7 +461,7 @@ func (c *Cache) follow(ctx context.Context) error {
 		return fmt.Errorf("cache: open store watch: %w", err)
 	}
 	if err := stream.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{
-		Key: []byte(Prefix), RangeEnd: prefixEnd(Prefix), StartRevision: from, ProgressNotify: true,
+		Key: []byte(Prefix), RangeEnd: storeclient.PrefixEnd(Prefix), StartRevision: from, ProgressNotify: true,
 	}}}); err != nil {
 		return fmt.Errorf("cache: open store watch: %w", err)
 	}

@@ -38,7 +38,7 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 	send := func(chunk []byte) error {
 		msg := &watchv1.StreamListResponse{Data: chunk}
 		if first {
-			msg.ResourceVersion, msg.ContinueToken, msg.RemainingItemCount = l.out.ResourceVersion, l.out.ContinueToken, l.out.RemainingItemCount
+			msg.ResourceVersion, msg.ContinueToken, msg.RemainingItemCount = l.lm.ResourceVersion, l.lm.Continue, l.lm.RemainingItemCount
 			first = false
 		}
 		// Send has encoded msg when it returns: chunk may be reused.

@@ -105,20 +105,20 @@ func (s *Server) list(ctx context.Context, req *watchv1.ListRequest) (*watchv1.L
 	if err != nil {
 		return nil, err
 	}
-	if l.out.Data, err = s.encodeList(l.res, &l.page, &l.lm, l.f); err != nil {
+	data, err := s.encodeList(l.res, &l.page, &l.lm, l.f)
+	if err != nil {
 		return nil, err
 	}
-	return l.out, nil
+	return &watchv1.ListResponse{Data: data, ResourceVersion: l.lm.ResourceVersion, ContinueToken: l.lm.Continue, RemainingItemCount: l.lm.RemainingItemCount}, nil
 }
 
-// listed is a list read and not yet encoded: the page, its metadata (in
-// out, and as the list's ListMeta lm) and the format asked for.
+// listed is a list read and not yet encoded: the page, the list's
+// metadata and the format asked for.
 type listed struct {
 	res  *registry.Resource
 	page listPage
 	lm   metav1.ListMeta
 	f    cache.Format
-	out  *watchv1.ListResponse
 }
 
 // read reads the page a list request asks for, with its metadata.
@@ -214,14 +214,12 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 			return nil, err
 		}
 	}
-	l := &listed{res: res, page: page, f: f, out: &watchv1.ListResponse{ResourceVersion: strconv.FormatInt(page.rev, 10)}}
-	l.lm.ResourceVersion = l.out.ResourceVersion
+	l := &listed{res: res, page: page, f: f, lm: metav1.ListMeta{ResourceVersion: strconv.FormatInt(page.rev, 10)}}
 	if page.next != "" {
-		if l.out.ContinueToken, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
+		if l.lm.Continue, err = continuetoken.Encode(page.rev, page.next, prefix); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
-		l.lm.Continue, l.lm.RemainingItemCount = l.out.ContinueToken, page.remaining
-		l.out.RemainingItemCount = page.remaining
+		l.lm.RemainingItemCount = page.remaining
 	}
 	return l, nil
 }

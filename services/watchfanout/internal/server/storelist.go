@@ -6,6 +6,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,14 +23,21 @@ func (s *Server) notCompacted(ctx context.Context, prefix string, rev int64) err
 	if rev >= s.cfg.Cache.Rev() {
 		return nil
 	}
-	end := []byte(prefix)
-	end[len(end)-1]++
-	_, err := s.cfg.KV.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: end, Revision: rev, Serializable: true, Limit: 1, KeysOnly: true, SkipCount: true})
+	_, err := s.cfg.KV.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: storeclient.PrefixEnd(prefix), Revision: rev, Serializable: true, Limit: 1, KeysOnly: true, SkipCount: true})
+	return s.storeReadError(err, rev)
+}
+
+// storeReadError is the Kubernetes error of a failed store read of a list
+// at revision rev (nil for nil): 410 Expired once the store compacted rev,
+// 504 ResourceVersionTooLarge before it has reached it, else 503.
+func (s *Server) storeReadError(err error, rev int64) error {
 	switch status.Code(err) {
 	case codes.OK:
 		return nil
 	case codes.OutOfRange:
 		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the store compacted the list's revision; start a new list", rev))
+	case codes.FailedPrecondition:
+		return tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
 	}
 	return apierrors.NewServiceUnavailable(fmt.Sprintf("store: %v", err))
 }
@@ -39,8 +47,7 @@ func (s *Server) notCompacted(ctx context.Context, prefix string, rev int64) err
 // continue token whose snapshot expired).
 func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start string, rev, limit int64, flt *selection.Filter) (listPage, error) {
 	p := listPage{rev: rev}
-	end := []byte(prefix)
-	end[len(end)-1]++
+	end := storeclient.PrefixEnd(prefix)
 	key := []byte(start)
 	for {
 		req := &storev1.RangeRequest{Key: key, RangeEnd: end, Revision: rev, Serializable: true}
@@ -52,13 +59,7 @@ func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start
 		}
 		resp, err := s.cfg.KV.Range(ctx, req)
 		if err != nil {
-			switch status.Code(err) {
-			case codes.OutOfRange:
-				return p, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the list snapshot expired and the store compacted it; start a new list", rev))
-			case codes.FailedPrecondition:
-				return p, tooLargeResourceVersion(rev, s.cfg.Cache.Rev())
-			}
-			return p, apierrors.NewServiceUnavailable(fmt.Sprintf("store: %v", err))
+			return p, s.storeReadError(err, rev)
 		}
 		kvs := resp.GetKvs()
 		for _, kv := range kvs {
