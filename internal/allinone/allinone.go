@@ -91,7 +91,11 @@ type service interface {
 }
 
 // Start starts every service and returns once the API is serving.
-func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
+//
+// The goroutines Start begins read the local cp, never its named result,
+// which an error return sets to nil while they may still run (the
+// deferred Close stops them).
+func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("allinone: DataDir is required")
 	}
@@ -109,7 +113,7 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("allinone: listen: %w", err)
 	}
-	cp = &ControlPlane{Addr: apiLis.Addr(), log: cfg.Logger, errc: make(chan error, 8)}
+	cp := &ControlPlane{Addr: apiLis.Addr(), log: cfg.Logger, errc: make(chan error, 8)}
 	defer func() {
 		if err != nil {
 			_ = apiLis.Close()

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,9 +89,11 @@ func start(t *testing.T, dataDir string) *controlPlane {
 	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr, grpcAddr := freeAddr(t), freeAddr(t)
-	cp := &controlPlane{t: t, dataDir: dataDir, addr: addr, grpcAddr: grpcAddr, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
-	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", addr, "--grpc-listen", grpcAddr, "--token-auth-file", tokenFile, "--log-level", "info")
+	// Port 0: meridian binds free ports itself and names them in its
+	// ready line (a port reserved here and released could be taken by
+	// another test's listener before meridian binds it).
+	cp := &controlPlane{t: t, dataDir: dataDir, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
+	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--token-auth-file", tokenFile, "--log-level", "info")
 	cp.cmd.Stdout, cp.cmd.Stderr = cp.logs, cp.logs
 	if err := cp.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -111,7 +112,12 @@ func start(t *testing.T, dataDir string) *controlPlane {
 			t.Fatalf("meridian exited before it was ready:\n%s", cp.logs.String())
 		default:
 		}
-		if strings.Contains(cp.logs.String(), "meridian is ready") {
+		if ready := readyLine(cp.logs.String()); ready != "" {
+			cp.addr = strings.TrimPrefix(logField(ready, "api"), "https://")
+			cp.grpcAddr = logField(ready, "grpc")
+			if cp.addr == "" || cp.grpcAddr == "" {
+				t.Fatalf("meridian's ready line names no API addresses: %s", ready)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -145,14 +151,24 @@ func (cp *controlPlane) stop() {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// readyLine returns meridian's "meridian is ready" log line, once logged.
+func readyLine(logs string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "meridian is ready") {
+			return line
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return ""
+}
+
+// logField returns the value of key=value in a text log line.
+func logField(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 // kubectl runs kubectl against cp and returns stdout; it fails the test on a
