@@ -23,6 +23,7 @@ func TestWatchSemanticsOverWatchMany(t *testing.T) {
 	for name, run := range map[string]func(*testing.T, *env){
 		"initial events, bookmark, changes": initialEventsThenBookmarkThenChanges,
 		"selector transitions":              selectorTransitions,
+		"replay stays in its namespace":     replayStaysInItsNamespace,
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, app.Config{})

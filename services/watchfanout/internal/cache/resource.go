@@ -293,14 +293,16 @@ type Subscription struct {
 	// Initial is the state at Rev, with WatchOptions.Initial.
 	Initial *Snapshot
 	// Replay are the history events after the requested revision that
-	// precede the queued events (already in order); filter them with
-	// Kind.
+	// precede the queued events (already in order), of every namespace
+	// and every object: send only those Kind accepts.
 	Replay []*Event
 
 	from int64 // the requested revision of Replay
 }
 
-// Kind decides what ev is for this watch; see Watcher.
+// Kind decides what ev, an event of Replay, is for this watch, by the
+// rules live events follow (namespace, selectors, transitions; see
+// Watcher.kindAfter).
 func (s *Subscription) Kind(ev *Event) (FrameKind, bool) {
 	v := newView(ev)
 	return s.kindAfter(&v, s.from)

@@ -66,7 +66,11 @@ type Watcher struct {
 // leaving DELETED).
 func (w *Watcher) kindFor(v *view) (FrameKind, bool) { return w.kindAfter(v, w.after) }
 
-// kindAfter is kindFor for a watch that starts after revision after.
+// kindAfter is kindFor for a watch that starts after revision after. It
+// is the one place that decides whether an event concerns a watch, live
+// (dispatch) or replayed from the history (Subscription.Kind): an object
+// of another namespace than the watch's never does, nor one its selectors
+// did not select before or after the change.
 func (w *Watcher) kindAfter(v *view, after int64) (FrameKind, bool) {
 	ev := v.ev
 	if ev.Bookmark {
@@ -74,6 +78,12 @@ func (w *Watcher) kindAfter(v *view, after int64) (FrameKind, bool) {
 		return FrameBookmark, w.bookmarks && ev.Rev >= max(w.sent, after)
 	}
 	if ev.Rev <= after {
+		return 0, false
+	}
+	if w.ns != "" && ev.Namespace != w.ns {
+		// The index offers a live event only to the watchers of its
+		// namespace, but the history a watch replays holds every
+		// namespace's events.
 		return 0, false
 	}
 	if ev.Deleted {

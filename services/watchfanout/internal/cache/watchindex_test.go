@@ -131,9 +131,6 @@ func TestIndexedDispatchEqualsScan(t *testing.T) {
 	for i, s := range subs {
 		var want []Item
 		for _, ev := range hist {
-			if s.ns != "" && ev.Namespace != s.ns {
-				continue // namespaces were filed apart before the index
-			}
 			v := newView(ev)
 			if kind, ok := s.kindFor(&v); ok {
 				want = append(want, Item{Ev: ev, Kind: kind})
@@ -203,5 +200,89 @@ func BenchmarkDispatch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayEqualsLive: a watch that replays the history from before the
+// first change receives what a watch registered before it received live,
+// for every namespace and selector: the replay holds every namespace's
+// events, and the watch's own namespace and selectors pick its.
+func TestReplayEqualsLive(t *testing.T) {
+	r := testResource(t)
+	selectors := []struct{ label, field string }{
+		{"", ""},
+		{"app=a", ""},
+		{"app!=a", ""},
+		{"", "metadata.name=cm1"},
+		{"", "metadata.namespace=ns1"},
+	}
+	type pair struct {
+		ns, label, field string
+		live             *Subscription
+	}
+	var pairs []pair
+	for _, ns := range []string{"", "ns0", "ns1"} {
+		for _, sel := range selectors {
+			f, err := selection.New(r.Registry(), sel.label, sel.field)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := r.Watch(WatchOptions{Namespace: ns, Filter: f, After: -1, OnPending: func() {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			pairs = append(pairs, pair{ns: ns, label: sel.label, field: sel.field, live: sub})
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	live := map[string]bool{}
+	var chs []change
+	for rev := int64(1); rev <= 500; rev++ {
+		ns, name := fmt.Sprintf("ns%d", rng.IntN(3)), fmt.Sprintf("cm%d", rng.IntN(3))
+		key := r.res.Key(ns, name)
+		if live[key] && rng.IntN(4) == 0 {
+			delete(live, key)
+			chs = append(chs, change{key: key, rev: rev})
+			continue
+		}
+		var labels map[string]string
+		if rng.IntN(2) == 0 {
+			labels = map[string]string{"app": "a"}
+		}
+		live[key] = true
+		chs = append(chs, change{key: key, rev: rev, obj: storedOf(t, r, configMap(ns, name, labels))})
+	}
+	r.applyBatch(chs, 500, time.Now())
+
+	for _, p := range pairs {
+		f, err := selection.New(r.Registry(), p.label, p.field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := r.Watch(WatchOptions{Namespace: p.ns, Filter: f, After: 0, OnPending: func() {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replayed []Item
+		for _, ev := range sub.Replay {
+			if kind, ok := sub.Kind(ev); ok {
+				replayed = append(replayed, Item{Ev: ev, Kind: kind})
+			}
+		}
+		sub.Close()
+		got, err := p.live.TryNext(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(replayed) != len(got) {
+			t.Fatalf("ns %q %q %q: %d events replayed, %d live", p.ns, p.label, p.field, len(replayed), len(got))
+		}
+		for i := range got {
+			if replayed[i] != got[i] {
+				t.Fatalf("ns %q %q %q event %d: replayed %s rev %d kind %d, live %s rev %d kind %d", p.ns, p.label, p.field, i,
+					replayed[i].Ev.Key, replayed[i].Ev.Rev, replayed[i].Kind, got[i].Ev.Key, got[i].Ev.Rev, got[i].Kind)
+			}
+		}
 	}
 }
