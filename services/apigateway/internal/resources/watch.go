@@ -229,7 +229,10 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 
 // eventFrame turns a store event into the watch event a client of this
 // watch sees, if any: an object entering the selectors is ADDED, one
-// leaving them DELETED.
+// leaving them DELETED with its previous state at the event's revision,
+// as kube-apiserver reports it (the client saw that state last, and its
+// new one is not the watch's to show). The watch's key range holds its
+// namespace only.
 func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
@@ -252,9 +255,6 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 		return w.frame(watch.Modified, cur)
 	case curMatch:
 		return w.frame(watch.Added, cur)
-	case prevMatch && cur != nil:
-		// Left the selectors: DELETED, carrying the new state.
-		return w.frame(watch.Deleted, cur)
 	case prevMatch:
 		return w.frame(watch.Deleted, prev)
 	}
