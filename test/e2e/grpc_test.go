@@ -107,6 +107,24 @@ func TestGRPCAPI(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !hasStatus(st, 401, "Unauthorized") {
 		t.Errorf("get without credentials: %v", err)
 	}
+	// A request message may be as large as a REST body (3 MiB); an
+	// anonymous caller is refused before its message is read, whatever
+	// its size.
+	big := &httpbody.HttpBody{ContentType: "application/json", Data: make([]byte, 4<<20)}
+	if _, err := c.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: big}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("admin's 4 MiB create: %v, want ResourceExhausted", err)
+	}
+	_, err = anon.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: big})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !hasStatus(st, 401, "Unauthorized") {
+		t.Errorf("anonymous 4 MiB create: %v, want Unauthenticated", err)
+	}
+	// Impersonation is refused to a caller outside system:masters.
+	asBob := metadata.AppendToOutgoingContext(tokCtx, "impersonate-user", "bob")
+	_, err = anon.Get(asBob, &apiv1.GetRequest{Ref: getRef})
+	if st := status.Convert(err); st.Code() != codes.PermissionDenied || !hasStatus(st, 403, "Forbidden") {
+		t.Errorf("alice impersonating bob: %v, want PermissionDenied", err)
+	}
+
 	// Health is open to anyone.
 	conn, err := grpc.NewClient(cp.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(nil, pool, "127.0.0.1"))))
 	if err != nil {

@@ -243,7 +243,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	a.grpc, err = grpcapi.New(grpcapi.Config{
-		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger, MaxRecvMsgSize: grpcclient.MaxMsgSize},
+		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		Authenticator: authenticator,
 		FlowControl:   fc,
 		Resources:     resourceServer,

@@ -1,11 +1,18 @@
 // Package grpcapi is the gateway's gRPC front door: meridian.api.v1.
 // ResourceService for gRPC clients, with the same authentication (a client
-// certificate, or a bearer token in the "authorization" metadata) and the
-// same flow control as the REST surface, and the gRPC health service.
+// certificate, or a bearer token in the "authorization" metadata), the same
+// impersonation (Impersonate-* metadata), the same request size limit and
+// the same flow control as the REST surface, and the gRPC health service.
+//
+// A call is authenticated when its headers arrive, before grpc-go reads
+// any of its request message (see tap): an unauthenticated caller cannot
+// make the gateway hold a message, whatever size the message claims.
 package grpcapi
 
 import (
 	"context"
+	"net/http"
+	"net/textproto"
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
@@ -15,19 +22,31 @@ import (
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/tap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
+
+// DefaultMaxConcurrentStreams is the number of concurrent calls (HTTP/2
+// streams) one connection may have open when Config.MaxConcurrentStreams
+// is zero: net/http's HTTP/2 default, what the REST surface allows. The
+// server advertises it in its SETTINGS; a grpc-go client holds further
+// calls until one of its open ones ends, so a client that keeps more
+// watches open than this needs more connections.
+const DefaultMaxConcurrentStreams = 250
 
 // Config configures the gRPC front door.
 type Config struct {
 	// Server are the common server options (TLS, metrics, logging). Its
 	// TLS must request client certificates for certificate authentication.
+	// Its MaxRecvMsgSize is not used: a request message may be at most
+	// resources.MaxRequestBytes, the REST surface's body limit.
 	Server grpcserver.Options
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
@@ -35,16 +54,32 @@ type Config struct {
 	FlowControl *flowclient.Client
 	// Resources is the ResourceService implementation. Required.
 	Resources apiv1.ResourceServiceServer
+	// MaxConcurrentStreams bounds the calls open at once on one
+	// connection; 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
 }
 
 // New returns the gRPC server, not yet serving.
 func New(cfg Config) (*grpc.Server, error) {
+	cfg.Server.MaxRecvMsgSize = resources.MaxRequestBytes
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	opts, err := grpcserver.ServerOptions(cfg.Server)
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{authn: cfg.Authenticator, fc: cfg.FlowControl}
-	opts = append(opts, grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))
+	m, err := authn.NewMetrics(cfg.Server.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	g := &gate{authn: cfg.Authenticator, fc: cfg.FlowControl, metrics: m}
+	opts = append(opts,
+		grpc.InTapHandle(g.tap),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.ChainUnaryInterceptor(g.unary),
+		grpc.ChainStreamInterceptor(g.stream),
+	)
 	srv := grpc.NewServer(opts...)
 	apiv1.RegisterResourceServiceServer(srv, cfg.Resources)
 	hs := health.NewServer()
@@ -53,18 +88,37 @@ func New(cfg Config) (*grpc.Server, error) {
 	return srv, nil
 }
 
-// gate authenticates every call and takes seats for it.
+// gate authenticates every call (tap) and takes seats for it (the
+// interceptors).
 type gate struct {
-	authn *authn.Authenticator
-	fc    *flowclient.Client
+	authn   *authn.Authenticator
+	fc      *flowclient.Client
+	metrics *authn.Metrics
 }
+
+// callerKey carries the user tap established to the interceptors. The
+// identity interceptor of grpcserver clears identity.WithUser values (a
+// user comes to a handler only from its decision), so the user travels
+// under this key of our own and the interceptors here, which run after
+// it, hand it on with identity.WithUser.
+type callerKey struct{}
 
 // exempt are the methods open to anyone: health checks.
 func exempt(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
 
-func (g *gate) admit(ctx context.Context, method string, req any) (context.Context, func(), error) {
-	if exempt(method) {
-		return ctx, func() {}, nil
+// tap authenticates a call from its headers and transport, as a
+// grpc.InTapHandle: grpc-go runs it when the call's headers arrive, on
+// the connection's reader goroutine, before it creates the stream or reads
+// any message. A refusal (Unauthenticated, or the 400 / 403 of an
+// impersonation) ends the call there; the message the client goes on
+// sending is discarded unread. The caller is handed on in the returned
+// context. Authentication here is a map lookup or reading the certificate
+// the TLS handshake verified, cheap enough for the reader goroutine.
+// grpc-go does not cancel the context of a call refused here: a deadline
+// the client sent keeps its timer until the deadline passes.
+func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if exempt(info.FullMethodName) {
+		return ctx, nil
 	}
 	creds := authn.Credentials{}
 	if p, ok := peer.FromContext(ctx); ok {
@@ -72,13 +126,47 @@ func (g *gate) admit(ctx context.Context, method string, req any) (context.Conte
 			creds.TLS = &ti.State
 		}
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			creds.Authorization = v[0]
-		}
+	if v := info.Header.Get("authorization"); len(v) > 0 {
+		creds.Authorization = v[0]
 	}
 	u, ok, err := g.authn.Authenticate(creds)
+	g.metrics.Observe(ok, err)
 	if err != nil || !ok {
+		return nil, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
+	}
+	if as, impersonated, err := authn.Impersonate(u, impersonationHeaders(info.Header)); err != nil {
+		return nil, apistatus.ToGRPC(err)
+	} else if impersonated {
+		u = as
+	}
+	return context.WithValue(ctx, callerKey{}, u), nil
+}
+
+// impersonationHeaders returns the Impersonate-* entries of gRPC metadata
+// (whose keys are lower case) under the HTTP header keys authn reads.
+func impersonationHeaders(md metadata.MD) http.Header {
+	var h http.Header
+	for k, v := range md {
+		if strings.HasPrefix(k, "impersonate-") {
+			if h == nil {
+				h = http.Header{}
+			}
+			h[textproto.CanonicalMIMEHeaderKey(k)] = v
+		}
+	}
+	return h
+}
+
+// admit puts the caller tap established into ctx and takes seats for the
+// call. req is the call's request message, whose ref describes the call to
+// flow control.
+func (g *gate) admit(ctx context.Context, method string, req any) (context.Context, func(), error) {
+	if exempt(method) {
+		return ctx, func() {}, nil
+	}
+	u, ok := ctx.Value(callerKey{}).(identity.User)
+	if !ok {
+		// tap admits every call that is not exempt; this is not reached.
 		return nil, nil, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
 	}
 	ctx = identity.WithUser(ctx, u)
