@@ -33,16 +33,12 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
-
-// DefaultMaxRequestBytes bounds request bodies: kube-apiserver's limit of
-// 3 MiB, above the 1.5 MiB store value limit so that the store's own error
-// speaks for objects in between.
-const DefaultMaxRequestBytes = 3 << 20
 
 // Config configures a Handler.
 type Config struct {
@@ -65,7 +61,8 @@ type Config struct {
 	Metrics http.Handler
 	// Registerer receives the request metrics; nil: none.
 	Registerer prometheus.Registerer
-	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
+	// MaxRequestBytes bounds request bodies; 0 means
+	// resources.MaxRequestBytes, the bound of the gRPC front door too.
 	MaxRequestBytes int64
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -81,6 +78,7 @@ type Handler struct {
 	openapiV2 *openapi.V2
 	health    map[string]*healthz.Handler
 	metrics   *metrics
+	authn     *authn.Metrics
 	gzip      gzipWriters
 }
 
@@ -96,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+		cfg.MaxRequestBytes = resources.MaxRequestBytes
 	}
 	h := &Handler{
 		cfg:       cfg,
@@ -120,6 +118,9 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h.metrics = m
+	if h.authn, err = authn.NewMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	h.gw = newGatewayMux()
 	if err := apiv1.RegisterResourceServiceHandlerClient(ctx, h.gw, cfg.Resources); err != nil {
 		return nil, fmt.Errorf("frontend: register routes: %w", err)
@@ -147,6 +148,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &recorder{ResponseWriter: w}
 	info := requestinfo.New(r.Method, r.URL)
+	labels := labels(r, info)
+	var rt route
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -157,19 +160,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeStatus(rec, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)).ErrStatus)
 			}
 		}
-		h.metrics.observe(info, rec.code())
+		h.metrics.observe(labels, rt, rec.code())
 	}()
-	h.serve(rec, r, info)
+	h.serve(rec, r, info, &rt)
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info) {
+// serve serves a request; it sets *rt to the route the request reached,
+// for the metrics. Nothing reads the request's body before the caller is
+// authenticated.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route) {
 	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
 	if err != nil || (!ok && !publicPath(r.URL.Path)) {
+		h.authn.Observe(ok, err)
 		writeStatus(w, metav1.Status{Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"})
 		return
 	}
-	// The Authorization header has done its work; it goes no further.
+	requestor := authn.Anonymous()
+	if ok {
+		h.authn.Observe(ok, err)
+		requestor = u
+	}
+	// The Authorization and Impersonate-* headers have done their work;
+	// they go no further.
 	r.Header.Del("Authorization")
+	as, impersonated, err := authn.Impersonate(requestor, r.Header)
+	for k := range r.Header {
+		if strings.HasPrefix(k, "Impersonate-") {
+			r.Header.Del(k)
+		}
+	}
+	if err != nil {
+		writeStatus(w, toStatus(err))
+		return
+	}
+	if impersonated {
+		u, ok = as, true
+	}
 	ctx := fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent"))
 	if ok {
 		ctx = identity.WithUser(ctx, u)
@@ -179,11 +205,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	path := r.URL.Path
 	for prefix, hh := range h.health {
 		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			if path == prefix {
+				*rt = pathRoute(prefix, "")
+			}
 			hh.ServeHTTP(w, r)
 			return
 		}
 	}
 	switch {
+	case path == selfSubjectReviewPath:
+		*rt = selfSubjectReviewRoute
+		serveSelfSubjectReview(w, r, u)
+		return
 	case path == "/version" || path == "/version/":
 		writeJSON(w, discovery.Version)
 		return
@@ -195,6 +228,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	case !info.IsResourceRequest:
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			if (path == "/api" || path == "/apis") && wantsAggregated(r.Header.Get("Accept")) {
+				*rt = pathRoute(path, "apiserver")
 				w.Header().Set("Content-Type", discovery.AggregatedMediaType)
 				w.Header().Set("Vary", "Accept")
 				_ = json.NewEncoder(w).Encode(h.discovery.Aggregated(path == "/api"))
@@ -214,6 +248,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 				_, _ = w.Write(h.openapiV2.JSON)
 				return
 			}
+			if path == "/openapi/v3" {
+				*rt = pathRoute("openapi/v3", "")
+			} else if strings.HasPrefix(path, "/openapi/v3/") {
+				*rt = pathRoute("openapi/v3/", "")
+			}
 			if doc, found := h.openapi.Lookup(path); found {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(doc)
@@ -221,7 +260,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 			}
 		}
 	default:
-		h.serveResource(w, r, info)
+		h.serveResource(w, r, info, rt)
 		return
 	}
 	writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, "").ErrStatus)
@@ -254,8 +293,9 @@ func publicPath(p string) bool {
 	return p == "/version" || p == "/version/"
 }
 
-// serveResource serves a resource request through the ResourceService.
-func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info requestinfo.Info) {
+// serveResource serves a resource request through the ResourceService; it
+// sets *rt once the request names a served resource and a verb it serves.
+func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route) {
 	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 	res, ok := h.cfg.Registry.Lookup(gvr)
 	if !ok || (info.Subresource != "" && !res.HasSubresource(info.Subresource)) || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
@@ -267,6 +307,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		writeStatus(w, apierrors.NewMethodNotSupported(gvr.GroupResource(), strings.ToLower(r.Method)).ErrStatus)
 		return
 	}
+	*rt = resourceRoute(info)
 	if err := h.rewrite(r, info); err != nil {
 		writeStatus(w, toStatus(err))
 		return
@@ -333,10 +374,14 @@ var bodyTypes = map[string][]string{
 //	GET /api/v1/namespaces/demo/configmaps?watch=1&resourceVersion=5
 //	→ GET /_meridian/v1/watch?ref.version=v1&ref.resource=configmaps&ref.namespace=demo&resourceVersion=5&accept=application/json
 //
-// Media types are negotiated here (406, 415), and the body is wrapped so
+// Query parameters of the wrong type are refused here (400, checkParams),
+// media types are negotiated here (406, 415), and the body is wrapped so
 // that its media type reaches the ResourceService.
 func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	q := r.URL.Query()
+	if err := checkParams(info.Verb, q); err != nil {
+		return err
+	}
 	out := url.Values{}
 	for _, p := range resourceParams {
 		if v, ok := q[p]; ok {

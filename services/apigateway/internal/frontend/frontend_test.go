@@ -47,7 +47,10 @@ func (s *recordingService) Get(_ context.Context, req *apiv1.GetRequest) (*httpb
 	return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap"}`)}, nil
 }
 
-func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr error) http.Handler {
+// newTestHandler returns a front end over svc with two token users, alice
+// ("good-token") and admin ("admin-token", in system:masters); tune adjusts
+// its configuration.
+func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr error, tune ...func(*Config)) http.Handler {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
@@ -61,16 +64,20 @@ func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr erro
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	tokens, err := authn.ParseTokenFile(strings.NewReader("good-token,alice,uid-1\n"))
+	tokens, err := authn.ParseTokenFile(strings.NewReader("good-token,alice,uid-1\nadmin-token,admin,uid-0,system:masters\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(context.Background(), Config{
+	cfg := Config{
 		Registry:      registry.New(registry.Core()...),
 		Authenticator: authn.New(nil, tokens),
 		Resources:     apiv1.NewResourceServiceClient(conn),
 		Readyz:        []healthz.Check{{Name: "store", Run: func(context.Context) error { return readyErr }}},
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	h, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,31 @@
 package frontend
 
 import (
+	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 )
 
-// metrics are the request metrics, under kube-apiserver's names.
+// metrics are the request metrics, under kube-apiserver's names and with
+// its label values, every one of them bounded whatever a client sends.
+//
+// apiserver_request_total counts the requests that reach an endpoint the
+// server serves (a route): a served resource, a health check's root, the
+// aggregated discovery documents, the OpenAPI v3 documents — what
+// kube-apiserver instruments. Its resource labels come from the registry,
+// never from the path as sent. A request that reaches no route (it failed
+// authentication, is refused impersonation, or names a path or resource
+// that is not served) is not counted there, as kube-apiserver's filters
+// and NotFound handler do not count it; failed authentication is counted
+// under authentication_attempts instead (authn.Metrics).
 type metrics struct {
 	requests *prometheus.CounterVec
 }
@@ -16,8 +33,8 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "apiserver_request_total",
-		Help: "Counter of apiserver requests broken out for each verb, group, version, resource, scope, component, and HTTP response code.",
-	}, []string{"verb", "group", "version", "resource", "subresource", "scope", "component", "code"})}
+		Help: "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
+	}, []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component", "code"})}
 	if reg == nil {
 		return m, nil
 	}
@@ -28,20 +45,99 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(info requestinfo.Info, code int) {
-	verb := info.Verb
-	scope := ""
-	if info.IsResourceRequest {
-		switch {
-		case info.Name != "":
-			scope = "resource"
-		case info.Namespace != "":
-			scope = "namespace"
-		default:
-			scope = "cluster"
+// route is the endpoint a request reached, as apiserver_request_total
+// labels it; the zero route (set false) is none.
+type route struct {
+	set                                          bool
+	group, version, resource, subresource, scope string
+	component                                    string
+}
+
+// resourceRoute is the route of a request for a served resource; group,
+// version and resource are the registry's.
+func resourceRoute(info requestinfo.Info) route {
+	return route{set: true, group: info.APIGroup, version: info.APIVersion, resource: info.Resource,
+		subresource: info.Subresource, scope: scope(info), component: "apiserver"}
+}
+
+// pathRoute is the route of a non-resource endpoint, labelled by a fixed
+// name (kube-apiserver puts it in the subresource label); component is
+// "apiserver" or, for health checks, empty, as there.
+func pathRoute(name, component string) route {
+	return route{set: true, subresource: name, component: component}
+}
+
+// requestLabels are the labels of a request that serving changes the
+// request's own fields for (rewrite replaces its query and drops its
+// Content-Type): taken before it is served.
+type requestLabels struct {
+	verb, dryRun string
+}
+
+// labels reads a request's verb and dry_run labels as kube-apiserver's
+// cleanVerb and cleanDryRun do: the HTTP method, LIST for a GET of a
+// collection, WATCH, APPLY for a server-side apply, "other" for any other
+// method; the sorted distinct dryRun values, or "invalid".
+func labels(r *http.Request, info requestinfo.Info) requestLabels {
+	verb := strings.ToUpper(r.Method)
+	switch {
+	case info.Verb == "watch":
+		verb = "WATCH"
+	case verb == http.MethodGet || verb == http.MethodHead:
+		verb = "GET"
+		if s := scope(info); s != "resource" && s != "" {
+			verb = "LIST"
 		}
-	} else {
-		verb = "get"
+	case verb == http.MethodPatch:
+		if ct, _ := negotiation.ContentType(r.Header.Get("Content-Type")); ct == negotiation.ApplyPatchYAML || ct == negotiation.ApplyPatchCBOR {
+			verb = "APPLY"
+		}
 	}
-	m.requests.WithLabelValues(verb, info.APIGroup, info.APIVersion, info.Resource, info.Subresource, scope, "apiserver", strconv.Itoa(code)).Inc()
+	if !validVerbs[verb] {
+		verb = "other"
+	}
+	return requestLabels{verb: verb, dryRun: dryRunLabel(r.URL)}
+}
+
+// validVerbs are kube-apiserver's reported verbs; any other is "other".
+var validVerbs = map[string]bool{
+	"APPLY": true, "CONNECT": true, "CREATE": true, "DELETE": true, "DELETECOLLECTION": true, "GET": true, "LIST": true,
+	"PATCH": true, "POST": true, "PROXY": true, "PUT": true, "UPDATE": true, "WATCH": true, "WATCHLIST": true,
+}
+
+// dryRunLabel is the dry_run label of a request's query.
+func dryRunLabel(u *url.URL) string {
+	if !strings.Contains(u.RawQuery, "dryRun") {
+		return ""
+	}
+	values := u.Query()["dryRun"]
+	if len(metav1validation.ValidateDryRun(nil, values)) > 0 {
+		return "invalid"
+	}
+	values = slices.Clone(values)
+	slices.Sort(values)
+	return strings.Join(slices.Compact(values), ",")
+}
+
+// scope is kube-apiserver's scope label: resource (one object, or a
+// create), namespace, cluster, or empty for non-resource requests.
+func scope(info requestinfo.Info) string {
+	switch {
+	case !info.IsResourceRequest:
+		return ""
+	case info.Name != "" || info.Verb == "create":
+		return "resource"
+	case info.Namespace != "":
+		return "namespace"
+	default:
+		return "cluster"
+	}
+}
+
+// observe counts a request that reached rt and was answered with code.
+func (m *metrics) observe(l requestLabels, rt route, code int) {
+	if !rt.set {
+		return
+	}
+	m.requests.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component, strconv.Itoa(code)).Inc()
 }
