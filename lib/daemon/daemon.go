@@ -1,8 +1,9 @@
 // Package daemon is the common shape of a meridian service binary: the
-// flags every service has (listen address, mTLS files, trusted
-// organization, metrics address, logging), and Run, which turns them into a
-// logger, a metrics registry, a TLS configuration and a trust rule, serves
-// the service until SIGINT or SIGTERM, and shuts it down cleanly.
+// flags every service has (listen address, mTLS files, trusted and calling
+// organizations, metrics address, logging), and Run, which turns them into
+// a logger, a metrics registry, a TLS configuration, a trust rule and the
+// callers' organizations, serves the service until SIGINT or SIGTERM, and
+// shuts it down cleanly.
 package daemon
 
 import (
@@ -16,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,12 +34,17 @@ type Flags struct {
 	// TLSCertFile and TLSKeyFile are the serving certificate and key;
 	// both empty serves plaintext (development only).
 	TLSCertFile, TLSKeyFile string
-	// ClientCAFile, when set, makes the server require and verify client
-	// certificates signed by these CAs (mTLS).
+	// ClientCAFile makes the server require and verify client
+	// certificates signed by these CAs (mTLS): the internal CA. Required
+	// with TLS, since callers are authorized by their certificates.
 	ClientCAFile string
 	// TrustedOrganization is the O= of client certificates whose holders
 	// may assert users in metadata; empty trusts nobody.
 	TrustedOrganization string
+	// CallerOrganizations is a comma-separated list of the O= of client
+	// certificates allowed to call the service (health checks are open to
+	// all); default identity.GatewayOrganization.
+	CallerOrganizations string
 	// MetricsListen is the address of the /metrics HTTP server; empty
 	// disables it.
 	MetricsListen string
@@ -50,8 +57,9 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen s
 	fs.StringVar(&f.Listen, "listen", defaultListen, "gRPC listen address")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM); empty serves plaintext, for development only")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
-	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against; when set, every client must present one (mTLS)")
+	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against (the internal CA): every client must present one (mTLS); required with --tls-cert-file")
 	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
+	fs.StringVar(&f.CallerOrganizations, "caller-organizations", identity.GatewayOrganization, "comma-separated organizations (O=) of client certificates allowed to call this service; others get PERMISSION_DENIED (health checks are open to all)")
 	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the Prometheus /metrics HTTP server; empty disables it")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")
@@ -68,6 +76,12 @@ func (f *Flags) Validate() error {
 	}
 	if f.ClientCAFile != "" && f.TLSCertFile == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	if f.TLSCertFile != "" && f.ClientCAFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
+	}
+	if len(f.Callers()) == 0 {
+		errs = append(errs, errors.New("--caller-organizations names no organization"))
 	}
 	if _, err := telemetry.NewLogger(io.Discard, f.LogLevel, f.LogFormat); err != nil {
 		errs = append(errs, err)
@@ -92,6 +106,17 @@ func (f *Flags) Trust() identity.TrustFunc {
 	return identity.TrustOrganization(f.TrustedOrganization)
 }
 
+// Callers returns the organizations --caller-organizations names.
+func (f *Flags) Callers() []string {
+	var out []string
+	for _, o := range strings.Split(f.CallerOrganizations, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // Env is what Run gives the service constructor.
 type Env struct {
 	Logger   *slog.Logger
@@ -99,6 +124,9 @@ type Env struct {
 	// TLS is nil when serving plaintext.
 	TLS   *tls.Config
 	Trust identity.TrustFunc
+	// Callers are the organizations allowed to call the service (enforced
+	// when TLS is set).
+	Callers []string
 }
 
 // Server is a built service: app.App of each service satisfies it.
@@ -129,13 +157,10 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	switch {
-	case tlsConf == nil:
-		logger.Warn("serving plaintext gRPC: development only; no peer may assert users")
-	case f.ClientCAFile == "":
-		logger.Warn("serving TLS without client certificates: no peer may assert users")
+	if tlsConf == nil {
+		logger.Warn("serving plaintext gRPC: development only; no peer may assert users and every caller may call")
 	}
-	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust()}
+	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust(), Callers: f.Callers()}
 
 	srv, err := build(ctx, env)
 	if err != nil {

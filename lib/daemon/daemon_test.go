@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/identity"
 )
 
 // fakeServer accepts connections until closed.
@@ -56,7 +57,7 @@ func TestRunShutsDownOnCancel(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		done <- daemon.Run(ctx, "test", &f, io.Discard, func(_ context.Context, env daemon.Env) (daemon.Server, error) {
-			if env.Registry == nil || env.Logger == nil || env.Trust == nil || env.TLS != nil {
+			if env.Registry == nil || env.Logger == nil || env.Trust == nil || env.TLS != nil || len(env.Callers) != 1 || env.Callers[0] != identity.GatewayOrganization {
 				t.Errorf("env %+v", env)
 			}
 			return srv, nil
@@ -87,9 +88,14 @@ func TestFlagsValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
-	for _, want := range []string{"--listen", "--tls-key-file", "log level"} {
+	for _, want := range []string{"--listen", "--tls-key-file", "log level", "--caller-organizations"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
+	}
+	// TLS without client certificates could authorize nobody.
+	f = daemon.Flags{Listen: ":1", TLSCertFile: "c", TLSKeyFile: "k", CallerOrganizations: identity.GatewayOrganization, LogLevel: "info", LogFormat: "json"}
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "--client-ca-file") {
+		t.Fatalf("TLS without --client-ca-file: %v", err)
 	}
 }

@@ -1,14 +1,16 @@
 // Package grpcserver assembles the gRPC server of every meridian service,
 // so that transport security, keepalive, limits, the stream worker pool and
-// the interceptor chain (metrics, logging, panic recovery, identity) are
-// built in one place and behave the same in each service.
+// the interceptor chain (metrics, logging, panic recovery, access,
+// identity) are built in one place and behave the same in each service.
 //
 // The chain, outermost first:
 //
-//	metrics → logging → recovery → identity → handler
+//	metrics → logging → recovery → access → identity → handler
 //
 // Metrics and logging are outside recovery so that a recovered panic is
-// counted and logged with its final code (Internal).
+// counted and logged with its final code (Internal); access (which
+// certificates may call which method, identity.Policy) refuses a call
+// before anything reads its metadata.
 package grpcserver
 
 import (
@@ -87,6 +89,13 @@ type Options struct {
 	// Trust decides which mTLS peers may assert users in metadata; nil
 	// trusts none.
 	Trust identity.TrustFunc
+	// Access says which callers, by the organizations of their verified
+	// client certificates, may call which methods; health checks are
+	// always open. It applies when TLS is set (a plaintext server, for
+	// tests, has no certificates to check); nil lets every caller call
+	// every method, for servers whose callers are authenticated otherwise
+	// (the gateway's public gRPC API).
+	Access identity.Policy
 	// MaxRecvMsgSize is the largest request message in bytes; 0 means
 	// DefaultMaxRecvMsgSize (4 MiB).
 	MaxRecvMsgSize int
@@ -97,6 +106,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.MaxRecvMsgSize < 0 {
 		errs = append(errs, fmt.Errorf("grpcserver: MaxRecvMsgSize %d is negative", o.MaxRecvMsgSize))
+	}
+	if err := o.Access.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("grpcserver: Access: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -156,16 +168,14 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 		unary = append(unary, m.unaryInterceptor)
 		stream = append(stream, m.streamInterceptor)
 	}
-	unary = append(unary,
-		unaryLogging(logger),
-		unaryRecovery(logger),
-		identity.UnaryServerInterceptor(opts.Trust),
-	)
-	stream = append(stream,
-		streamLogging(logger),
-		streamRecovery(logger),
-		identity.StreamServerInterceptor(opts.Trust),
-	)
+	unary = append(unary, unaryLogging(logger), unaryRecovery(logger))
+	stream = append(stream, streamLogging(logger), streamRecovery(logger))
+	if opts.Access != nil && opts.TLS != nil {
+		unary = append(unary, opts.Access.UnaryServerInterceptor())
+		stream = append(stream, opts.Access.StreamServerInterceptor())
+	}
+	unary = append(unary, identity.UnaryServerInterceptor(opts.Trust))
+	stream = append(stream, identity.StreamServerInterceptor(opts.Trust))
 
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecv),

@@ -3,6 +3,7 @@ package grpcserver_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,12 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/pki"
 )
 
 // boomDesc is a service whose methods panic when asked to.
@@ -217,5 +221,70 @@ func TestMaxRecvMsgSize(t *testing.T) {
 	}
 	if _, err := grpcserver.ServerOptions(grpcserver.Options{MaxRecvMsgSize: -1}); err == nil {
 		t.Fatal("negative MaxRecvMsgSize accepted")
+	}
+}
+
+func TestAccess(t *testing.T) {
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(spec pki.CertSpec) tls.Certificate {
+		kp, err := ca.Issue(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := kp.TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	serving := issue(pki.CertSpec{CommonName: "svc", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
+	gateway := issue(pki.CertSpec{CommonName: "gw", Organizations: []string{identity.GatewayOrganization}, Client: true})
+	operator := issue(pki.CertSpec{CommonName: "op", Organizations: []string{identity.OperatorOrganization}, Client: true})
+	reg := prometheus.NewRegistry()
+	srv, _, err := grpcserver.New(grpcserver.Options{
+		TLS:        pki.ServerTLS(serving, ca.Pool(), tls.RequireAndVerifyClientCert),
+		Registerer: reg,
+		Access:     identity.Policy{identity.Service("test.Boom"): {identity.GatewayOrganization}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RegisterService(&boomDesc, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	call := func(cert tls.Certificate) error {
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&cert, ca.Pool(), ""))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// A panicking request shows that the refusal comes before the
+		// handler.
+		return conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String("panic"), new(wrapperspb.StringValue))
+	}
+	if err := call(gateway); status.Code(err) != codes.Internal {
+		t.Fatalf("gateway: %v, want the handler's Internal", err)
+	}
+	if err := call(operator); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("operator: %v, want PermissionDenied", err)
+	}
+	if got := testutil.ToFloat64(mustCurry(t, reg, "Unary", "PermissionDenied")); got != 1 {
+		t.Errorf("handled{Unary,PermissionDenied} = %v, want 1", got)
+	}
+
+	// Plaintext (tests only) has no certificates to check.
+	conn := start(t, grpcserver.Options{Access: identity.Policy{identity.Service("test.Boom"): {identity.GatewayOrganization}}})
+	if err := conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String("x"), new(wrapperspb.StringValue)); err != nil {
+		t.Fatalf("plaintext: %v", err)
+	}
+	if _, err := grpcserver.ServerOptions(grpcserver.Options{Access: identity.Policy{"test.Boom": {"o"}}}); err == nil {
+		t.Fatal("malformed Access accepted")
 	}
 }

@@ -11,9 +11,28 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// GatewayOrganization is the Organization (O=) of the gateway's client
-// certificate: the peers trusted to assert users by default.
-const GatewayOrganization = "meridian:gateways"
+// Organizations (O=) of the internal certificates, one per identity that
+// calls meridian's services. Each service accepts the calls of the
+// identities it serves and refuses the others (see Policy).
+const (
+	// GatewayOrganization is the Organization of the gateway's client
+	// certificate: the peers trusted to assert users by default, and the
+	// callers of the store's data RPCs, the watch fan-out tier, admission
+	// and flow control.
+	GatewayOrganization = "meridian:gateways"
+	// WatchFanoutOrganization is the Organization of the watch fan-out
+	// tier's client certificate: it reads and watches the store, and
+	// writes nothing.
+	WatchFanoutOrganization = "meridian:watchfanout"
+	// StorePeerOrganization is the Organization of a store member's
+	// certificate: the raft transport, requests forwarded to the leader
+	// and a new member asking to join.
+	StorePeerOrganization = "meridian:store-peers"
+	// OperatorOrganization is the Organization of an operator's client
+	// certificate: the store's membership changes, compaction, snapshots
+	// and status. It reads and writes no keys.
+	OperatorOrganization = "meridian:operators"
+)
 
 // TrustFunc reports whether the mTLS client presenting peer (its verified
 // leaf certificate) may assert users in request metadata. It is called on

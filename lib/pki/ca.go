@@ -131,6 +131,12 @@ func (ca *CA) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
 }
 
+// WriteCert writes the CA certificate, not its key, to name (atomically,
+// mode 0644), for those who verify what the CA signed.
+func (ca *CA) WriteCert(name string) error {
+	return writeFile(name, ca.CertPEM(), 0o644)
+}
+
 // Pool returns a new pool holding only the CA certificate, for
 // tls.Config.RootCAs or ClientCAs.
 func (ca *CA) Pool() *x509.CertPool {

@@ -49,6 +49,27 @@ func TestLoadOrCreateCA(t *testing.T) {
 	}
 }
 
+func TestWriteCert(t *testing.T) {
+	ca, err := NewCA("meridian-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(t.TempDir(), "ca-bundle.crt")
+	if err := ca.WriteCert(name); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, ca.CertPEM()) {
+		t.Fatalf("wrote %q, want the CA certificate alone", data)
+	}
+	if _, err := parseKeyPEM(data); err == nil {
+		t.Fatal("the CA key was written")
+	}
+}
+
 func TestIssueAndVerify(t *testing.T) {
 	ca, err := NewCA("ca")
 	if err != nil {
