@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/identity"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
@@ -134,7 +135,10 @@ func (a *App) open(ctx context.Context) error {
 		AdmitWrite: guard.Admit,
 	}
 	if cfg.PeerAddress != "" && cfg.TLS != nil {
-		rcfg.ServerTLS, rcfg.ClientTLS = cfg.TLS, cfg.ClientTLS
+		// Raft connections carry no gRPC calls for the access policy to
+		// check: both ends must be store members.
+		rcfg.ServerTLS = identity.RequireOrganization(cfg.TLS, identity.StorePeerOrganization)
+		rcfg.ClientTLS = identity.RequireOrganization(cfg.ClientTLS, identity.StorePeerOrganization)
 	}
 	for _, m := range cfg.InitialCluster {
 		rcfg.InitialCluster = append(rcfg.InitialCluster, raftnode.Peer{ID: m.ID, Address: m.PeerAddress})
@@ -165,7 +169,10 @@ func (a *App) open(ctx context.Context) error {
 	}, grpcserver.Keepalive()...)
 	opts = append(opts, grpcserver.Windows()...)
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		access := server.Access()
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)),
+			grpc.ChainUnaryInterceptor(access.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(access.StreamServerInterceptor()))
 	}
 	opts = append(opts, cfg.GRPCServerOptions...)
 	a.grpc = grpc.NewServer(opts...)

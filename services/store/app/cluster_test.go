@@ -49,7 +49,7 @@ func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
 	for i := range n {
 		cfg := Config{
 			ID: fmt.Sprintf("s%d", i), DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1,
-			PeerAddress: addrs[2*i], ClientAddress: addrs[2*i+1], TLS: certs.Server(), ClientTLS: certs.Client(),
+			PeerAddress: addrs[2*i], ClientAddress: addrs[2*i+1], TLS: certs.Server(), ClientTLS: certs.Peer(),
 			Logger: testLogger(), HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		}
 		initial = append(initial, Member{ID: cfg.ID, PeerAddress: cfg.PeerAddress, ClientAddress: cfg.ClientAddress})

@@ -76,7 +76,9 @@ type Config struct {
 	NonVoter bool
 	// ClientTLS is the TLS config to dial other members: the raft
 	// transport (when TLS is set, raft runs over mutual TLS with TLS as its
-	// server side) and forwarding to the leader. Required when TLS and
+	// server side), forwarding to the leader and joining. Its certificate
+	// must carry identity.StorePeerOrganization: raft connections from or
+	// to a certificate without it are refused. Required when TLS and
 	// PeerAddress are both set.
 	ClientTLS *tls.Config
 	// SnapshotThreshold and TrailingLogs tune raft snapshots and log
@@ -92,8 +94,12 @@ type Config struct {
 	// committed when no new entries follow them; 0 means
 	// raftnode.DefaultCommitTimeout.
 	CommitTimeout time.Duration
-	// TLS is the gRPC server TLS config (set ClientAuth for mTLS); nil
-	// serves plaintext, for tests only.
+	// TLS is the gRPC server TLS config; its ClientAuth must be
+	// tls.RequireAndVerifyClientCert, with the internal CA as ClientCAs:
+	// every call is authorized by the organization of the caller's
+	// certificate (internal/server.Access: data RPCs for the gateways and
+	// the watch fan-out tier, operator RPCs for operators, forwarding for
+	// members). nil serves plaintext to every caller, for tests only.
 	TLS *tls.Config
 	// Registerer receives the store's metrics; nil registers none. Close
 	// unregisters them.
@@ -176,6 +182,9 @@ func (c *Config) Validate() error {
 		if _, err := raftnode.ValidatePeerAddress(c.PeerAddress); err != nil {
 			errs = append(errs, fmt.Errorf("store: PeerAddress: %w", err))
 		}
+	}
+	if c.TLS != nil && c.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
+		errs = append(errs, errors.New("store: TLS must require and verify client certificates (callers are authorized by them)"))
 	}
 	if c.TLS != nil && c.PeerAddress != "" && c.ClientTLS == nil {
 		errs = append(errs, errors.New("store: ClientTLS is required with TLS and PeerAddress (raft runs over mutual TLS)"))

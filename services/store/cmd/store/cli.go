@@ -27,6 +27,10 @@ const cliUsage = `usage: store <command> [flags]
   store snapshot restore <file> --data-dir <dir>   (offline: no member is contacted)
 
 flags: --endpoints host:port,… (default 127.0.0.1:2479) --cert --key --cacert --timeout
+
+Every command but snapshot restore needs an operator's client certificate
+(--cert/--key, O=meridian:operators) signed by the store's internal CA
+(--cacert verifies the members).
 `
 
 // isCLICommand reports whether the first argument selects the admin CLI
@@ -68,7 +72,7 @@ func cli(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("store "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	endpoints := fs.String("endpoints", "127.0.0.1:2479", "comma-separated gRPC addresses of members")
-	cert := fs.String("cert", "", "client certificate (PEM)")
+	cert := fs.String("cert", "", "operator client certificate (PEM, O=meridian:operators)")
 	key := fs.String("key", "", "client key (PEM)")
 	ca := fs.String("cacert", "", "CA bundle (PEM) verifying the members")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on the command")

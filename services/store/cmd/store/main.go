@@ -66,9 +66,9 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.commitTimeout, "commit-timeout", 0, "longest a follower goes without learning the commit index while no new entries flow and no nudge reaches it; 0 = 50ms")
 	fs.DurationVar(&f.electionTimt, "election-timeout", 0, "raft election timeout; 0 = 1s")
 	fs.StringVar(&f.peerCA, "peer-ca-file", "", "CA bundle (PEM) verifying other members' certificates when dialing them (raft, forwarding); default --client-ca-file")
-	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "server certificate (PEM) for the gRPC API; empty = plaintext")
+	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
-	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates; when set, clients must present a certificate it verifies (mTLS)")
+	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates (the internal CA): clients must present a certificate it verifies (mTLS), whose organization decides what they may call; required with --tls-cert-file")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9479", "Prometheus /metrics listen address; empty disables")
 	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
@@ -89,6 +89,9 @@ func parseFlags(args []string) (flags, error) {
 	}
 	if f.clientCA != "" && f.tlsCert == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	if f.tlsCert != "" && f.clientCA == "" {
+		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
 	}
 	if f.join != "" && f.peerListen == "" {
 		errs = append(errs, errors.New("--join needs --peer-listen"))
@@ -222,8 +225,7 @@ func run(f flags, log *slog.Logger) error {
 }
 
 // serverTLS builds the gRPC server's TLS config from the flags; nil when
-// TLS is off. With a client CA, clients must present a verified
-// certificate.
+// TLS is off. Clients must present a certificate the client CA verifies.
 func serverTLS(f flags) (*tls.Config, error) {
 	if f.tlsCert == "" {
 		return nil, nil
