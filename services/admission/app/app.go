@@ -48,6 +48,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
 	Trust identity.TrustFunc
+	// Callers are the organizations (O=) of the client certificates that
+	// may call the service when TLS is set; others get PermissionDenied
+	// (health checks are open to every caller). nil means the gateways
+	// (identity.GatewayOrganization).
+	Callers []string
 }
 
 // Validate reports every problem of c at once.
@@ -93,6 +98,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registerer:     cfg.Registerer,
 		Logger:         cfg.Logger,
 		Trust:          cfg.Trust,
+		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
 		MaxRecvMsgSize: maxRecv,
 	})
 	if err != nil {

@@ -64,6 +64,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
 	Trust identity.TrustFunc
+	// Callers are the organizations (O=) of the client certificates that
+	// may call the service when TLS is set; others get PermissionDenied
+	// (health checks are open to every caller). nil means the gateways
+	// (identity.GatewayOrganization).
+	Callers []string
 }
 
 func (c *Config) apf() apf.Config {
@@ -153,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registerer: cfg.Registerer,
 		Logger:     cfg.Logger,
 		Trust:      cfg.Trust,
+		Access:     identity.ServiceCallers(ServiceName, cfg.Callers),
 	})
 	if err != nil {
 		ctrl.Close()

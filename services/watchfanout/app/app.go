@@ -62,6 +62,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
 	Trust identity.TrustFunc
+	// Callers are the organizations (O=) of the client certificates that
+	// may call the service when TLS is set; others get PermissionDenied
+	// (health checks are open to every caller). nil means the gateways
+	// (identity.GatewayOrganization).
+	Callers []string
 
 	// Registry lists the served resources; nil means registry.Standard(),
 	// what the gateway serves by default: the two must agree, or watches
@@ -180,6 +185,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registerer: cfg.Registerer,
 		Logger:     cfg.Logger,
 		Trust:      cfg.Trust,
+		Access:     identity.ServiceCallers(ServiceName, cfg.Callers),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)

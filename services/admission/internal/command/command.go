@@ -30,7 +30,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return daemon.Run(ctx, "admission", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
-		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust = env.TLS, env.Registry, env.Logger, env.Trust
+		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
 		return app.New(ctx, cfg)
 	})
 }

@@ -49,7 +49,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var store storeFlags
 	fs.StringVar(&store.address, "store-address", "127.0.0.1:7001", "gRPC address of the store (host:port or a gRPC target URI), or several members' addresses separated by commas (the watch follows leader changes)")
 	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
-	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store")
+	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store, with O=meridian:watchfanout (the store lets that identity read and watch)")
 	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
 	// Tuning; zero keeps app.Config's documented default.
 	var tune app.Config
@@ -91,7 +91,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		common.MetricsListen = ""
 	}
 	return daemon.Run(ctx, "watchfanout", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
-		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust = env.TLS, env.Registry, env.Logger, env.Trust
+		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
 		if limit > 0 {
 			// Process-wide, so set by the binary, never by app (the
 			// all-in-one embeds it).
