@@ -61,14 +61,15 @@ type Config struct {
 	// served from the store.
 	WatchFanoutAddresses []string
 	// ClientTLS is the mTLS configuration for calls to the other services
-	// (the gateway's client certificate, O=meridian:gateways, and the CA);
-	// nil is plaintext, for tests only.
+	// (the gateway's client certificate, O=meridian:gateways, and the
+	// internal CA); nil is plaintext, for tests only.
 	ClientTLS *tls.Config
-	// ServingTLS is the HTTPS configuration of the API. Required. Client
-	// certificates are requested and verified against ClientCAs.
+	// ServingTLS is the HTTPS (and gRPC API) configuration. Required.
+	// Client certificates are requested and verified against ClientCAs.
 	ServingTLS *tls.Config
-	// ClientCAs verifies client certificates; nil disables certificate
-	// authentication.
+	// ClientCAs verifies the client certificates of API users: the API
+	// client CA alone, never the internal CA, whose certificates would
+	// otherwise log in as users. nil disables certificate authentication.
 	ClientCAs *x509.CertPool
 	// TokenAuthFile is a kube-apiserver static token file; empty: none.
 	TokenAuthFile string
@@ -239,8 +240,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	tlsConf := cfg.ServingTLS.Clone()
 	if cfg.ClientCAs != nil {
+		// Certificates are asked for, not verified by the handshake:
+		// authn verifies them against ClientCAs, so that one it refuses
+		// (an internal certificate, another CA's) gets 401, as
+		// kube-apiserver answers, rather than a failed handshake.
 		tlsConf.ClientCAs = cfg.ClientCAs
-		tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
+		tlsConf.ClientAuth = tls.RequestClientCert
 	}
 	a.grpc, err = grpcapi.New(grpcapi.Config{
 		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},

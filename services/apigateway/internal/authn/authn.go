@@ -1,7 +1,15 @@
-// Package authn establishes who is calling the gateway: from a verified TLS
-// client certificate (user = CN, groups = O, as kube-apiserver reads them)
-// or a bearer token from a static token file. Identity is established here,
-// once, and travels to the other services in gRPC metadata.
+// Package authn establishes who is calling the gateway: from a TLS client
+// certificate signed by the API's client CA (user = CN, groups = O, as
+// kube-apiserver reads them) or a bearer token from a static token file.
+// Identity is established here, once, and travels to the other services in
+// gRPC metadata.
+//
+// The gateway's listeners request client certificates without verifying
+// them (tls.RequestClientCert, as kube-apiserver does), so that a
+// certificate this package refuses — one of the internal CA's, or any
+// other CA's — gets a 401 (Unauthenticated) rather than a failed
+// handshake. The handshake still proves that the client holds the
+// certificate's key; this package verifies the chain.
 package authn
 
 import (
@@ -14,6 +22,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
 )
@@ -24,14 +33,16 @@ var ErrInvalidToken = errors.New("authn: invalid bearer token")
 
 // Authenticator authenticates requests. It is safe for concurrent use.
 type Authenticator struct {
-	roots  *x509.CertPool
-	tokens map[string]identity.User
+	roots    *x509.CertPool
+	tokens   map[string]identity.User
+	verified verifiedCerts
 }
 
 // New returns an Authenticator that accepts client certificates signed by
-// roots (nil: none) and the tokens of a token file (nil: none).
+// roots (nil: none), which must be the API's client CA alone, and the
+// tokens of a token file (nil: none).
 func New(roots *x509.CertPool, tokens *TokenFile) *Authenticator {
-	a := &Authenticator{roots: roots}
+	a := &Authenticator{roots: roots, verified: newVerifiedCerts()}
 	if tokens != nil {
 		a.tokens = tokens.users
 	}
@@ -40,10 +51,9 @@ func New(roots *x509.CertPool, tokens *TokenFile) *Authenticator {
 
 // Credentials are what a request presents.
 type Credentials struct {
-	// TLS is the connection state; nil for plaintext. VerifiedChains, when
-	// set, must come from a handshake that verified the client certificate
-	// against the Authenticator's roots (tls.VerifyClientCertIfGiven with
-	// the same ClientCAs), as the gateway's servers are configured.
+	// TLS is the connection state; nil for plaintext. Its
+	// PeerCertificates are verified against the Authenticator's roots
+	// whatever the handshake verified.
 	TLS *tls.ConnectionState
 	// Authorization is the Authorization header (or gRPC metadata) value.
 	Authorization string
@@ -58,27 +68,37 @@ func (a *Authenticator) Authenticate(c Credentials) (u identity.User, ok bool, e
 		}
 		return identity.User{}, false, ErrInvalidToken
 	}
-	if c.TLS != nil && len(c.TLS.VerifiedChains) > 0 && a.roots != nil {
-		// The TLS handshake already verified the chain against our client
-		// CAs for client authentication (the server's ClientCAs are the
-		// same roots): verifying it again on every request costs more than
-		// the rest of a GET.
-		return userFromCert(c.TLS.VerifiedChains[0][0])
-	}
 	if c.TLS != nil && len(c.TLS.PeerCertificates) > 0 && a.roots != nil {
-		leaf := c.TLS.PeerCertificates[0]
-		inter := x509.NewCertPool()
-		for _, cert := range c.TLS.PeerCertificates[1:] {
-			inter.AddCert(cert)
-		}
-		if _, err := leaf.Verify(x509.VerifyOptions{
-			Roots: a.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}); err != nil {
-			return identity.User{}, false, fmt.Errorf("authn: client certificate: %w", err)
-		}
-		return userFromCert(leaf)
+		return a.certUser(c.TLS.PeerCertificates, time.Now())
 	}
 	return identity.User{}, false, nil
+}
+
+// certUser returns the user of a client certificate chain (leaf first)
+// that verifies against the roots at now. A chain's verdict is kept (see
+// verifiedCerts): verifying it on every request would cost more than the
+// rest of a GET.
+func (a *Authenticator) certUser(chain []*x509.Certificate, now time.Time) (identity.User, bool, error) {
+	leaf := chain[0]
+	if u, ok := a.verified.get(leaf.Raw, now); ok {
+		return u, true, nil
+	}
+	inter := x509.NewCertPool()
+	for _, cert := range chain[1:] {
+		inter.AddCert(cert)
+	}
+	chains, err := leaf.Verify(x509.VerifyOptions{
+		Roots: a.roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return identity.User{}, false, fmt.Errorf("authn: client certificate: %w", err)
+	}
+	u, ok, err := userFromCert(leaf)
+	if err != nil || !ok {
+		return u, ok, err
+	}
+	a.verified.put(leaf.Raw, u, chainExpiry(chains[0]))
+	return u, true, nil
 }
 
 // userFromCert reads the user of a verified client certificate: the common

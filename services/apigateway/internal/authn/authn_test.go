@@ -4,10 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
 )
 
@@ -86,4 +89,51 @@ func parseLeaf(c tls.Certificate) ([]*x509.Certificate, error) {
 		out = append(out, cert)
 	}
 	return out, nil
+}
+
+// TestClientCertificateVerdictLapses: a certificate's verdict is
+// remembered until its chain expires, then the certificate is refused; the
+// remembered user's groups are not shared with callers.
+func TestClientCertificateVerdictLapses(t *testing.T) {
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(ca.Pool(), nil)
+	kp, err := ca.Issue(pki.CertSpec{CommonName: "alice", Organizations: []string{"dev"}, Client: true, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := kp.TLSCertificate()
+	chain, err := parseLeaf(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	u, ok, err := a.certUser(chain, now)
+	if err != nil || !ok || u.Name != "alice" {
+		t.Fatalf("first request: %+v %v %v", u, ok, err)
+	}
+	u.Groups[0] = "system:masters"
+	u, ok, err = a.certUser(chain, now.Add(time.Minute))
+	if err != nil || !ok || u.Groups[0] != "dev" {
+		t.Fatalf("remembered verdict: %+v %v %v", u, ok, err)
+	}
+	if _, ok, err := a.certUser(chain, now.Add(2*time.Hour)); ok || err == nil {
+		t.Fatalf("expired certificate accepted: ok=%v err=%v", ok, err)
+	}
+}
+
+func TestVerifiedCertsBounded(t *testing.T) {
+	v := newVerifiedCerts()
+	until := time.Now().Add(time.Hour)
+	for i := range maxVerifiedCerts + 10 {
+		v.put([]byte(fmt.Sprint(i)), identity.User{Name: "u"}, until)
+	}
+	if n := len(v.m); n != maxVerifiedCerts {
+		t.Fatalf("%d certificates kept, want %d", n, maxVerifiedCerts)
+	}
+	if _, ok := v.get([]byte(fmt.Sprint(maxVerifiedCerts+9)), time.Now()); !ok {
+		t.Fatal("the newest certificate was dropped")
+	}
 }
