@@ -1,9 +1,10 @@
 // Package allinone runs the whole control plane in one process: the store
 // (a single-node raft group), admission, flow control, the watch fan-out
 // tier and the API gateway, each on its own gRPC server on loopback with
-// mTLS between them, exactly as they run apart. It generates the PKI, writes
-// an admin kubeconfig, and keeps everything in one data directory so a
-// restart keeps every object.
+// mTLS between them, exactly as they run apart. It generates the PKI (two
+// CAs: one for the API and its users, one for the services; see pki.go),
+// writes an admin kubeconfig, and keeps everything in one data directory
+// so a restart keeps every object.
 package allinone
 
 import (
@@ -32,7 +33,8 @@ import (
 
 // Config configures the control plane.
 type Config struct {
-	// DataDir holds the store, the PKI and the kubeconfig. Required.
+	// DataDir holds the store, the CAs (ca/), the certificates (pki/) and
+	// the kubeconfig. Required.
 	DataDir string
 	// Listen is the address of the HTTPS API, e.g. 127.0.0.1:6443.
 	Listen string
@@ -70,9 +72,18 @@ type ControlPlane struct {
 	Addr net.Addr
 	// GRPCAddr is the address of the gRPC API; nil when it is off.
 	GRPCAddr net.Addr
-	// StoreAddr is the store's gRPC address (mTLS with the CA in
-	// <data-dir>/pki), for tools and tests that talk to the store directly.
+	// StoreAddr is the store's gRPC address, for tools and tests that talk
+	// to the store directly: mTLS, the store verified with
+	// <data-dir>/pki/internal-ca.crt. The store answers only internal
+	// certificates, each with what its identity may call:
+	// <data-dir>/pki/operator.crt (O=meridian:operators) for membership,
+	// compaction, snapshots and status; the gateway's
+	// (apigateway-client.crt) for reading and writing keys. The admin
+	// kubeconfig's certificate is refused.
 	StoreAddr string
+	// WatchFanoutAddr is the watch fan-out tier's gRPC address (mTLS with
+	// the internal CA; only the gateway's certificate may call it).
+	WatchFanoutAddr string
 	// Kubeconfig is the path of the admin kubeconfig.
 	Kubeconfig string
 
@@ -122,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}()
 
 	host, _, _ := net.SplitHostPort(apiLis.Addr().String())
-	c, err := loadCerts(filepath.Join(dataDir, "pki"), host)
+	c, err := loadCerts(dataDir, host, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	logFor := func(svc string) *slog.Logger { return cfg.Logger.With("service", svc) }
 	serverTLS := func(svc string) *tls.Config {
-		return pki.ServerTLS(c.services[svc], c.ca.Pool(), tls.RequireAndVerifyClientCert)
+		return pki.ServerTLS(c.services[svc], c.internalCA.Pool(), tls.RequireAndVerifyClientCert)
 	}
 	trust := identity.TrustOrganization(identity.GatewayOrganization)
 
@@ -168,7 +179,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	resources := registry.New(registry.Standard()...)
 	wfCert := c.services["watchfanout"]
 	wf, err := watchfanout.New(ctx, watchfanout.Config{
-		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.ca.Pool(), ""),
+		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.internalCA.Pool(), ""),
 		TLS: serverTLS("watchfanout"), Registerer: wrap("watchfanout"), Logger: logFor("watchfanout"), Trust: trust,
 		BookmarkInterval: cfg.WatchCache.BookmarkInterval, HistoryMaxEvents: cfg.WatchCache.HistoryMaxEvents,
 		Registry: resources,
@@ -180,6 +191,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	cp.WatchFanoutAddr = wfAddr
 
 	watchAddrs := []string{wfAddr}
 	if cfg.DisableWatchCache {
@@ -189,9 +201,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		StoreAddress: storeAddr, AdmissionAddress: admAddr, FlowControlAddress: fcAddr,
 		WatchFanoutAddresses: watchAddrs,
 		Registry:             resources,
-		ClientTLS:            pki.ClientTLS(&c.gateway, c.ca.Pool(), ""),
+		ClientTLS:            pki.ClientTLS(&c.gateway, c.internalCA.Pool(), ""),
 		ServingTLS:           pki.ServerTLS(c.apiserver, nil, tls.NoClientCert),
-		ClientCAs:            c.ca.Pool(),
+		ClientCAs:            c.apiCA.Pool(),
 		TokenAuthFile:        cfg.TokenAuthFile,
 		Registerer:           wrap("apigateway"), Gatherer: reg,
 		Logger: logFor("apigateway"),

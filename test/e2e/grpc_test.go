@@ -27,7 +27,7 @@ import (
 func TestGRPCAPI(t *testing.T) {
 	cp := start(t, "")
 	dir := filepath.Join(cp.dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(dir, "ca.crt"))
+	pool, err := pki.LoadPool(filepath.Join(dir, "api-ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}

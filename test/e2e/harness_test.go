@@ -216,7 +216,7 @@ func (cp *controlPlane) client() kubernetes.Interface {
 // presents no credentials.
 func (cp *controlPlane) anonymousHTTP() *http.Client {
 	cp.t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(cp.dataDir, "pki", "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(cp.dataDir, "pki", "api-ca.crt"))
 	if err != nil {
 		cp.t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func TestKubectlRoundTrip(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonUnauthorized || st.Kind != "Status" {
 		t.Errorf("anonymous list: %d %s", resp.StatusCode, body)
 	}
-	caFile := filepath.Join(cp.dataDir, "pki", "ca.crt")
+	caFile := filepath.Join(cp.dataDir, "pki", "api-ca.crt")
 	// A known bearer token works; an unknown one is 401.
 	if out, err := exec.Command("kubectl", "--server", cp.url(""), "--certificate-authority", caFile, "--token", "e2e-token-alice", "get", "namespaces", "demo", "-o", "name").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "namespace/demo" {
 		t.Errorf("kubectl with a token: %v %s", err, out)

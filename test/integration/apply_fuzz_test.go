@@ -156,7 +156,7 @@ func fuzzClient(f *testing.F) apiv1.ResourceServiceClient {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = cp.Close() })
-	pool, err := pki.LoadPool(filepath.Join(dir, "pki", "ca.crt"))
+	pool, err := pki.LoadPool(filepath.Join(dir, "pki", "api-ca.crt"))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -99,37 +99,55 @@ func inParallel(t testing.TB, n int, f func(i int) error) {
 	wg.Wait()
 }
 
-// storeConn dials the store's own gRPC API with the admin certificate.
-func (e *env) storeConn() *grpc.ClientConn {
+// Certificates in <data-dir>/pki the tests dial the store with, each an
+// identity the store serves.
+const (
+	// gatewayCert reads and writes keys.
+	gatewayCert = "apigateway-client"
+	// operatorCert compacts (and changes membership, takes snapshots).
+	operatorCert = "operator"
+)
+
+// storeConn dials the store's own gRPC API with the certificate
+// <data-dir>/pki/<cert>.crt, verifying the store with the internal CA.
+func (e *env) storeConn(cert string) *grpc.ClientConn {
 	e.t.Helper()
-	dir := filepath.Join(e.dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(dir, "ca.crt"))
+	return dialInternal(e.t, e.dataDir, e.cp.StoreAddr, cert)
+}
+
+// dialInternal dials an internal service at addr with the certificate
+// <dataDir>/pki/<cert>.crt, verifying the service with the internal CA.
+func dialInternal(t testing.TB, dataDir, addr, cert string) *grpc.ClientConn {
+	t.Helper()
+	dir := filepath.Join(dataDir, "pki")
+	pool, err := pki.LoadPool(filepath.Join(dir, "internal-ca.crt"))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"))
+	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, cert+".crt"), filepath.Join(dir, cert+".key"))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(e.cp.StoreAddr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&cert, pool, ""))))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&kp, pool, ""))))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { conn.Close() })
 	return conn
 }
 
 // compact compacts the store to its current revision, through the store's
-// own gRPC API, and returns that revision.
+// own gRPC API with the operator's certificate, and returns that
+// revision.
 func (e *env) compact(ctx context.Context) int64 {
 	e.t.Helper()
-	kv := storev1.NewKVServiceClient(e.storeConn())
-	r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte{0}, CountOnly: true})
+	conn := e.storeConn(operatorCert)
+	st, err := storev1.NewMaintenanceServiceClient(conn).Status(ctx, &storev1.StatusRequest{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rev := r.GetHeader().GetRevision()
-	if _, err := kv.Compact(ctx, &storev1.CompactRequest{Revision: rev}); err != nil {
+	rev := st.GetHeader().GetRevision()
+	if _, err := storev1.NewKVServiceClient(conn).Compact(ctx, &storev1.CompactRequest{Revision: rev}); err != nil {
 		e.t.Fatal(err)
 	}
 	return rev

@@ -136,7 +136,7 @@ func TestNoObjectOutlivesItsNamespace(t *testing.T) {
 	if refused.Load() == 0 {
 		t.Fatal("no create was refused: the writers did not overlap the deletion")
 	}
-	r, err := storev1.NewKVServiceClient(e.storeConn()).Range(ctx, &storev1.RangeRequest{
+	r, err := storev1.NewKVServiceClient(e.storeConn(gatewayCert)).Range(ctx, &storev1.RangeRequest{
 		Key: []byte("/registry/configmaps/race/"), RangeEnd: []byte("/registry/configmaps/race0"), CountOnly: true,
 	})
 	if err != nil {

@@ -39,7 +39,7 @@ func TestEventsExpire(t *testing.T) {
 	if list, err := e.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=x,reason=Tested"}); err != nil || len(list.Items) != 1 {
 		t.Fatalf("field-selected events: %v %v", err, list)
 	}
-	kv := storev1.NewKVServiceClient(e.storeConn())
+	kv := storev1.NewKVServiceClient(e.storeConn(gatewayCert))
 	r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte("/registry/events/default/" + ev.Name)})
 	if err != nil || len(r.Kvs) != 1 {
 		t.Fatalf("the event in the store: %v %v", err, r)
@@ -48,7 +48,7 @@ func TestEventsExpire(t *testing.T) {
 	if lease == 0 {
 		t.Fatal("the event is not attached to a lease")
 	}
-	ttl, err := storev1.NewLeaseServiceClient(e.storeConn()).LeaseTimeToLive(ctx, &storev1.LeaseTimeToLiveRequest{Id: lease})
+	ttl, err := storev1.NewLeaseServiceClient(e.storeConn(gatewayCert)).LeaseTimeToLive(ctx, &storev1.LeaseTimeToLiveRequest{Id: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestNoUpdateLostToAnotherWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := storev1.NewKVServiceClient(e.storeConn())
+	kv := storev1.NewKVServiceClient(e.storeConn(gatewayCert))
 	key := []byte("/registry/configmaps/default/mix")
 	const n = 100
 	var wg sync.WaitGroup

@@ -22,7 +22,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -71,22 +70,24 @@ func main() {
 
 func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, only string) error {
 	ctx := context.Background()
+	// The API takes the admin's certificate; the store, another trust
+	// domain, takes the gateway's (the identity that reads and writes
+	// keys).
 	pdir := filepath.Join(dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(pdir, "ca.crt"))
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
 	if err != nil {
 		return err
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"))
+	storeTLS, err := pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "")
 	if err != nil {
 		return err
 	}
-	tlsConf := pki.ClientTLS(&cert, pool, "127.0.0.1")
 	var rt http.RoundTripper = &http2.Transport{TLSClientConfig: tlsConf}
 	if token != "" {
 		rt = bearer{token: token, next: rt}
 	}
 	httpc := &http.Client{Transport: rt}
-	conn, err := grpc.NewClient(storeAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	conn, err := grpc.NewClient(storeAddr, grpc.WithTransportCredentials(credentials.NewTLS(storeTLS)), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 	if err != nil {
 		return err
 	}

@@ -17,19 +17,21 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// adminTLS is the all-in-one's admin client certificate and CA, which the
-// REST API and the store (mTLS) both accept.
-func adminTLS(dataDir string) (*tls.Config, error) {
+// allInOneTLS returns the all-in-one's client configurations: the admin's
+// certificate and the API CA for the REST API, and the gateway's
+// certificate and the internal CA for the store (the identity that reads
+// and writes keys).
+func allInOneTLS(dataDir string) (api, store *tls.Config, err error) {
 	pdir := filepath.Join(dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(pdir, "ca.crt"))
+	api, err = pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"))
+	store, err = pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pki.ClientTLS(&cert, pool, "127.0.0.1"), nil
+	return api, store, nil
 }
 
 // apiClient is an HTTP/2 client over one connection (client-go keeps one

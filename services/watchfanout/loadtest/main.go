@@ -100,15 +100,15 @@ type env struct {
 }
 
 func run(ctx context.Context, o options) error {
-	var apiTLS *tls.Config
+	var apiTLS, storeTLS *tls.Config
 	if o.api != "" {
 		var err error
-		if apiTLS, err = adminTLS(o.dataDir); err != nil {
+		if apiTLS, storeTLS, err = allInOneTLS(o.dataDir); err != nil {
 			return err
 		}
 	}
 	e := &env{o: o, apiTLS: apiTLS}
-	sc, err := grpcclient.Dial(o.store, apiTLS)
+	sc, err := grpcclient.Dial(o.store, storeTLS)
 	if err != nil {
 		return err
 	}
