@@ -5,6 +5,11 @@
 // metadata only when the mTLS peer presenting it is trusted to assert users
 // (see TrustFunc); from any other peer the metadata is ignored, so a client
 // that reaches a service directly cannot impersonate anyone.
+//
+// Which peers may call a service's methods at all is a Policy: each
+// internal identity has a certificate organization (GatewayOrganization,
+// WatchFanoutOrganization, StorePeerOrganization, OperatorOrganization),
+// and each server lets each method be called only by those it names.
 package identity
 
 import (

@@ -232,10 +232,7 @@ func TestInternalCertificatesCannotLogIn(t *testing.T) {
 	}
 	apiCA := filepath.Join(pkiDir, "api-ca.crt")
 	for _, cert := range []string{"admin", gatewayCert, operatorCert, "store", "watchfanout", "minted"} {
-		conf, err := pki.LoadClientTLS(filepath.Join(pkiDir, cert+".crt"), filepath.Join(pkiDir, cert+".key"), apiCA, "127.0.0.1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		conf := presenting(t, filepath.Join(pkiDir, cert), apiCA)
 		wantCode, wantGRPC := http.StatusUnauthorized, codes.Unauthenticated
 		if cert == "admin" {
 			wantCode, wantGRPC = http.StatusOK, codes.OK
@@ -274,6 +271,26 @@ func TestInternalCertificatesCannotLogIn(t *testing.T) {
 	if _, err := e.client.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// presenting returns a client configuration verifying the server with the
+// CA in caFile and presenting the pair <name>.crt, <name>.key whatever CAs
+// the server names as acceptable: Go's client would otherwise send no
+// certificate of another CA, and the server's own verification would go
+// untested.
+func presenting(t *testing.T, name, caFile string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(name+".crt", name+".key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pki.LoadPool(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := pki.ClientTLS(nil, pool, "127.0.0.1")
+	conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	return conf
 }
 
 // TestNoCAKeyWhereServicesReadCertificates: <data-dir>/pki, which the
@@ -404,7 +421,9 @@ func TestDataDirWithSingleCAStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&cert, pool, "127.0.0.1")}}
+	oldConf := pki.ClientTLS(nil, pool, "127.0.0.1")
+	oldConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: oldConf}}
 	resp, err := hc.Get("https://" + again.cp.Addr.String() + "/api/v1/namespaces")
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&o.conns, "conns", 16, "client connections the watchers share")
 	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
 	flag.StringVar(&o.api, "api", "", "fanout: watch through the gateway's REST API at this URL (e.g. https://127.0.0.1:6443 of the all-in-one, whose --store address -store must be) instead of the tier over gRPC")
-	flag.StringVar(&o.dataDir, "data-dir", ".meridian", "with -api: the all-in-one's data dir (its pki/ gives the admin client certificate)")
+	flag.StringVar(&o.dataDir, "data-dir", ".meridian", "with -api: the all-in-one's data dir (its pki/ gives the admin's certificate for the API and the gateway's for the store)")
 	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:9094", "storm: the tier's --metrics-listen address, run with --pprof (its heap profile endpoint forces the collections before the steady size; its metrics give heap in use); empty: neither")
 	flag.BoolVar(&o.mux, "mux", false, "multiplex the watches over WatchMany streams (as the gateway does) instead of a Watch stream each")
 	flag.Parse()
