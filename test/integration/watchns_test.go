@@ -113,7 +113,7 @@ func (e *env) httpWatch(ctx context.Context, t testing.TB, path string) <-chan f
 func (e *env) grpcAPI() apiv1.ResourceServiceClient {
 	e.t.Helper()
 	dir := filepath.Join(e.dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(dir, "ca.crt"))
+	pool, err := pki.LoadPool(filepath.Join(dir, "api-ca.crt"))
 	if err != nil {
 		e.t.Fatal(err)
 	}

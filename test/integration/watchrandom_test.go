@@ -225,7 +225,7 @@ func (e *env) configMapHistory(ctx context.Context, last int64) []storeChange {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ws, err := storev1.NewWatchServiceClient(e.storeConn()).Watch(ctx)
+	ws, err := storev1.NewWatchServiceClient(e.storeConn(gatewayCert)).Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
