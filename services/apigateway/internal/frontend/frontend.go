@@ -414,8 +414,13 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	out.Set("accept", accept)
 
 	if accepted, hasBody := bodyTypes[info.Verb]; hasBody && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		ct, ok := negotiation.ContentType(r.Header.Get("Content-Type"))
-		if !ok && (info.Verb == "delete" || info.Verb == "deletecollection") {
+		header := r.Header.Get("Content-Type")
+		ct, ok := negotiation.ContentType(header)
+		if !ok && (info.Verb == "delete" || info.Verb == "deletecollection" ||
+			(strings.TrimSpace(header) == "" && info.Verb != "patch")) {
+			// A body without a media type is JSON, as kube-apiserver reads
+			// it (kubectl create --raw sends none); a patch must name its
+			// type.
 			ct, ok = negotiation.JSON, true
 		}
 		if !ok || !contains(accepted, ct) {

@@ -32,9 +32,17 @@ import (
 // routing and error paths can be checked without a store.
 type recordingService struct {
 	apiv1.UnimplementedResourceServiceServer
-	mu   sync.Mutex
-	gets []*apiv1.GetRequest
-	err  error
+	mu      sync.Mutex
+	gets    []*apiv1.GetRequest
+	creates []*apiv1.CreateRequest
+	err     error
+}
+
+func (s *recordingService) Create(_ context.Context, req *apiv1.CreateRequest) (*httpbody.HttpBody, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.creates = append(s.creates, req)
+	return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap"}`)}, nil
 }
 
 func (s *recordingService) Get(_ context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
@@ -237,5 +245,32 @@ func TestRoutingAndErrors(t *testing.T) {
 	resp, _ = do(t, h, "GET", "/api/v1/namespaces/demo/configmaps/app", "good-token", nil)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
 		t.Errorf("429: %d Retry-After=%q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// TestBodyWithoutMediaType: a create's body without a Content-Type is
+// JSON, as kube-apiserver reads it; a patch without one is a 415.
+func TestBodyWithoutMediaType(t *testing.T) {
+	svc := &recordingService{}
+	h := newTestHandler(t, svc, nil)
+	send := func(method string) *http.Response {
+		req := httptest.NewRequest(method, "/api/v1/namespaces/demo/configmaps", strings.NewReader(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`))
+		if method == "PATCH" {
+			req = httptest.NewRequest(method, "/api/v1/namespaces/demo/configmaps/x", strings.NewReader(`{}`))
+		}
+		req.TLS = &tls.ConnectionState{}
+		req.Header.Set("Authorization", "Bearer good-token")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	if resp := send("POST"); resp.StatusCode != 200 && resp.StatusCode != 201 {
+		t.Errorf("POST without Content-Type: %d, want the create served", resp.StatusCode)
+	}
+	if len(svc.creates) != 1 || svc.creates[0].GetBody().GetContentType() != "application/json" {
+		t.Errorf("create reached the service as %v, want one JSON body", svc.creates)
+	}
+	if resp := send("PATCH"); resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("PATCH without Content-Type: %d, want 415", resp.StatusCode)
 	}
 }
