@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// This file routes watches and cached reads to the watch fan-out tier,
-// which encodes each event once for all watchers, as ARCHITECTURE.md
-// assigns them:
+// This file routes watches and cached reads to watchfanout, which encodes
+// each event once for all watchers (docs/architecture.md, "Where a read is
+// served"):
 //
 //	watch (any resourceVersion)              → watch tier
 //	get/list resourceVersion="0" (Any)       → watch tier
