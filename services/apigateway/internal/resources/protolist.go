@@ -8,6 +8,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/protolist"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -48,9 +49,9 @@ func spliceable(out output, filter *selection.Filter) bool {
 // handled is false when a stored value cannot be spliced (another kind, a
 // content encoding: see protolist.Parse); nothing has been sent then, and
 // the caller serves the list the decoding way.
-func (s *Server) spliceList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter, stream apiv1.ResourceService_ListServer) (handled bool, err error) {
+func (s *Server) spliceList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, rd readparams.Read, filter *selection.Filter, stream apiv1.ResourceService_ListServer) (handled bool, err error) {
 	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
-	opts, minRV, err := s.listOptions(ctx, req, prefix)
+	opts, minRV, err := s.listOptions(ctx, rd)
 	if err != nil {
 		return true, err
 	}

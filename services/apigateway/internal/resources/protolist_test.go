@@ -10,6 +10,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -175,7 +176,11 @@ func decodingList(t *testing.T, s *Server, req *apiv1.ListRequest) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := s.list(context.Background(), res, req, filter)
+	rd, err := readparams.List(listQuery(req), keyRange(res, req.GetRef().GetNamespace(), filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.list(context.Background(), res, req, rd, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,8 +372,9 @@ func BenchmarkListProtobuf(b *testing.B) {
 		b.ReportAllocs()
 		res, _ := s.resolve(req.GetRef(), false)
 		filter, _ := selection.New(res, "", "")
+		rd, _ := readparams.List(listQuery(req), keyRange(res, req.GetRef().GetNamespace(), filter))
 		for b.Loop() {
-			list, err := s.list(context.Background(), res, req, filter)
+			list, err := s.list(context.Background(), res, req, rd, filter)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package resources
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -18,12 +18,13 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Get reads one object. resourceVersion "" is a linearizable read, "0" is
-// served from the answering store member as it is, N must be reached.
+// Get reads one object (readparams.Get): with a resourceVersion, from
+// watchfanout when it serves the encoding (cachedGet); else from the store
+// (storeRead), where MostRecent is a linearizable read, Any the answering
+// member's state and NotOlderThan N that state once it has reached N.
 func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
 	res, err := s.resolve(req.GetRef(), true)
 	if err != nil {
@@ -33,14 +34,15 @@ func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.Http
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	opts, minRV, err := readOptions(req.GetResourceVersion(), "")
+	rd, err := readparams.Get(req.GetResourceVersion())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	if body, handled, err := s.cachedGet(ctx, res, req, out); handled {
 		return body, toGRPC(err)
 	}
-	obj, _, err := s.get(ctx, res, req.GetRef().GetNamespace(), req.GetRef().GetName(), opts, minRV)
+	opts, minRV := storeRead(rd)
+	obj, _, err := s.get(ctx, res, req.GetRef().GetNamespace(), req.GetRef().GetName(), opts.ReadOptions, minRV)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -68,50 +70,38 @@ func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name strin
 	return obj, rev, nil
 }
 
-// readOptions turns resourceVersion and resourceVersionMatch into a store
-// read, per the resourceVersion table of the API concepts:
-//
-//	""            most recent: linearizable
-//	"0"           any: the answering member's state
-//	N             not older than N (also with match=NotOlderThan)
-//	N, Exact      exactly revision N
-//
-// minRV is the revision the read must reach (NotOlderThan), or 0.
-func readOptions(rv, match string) (opts storage.ReadOptions, minRV int64, err error) {
-	switch match {
-	case "", string(metav1.ResourceVersionMatchNotOlderThan), string(metav1.ResourceVersionMatchExact):
-	default:
-		return opts, 0, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: unsupported value %q: supported values are %q and %q",
-			match, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
+// storeRead is the store read of r and the revision the store must reach
+// before it (NotOlderThan; 0: none). MostRecent and ContinueInconsistent
+// read the current state linearizably; the others read the answering
+// store member's state, at a revision for Exact and Continue.
+func storeRead(r readparams.Read) (opts storage.ListOptions, minRV int64) {
+	opts.Limit, opts.Start = r.Limit, r.Start
+	switch r.Semantic {
+	case readparams.Any:
+		opts.Serializable = true
+	case readparams.NotOlderThan:
+		opts.Serializable, minRV = true, r.Revision
+	case readparams.Exact, readparams.Continue:
+		opts.Revision, opts.Serializable = r.Revision, true
 	}
-	if rv == "" {
-		if match != "" {
-			return opts, 0, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
-		}
-		return opts, 0, nil
-	}
-	n, perr := strconv.ParseInt(rv, 10, 64)
-	if perr != nil || n < 0 {
-		return opts, 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
-	}
-	if n == 0 {
-		if match == string(metav1.ResourceVersionMatchExact) {
-			return opts, 0, apierrors.NewBadRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
-		}
-		return storage.ReadOptions{Serializable: true}, 0, nil
-	}
-	if match == string(metav1.ResourceVersionMatchExact) {
-		return storage.ReadOptions{Revision: n, Serializable: true}, 0, nil
-	}
-	return storage.ReadOptions{Serializable: true}, n, nil
+	return opts, minRV
 }
 
-// List reads a collection, filtered by selectors, optionally in chunks.
-// Lists the watch tier can serve go there (cachedList; JSON relayed as the
-// tier streams it). From the store, JSON lists stream (see streamList);
-// protobuf lists are spliced from the stored bytes (see spliceList) unless
-// a selector needs a kind's own fields; other encodings, Tables and
-// metadata-only lists are built whole and sent as one message.
+// listQuery is a list request's read parameters.
+func listQuery(req *apiv1.ListRequest) readparams.ListQuery {
+	return readparams.ListQuery{
+		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
+		Continue: req.GetContinueToken(), Limit: req.GetLimit(),
+	}
+}
+
+// List reads a collection, filtered by selectors, optionally in chunks;
+// readparams.List resolves its read parameters. Lists watchfanout can
+// serve go there (cachedList; JSON relayed as watchfanout streams it).
+// From the store, JSON lists stream (see streamList); protobuf lists are
+// spliced from the stored bytes (see spliceList) unless a selector needs a
+// kind's own fields; other encodings, Tables and metadata-only lists are
+// built whole and sent as one message.
 func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
 	ctx := stream.Context()
 	res, err := s.resolve(req.GetRef(), false)
@@ -126,24 +116,22 @@ func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListS
 	if err != nil {
 		return toGRPC(err)
 	}
-	if req.GetLimit() < 0 {
-		return toGRPC(apierrors.NewBadRequest("limit must not be negative"))
-	}
-	if _, _, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch()); err != nil && req.GetContinueToken() == "" {
+	rd, err := readparams.List(listQuery(req), keyRange(res, req.GetRef().GetNamespace(), filter))
+	if err != nil {
 		return toGRPC(err)
 	}
 	if handled, err := s.cachedList(ctx, res, req, out, stream); handled {
 		return toGRPC(err)
 	}
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
-		return toGRPC(s.streamList(ctx, res, req, filter, stream))
+		return toGRPC(s.streamList(ctx, res, req, rd, filter, stream))
 	}
 	if spliceable(out, filter) {
-		if handled, err := s.spliceList(ctx, res, req, filter, stream); handled {
+		if handled, err := s.spliceList(ctx, res, req, rd, filter, stream); handled {
 			return toGRPC(err)
 		}
 	}
-	list, err := s.list(ctx, res, req, filter)
+	list, err := s.list(ctx, res, req, rd, filter)
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -154,33 +142,11 @@ func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListS
 	return stream.Send(body)
 }
 
-// listOptions turns a list request's resourceVersion, match and continue
-// token into the store read of its first page, and waits for a
-// NotOlderThan revision. minRV is that revision (0: none).
-func (s *Server) listOptions(ctx context.Context, req *apiv1.ListRequest, prefix string) (opts storage.ListOptions, minRV int64, err error) {
-	opts.Limit = req.GetLimit()
-	if tok := req.GetContinueToken(); tok != "" {
-		if req.GetResourceVersion() != "" && req.GetResourceVersion() != "0" {
-			return opts, 0, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
-		}
-		if req.GetResourceVersionMatch() != "" {
-			return opts, 0, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
-		}
-		rev, start, err := continuetoken.Decode(tok, prefix)
-		if err != nil {
-			return opts, 0, err
-		}
-		opts.Start = start
-		if rev > 0 {
-			opts.Revision, opts.Serializable = rev, true
-		}
-	} else {
-		ro, m, err := readOptions(req.GetResourceVersion(), req.GetResourceVersionMatch())
-		if err != nil {
-			return opts, 0, err
-		}
-		opts.ReadOptions, minRV = ro, m
-	}
+// listOptions is the store read of a list's first page (storeRead),
+// once the store has reached a NotOlderThan revision. minRV is that
+// revision (0: none).
+func (s *Server) listOptions(ctx context.Context, rd readparams.Read) (opts storage.ListOptions, minRV int64, err error) {
+	opts, minRV = storeRead(rd)
 	return opts, minRV, s.waitForRevision(ctx, minRV)
 }
 
@@ -198,9 +164,9 @@ func (s *Server) listPage(ctx context.Context, res *registry.Resource, req *apiv
 	return page, nil
 }
 
-func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter) (runtime.Object, error) {
+func (s *Server) list(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, rd readparams.Read, filter *selection.Filter) (runtime.Object, error) {
 	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
-	opts, minRV, err := s.listOptions(ctx, req, prefix)
+	opts, minRV, err := s.listOptions(ctx, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -250,9 +216,18 @@ func expiredContinue(prefix, start string) error {
 	return err
 }
 
+// revisionPollInterval is how often waitForRevision reads the store's
+// revision: short against ResourceVersionWait, each poll one serializable
+// Range that reads no key.
+const revisionPollInterval = 50 * time.Millisecond
+
 // waitForRevision waits, bounded by ResourceVersionWait, until the store
-// has reached revision minRV (0: no wait), then returns; past the bound it
-// is kube-apiserver's 504 "Too large resource version".
+// member that answers has reached revision minRV (0: no wait), then
+// returns; past the bound it is kube-apiserver's 504 "Too large resource
+// version". It is the NotOlderThan wait of reads served from the store.
+// The store has no call that blocks until a revision is applied (a Range
+// at a future revision fails at once; a watch reports progress only on a
+// period or on request), so it polls.
 func (s *Server) waitForRevision(ctx context.Context, minRV int64) error {
 	if minRV <= 0 {
 		return nil
@@ -272,7 +247,7 @@ func (s *Server) waitForRevision(ctx context.Context, minRV int64) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(revisionPollInterval):
 		}
 	}
 }

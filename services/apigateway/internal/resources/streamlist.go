@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -40,9 +41,9 @@ const (
 // which is the same JSON object as kube-apiserver's, members in another
 // order (items without their own apiVersion and kind, as there). Errors before the first chunk is sent are returned (the caller maps
 // them to a Status); after it, the stream is cut.
-func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, filter *selection.Filter, stream apiv1.ResourceService_ListServer) error {
+func (s *Server) streamList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, rd readparams.Read, filter *selection.Filter, stream apiv1.ResourceService_ListServer) error {
 	prefix := keyRange(res, req.GetRef().GetNamespace(), filter)
-	opts, minRV, err := s.listOptions(ctx, req, prefix)
+	opts, minRV, err := s.listOptions(ctx, rd)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package resources
 import (
 	"context"
 	"errors"
-	"fmt"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"io"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -77,6 +77,7 @@ type watchState struct {
 	res         *registry.Resource
 	filter      *selection.Filter
 	prefix      string
+	start       readparams.WatchStart
 	contentType string
 	out         output
 	enc         *watchframe.Encoder
@@ -104,58 +105,45 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := parseWatchRV(req); err != nil {
+	start, err := parseWatch(req)
+	if err != nil {
 		return nil, err
 	}
 	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
-		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f), out: out,
+		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f), start: start, out: out,
 		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
 	}, nil
 }
 
-// parseWatchRV validates the resourceVersion parameters of a watch and
-// returns the revision after which changes are sent (0 = from the initial
-// state).
-func parseWatchRV(req *apiv1.WatchRequest) (int64, error) {
-	rv := req.GetResourceVersion()
-	var n int64
-	if rv != "" {
-		var err error
-		if n, err = strconv.ParseInt(rv, 10, 64); err != nil || n < 0 {
-			return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
+// parseWatch resolves a watch's resourceVersion parameters
+// (readparams.Watch). The gateway serves resourceVersionMatch=NotOlderThan
+// only with sendInitialEvents=true: its store path (runWatch) starts a
+// watch without initial events only after a given revision N, and has no
+// start for resourceVersion unset or "0" then.
+func parseWatch(req *apiv1.WatchRequest) (readparams.WatchStart, error) {
+	if req.GetResourceVersionMatch() == string(metav1.ResourceVersionMatchNotOlderThan) && !req.GetSendInitialEvents() {
+		// An invalid resourceVersion is reported first.
+		if _, err := readparams.Get(req.GetResourceVersion()); err != nil {
+			return readparams.WatchStart{}, err
 		}
+		return readparams.WatchStart{}, apierrors.NewBadRequest("resourceVersionMatch NotOlderThan is only supported for watch with sendInitialEvents=true")
 	}
-	switch match := req.GetResourceVersionMatch(); match {
-	case "":
-	case string(metav1.ResourceVersionMatchNotOlderThan):
-		if !req.GetSendInitialEvents() {
-			return 0, apierrors.NewBadRequest("resourceVersionMatch NotOlderThan is only supported for watch with sendInitialEvents=true")
-		}
-	default:
-		return 0, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch %q is not supported for watch", match))
-	}
-	if req.SendInitialEvents != nil {
-		if req.GetResourceVersionMatch() != string(metav1.ResourceVersionMatchNotOlderThan) {
-			return 0, apierrors.NewBadRequest("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
-		}
-		if req.GetSendInitialEvents() && !req.GetAllowWatchBookmarks() {
-			return 0, apierrors.NewBadRequest("sendInitialEvents requires allowWatchBookmarks=true")
-		}
-	}
-	return n, nil
+	return readparams.Watch(readparams.WatchQuery{
+		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
+		SendInitialEvents: req.SendInitialEvents, AllowWatchBookmarks: req.GetAllowWatchBookmarks(),
+	})
 }
 
 func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
-	rv, _ := parseWatchRV(req)
-	initial := rv == 0 && req.SendInitialEvents == nil || req.GetSendInitialEvents()
+	rv := w.start.Revision // 0 for MostRecent and Any
 	after := rv
-	if initial {
+	if w.start.Initial {
 		if err := s.waitForRevision(ctx, rv); err != nil {
 			return err
 		}
 		opts := storage.ListOptions{}
-		if req.GetSendInitialEvents() || req.GetResourceVersion() == "0" {
+		if req.GetSendInitialEvents() || w.start.Semantic == readparams.Any {
 			opts.Serializable = true
 		}
 		var frames []byte
