@@ -3,13 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/continuetoken"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/protolist"
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"github.com/meridian-cp/meridian/lib/kube/table"
@@ -21,11 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Get reads one object from the cache:
+// Get reads one object from the cache (readparams.Get):
 //
-//	resourceVersion unset  consistent (the cache reaches the store's current revision first)
-//	"0"                    the cache as it is
-//	N                      not older than N (wait, then 504 ResourceVersionTooLarge)
+//	resourceVersion unset  MostRecent: the cache reaches the store's current revision first
+//	"0"                    Any: the cache as it is
+//	N                      NotOlderThan N: wait, then 504 ResourceVersionTooLarge
 func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
 	r, err := s.resolve(req.GetResource())
 	if err != nil {
@@ -35,11 +35,11 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	rv, err := parseRV(req.GetResourceVersion())
+	rd, err := readparams.Get(req.GetResourceVersion())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	if err := s.waitRead(ctx, rv); err != nil {
+	if err := s.waitRead(ctx, rd); err != nil {
 		return nil, toGRPC(err)
 	}
 	ns := req.GetNamespace()
@@ -78,14 +78,15 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 	return &watchv1.GetResponse{Data: data, ResourceVersion: evRV}, nil
 }
 
-// waitRead applies the freshness rule of a read at rv (-1 unset).
-func (s *Server) waitRead(ctx context.Context, rv int64) error {
-	switch {
-	case rv < 0:
+// waitRead waits until the cache holds the state rd asks for: the store's
+// current revision (MostRecent) or rd.Revision (NotOlderThan).
+func (s *Server) waitRead(ctx context.Context, rd readparams.Read) error {
+	switch rd.Semantic {
+	case readparams.MostRecent:
 		_, err := s.waitConsistent(ctx)
 		return err
-	case rv > 0:
-		return s.waitNotOlder(ctx, rv)
+	case readparams.NotOlderThan:
+		return s.waitNotOlder(ctx, rd.Revision)
 	}
 	return nil
 }
@@ -135,74 +136,47 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 	if err != nil {
 		return nil, err
 	}
-	if req.GetLimit() < 0 {
-		return nil, apierrors.NewBadRequest("limit must not be negative")
-	}
 	res := r.Registry()
 	ns := req.GetNamespace()
 	if !res.Namespaced {
 		ns = ""
 	}
 	prefix := res.KeyPrefix(ns)
-	match := req.GetResourceVersionMatch()
+	rd, err := readparams.List(readparams.ListQuery{
+		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
+		Continue: req.GetContinueToken(), Limit: req.GetLimit(),
+	}, prefix)
+	if err != nil {
+		return nil, err
+	}
 	var snap *cache.Snapshot
-	var start string
 	exact := int64(0) // a revision to read from the store when no snapshot has it
-	if tok := req.GetContinueToken(); tok != "" {
-		if rv := req.GetResourceVersion(); rv != "" && rv != "0" {
-			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
-		}
-		if match != "" {
-			return nil, apierrors.NewBadRequest("specifying resourceVersionMatch is not allowed when using continue")
-		}
-		rev, key, err := continuetoken.Decode(tok, prefix)
-		if err != nil {
+	switch rd.Semantic {
+	case readparams.ContinueInconsistent:
+		// The continuation a 410 for an expired token offers reads the
+		// current state.
+		snap = r.Snapshot(ns)
+	case readparams.Continue:
+		if snap, _ = r.Kept(ns, rd.Revision); snap == nil {
+			exact = rd.Revision
+		} else if err := s.notCompacted(ctx, prefix, rd.Revision); err != nil {
 			return nil, err
 		}
-		start = key
-		switch {
-		case rev == continuetoken.Inconsistent:
-			// An inconsistent continuation (offered with a 410 for an
-			// expired token) reads the current state.
-			snap = r.Snapshot(ns)
-		default:
-			if snap, _ = r.Kept(ns, rev); snap == nil {
-				exact = rev
-			} else if err := s.notCompacted(ctx, prefix, rev); err != nil {
-				return nil, err
-			}
+	case readparams.Exact:
+		if snap, _ = r.Kept(ns, rd.Revision); snap == nil {
+			exact = rd.Revision
 		}
-	} else {
-		rv, err := parseRV(req.GetResourceVersion())
-		if err != nil {
+	default:
+		if err := s.waitRead(ctx, rd); err != nil {
 			return nil, err
 		}
-		switch match {
-		case "", string(metav1.ResourceVersionMatchNotOlderThan), string(metav1.ResourceVersionMatchExact):
-		default:
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: unsupported value %q: supported values are %q and %q",
-				match, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
-		}
-		switch {
-		case rv < 0 && match != "":
-			return nil, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
-		case rv == 0 && match == string(metav1.ResourceVersionMatchExact):
-			return nil, apierrors.NewBadRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
-		case match == string(metav1.ResourceVersionMatchExact):
-			if snap, _ = r.Kept(ns, rv); snap == nil {
-				exact = rv
-			}
-		default:
-			if err := s.waitRead(ctx, rv); err != nil {
-				return nil, err
-			}
-			snap = r.Snapshot(ns)
-		}
+		snap = r.Snapshot(ns)
 	}
 
+	start := rd.Start
 	var page listPage
 	if snap != nil {
-		page = listSnapshot(snap, start, req.GetLimit(), flt)
+		page = listSnapshot(snap, start, rd.Limit, flt)
 		if page.next != "" {
 			r.Keep(snap)
 		}
@@ -210,7 +184,7 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 		if start == "" {
 			start = prefix
 		}
-		if page, err = s.listStore(ctx, r, prefix, start, exact, req.GetLimit(), flt); err != nil {
+		if page, err = s.listStore(ctx, r, prefix, start, exact, rd.Limit, flt); err != nil {
 			return nil, err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc/mem"
@@ -155,18 +154,6 @@ func mediaType(f cache.Format) string {
 		return negotiation.Protobuf
 	}
 	return negotiation.JSON
-}
-
-// parseRV parses a resourceVersion: -1 when unset.
-func parseRV(rv string) (int64, error) {
-	if rv == "" {
-		return -1, nil
-	}
-	n, err := strconv.ParseInt(rv, 10, 64)
-	if err != nil || n < 0 {
-		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be an integer", rv))
-	}
-	return n, nil
 }
 
 // filter parses selectors. Without any it is the resource's shared

@@ -2,8 +2,8 @@ package server
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
@@ -20,40 +20,21 @@ type watchStart struct {
 	initial, endBookmark bool
 }
 
-// parseWatch validates the resourceVersion parameters of a watch, as
-// kube-apiserver does:
-//
-//	sendInitialEvents unset:  RV unset → consistent state, then changes
-//	                          RV "0"   → any state, then changes
-//	                          RV N     → changes after N
-//	sendInitialEvents=true:   state not older than RV (unset: consistent),
-//	                          the initial-events-end bookmark, then changes
-//	sendInitialEvents=false:  no state; changes after RV (unset: after a
-//	                          consistent revision; "0": the cache's)
+// parseWatch resolves a watch's parameters (readparams.Watch) into where
+// the cache starts it.
 func parseWatch(req *watchv1.WatchRequest) (watchStart, error) {
-	rv, err := parseRV(req.GetResourceVersion())
+	ws, err := readparams.Watch(readparams.WatchQuery{
+		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
+		SendInitialEvents: req.SendInitialEvents, AllowWatchBookmarks: req.GetAllowBookmarks(),
+	})
 	if err != nil {
 		return watchStart{}, err
 	}
-	switch match := req.GetResourceVersionMatch(); match {
-	case "":
-	case string(metav1.ResourceVersionMatchNotOlderThan):
-		if req.SendInitialEvents == nil {
-			return watchStart{}, apierrors.NewBadRequest("resourceVersionMatch NotOlderThan is only supported for watch with sendInitialEvents set")
-		}
-	default:
-		return watchStart{}, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch %q is not supported for watch", match))
+	start := watchStart{rv: ws.Revision, initial: ws.Initial, endBookmark: ws.EndBookmark}
+	if ws.Semantic == readparams.MostRecent {
+		start.rv = -1
 	}
-	if req.SendInitialEvents != nil {
-		if req.GetResourceVersionMatch() != string(metav1.ResourceVersionMatchNotOlderThan) {
-			return watchStart{}, apierrors.NewBadRequest("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
-		}
-		if req.GetSendInitialEvents() && !req.GetAllowBookmarks() {
-			return watchStart{}, apierrors.NewBadRequest("sendInitialEvents requires allowWatchBookmarks=true")
-		}
-		return watchStart{rv: rv, initial: req.GetSendInitialEvents(), endBookmark: req.GetSendInitialEvents()}, nil
-	}
-	return watchStart{rv: rv, initial: rv <= 0}, nil
+	return start, nil
 }
 
 // watchError is the Status of an ERROR frame.
