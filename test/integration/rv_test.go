@@ -130,6 +130,19 @@ func TestResourceVersionSemantics(t *testing.T) {
 		})
 	}
 
+	// A first chunk at N without a match is read at exactly N (the
+	// table's legacy paging row), in every encoding watchfanout and the
+	// store serve.
+	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf", "application/yaml"} {
+		l, err := e.clientFor(t, ct).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{ResourceVersion: v1.ResourceVersion, Limit: 1, FieldSelector: "metadata.name=rv"})
+		if err != nil {
+			t.Fatalf("%s: list, N with a limit: %v", ct, err)
+		}
+		if len(l.Items) != 1 || l.Items[0].Data["v"] != "1" || rvOf(t, l.ResourceVersion) != rv1 {
+			t.Errorf("%s: list, N with a limit: resourceVersion %s, items %v; want the state at %d", ct, l.ResourceVersion, l.Items, rv1)
+		}
+	}
+
 	// After compaction, Exact reads below it are 410 Expired.
 	e.compact(ctx)
 	err = raw.Get().Namespace("default").Resource("configmaps").Param("resourceVersion", v1.ResourceVersion).Param("resourceVersionMatch", "Exact").Do(ctx).Error()

@@ -99,7 +99,7 @@ type ListQuery struct {
 // Without a continue token:
 //
 //	match \ resourceVersion   unset        "0"    N
-//	unset                     MostRecent   Any    NotOlderThan N
+//	unset                     MostRecent   Any    NotOlderThan N (Exact N with a limit)
 //	NotOlderThan              400          Any    NotOlderThan N
 //	Exact                     400          400    Exact N
 //
@@ -127,10 +127,16 @@ func List(q ListQuery, prefix string) (Read, error) {
 	if err != nil {
 		return Read{}, err
 	}
-	if match == string(metav1.ResourceVersionMatchExact) {
+	switch {
+	case match == string(metav1.ResourceVersionMatchExact):
 		if sem == Any {
 			return Read{}, apierrors.NewBadRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
 		}
+		sem = Exact
+	case match == "" && sem == NotOlderThan && q.Limit > 0:
+		// A first chunk at N without a match is read at exactly N: the
+		// table's legacy row, which paginating clients of old servers
+		// rely on.
 		sem = Exact
 	}
 	return Read{Semantic: sem, Revision: rev, Limit: q.Limit}, nil

@@ -122,11 +122,9 @@ func TestMatrix(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		// One row per resourceVersion × match; one column per continue.
 		// Limit absent or positive does not change the read (it is
-		// carried in Read.Limit); a negative limit fails first.
-		//
-		// The spec's table reads N with a limit and no match as Exact
-		// (kube-apiserver's legacy paging); meridian reads it as
-		// NotOlderThan N, with or without a limit.
+		// carried in Read.Limit), except N without a match, which the
+		// spec's table reads as Exact with a limit; a negative limit
+		// fails first.
 		rows := []struct {
 			rv, match string
 			want      [5]result
@@ -157,8 +155,11 @@ func TestMatrix(t *testing.T) {
 				for _, limit := range []int64{0, 3, -1} {
 					name := fmt.Sprintf("rv=%q match=%q continue=%s limit=%d", row.rv, row.match, c.name, limit)
 					want := row.want[i]
-					if limit < 0 {
+					switch {
+					case limit < 0:
 						want = errLimit
+					case limit > 0 && row.rv == "5" && row.match == "" && c.token == "":
+						want = read(Exact, 5)
 					}
 					wantRead := want.read
 					wantRead.Limit = limit
