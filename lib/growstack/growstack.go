@@ -7,18 +7,16 @@
 // whole stack and adjusts every frame, and it happens deep in the call
 // chain, where the stack is largest. net/http runs every request of the
 // gateway on a new goroutine that reaches ~16 KiB in grpc-gateway, gRPC's
-// client and encoding/json; in a CPU profile of the gateway serving GETs at
-// 32 clients the doublings of those goroutines were 4 % of the process.
-// (gRPC servers avoid the same cost with a pool of goroutines:
-// lib/grpcserver.StreamWorkers.)
+// client and encoding/json, so each request would pay several doublings
+// of a deep stack. (gRPC servers avoid the same cost with a pool of
+// goroutines: lib/grpcserver.StreamWorkers.)
 //
 // Grow, called first thing in a handler, takes one frame of growSize bytes,
 // so the runtime grows the stack to twice that in one step, while the stack
 // holds only a few frames. GrowLarge does the same to 32 KiB for handlers
 // that go deeper: the gateway's writes, whose managed-fields update walks
-// the object in structured-merge-diff past 16 KiB (in a CPU profile of
-// creates at 32 clients, that one doubling was 6 % of the process). The
-// idea is CockroachDB's util/growstack.
+// the object in structured-merge-diff past 16 KiB. The idea is
+// CockroachDB's util/growstack; docs/benchmarks.md has what it saves.
 package growstack
 
 // growSize is the frame Grow takes: the stack becomes 16 KiB, the depth the

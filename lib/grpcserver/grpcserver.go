@@ -132,10 +132,8 @@ const streamWorkers = 32
 // StreamWorkers returns the option that runs a server's streams on a pool
 // of goroutines instead of a new goroutine each. A new goroutine's stack
 // starts small and grows by doubling, each time copying the whole stack,
-// while it reads the request, iterates pebble or encodes the reply: in a
-// profile of the all-in-one serving GETs at 32 clients the store's
-// handlers spent 5 % of the process's CPU there. Pooled goroutines keep
-// their grown stacks.
+// while it reads the request, iterates pebble or encodes the reply, on
+// every call; pooled goroutines keep their grown stacks.
 func StreamWorkers() grpc.ServerOption {
 	return grpc.NumStreamWorkers(streamWorkers)
 }
