@@ -30,9 +30,9 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/server"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 )
 
 // ServiceName is the gRPC service served. Health reports it NOT_SERVING
@@ -190,9 +190,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
-	// Watch batches are sent encoded already (package wire); every other
-	// message goes through the proto codec as usual.
-	wc, err := wire.NewCodec()
+	// Watch batches are sent encoded already (package batchcodec); every
+	// other message goes through the proto codec as usual.
+	wc, err := batchcodec.NewCodec()
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}

@@ -13,18 +13,18 @@ import (
 	"github.com/meridian-cp/meridian/lib/watchmux"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec/batchcodectest"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire/wiretest"
 )
 
-// TestInitialEventsBufferLifetime is a relist storm in small with the
-// tier's batches encoded into buffers of a pool that poisons and reuses
-// each buffer the moment gRPC gives it back (package wire hands them to
-// gRPC, whose Send returns before they are written): every watch, over
-// Watch and over WatchMany, gets every object intact and in order, then
-// the initial-events-end bookmark; and every buffer comes back.
+// TestInitialEventsBufferLifetime is a relist storm in small with
+// watchfanout's batches encoded into buffers of a pool that poisons and
+// reuses each buffer the moment gRPC gives it back (package batchcodec
+// hands them to gRPC, whose Send returns before they are written): every
+// watch, over Watch and over WatchMany, gets every object intact and in
+// order, then the initial-events-end bookmark; and every buffer comes back.
 func TestInitialEventsBufferLifetime(t *testing.T) {
-	pool := wiretest.New(t)
+	pool := batchcodectest.New(t)
 	e := newEnv(t, app.Config{BufferPool: pool, InitialEventsConcurrency: 4})
 	const objects = 200
 	data := strings.Repeat("d", 1000) // batches of 16 KiB and more: encoded in place

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 )
 
 // errSendClosed: the stream's handler returned; nothing may be sent.
@@ -38,8 +38,8 @@ type mux struct {
 	ctx  context.Context // the stream's
 	emit emitFunc        // called with sendMu held
 	// sendMsg is the stream's SendMsg, for batches encoded by package
-	// wire (the server's gRPC codec must be wire.Codec); called with
-	// sendMu held.
+	// batchcodec (the server's gRPC codec must be batchcodec.Codec);
+	// called with sendMu held.
 	sendMsg func(any) error
 	many    bool // batches are WatchManyResponses (else WatchResponses)
 
@@ -70,9 +70,9 @@ func (m *mux) send(id int64, resp *watchv1.WatchResponse, end bool, endErr error
 	return m.emit(id, resp, end, endErr)
 }
 
-// sendEncoded sends a batch encoded by package wire; errSendClosed after
+// sendEncoded sends a batch encoded by package batchcodec; errSendClosed after
 // closeSends. On success gRPC owns msg's buffer.
-func (m *mux) sendEncoded(msg *wire.Message) error {
+func (m *mux) sendEncoded(msg *batchcodec.Message) error {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	if m.closed {

@@ -71,7 +71,7 @@ type Config struct {
 }
 
 // Server serves watch.v1.WatchService. Its gRPC server must use
-// wire.Codec (grpc.ForceServerCodecV2): watch batches are sent encoded.
+// batchcodec.Codec (grpc.ForceServerCodecV2): watch batches are sent encoded.
 type Server struct {
 	watchv1.UnimplementedWatchServiceServer
 	cfg Config

@@ -5,8 +5,8 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/readparams"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -51,22 +51,22 @@ func watchError(err error) metav1.Status {
 	return apiStatus(err)
 }
 
-// sender sends a batch encoded by package wire; on success gRPC owns its
+// sender sends a batch encoded by package batchcodec; on success gRPC owns its
 // buffer.
 type sender interface {
-	sendEncoded(*wire.Message) error
+	sendEncoded(*batchcodec.Message) error
 }
 
 // batcher packs frames into WatchResponses of up to max bytes of frames,
-// encoded by a wire.Builder straight into the buffer gRPC will write (see
-// package wire): nothing is allocated per message, and the frames, shared
+// encoded by a batchcodec.Builder straight into the buffer gRPC will write (see
+// package batchcodec): nothing is allocated per message, and the frames, shared
 // by every watcher, are copied once.
 type batcher struct {
 	send sender // the watch (an interface holding it allocates nothing, a method value would)
 	max  int
-	enc  wire.Builder
-	msg  wire.Message // reused: each send hands its buffer to gRPC
-	n    int          // frames in the batch
+	enc  batchcodec.Builder
+	msg  batchcodec.Message // reused: each send hands its buffer to gRPC
+	n    int                // frames in the batch
 	rev  int64
 }
 

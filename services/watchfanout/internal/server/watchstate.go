@@ -10,8 +10,8 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -81,7 +81,7 @@ func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64, done ch
 	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
 	max := m.s.cfg.MaxBatchBytes
-	w.b = batcher{send: w, max: max, enc: wire.NewBuilder(m.s.pool, m.many, id, max)}
+	w.b = batcher{send: w, max: max, enc: batchcodec.NewBuilder(m.s.pool, m.many, id, max)}
 	return w
 }
 
@@ -104,7 +104,7 @@ func (w *watch) sendFirst() error {
 }
 
 // sendEncoded sends a batch of the watch.
-func (w *watch) sendEncoded(msg *wire.Message) error {
+func (w *watch) sendEncoded(msg *batchcodec.Message) error {
 	if err := w.takeCredit(); err != nil {
 		return err
 	}

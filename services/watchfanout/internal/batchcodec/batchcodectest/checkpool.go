@@ -1,6 +1,6 @@
-// Package wiretest has a buffer pool for tests that checks the lifetime
-// of the buffers gRPC is handed (see package wire).
-package wiretest
+// Package batchcodectest has a buffer pool for tests that checks the
+// lifetime of the buffers gRPC is handed (see package batchcodec).
+package batchcodectest
 
 import (
 	"sync"
@@ -55,7 +55,7 @@ func (p *CheckPool) Put(b *[]byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.out[b] {
-		p.t.Errorf("wiretest: a buffer was put back that was not out (twice?)")
+		p.t.Errorf("batchcodectest: a buffer was put back that was not out (twice?)")
 		return
 	}
 	delete(p.out, b)

@@ -1,15 +1,14 @@
-package wire
+package batchcodec
 
 import (
 	"bytes"
-	"errors"
 	"strconv"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire/wiretest"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec/batchcodectest"
 )
 
 func frame(i, size int) []byte {
@@ -48,7 +47,7 @@ func builderEncoding(t *testing.T, mode string) {
 		{"many one giant frame", true, 2, []int{3 << 20}, 11},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pool := wiretest.New(t)
+			pool := batchcodectest.New(t)
 			b := NewBuilder(pool, tc.many, tc.id, 32<<10)
 			var want []byte
 			for i, n := range tc.frames {
@@ -96,7 +95,7 @@ func head(b []byte) []byte { return b[:min(len(b), 24)] }
 // TestAddAppendWrongSize: a frame that is not of the size given is not
 // added, and the batch goes on as if it had not been tried.
 func TestAddAppendWrongSize(t *testing.T) {
-	pool := wiretest.New(t)
+	pool := batchcodectest.New(t)
 	b := NewBuilder(pool, false, 0, 32<<10)
 	b.Add(frame(0, 100))
 	if err := b.AddAppend(50, func(dst []byte) []byte { return append(dst, frame(1, 49)...) }); err == nil {
@@ -124,7 +123,7 @@ func TestAddAppendWrongSize(t *testing.T) {
 // was built in (one Get, no copy); a smaller one is copied into a buffer
 // of its size, and the builder's goes back.
 func TestBuilderInPlace(t *testing.T) {
-	pool := wiretest.New(t)
+	pool := batchcodectest.New(t)
 	b := NewBuilder(pool, true, 12, 32<<10)
 	b.Add(frame(0, 10<<10))
 	b.Add(frame(1, 10<<10))
@@ -151,55 +150,4 @@ func TestBuilderInPlace(t *testing.T) {
 		t.Fatalf("outstanding %d, want 1: the builder's buffer goes back", pool.Outstanding())
 	}
 	m.Release()
-}
-
-// TestCodec: a Message is handed over once; other messages are marshalled
-// by the proto codec; Unmarshal is the proto codec's.
-func TestCodec(t *testing.T) {
-	c, err := NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := wiretest.New(t)
-	b := NewBuilder(pool, false, 0, 32<<10)
-	b.Add(frame(0, 2000))
-	var m Message
-	b.Finish(3, &m)
-	want := bytes.Clone(m.Bytes())
-	data, err := c.Marshal(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(data.Materialize(), want) {
-		t.Fatal("Marshal changed the bytes")
-	}
-	if m.Len() != 0 {
-		t.Fatal("the message still holds its buffer after Marshal")
-	}
-	m.Release() // no-op: gRPC owns it
-	if _, err := c.Marshal(&m); !errors.Is(err, ErrSent) {
-		t.Fatalf("second Marshal: %v, want ErrSent", err)
-	}
-	if pool.Outstanding() != 1 {
-		t.Fatal("the buffer went back before gRPC freed it")
-	}
-	data.Free()
-	if pool.Outstanding() != 0 {
-		t.Fatal("Free did not give the buffer back")
-	}
-
-	plain, err := c.Marshal(&watchv1.WatchResponse{Frames: []byte("x"), ResourceVersion: "1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got watchv1.WatchResponse
-	if err := c.Unmarshal(plain, &got); err != nil {
-		t.Fatal(err)
-	}
-	if string(got.GetFrames()) != "x" || got.GetResourceVersion() != "1" {
-		t.Fatalf("round trip: %v", &got)
-	}
-	if _, err := c.Marshal(struct{}{}); err == nil {
-		t.Fatal("Marshal of a non-message succeeded")
-	}
 }

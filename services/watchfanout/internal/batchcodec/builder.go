@@ -1,133 +1,12 @@
-// Package wire encodes watch responses by hand, straight into buffers from
-// a gRPC buffer pool, and sends them through a gRPC codec that passes the
-// bytes on as they are.
-//
-// Why: in a relist storm the tier sends hundreds of thousands of batches.
-// Marshalling each through the proto codec costs a WatchResponse, a
-// WatchManyResponse and a resourceVersion string per batch (garbage that
-// set the pace of the garbage collector, whose headroom was most of the
-// storm's peak memory) and a copy of every batch. With this package a
-// batch's frames are copied once, into the buffer gRPC writes to the
-// socket, and nothing is allocated per message.
-//
-// # Encoding
-//
-// A batch is a meridian.watch.v1.WatchResponse (Watch) or a
-// WatchManyResponse carrying one (WatchMany), in canonical field order:
-//
-//	WatchManyResponse  08 <id>  12 <len(WatchResponse)>  WatchResponse
-//	WatchResponse      0a <len(frames)> frames  [12 <len(rv)> rv]
-//
-// The builder reserves room for the header in front of the frames, sized
-// for 3-byte lengths (batches of 16 KiB to 2 MiB, the storm's), and writes
-// it in place when the batch is that size. Other batches are copied into
-// a buffer of their own size, so that a small message queued in gRPC does
-// not pin a 32 KiB buffer.
-//
-// # Buffer lifetime
-//
-// gRPC's SendMsg on a server stream returns once the message is queued for
-// the connection's writer, before its bytes reach the socket: the
-// transport takes a reference to the encoded buffers (http2Server.write
-// calls Ref) and its writer frees them once written (or when the stream is
-// reset); SendMsg frees its own reference on return. A buffer handed to
-// gRPC through Codec therefore goes back to its pool only when both are
-// done with it — the builder never touches it again.
-package wire
+package batchcodec
 
 import (
 	"errors"
 	"strconv"
 
-	"google.golang.org/grpc/encoding"
-	_ "google.golang.org/grpc/encoding/proto" // registers the codec Codec defers to
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
-
-// ErrSent: a Message was marshalled twice, or after it was released.
-var ErrSent = errors.New("wire: message already sent or released")
-
-// Message is one pre-encoded message: Codec hands its buffer to gRPC,
-// which returns it to its pool once written. A Message is reusable:
-// Builder.Finish fills it again after the send.
-type Message struct {
-	buf  *[]byte
-	pool mem.BufferPool
-}
-
-// Len is the encoded size; 0 once sent.
-func (m *Message) Len() int {
-	if m.buf == nil {
-		return 0
-	}
-	return len(*m.buf)
-}
-
-// Bytes are the encoded message (for tests); nil once sent.
-func (m *Message) Bytes() []byte {
-	if m.buf == nil {
-		return nil
-	}
-	return *m.buf
-}
-
-// Release returns the buffer to its pool when the message was never
-// marshalled (the send failed before gRPC took it); after a marshal it
-// does nothing.
-func (m *Message) Release() {
-	if m.buf != nil {
-		m.pool.Put(m.buf)
-		m.buf = nil
-	}
-}
-
-// take hands the buffer over: the message is empty afterwards.
-func (m *Message) take() (mem.BufferSlice, error) {
-	if m.buf == nil {
-		return nil, ErrSent
-	}
-	b := m.buf
-	m.buf = nil
-	// Below gRPC's pooling threshold NewBuffer wraps the slice without
-	// the pool; the buffer is then left to the garbage collector.
-	return mem.BufferSlice{mem.NewBuffer(b, m.pool)}, nil
-}
-
-// Codec is the gRPC codec of the watchfanout server: a *Message is sent
-// as it is encoded; every other message (requests, List and Get
-// responses, health) goes through gRPC's proto codec. Install it with
-// grpc.ForceServerCodecV2; clients need nothing, the bytes are ordinary
-// protobuf.
-type Codec struct {
-	proto encoding.CodecV2
-}
-
-var _ encoding.CodecV2 = (*Codec)(nil)
-
-// NewCodec returns the codec.
-func NewCodec() (*Codec, error) {
-	c := encoding.GetCodecV2("proto")
-	if c == nil {
-		return nil, errors.New("wire: gRPC's proto codec is not registered")
-	}
-	return &Codec{proto: c}, nil
-}
-
-// Marshal hands a *Message's buffer to gRPC (without a copy) or marshals
-// any other message with the proto codec.
-func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*Message); ok {
-		return m.take()
-	}
-	return c.proto.Marshal(v)
-}
-
-// Unmarshal is the proto codec's.
-func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-
-// Name is "proto": what is on the wire is protobuf.
-func (c *Codec) Name() string { return "proto" }
 
 // Field tags (field number << 3 | wire type) of the messages built.
 const (
@@ -182,7 +61,7 @@ func (b *Builder) Add(frame []byte) {
 }
 
 // errFrameSize: AddAppend's appendFrame did not append the size given.
-var errFrameSize = errors.New("wire: frame not of the size given")
+var errFrameSize = errors.New("batchcodec: frame not of the size given")
 
 // AddAppend appends a frame of n bytes that appendFrame appends to the
 // slice it is given (and returns, as append does): a frame written

@@ -1,4 +1,4 @@
-package wire
+package batchcodec
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/wire/wiretest"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec/batchcodectest"
 )
 
 // Messages and frame sizes of the gRPC tests: 4 MiB per stream, far more
@@ -27,7 +27,7 @@ const (
 // ordinary WatchResponse in the middle.
 type fakeWatch struct {
 	watchv1.UnimplementedWatchServiceServer
-	pool *wiretest.CheckPool
+	pool *batchcodectest.CheckPool
 	sent chan struct{} // closed when a handler has sent everything
 }
 
@@ -78,7 +78,7 @@ func (f *fakeWatch) WatchMany(stream watchv1.WatchService_WatchManyServer) error
 func TestGRPCBufferLifetime(t *testing.T) {
 	for _, many := range []bool{false, true} {
 		t.Run("many="+strconv.FormatBool(many), func(t *testing.T) {
-			pool := wiretest.New(t)
+			pool := batchcodectest.New(t)
 			codec, err := NewCodec()
 			if err != nil {
 				t.Fatal(err)
