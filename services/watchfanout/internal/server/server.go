@@ -12,13 +12,11 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
-	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -125,35 +123,6 @@ func (s *Server) resolve(ref *watchv1.Resource) (*cache.Resource, error) {
 		return nil, notSynced()
 	}
 	return r, nil
-}
-
-// format maps the requested encoding to a cache format.
-func format(enc watchv1.Encoding, includeObject string) (cache.Format, error) {
-	switch enc {
-	case watchv1.Encoding_ENCODING_UNSPECIFIED, watchv1.Encoding_ENCODING_JSON:
-		return cache.FormatJSON, nil
-	case watchv1.Encoding_ENCODING_PROTOBUF:
-		return cache.FormatProtobuf, nil
-	case watchv1.Encoding_ENCODING_TABLE:
-		switch metav1.IncludeObjectPolicy(includeObject) {
-		case "", metav1.IncludeMetadata:
-			return cache.FormatTableMetadata, nil
-		case metav1.IncludeNone:
-			return cache.FormatTableNone, nil
-		case metav1.IncludeObject:
-			return cache.FormatTableObject, nil
-		}
-		return 0, apierrors.NewBadRequest(fmt.Sprintf("includeObject: unsupported value %q", includeObject))
-	}
-	return 0, apierrors.NewBadRequest(fmt.Sprintf("unsupported encoding %v", enc))
-}
-
-// mediaType is the media type of objects and lists in a format.
-func mediaType(f cache.Format) string {
-	if f == cache.FormatProtobuf {
-		return negotiation.Protobuf
-	}
-	return negotiation.JSON
 }
 
 // filter parses selectors. Without any it is the resource's shared

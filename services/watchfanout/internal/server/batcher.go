@@ -1,55 +1,10 @@
 package server
 
 import (
-	"errors"
-
-	"github.com/meridian-cp/meridian/lib/kube/readparams"
-	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// watchStart is where a watch starts, resolved from its request.
-type watchStart struct {
-	// rv is the requested resourceVersion, -1 when unset.
-	rv int64
-	// initial sends the current state first; endBookmark then sends the
-	// k8s.io/initial-events-end bookmark.
-	initial, endBookmark bool
-}
-
-// parseWatch resolves a watch's parameters (readparams.Watch) into where
-// the cache starts it.
-func parseWatch(req *watchv1.WatchRequest) (watchStart, error) {
-	ws, err := readparams.Watch(readparams.WatchQuery{
-		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
-		SendInitialEvents: req.SendInitialEvents, AllowWatchBookmarks: req.GetAllowBookmarks(),
-	})
-	if err != nil {
-		return watchStart{}, err
-	}
-	start := watchStart{rv: ws.Revision, initial: ws.Initial, endBookmark: ws.EndBookmark}
-	if ws.Semantic == readparams.MostRecent {
-		start.rv = -1
-	}
-	return start, nil
-}
-
-// watchError is the Status of an ERROR frame.
-func watchError(err error) metav1.Status {
-	var expired *cache.ExpiredError
-	switch {
-	case errors.As(err, &expired):
-		return apierrors.NewResourceExpired(expired.Error()).Status()
-	case errors.Is(err, cache.ErrTooSlow):
-		return apierrors.NewTooManyRequests("the watcher fell behind; re-watch from the resourceVersion of the last event received", 1).Status()
-	case errors.Is(err, cache.ErrReset):
-		return apierrors.NewResourceExpired("the watch cache re-listed from the store: too old resource version").Status()
-	}
-	return apiStatus(err)
-}
 
 // sender sends a batch encoded by package batchcodec; on success gRPC owns its
 // buffer.

@@ -1,0 +1,105 @@
+package cache
+
+import (
+	"fmt"
+
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// object is one state of an object as the cache keeps it: the value the
+// store holds, with its resourceVersion filled in (for a built-in kind,
+// its protobuf envelope: ~1.1 KiB for a ConfigMap of 1 KiB of data), not
+// the decoded object (~2 KiB, and a protobuf frame of 1.15 KiB more,
+// memoized once a watcher had it).
+//
+// A protobuf frame of the object at its own revision is a frame head and
+// these bytes, written straight into each batch; at another revision (a
+// delete's, a watcher leaving the selectors) and in protobuf lists it is
+// spliced with that resourceVersion (package protolist) — byte for byte,
+// either way, what decoding and encoding give. The object is decoded only
+// for JSON and Table frames, reads in JSON and selectors on a kind's own
+// fields.
+//
+// An object is immutable and shared: by the event that wrote it, the next
+// event of its key (as its previous state) and every reader; value is
+// never modified.
+type object struct {
+	// value is the stored value, in its spliceable form with
+	// resourceVersion rev; nil for a bookmark's object.
+	value      []byte
+	rev        int64
+	spliceable bool
+	// po is value parsed for splicing, valid when spliceable (the plain
+	// protobuf form of the kind); it refers into value.
+	po protolist.Object
+	// fixed is a bookmark's object, with its resourceVersion; it is
+	// never modified either.
+	fixed runtime.Object
+}
+
+// newObject builds the object of a stored value of res written at
+// revision rev; it takes value over (and may write to it). It is decoded
+// once to check that it can be (as the cache did when it kept the decoded
+// object), so that the decodings later do not fail.
+//
+// scratch, if not nil, is a buffer newObject may keep for the next call
+// (the caller's goroutine's own): with it, the envelope with the
+// resourceVersion is written back into value's own allocation when that
+// has room (its size class rounds it up), rather than into a new one.
+// Why: a new allocation per write, of the same size as the value the
+// store watch's response decoded, left every other block of that size
+// class garbage, and the next writes' values filled those holes in no
+// order; a relist storm reads every value once per watcher, and copying
+// them from all over the heap instead of in order made the copies several
+// times slower than copying memoized frames.
+func newObject(enc *encoders, value []byte, rev int64, scratch *[]byte) (*object, error) {
+	o := &object{value: value, rev: rev}
+	gvk := enc.res.GVK()
+	if po, err := protolist.Parse(value, gvk); err == nil {
+		// The envelope with the resourceVersion, as a Get or a watch
+		// event at rev sends it: a frame is then a head and these bytes.
+		env := po.Envelope(enc.apiVersion, enc.kind, rev)
+		var withRV []byte
+		if scratch != nil && env.Size() <= cap(value) {
+			// In place, through scratch: the envelope reads value.
+			*scratch = env.AppendTo((*scratch)[:0])
+			withRV = append(value[:0], *scratch...)
+		} else {
+			withRV = env.AppendTo(make([]byte, 0, env.Size()))
+		}
+		if po, err = protolist.Parse(withRV, gvk); err == nil {
+			o.value, o.po, o.spliceable = withRV, po, true
+		}
+	}
+	if _, err := o.decode(enc, rev); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// ownEnvelope returns what Event.own is for an event at rev whose state
+// is o.
+func ownEnvelope(o *object, rev int64) []byte {
+	if o != nil && o.spliceable && o.rev == rev {
+		return o.value
+	}
+	return nil
+}
+
+// decode returns a new decoded copy of o with resourceVersion rev (a
+// bookmark's shared object, for a bookmark: not to be modified).
+func (o *object) decode(enc *encoders, rev int64) (runtime.Object, error) {
+	if o.fixed != nil {
+		return o.fixed, nil
+	}
+	obj := enc.res.New()
+	if err := enc.codec.DecodeStorage(o.value, rev, obj); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	// Set apiVersion/kind, as the encoders expect.
+	if err := enc.codec.SetKind(obj); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return obj, nil
+}

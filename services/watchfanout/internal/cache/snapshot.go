@@ -1,0 +1,130 @@
+package cache
+
+import (
+	"strings"
+	"time"
+)
+
+// Snapshot returns the current state of namespace ns ("" for all) at the
+// current revision. It is O(1): the tree is cloned copy-on-write.
+func (r *Resource) Snapshot(ns string) *Snapshot {
+	if !r.res.Namespaced {
+		ns = ""
+	}
+	r.mu.Lock() // Clone writes the tree's copy-on-write context.
+	defer r.mu.Unlock()
+	return r.snapshotLocked(ns)
+}
+
+// snapshotLocked is Snapshot with r.mu held for writing. Snapshots of
+// the same state, revision and namespace are one (a Snapshot is
+// immutable).
+func (r *Resource) snapshotLocked(ns string) *Snapshot {
+	prefix := r.res.KeyPrefix(ns)
+	if s := r.mu.snap; s != nil && s.Rev == r.mu.rev && s.prefix == prefix {
+		return s
+	}
+	s := &Snapshot{Rev: r.mu.rev, tree: r.cloneLocked(), prefix: prefix, named: ns != "" || !r.res.Namespaced}
+	r.mu.snap = s
+	return s
+}
+
+// cloneLocked returns a clone of the state, shared until the state
+// changes. r.mu must be held for writing (Clone writes the tree's
+// copy-on-write context).
+func (r *Resource) cloneLocked() *tree {
+	if r.mu.clone == nil {
+		r.mu.clone = r.mu.state.Clone()
+	}
+	return r.mu.clone
+}
+
+// Keep retains snap (its whole resource) so a continued list can read the
+// same state; it expires after Options.SnapshotTTL without use, and at
+// most Options.MaxSnapshots are kept per resource.
+func (r *Resource) Keep(snap *Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if k, ok := r.mu.snapshots[snap.Rev]; ok {
+		k.used = now
+		return
+	}
+	if len(r.mu.snapshots) >= r.opts.MaxSnapshots {
+		var oldest int64 = -1
+		for rv, k := range r.mu.snapshots {
+			if oldest < 0 || k.used.Before(r.mu.snapshots[oldest].used) {
+				oldest = rv
+			}
+		}
+		delete(r.mu.snapshots, oldest)
+	}
+	r.mu.snapshots[snap.Rev] = &keptSnapshot{snap: &Snapshot{Rev: snap.Rev, tree: snap.tree, prefix: r.res.KeyPrefix("")}, used: now}
+}
+
+// Kept returns the state of namespace ns at rev if a snapshot at rev is
+// kept, or if rev is the current revision.
+func (r *Resource) Kept(ns string, rev int64) (*Snapshot, bool) {
+	if !r.res.Namespaced {
+		ns = ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k, ok := r.mu.snapshots[rev]; ok {
+		k.used = time.Now()
+		return &Snapshot{Rev: rev, tree: k.snap.tree, prefix: r.res.KeyPrefix(ns)}, true
+	}
+	if rev == r.mu.rev {
+		return &Snapshot{Rev: rev, tree: r.cloneLocked(), prefix: r.res.KeyPrefix(ns)}, true
+	}
+	return nil, false
+}
+
+// Snapshot is an immutable state of a resource (one namespace or all) at
+// one revision. It is safe for concurrent use.
+type Snapshot struct {
+	// Rev is the revision of the state.
+	Rev    int64
+	tree   *tree
+	prefix string
+	// named is true when an object's key is prefix + its name: the
+	// snapshot covers one namespace, or a cluster-scoped resource.
+	named bool
+}
+
+// Prefix returns the key prefix the snapshot covers.
+func (s *Snapshot) Prefix() string { return s.prefix }
+
+// Ascend calls fn for each object with key >= from (from "" is the start)
+// under the snapshot's prefix, in key order, until fn returns false.
+func (s *Snapshot) Ascend(from string, fn func(*Event) bool) {
+	if from < s.prefix {
+		from = s.prefix
+	}
+	s.tree.AscendGreaterOrEqual(&Event{Key: from}, func(ev *Event) bool {
+		if !strings.HasPrefix(ev.Key, s.prefix) {
+			return false
+		}
+		return fn(ev)
+	})
+}
+
+// AscendNamed is Ascend over the objects called name only. Where the
+// snapshot covers one namespace (or a cluster-scoped resource) that is one
+// lookup, not a scan: a watch or list of one object by
+// fieldSelector=metadata.name (client-go's informer for one object,
+// kubectl get -w NAME) costs the same in a namespace of 10,000 objects as
+// in an empty one.
+func (s *Snapshot) AscendNamed(from, name string, fn func(*Event) bool) {
+	if !s.named {
+		s.Ascend(from, fn)
+		return
+	}
+	key := s.prefix + name
+	if from > key {
+		return
+	}
+	if ev, ok := s.tree.Get(&Event{Key: key}); ok {
+		fn(ev)
+	}
+}
