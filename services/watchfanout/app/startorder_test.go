@@ -18,8 +18,8 @@ import (
 // only from the store's current revision (RV unset, sendInitialEvents
 // false) is established when its first message arrives, so a write the
 // client makes after that is one of its events — even when reading the
-// store's revision is slow (here 300 ms: the tier must read it before it
-// answers, not after).
+// store's revision is slow (here 300 ms: watchfanout must read it before
+// it answers, not after).
 func TestChangesOnlyWatchSeesWritesAfterItsFirstMessage(t *testing.T) {
 	var slow atomic.Bool
 	delayRevRead := grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

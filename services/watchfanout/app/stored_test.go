@@ -27,10 +27,10 @@ import (
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 )
 
-// The tier keeps objects as the store holds them and writes protobuf
+// watchfanout keeps objects as the store holds them and writes protobuf
 // frames, lists and gets from those bytes; the tests below check them
-// against what decoding the stored objects and encoding them gives (what
-// the tier did before), byte for byte, for every kind it serves.
+// against what decoding the stored objects and encoding them gives, byte
+// for byte, for every kind it serves.
 
 // richObject is an object of res with labels, annotations, managed
 // fields, owner references and non-ASCII text; gen varies them (and a
@@ -154,8 +154,7 @@ func (e *env) rawFrames(req *watchv1.WatchRequest, n int) [][]byte {
 	return frames
 }
 
-// want is one frame expected: the event type and the object (decoded, as
-// the tier used to keep it).
+// want is one frame expected: the event type and the object, decoded.
 type want struct {
 	typ watch.EventType
 	obj runtime.Object
@@ -371,7 +370,7 @@ func (e *env) streamList(ctx context.Context, req *watchv1.ListRequest) (*watchv
 }
 
 // TestFieldSelectorTransitions: a watch with a selector on a kind's own
-// field (a core Event's reason: the tier decodes the stored object to
+// field (a core Event's reason: watchfanout decodes the stored object to
 // read it) sees the object enter (ADDED), change (MODIFIED) and leave
 // (DELETED with the previous state at the event's revision) its
 // selector, in protobuf byte for byte what decoding and encoding give,

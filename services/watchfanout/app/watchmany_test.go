@@ -58,7 +58,7 @@ func TestWatchSemanticsOverWatchMany(t *testing.T) {
 
 // TestWatchManySharesOneStream: a hundred watches over one stream each get
 // their own events; a cancelled one ends alone; a reader that stops
-// reading holds up only its own watch (credit), which the tier cuts off
+// reading holds up only its own watch (credit), which watchfanout cuts off
 // with a 429 ERROR frame once its events pile up, while the stream's other
 // watches get every event.
 func TestWatchManySharesOneStream(t *testing.T) {
@@ -120,7 +120,7 @@ func TestWatchManySharesOneStream(t *testing.T) {
 		}
 	}
 	// The slow reader (300 events so far, a 64-message window, 100 events
-	// of buffer at the tier): more events, then what the window let
+	// of buffer in watchfanout): more events, then what the window let
 	// through, then the 429 ERROR frame and the end.
 	for j := range 500 {
 		e.mustPut(configMap("flood", fmt.Sprintf("cm-%d", j), nil, "x"))

@@ -1,7 +1,7 @@
 // Command loadtest drives a watchfanout replica over gRPC, writing to its
 // store directly (the gateway's key layout and stored encoding), and
 // reports delivery delays, memory and CPU. Run the store and watchfanout
-// as their own processes and pass the watchfanout's pid so its RSS and CPU
+// as their own processes and pass watchfanout's pid so its RSS and CPU
 // are read from /proc (see docs/benchmarks-watchfanout.md).
 //
 //	fanout: W watchers of one collection, R writes/s of S-byte objects:
@@ -12,7 +12,7 @@
 //	storm:  O objects, then W watchers opened at once with
 //	        sendInitialEvents=true: time until every watcher has its
 //	        initial-events-end bookmark, peak RSS (VmHWM, reset before the
-//	        storm) against the steady RSS: the RSS once the tier, holding
+//	        storm) against the steady RSS: the RSS once watchfanout, holding
 //	        the objects, has been collected twice (-metrics) and has rested
 //	        (see stormScenario).
 //
@@ -75,9 +75,9 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
 	flag.IntVar(&o.conns, "conns", 16, "client connections the watchers share")
 	flag.BoolVar(&o.proto, "protobuf", false, "watch in protobuf")
-	flag.StringVar(&o.api, "api", "", "fanout: watch through the gateway's REST API at this URL (e.g. https://127.0.0.1:6443 of the all-in-one, whose --store address -store must be) instead of the tier over gRPC")
+	flag.StringVar(&o.api, "api", "", "fanout: watch through the gateway's REST API at this URL (e.g. https://127.0.0.1:6443 of the all-in-one, whose --store address -store must be) instead of watchfanout over gRPC")
 	flag.StringVar(&o.dataDir, "data-dir", ".meridian", "with -api: the all-in-one's data dir (its pki/ gives the admin's certificate for the API and the gateway's for the store)")
-	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:9094", "storm: the tier's --metrics-listen address, run with --pprof (its heap profile endpoint forces the collections before the steady size; its metrics give heap in use); empty: neither")
+	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:9094", "storm: watchfanout's --metrics-listen address, run with --pprof (its heap profile endpoint forces the collections before the steady size; its metrics give heap in use); empty: neither")
 	flag.BoolVar(&o.mux, "mux", false, "multiplex the watches over WatchMany streams (as the gateway does) instead of a Watch stream each")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)

@@ -18,22 +18,21 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 )
 
-// settleRest is how long the tier rests after its forced collections
+// settleRest is how long watchfanout rests after its forced collections
 // before the steady RSS is read: the runtime's background scavenger
 // returns the pages the collections freed to the OS over a few seconds.
 const settleRest = 10 * time.Second
 
-// stormScenario writes O objects, measures the tier's steady size, then
+// stormScenario writes O objects, measures watchfanout's steady size, then
 // opens W watchers at once with sendInitialEvents=true and reports the
 // time until every one has its initial-events-end bookmark and the peak
 // memory against the steady size.
 //
-// "Steady" is the RSS of the tier holding the objects and nothing else to
+// "Steady" is the RSS of watchfanout holding the objects and nothing else to
 // do, after two forced collections (the heap profile endpoint with gc=1:
 // the second also empties the sync.Pools the first only aged) and
 // settleRest. Without -metrics it is the RSS 5 s after the writes, which
-// depends on whether a collection happened to run (the figures before
-// this definition). The peak is VmHWM, reset (clear_refs) after the
+// depends on whether a collection happened to run. The peak is VmHWM, reset (clear_refs) after the
 // steady reading so that the writes' own peak does not count.
 func (e *env) stormScenario(ctx context.Context) error {
 	o := e.o
@@ -103,7 +102,7 @@ func (e *env) stormScenario(ctx context.Context) error {
 					peak.Store(p.rss)
 				}
 				// Heap stats once a second: a scrape makes garbage of
-				// its own in the tier.
+				// its own in watchfanout.
 				if o.metrics == "" || n%4 != 0 {
 					continue
 				}
@@ -157,7 +156,7 @@ func (e *env) stormScenario(ctx context.Context) error {
 	top := max(peak.Load(), final.hwm)
 	fmt.Printf("RSS steady %.1f MiB, peak sampled %.1f MiB, VmHWM %.1f MiB: peak/steady %.2f (against the RSS 5 s after the writes: %.2f)\n",
 		mib(steady.rss), mib(peak.Load()), mib(final.hwm), float64(top)/float64(steady.rss), float64(top)/float64(unsettled.rss))
-	fmt.Printf("tier CPU during the storm: %v\n", (final.cpu - steady.cpu).Round(time.Millisecond))
+	fmt.Printf("watchfanout CPU during the storm: %v\n", (final.cpu - steady.cpu).Round(time.Millisecond))
 	if o.metrics != "" {
 		if h, err := readHeap(ctx, o.metrics); err == nil {
 			fmt.Printf("collections during the storm: %d\n", h.gcs-steadyHeap.gcs)
@@ -168,18 +167,18 @@ func (e *env) stormScenario(ctx context.Context) error {
 	return nil
 }
 
-// forceGC makes the tier collect: its heap profile endpoint with gc=1
+// forceGC makes watchfanout collect: its heap profile endpoint with gc=1
 // runs runtime.GC before it writes the profile.
 func forceGC(ctx context.Context, addr string) error {
 	body, err := get(ctx, "http://"+addr+"/debug/pprof/heap?gc=1")
 	if err != nil {
-		return fmt.Errorf("force a GC of the tier (run it with --pprof): %w", err)
+		return fmt.Errorf("force a GC of watchfanout (run it with --pprof): %w", err)
 	}
 	_, _ = io.Copy(io.Discard, body)
 	return body.Close()
 }
 
-// heapStats is the heap of the tier in bytes, from its metrics.
+// heapStats is the heap of watchfanout in bytes, from its metrics.
 type heapStats struct {
 	inuse int64 // spans in use (go_memstats_heap_inuse_bytes)
 	alloc int64 // allocated objects, live right after a collection (go_memstats_heap_alloc_bytes)
@@ -227,7 +226,7 @@ func get(ctx context.Context, url string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Uncompressed: the tier's gzip writer for a scrape is ~1 MiB of
+	// Uncompressed: watchfanout's gzip writer for a scrape is ~1 MiB of
 	// garbage (and live while it writes), once a second during the storm
 	// the instrument would weigh on what it measures.
 	req.Header.Set("Accept-Encoding", "identity")

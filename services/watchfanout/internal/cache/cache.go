@@ -9,8 +9,8 @@
 // resourceVersion filled in), not decoded: protobuf frames, lists and
 // gets are written from those bytes, byte for byte what decoding and
 // encoding give, and nothing is kept per protobuf frame; the object is
-// decoded only for JSON and Table frames (encoded once per event, as
-// before), JSON reads and selectors on a kind's own fields. See object.
+// decoded only for JSON and Table frames (encoded once per event and
+// format), JSON reads and selectors on a kind's own fields. See object.
 //
 // # Revisions
 //

@@ -19,9 +19,9 @@ func (c *Cache) ConsistentRev(ctx context.Context) (int64, error) { return c.fet
 // the cache's goroutine for that read, one caller after another, so it
 // must not block. The read is bounded (10s); fn is always called.
 //
-// Why: in a relist storm thousands of watches ask for the consistent
-// revision at once; a goroutine each, waiting, cost its stack and a
-// goroutine descriptor the runtime never frees (~480 B each).
+// It serves the watches of a relist storm, thousands of which ask for the
+// consistent revision at once: a goroutine each, waiting, would hold its
+// stack and leave a goroutine descriptor the runtime never frees.
 func (c *Cache) ConsistentRevFunc(fn func(int64, error)) { c.fetch.getFunc(fn) }
 
 // revFetcher reads the store's current revision linearizably, sharing one

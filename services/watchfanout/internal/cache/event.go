@@ -42,9 +42,9 @@ type Event struct {
 	// listed state), else nil. Kept here, next to what a watcher reads
 	// anyway, so that writing such a frame reads no more than the event
 	// and these bytes: in a relist storm every watcher writes every
-	// object's frame, and loading obj too (another cache line, another
-	// allocation) cost more than the copy (17% of the tier's CPU with
-	// 128 B objects).
+	// object's frame, and loading obj too would cost another cache line,
+	// in another allocation, per frame — more than copying a small
+	// object.
 	own []byte
 	// Deleted marks a delete; Bookmark a bookmark.
 	Deleted, Bookmark bool
@@ -70,8 +70,8 @@ type Event struct {
 //
 // A list rather than an array of every (format, kind): an event is
 // encoded in one or two of its 25 and the cache holds every object's
-// last event (and the history), so an array of pointers cost 200 bytes
-// per event, 2 MiB for 10,000 objects, mostly nil.
+// last event (and the history), so an array of 25 pointers would add
+// 200 bytes to every event, mostly nil.
 type frame struct {
 	next *frame
 	slot uint8

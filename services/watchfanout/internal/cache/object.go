@@ -9,9 +9,8 @@ import (
 
 // object is one state of an object as the cache keeps it: the value the
 // store holds, with its resourceVersion filled in (for a built-in kind,
-// its protobuf envelope: ~1.1 KiB for a ConfigMap of 1 KiB of data), not
-// the decoded object (~2 KiB, and a protobuf frame of 1.15 KiB more,
-// memoized once a watcher had it).
+// its protobuf envelope), not the decoded object, which takes about
+// twice the memory.
 //
 // A protobuf frame of the object at its own revision is a frame head and
 // these bytes, written straight into each batch; at another revision (a
@@ -40,19 +39,18 @@ type object struct {
 
 // newObject builds the object of a stored value of res written at
 // revision rev; it takes value over (and may write to it). It is decoded
-// once to check that it can be (as the cache did when it kept the decoded
-// object), so that the decodings later do not fail.
+// once to check that it can be, so that the decodings later do not fail.
 //
 // scratch, if not nil, is a buffer newObject may keep for the next call
 // (the caller's goroutine's own): with it, the envelope with the
 // resourceVersion is written back into value's own allocation when that
 // has room (its size class rounds it up), rather than into a new one.
-// Why: a new allocation per write, of the same size as the value the
-// store watch's response decoded, left every other block of that size
-// class garbage, and the next writes' values filled those holes in no
-// order; a relist storm reads every value once per watcher, and copying
-// them from all over the heap instead of in order made the copies several
-// times slower than copying memoized frames.
+// That keeps the values in the order the store watch delivered them: a
+// new allocation per write, of the same size as the value the response
+// decoded, would leave every other block of that size class garbage for
+// later values to fill in no order, and a relist storm, which reads every
+// value once per watcher, copies values scattered over the heap several
+// times slower than values laid out in order.
 func newObject(enc *encoders, value []byte, rev int64, scratch *[]byte) (*object, error) {
 	o := &object{value: value, rev: rev}
 	gvk := enc.res.GVK()

@@ -74,8 +74,7 @@ type Resource struct {
 		// snapshot, both shared until state changes (then nil: kept, a
 		// clone would pin the replaced events): a relist storm's
 		// thousands of watches start from one snapshot rather than a
-		// tree header and a snapshot each (~110 B a watch until its
-		// initial events are sent).
+		// tree header and a snapshot each.
 		clone *tree
 		snap  *Snapshot
 	}

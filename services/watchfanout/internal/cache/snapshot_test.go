@@ -9,7 +9,7 @@ import (
 
 // TestAscendNamed: within one namespace, a name visits that object only
 // (by lookup); across namespaces it falls back to the whole scan, and the
-// caller's filter decides, as before.
+// caller's filter decides.
 func TestAscendNamed(t *testing.T) {
 	r := testResource(t)
 	var chs []change

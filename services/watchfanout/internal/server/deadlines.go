@@ -7,9 +7,9 @@ import (
 )
 
 // deadlines stops watches when their timeout runs out, with one timer for
-// all of them: a time.AfterFunc per watch cost ~130 bytes (the timer and
-// its closure) for as long as the watch lived, 0.6 MiB of a relist storm's
-// 5,000 watches. A watch here costs its place in a heap.
+// all of them: a watch costs its place in a heap, not a timer and a
+// closure of its own for as long as it lives (a relist storm holds
+// thousands of watches at once).
 //
 // The timer fires at the earliest deadline; whoever adds an earlier one
 // moves it. Stopped watches are stopped outside the lock (stop pokes the

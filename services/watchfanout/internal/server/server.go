@@ -27,8 +27,8 @@ const (
 	// DefaultMaxBatchBytes keeps an encoded WatchManyResponse within
 	// 32 KiB: batches are encoded into buffers from gRPC's size-tiered
 	// pool (…, 16 KiB, 32 KiB, 1 MiB), and so are they on the client's
-	// side; a 64 KiB batch took a 1 MiB buffer per message in flight — 40
-	// MiB of them at the peak of a relist storm.
+	// side, where a batch over 32 KiB takes a 1 MiB buffer for as long as
+	// it is in flight.
 	DefaultMaxBatchBytes            = 32<<10 - 64
 	DefaultInitialEventsConcurrency = 16
 )

@@ -17,7 +17,7 @@ import (
 // revision rev, as a store read of a continue token's next page at rev
 // would: a chunk continued from a kept snapshot keeps the lifetime of a
 // continue token kube-apiserver serves from etcd (until the store compacts
-// its revision), though the tier could still serve it. One read of at
+// its revision), though watchfanout could still serve it. One read of at
 // most one key, with no value; the current revision is never compacted.
 func (s *Server) notCompacted(ctx context.Context, prefix string, rev int64) error {
 	if rev >= s.cfg.Cache.Rev() {

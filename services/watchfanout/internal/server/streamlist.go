@@ -8,15 +8,15 @@ import (
 // streamChunkBytes is the most a StreamList message carries (unless one
 // object is larger): just under 1 MiB, the size class of gRPC's buffer
 // pool that a message of more than 32 KiB is encoded into and received
-// into, and which the pool clears whole on each use — a 256 KiB chunk
-// cleared four times its size, 11 % of the CPU of serving JSON lists.
-// Large enough that a message's overhead is noise; gRPC's stream window
-// (4 MiB) bounds what is in flight.
+// into. The pool clears a buffer whole on each use, so a chunk that fills
+// its buffer pays for no clearing beyond its own size. Large enough that a
+// message's overhead is noise; gRPC's stream window (4 MiB) bounds what is
+// in flight.
 const streamChunkBytes = 1<<20 - 4<<10
 
 // StreamList is List with the encoded list sent in chunks. A JSON list of
 // the objects is written from their memoized JSON (cache.Event.ObjectJSON)
-// and each chunk is sent as it fills, so neither the tier nor the gateway
+// and each chunk is sent as it fills, so neither watchfanout nor the gateway
 // relaying it holds the whole list; other encodings are built whole, as
 // List builds them, and sent in chunks. The first message carries the
 // list's resource_version, continue_token and remaining_item_count.

@@ -319,8 +319,8 @@ func runOn(foreign bool, f func()) {
 // the watch's own deadline) and the stream's end ends it too; the first
 // of the three to claim the wait goes on with the watch. In a relist
 // storm thousands of watches wait here at once, and a goroutine each
-// cost its stack and a goroutine descriptor that the runtime never frees
-// (2.4 MB for 5,000).
+// would hold its stack while it waits and leave a goroutine descriptor
+// that the runtime never frees.
 func (w *watch) awaitConsistent(opts cache.WatchOptions) {
 	s := w.m.s
 	limit := time.Now().Add(s.cfg.ReadWaitTimeout)
