@@ -28,6 +28,7 @@ import (
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
+	"github.com/meridian-cp/meridian/services/watchfanout/internal/storetest"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -61,8 +62,8 @@ type env struct {
 type storeMember struct {
 	id, addr string
 	reg      *prometheus.Registry // the member's metrics
-	app      *storeapp.App
-	served   chan error
+	app      *storeapp.App        // nil once stopped
+	member   *storetest.Member
 }
 
 // watchers is how many watches the member serves.
@@ -82,11 +83,8 @@ func (m *storeMember) watchers(t *testing.T) float64 {
 
 // stop closes the member; safe to call twice.
 func (m *storeMember) stop() {
-	if m.app != nil {
-		m.app.Close()
-		<-m.served
-		m.app = nil
-	}
+	m.member.Stop()
+	m.app = nil
 }
 
 // newEnv starts a single-node store and a watchfanout replica; storeOpts
@@ -94,18 +92,9 @@ func (m *storeMember) stop() {
 func newEnv(t *testing.T, cfg app.Config, storeOpts ...grpc.ServerOption) *env {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quietLogger(),
+	sm := storetest.Start(t, storeapp.Config{ID: "store-0", Logger: quietLogger(),
 		ProgressInterval: 200 * time.Millisecond, Registerer: reg, GRPCServerOptions: storeOpts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	m := &storeMember{id: "store-0", addr: lis.Addr().String(), reg: reg, app: st, served: make(chan error, 1)}
-	go func() { m.served <- st.Serve(lis) }()
+	m := &storeMember{id: "store-0", addr: sm.Addr, reg: reg, app: sm.App, member: sm}
 	t.Cleanup(m.stop)
 	return startEnv(t, cfg, []*storeMember{m})
 }
@@ -150,9 +139,8 @@ func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
 				errs[i] = err
 				return
 			}
-			m := &storeMember{id: cfgs[i].ID, addr: cfgs[i].ClientAddress, reg: cfgs[i].Registerer.(*prometheus.Registry), app: st, served: make(chan error, 1)}
-			go func() { m.served <- st.Serve(listeners[i]) }()
-			members[i] = m
+			members[i] = &storeMember{id: cfgs[i].ID, addr: cfgs[i].ClientAddress, reg: cfgs[i].Registerer.(*prometheus.Registry), app: st,
+				member: storetest.Serve(st, listeners[i])}
 		}()
 	}
 	wg.Wait()
