@@ -74,3 +74,43 @@ func TestDeadlinesEarlierMovesTimer(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestDeadlineHeap: whatever is added and removed, the heap is ordered
+// by deadline and every scheduled watch knows its place (dl), which
+// remove relies on; an unscheduled one is at -1.
+func TestDeadlineHeap(t *testing.T) {
+	var d deadlines
+	base := time.Now().Add(time.Hour) // nothing fires
+	var ws []*watch
+	for i := range 200 {
+		w := &watch{deadline: base.Add(time.Duration((i*7919)%200) * time.Second), dl: -1}
+		ws = append(ws, w)
+		d.add(w)
+	}
+	for i, w := range ws {
+		if i%3 == 0 {
+			d.remove(w)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		defer d.timer.Stop()
+	}
+	for i, w := range d.h {
+		if w.dl != i {
+			t.Fatalf("watch at %d thinks it is at %d", i, w.dl)
+		}
+		if p := (i - 1) / 2; i > 0 && d.h[p].deadline.After(w.deadline) {
+			t.Fatalf("the heap is out of order at %d", i)
+		}
+	}
+	for i, w := range ws {
+		if removed := i%3 == 0; removed != (w.dl == -1) {
+			t.Fatalf("watch %d: removed %t, place %d", i, removed, w.dl)
+		}
+	}
+	if want := 200 - 67; len(d.h) != want {
+		t.Fatalf("%d scheduled, want %d", len(d.h), want)
+	}
+}
