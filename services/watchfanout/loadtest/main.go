@@ -242,37 +242,39 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 			fromSend, fromAck = append(fromSend, s...), append(fromAck, a...)
 			mu.Unlock()
 		}
+		// read consumes the watch's events until it ends.
+		var read func()
 		if httpcs != nil {
 			body, err := httpWatch(wctx, httpcs[i%len(httpcs)], o.api, "load", start, o.proto)
 			if err != nil {
 				return fmt.Errorf("watcher %d: %w", i, err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer report()
+			read = func() {
 				defer body.Close()
 				readHTTPWatch(body, o.proto, consume)
-			}()
-			continue
-		}
-		cl, err := e.openWatch(wctx, i, &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "load", ResourceVersion: strconv.FormatInt(start, 10)})
-		if err != nil {
-			return fmt.Errorf("watcher %d: %w", i, err)
+			}
+		} else {
+			cl, err := e.openWatch(wctx, i, &watchv1.WatchRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "load", ResourceVersion: strconv.FormatInt(start, 10)})
+			if err != nil {
+				return fmt.Errorf("watcher %d: %w", i, err)
+			}
+			read = func() {
+				for {
+					resp, err := cl.Recv()
+					now := time.Now()
+					if err != nil {
+						return
+					}
+					rev, _ := strconv.ParseInt(resp.GetResourceVersion(), 10, 64)
+					consume(resp.GetFrames(), rev, now)
+				}
+			}
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer report()
-			for {
-				resp, err := cl.Recv()
-				now := time.Now()
-				if err != nil {
-					return
-				}
-				rev, _ := strconv.ParseInt(resp.GetResourceVersion(), 10, 64)
-				consume(resp.GetFrames(), rev, now)
-			}
+			read()
 		}()
 	}
 	fmt.Printf("%d watchers open\n", o.watchers)

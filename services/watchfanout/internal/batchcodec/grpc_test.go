@@ -156,11 +156,7 @@ func TestGRPCBufferLifetime(t *testing.T) {
 			cancel()
 			cc.Close()
 			srv.Stop()
-			deadline := time.Now().Add(5 * time.Second)
-			for pool.Outstanding() != 0 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if n := pool.Outstanding(); n != 0 {
+			if n := pool.AwaitReturned(5 * time.Second); n != 0 {
 				t.Fatalf("%d buffers never given back", n)
 			}
 		})

@@ -54,6 +54,45 @@ func configMap(ns, name string, labels map[string]string) *corev1.ConfigMap {
 	}
 }
 
+// subscribe registers a watcher of namespace ns selecting label and
+// field, starting after revision after (negative: the current one); it
+// is closed when the test ends.
+func subscribe(t testing.TB, r *Resource, ns, label, field string, after int64) *Subscription {
+	t.Helper()
+	f, err := selection.New(r.Registry(), label, field)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := r.Watch(WatchOptions{Namespace: ns, Filter: f, After: after, OnPending: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	return sub
+}
+
+// randomChanges is n random changes of ConfigMaps at revisions 1 to n,
+// drawn from rng: each of a namespace of namespaces and a name of names,
+// a delete one time in deleteOneIn when the object exists, else a write
+// of the object with labels(rng).
+func randomChanges(t testing.TB, r *Resource, rng *rand.Rand, n int64, namespaces, names []string, deleteOneIn int, labels func(*rand.Rand) map[string]string) []change {
+	t.Helper()
+	live := map[string]bool{}
+	var chs []change
+	for rev := int64(1); rev <= n; rev++ {
+		ns, name := namespaces[rng.IntN(len(namespaces))], names[rng.IntN(len(names))]
+		key := r.res.Key(ns, name)
+		if live[key] && rng.IntN(deleteOneIn) == 0 {
+			delete(live, key)
+			chs = append(chs, change{key: key, rev: rev})
+			continue
+		}
+		live[key] = true
+		chs = append(chs, change{key: key, rev: rev, obj: storedOf(t, r, configMap(ns, name, labels(rng)))})
+	}
+	return chs
+}
+
 // TestIndexedDispatchEqualsScan: with watchers filed by name and label,
 // every watcher receives exactly what offering every event to every
 // watcher would give it, over random creates, label changes (selector
@@ -76,16 +115,7 @@ func TestIndexedDispatchEqualsScan(t *testing.T) {
 	var subs []*Subscription
 	for _, ns := range []string{"", "ns0", "ns1"} {
 		for _, sel := range selectors {
-			f, err := selection.New(r.Registry(), sel.label, sel.field)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sub, err := r.Watch(WatchOptions{Namespace: ns, Filter: f, After: -1, OnPending: func() {}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
-			subs = append(subs, sub)
+			subs = append(subs, subscribe(t, r, ns, sel.label, sel.field, -1))
 		}
 	}
 	indexed := 0
@@ -98,18 +128,8 @@ func TestIndexedDispatchEqualsScan(t *testing.T) {
 		t.Fatalf("%d of %d watchers indexed: the test covers nothing", indexed, len(subs))
 	}
 
-	rng := rand.New(rand.NewPCG(1, 2))
-	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
-	live := map[string]bool{}
-	var chs []change
-	for rev := int64(1); rev <= 3000; rev++ {
-		ns, name := pick("ns0", "ns1", "ns2"), pick("cm0", "cm1", "cm2", "cm3", "cm4")
-		key := r.res.Key(ns, name)
-		if live[key] && rng.IntN(5) == 0 {
-			delete(live, key)
-			chs = append(chs, change{key: key, rev: rev})
-			continue
-		}
+	labels := func(rng *rand.Rand) map[string]string {
+		pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
 		labels := map[string]string{}
 		if v := pick("a", "b", "c", ""); v != "" {
 			labels["app"] = v
@@ -117,11 +137,9 @@ func TestIndexedDispatchEqualsScan(t *testing.T) {
 		if v := pick("x", "y", ""); v != "" {
 			labels["tier"] = v
 		}
-		cm := configMap(ns, name, labels)
-		cm.ResourceVersion = fmt.Sprint(rev)
-		live[key] = true
-		chs = append(chs, change{key: key, rev: rev, obj: storedOf(t, r, cm)})
+		return labels
 	}
+	chs := randomChanges(t, r, rand.New(rand.NewPCG(1, 2)), 3000, []string{"ns0", "ns1", "ns2"}, []string{"cm0", "cm1", "cm2", "cm3", "cm4"}, 5, labels)
 	r.applyBatch(chs, 3000, time.Now())
 
 	r.mu.Lock()
@@ -172,15 +190,7 @@ func BenchmarkDispatch(b *testing.B) {
 			r.opts.HistoryMaxEvents = 1000
 			const watchers = 10000
 			for i := range watchers {
-				f, err := selection.New(r.Registry(), fmt.Sprintf(mode.sel, i), "")
-				if err != nil {
-					b.Fatal(err)
-				}
-				sub, err := r.Watch(WatchOptions{Namespace: "ns", Filter: f, After: -1, OnPending: func() {}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer sub.Close()
+				subscribe(b, r, "ns", fmt.Sprintf(mode.sel, i), "", -1)
 			}
 			key := r.res.Key("ns", "cm")
 			objs := make([]*object, watchers)
@@ -223,47 +233,20 @@ func TestReplayEqualsLive(t *testing.T) {
 	var pairs []pair
 	for _, ns := range []string{"", "ns0", "ns1"} {
 		for _, sel := range selectors {
-			f, err := selection.New(r.Registry(), sel.label, sel.field)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sub, err := r.Watch(WatchOptions{Namespace: ns, Filter: f, After: -1, OnPending: func() {}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
-			pairs = append(pairs, pair{ns: ns, label: sel.label, field: sel.field, live: sub})
+			pairs = append(pairs, pair{ns: ns, label: sel.label, field: sel.field, live: subscribe(t, r, ns, sel.label, sel.field, -1)})
 		}
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	live := map[string]bool{}
-	var chs []change
-	for rev := int64(1); rev <= 500; rev++ {
-		ns, name := fmt.Sprintf("ns%d", rng.IntN(3)), fmt.Sprintf("cm%d", rng.IntN(3))
-		key := r.res.Key(ns, name)
-		if live[key] && rng.IntN(4) == 0 {
-			delete(live, key)
-			chs = append(chs, change{key: key, rev: rev})
-			continue
-		}
-		var labels map[string]string
+	labels := func(rng *rand.Rand) map[string]string {
 		if rng.IntN(2) == 0 {
-			labels = map[string]string{"app": "a"}
+			return map[string]string{"app": "a"}
 		}
-		live[key] = true
-		chs = append(chs, change{key: key, rev: rev, obj: storedOf(t, r, configMap(ns, name, labels))})
+		return nil
 	}
+	chs := randomChanges(t, r, rand.New(rand.NewPCG(3, 4)), 500, []string{"ns0", "ns1", "ns2"}, []string{"cm0", "cm1", "cm2"}, 4, labels)
 	r.applyBatch(chs, 500, time.Now())
 
 	for _, p := range pairs {
-		f, err := selection.New(r.Registry(), p.label, p.field)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sub, err := r.Watch(WatchOptions{Namespace: p.ns, Filter: f, After: 0, OnPending: func() {}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sub := subscribe(t, r, p.ns, p.label, p.field, 0)
 		var replayed []Item
 		for _, ev := range sub.Replay {
 			if kind, ok := sub.Kind(ev); ok {

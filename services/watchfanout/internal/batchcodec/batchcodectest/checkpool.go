@@ -5,6 +5,7 @@ package batchcodectest
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/mem"
 )
@@ -71,6 +72,17 @@ func (p *CheckPool) Outstanding() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.out)
+}
+
+// AwaitReturned waits up to d until every buffer handed out is back
+// (gRPC gives a buffer back once its writer is done with it, after the
+// send returned) and returns how many are still out.
+func (p *CheckPool) AwaitReturned(d time.Duration) int {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if n := p.Outstanding(); n == 0 || time.Now().After(deadline) {
+			return n
+		}
+	}
 }
 
 // Gets is the number of Get calls.
