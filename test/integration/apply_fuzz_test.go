@@ -156,18 +156,25 @@ func fuzzClient(f *testing.F) apiv1.ResourceServiceClient {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = cp.Close() })
-	pool, err := pki.LoadPool(filepath.Join(dir, "pki", "api-ca.crt"))
+	return resourceClient(f, dir, cp.GRPCAddr.String())
+}
+
+// resourceClient returns a client of the gRPC ResourceService at addr of
+// the control plane in dataDir, as the admin.
+func resourceClient(tb testing.TB, dataDir, addr string) apiv1.ResourceServiceClient {
+	tb.Helper()
+	pool, err := pki.LoadPool(filepath.Join(dataDir, "pki", "api-ca.crt"))
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	admin, err := tls.LoadX509KeyPair(filepath.Join(dir, "pki", "admin.crt"), filepath.Join(dir, "pki", "admin.key"))
+	admin, err := tls.LoadX509KeyPair(filepath.Join(dataDir, "pki", "admin.crt"), filepath.Join(dataDir, "pki", "admin.key"))
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	conn, err := grpc.NewClient(cp.GRPCAddr.String(), grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&admin, pool, "127.0.0.1"))))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&admin, pool, "127.0.0.1"))))
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	f.Cleanup(func() { _ = conn.Close() })
+	tb.Cleanup(func() { _ = conn.Close() })
 	return apiv1.NewResourceServiceClient(conn)
 }

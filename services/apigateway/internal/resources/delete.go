@@ -223,7 +223,9 @@ func finalized(obj runtime.Object) bool {
 
 // DeleteCollection deletes every object of a collection that matches the
 // selectors, each as a delete would, and returns the list of what it
-// deleted (or marked for deletion).
+// deleted (or marked for deletion). The collection of a namespaced kind is
+// one namespace's: without a namespace the call is a 405 MethodNotAllowed
+// and deletes nothing.
 func (s *Server) DeleteCollection(ctx context.Context, req *apiv1.DeleteCollectionRequest) (*httpbody.HttpBody, error) {
 	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.deleteCollection(ctx, req) })
 }
@@ -233,6 +235,13 @@ func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollecti
 	res, err := s.resolve(ref, false)
 	if err != nil {
 		return nil, err
+	}
+	if res.Namespaced && ref.GetNamespace() == "" {
+		// kube-apiserver serves only list and watch on the all-namespaces
+		// path of a namespaced kind (/api/v1/secrets): its router answers
+		// any other method with this 405. A collection is deleted one
+		// namespace at a time.
+		return nil, apierrors.NewGenericServerResponse(http.StatusMethodNotAllowed, "", schema.GroupResource{}, "", "", 0, false)
 	}
 	filter, err := selection.New(res, req.GetLabelSelector(), req.GetFieldSelector())
 	if err != nil {
