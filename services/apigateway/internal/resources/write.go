@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -138,14 +139,7 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 // insert stores a new, decoded object: server-owned fields, defaults,
 // validation, admission, then a store create (retried over generated names).
 func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj runtime.Object, acc metav1.Object, dryRun bool) (runtime.Object, error) {
-	// Fields the server owns.
-	acc.SetUID(types.UID(uuid.NewString()))
-	acc.SetCreationTimestamp(metav1.NewTime(s.cfg.Now().Truncate(1e9)))
-	acc.SetResourceVersion("")
-	acc.SetDeletionTimestamp(nil)
-	acc.SetDeletionGracePeriodSeconds(nil)
-	acc.SetSelfLink("")
-	res.Strategy.PrepareForCreate(obj)
+	s.prepareCreate(res, obj, acc)
 	parent, err := s.namespaceGuard(ctx, res, acc.GetNamespace(), acc.GetName(), dryRun)
 	if err != nil {
 		return nil, err
@@ -187,6 +181,18 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 		acc.SetResourceVersion(fmt.Sprint(rev))
 		return obj, nil
 	}
+}
+
+// prepareCreate sets the fields of a new object the server owns and
+// applies the kind's strategy for a create; acc is obj's accessor.
+func (s *Server) prepareCreate(res *registry.Resource, obj runtime.Object, acc metav1.Object) {
+	acc.SetUID(types.UID(uuid.NewString()))
+	acc.SetCreationTimestamp(metav1.NewTime(s.cfg.Now().Truncate(1e9)))
+	acc.SetResourceVersion("")
+	acc.SetDeletionTimestamp(nil)
+	acc.SetDeletionGracePeriodSeconds(nil)
+	acc.SetSelfLink("")
+	res.Strategy.PrepareForCreate(obj)
 }
 
 // namespaceKey is the store key of a namespace.
@@ -250,7 +256,8 @@ type mutateFunc func(old runtime.Object) (runtime.Object, error)
 // updateLoop reads the stored object, computes its replacement with mutate,
 // and stores it if nobody wrote in between. With a precondition (the
 // resourceVersion the client saw) a concurrent write is a 409 Conflict;
-// without one the loop reads again and retries.
+// without one the loop reads again and retries. A replacement that stores
+// exactly what is stored writes nothing (unchanged.go).
 //
 // The first attempt may start from the object's hint instead of a read
 // (objhints.go); unless that attempt stores its result, it is not counted
@@ -267,21 +274,23 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 	}
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		var old runtime.Object
+		var stored []byte
 		speculative := false
 		if hinted {
 			hinted = false
 			o := res.New()
 			if s.cfg.Codec.DecodeStorage(hint.Value, hint.ModRevision, o) == nil {
-				old, speculative = o, true
+				old, stored, speculative = o, hint.Value, true
 			}
 		}
 		if old == nil {
 			var err error
-			if old, _, err = s.get(ctx, res, ref.GetNamespace(), ref.GetName(), readLatest, 0); err != nil {
+			if old, stored, err = s.readStored(ctx, res, ref.GetNamespace(), ref.GetName()); err != nil {
 				return nil, err
 			}
 		}
-		obj, retry, err := s.updateFrom(ctx, res, ref, key, old, precondition, dryRun, mutate)
+		from := current{obj: old, stored: stored, read: !speculative}
+		obj, retry, err := s.updateFrom(ctx, res, ref, key, from, precondition, dryRun, mutate)
 		if speculative && (err != nil || retry) {
 			s.objHints.forget(key)
 			attempt--
@@ -297,49 +306,45 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 	return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New("too many concurrent writers; try again"))
 }
 
-// updateFrom is one attempt of updateLoop, from old, the object stored at
-// key. retry reports a write that lost a race the loop may retry.
-func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, key string, old runtime.Object, precondition string, dryRun bool, mutate mutateFunc) (_ runtime.Object, retry bool, _ error) {
+// current is the object an update attempt starts from.
+type current struct {
+	// obj is the object decoded, with its resourceVersion.
+	obj runtime.Object
+	// stored is obj as the store holds it (Codec.EncodeStorage).
+	stored []byte
+	// read: obj was read from the store by this attempt, not taken from a
+	// hint, so an attempt that would store the same bytes may answer
+	// without writing.
+	read bool
+}
+
+// readStored reads the object stored under ns/name linearizably and
+// returns it decoded and as stored.
+func (s *Server) readStored(ctx context.Context, res *registry.Resource, ns, name string) (runtime.Object, []byte, error) {
+	kv, _, err := s.cfg.Store.Get(ctx, res.Key(ns, name), readLatest)
+	if err != nil {
+		return nil, nil, storageError(err, res, ns, name)
+	}
+	obj := res.New()
+	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+		return nil, nil, apierrors.NewInternalError(err)
+	}
+	return obj, kv.Value, nil
+}
+
+// updateFrom is one attempt of updateLoop, from cur, the object stored at
+// key. retry reports a write that lost a race the loop may retry, or an
+// unchanged object that was not read by this attempt (cur.read false),
+// which only a read can confirm is still what is stored.
+func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, key string, cur current, precondition string, dryRun bool, mutate mutateFunc) (_ runtime.Object, retry bool, _ error) {
 	gr := res.GVR.GroupResource()
+	old := cur.obj
 	oldAcc, _ := meta.Accessor(old)
 	if precondition != "" && precondition != oldAcc.GetResourceVersion() {
 		return nil, false, apierrors.NewConflict(gr, ref.GetName(), errors.New(conflictMessage))
 	}
-	obj, err := mutate(old)
+	obj, err := s.prepareUpdate(ctx, res, ref, old, dryRun, mutate)
 	if err != nil {
-		return nil, false, err
-	}
-	acc, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, false, apierrors.NewInternalError(err)
-	}
-	if acc.GetName() != ref.GetName() {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
-	}
-	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
-		return nil, false, err
-	}
-	// Metadata the server owns is carried over; a changed uid is caught
-	// by validation.
-	if acc.GetUID() == "" {
-		acc.SetUID(oldAcc.GetUID())
-	}
-	acc.SetCreationTimestamp(oldAcc.GetCreationTimestamp())
-	acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
-	acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
-	acc.SetResourceVersion(oldAcc.GetResourceVersion())
-	if sub := ref.GetSubresource(); sub != "" {
-		ss, ok := res.Strategy.(registry.SubresourceStrategy)
-		if !ok || !ss.PrepareForSubresourceUpdate(sub, obj, old) {
-			return nil, false, apierrors.NewNotFound(gr, ref.GetName())
-		}
-	} else {
-		res.Strategy.PrepareForUpdate(obj, old)
-	}
-	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
-		return nil, false, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
-	}
-	if err := s.admit(ctx, res, ref, obj, old, apiv1Update, dryRun); err != nil {
 		return nil, false, err
 	}
 	if dryRun {
@@ -364,6 +369,12 @@ func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *ap
 	if err != nil {
 		return nil, false, apierrors.NewInternalError(err)
 	}
+	if bytes.Equal(data, cur.stored) {
+		if !cur.read {
+			return nil, true, nil
+		}
+		return old, false, nil
+	}
 	lease, err := s.leaseFor(ctx, res)
 	if err != nil {
 		return nil, false, err
@@ -376,8 +387,57 @@ func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *ap
 		return nil, false, storageError(err, res, ref.GetNamespace(), ref.GetName())
 	}
 	s.objHints.put(key, data, rev)
+	acc, _ := meta.Accessor(obj)
 	acc.SetResourceVersion(fmt.Sprint(rev))
 	return obj, false, nil
+}
+
+// prepareUpdate computes the object an update of old stores, without
+// storing it: mutate's result with the metadata the server owns carried
+// over from old, the kind's strategy applied, validated, and admitted.
+// The result has old's resourceVersion.
+func (s *Server) prepareUpdate(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, old runtime.Object, dryRun bool, mutate mutateFunc) (runtime.Object, error) {
+	gr := res.GVR.GroupResource()
+	oldAcc, _ := meta.Accessor(old)
+	obj, err := mutate(old)
+	if err != nil {
+		return nil, err
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if acc.GetName() != ref.GetName() {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
+	}
+	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
+		return nil, err
+	}
+	// Metadata the server owns is carried over; a changed uid is caught
+	// by validation.
+	if acc.GetUID() == "" {
+		acc.SetUID(oldAcc.GetUID())
+	}
+	acc.SetCreationTimestamp(oldAcc.GetCreationTimestamp())
+	acc.SetDeletionTimestamp(oldAcc.GetDeletionTimestamp())
+	acc.SetDeletionGracePeriodSeconds(oldAcc.GetDeletionGracePeriodSeconds())
+	acc.SetResourceVersion(oldAcc.GetResourceVersion())
+	if sub := ref.GetSubresource(); sub != "" {
+		ss, ok := res.Strategy.(registry.SubresourceStrategy)
+		if !ok || !ss.PrepareForSubresourceUpdate(sub, obj, old) {
+			return nil, apierrors.NewNotFound(gr, ref.GetName())
+		}
+	} else {
+		res.Strategy.PrepareForUpdate(obj, old)
+	}
+	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+	}
+	keepManagedFieldsTimes(obj, old)
+	if err := s.admit(ctx, res, ref, obj, old, apiv1Update, dryRun); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // readLatest is a linearizable read.
