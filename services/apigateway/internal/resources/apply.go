@@ -47,7 +47,7 @@ func (s *Server) apply(ctx context.Context, req *apiv1.PatchRequest, res *regist
 	if err != nil {
 		return nil, err
 	}
-	patch, err := decodeApply(ctx, req.GetBody().GetData(), fv)
+	patch, err := s.decodeApplied(ctx, req.GetBody().GetData(), fv)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (s *Server) apply(ctx context.Context, req *apiv1.PatchRequest, res *regist
 		existed := false
 		obj, err := s.updateLoop(ctx, res, ref, precondition, dryRun, func(old runtime.Object) (runtime.Object, error) {
 			existed = true
-			return kind.Apply(ref.GetSubresource(), old, patch.DeepCopy(), manager, force)
+			return s.applyConfig(ctx, kind, ref.GetSubresource(), old, patch, manager, force)
 		})
 		if existed || !apierrors.IsNotFound(err) || ref.GetSubresource() != "" || precondition != "" {
 			return obj, err
@@ -81,7 +81,7 @@ func (s *Server) apply(ctx context.Context, req *apiv1.PatchRequest, res *regist
 // applyCreate merges an applied configuration into an empty object and
 // creates it.
 func (s *Server) applyCreate(ctx context.Context, kind *fieldmanager.Kind, res *registry.Resource, ref *apiv1.ResourceRef, patch *unstructured.Unstructured, manager string, force, dryRun bool) (runtime.Object, error) {
-	obj, err := kind.Apply("", res.New(), patch.DeepCopy(), manager, force)
+	obj, err := s.applyConfig(ctx, kind, "", res.New(), patch, manager, force)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +96,21 @@ func (s *Server) applyCreate(ctx context.Context, kind *fieldmanager.Kind, res *
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", acc.GetName(), ref.GetName()))
 	}
 	return s.insert(ctx, res, ref, obj, acc, dryRun)
+}
+
+// applyConfig merges the applied configuration patch (which it does not
+// change) into live through subresource sub as manager; see
+// fieldmanager.Kind.Apply. A panic in the merge is a 400 (recoverPatch).
+func (s *Server) applyConfig(ctx context.Context, kind *fieldmanager.Kind, sub string, live runtime.Object, patch *unstructured.Unstructured, manager string, force bool) (_ runtime.Object, err error) {
+	defer s.recoverPatch(ctx, negotiation.ApplyPatchYAML, &err)
+	return kind.Apply(sub, live, patch.DeepCopy(), manager, force)
+}
+
+// decodeApplied is decodeApply with a panic of the YAML reader turned into
+// a 400 (recoverPatch).
+func (s *Server) decodeApplied(ctx context.Context, data []byte, fv fieldValidation) (_ *unstructured.Unstructured, err error) {
+	defer s.recoverPatch(ctx, negotiation.ApplyPatchYAML, &err)
+	return decodeApply(ctx, data, fv)
 }
 
 // decodeApply decodes an applied configuration (YAML, or JSON, which is

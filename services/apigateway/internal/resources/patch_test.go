@@ -1,8 +1,10 @@
 package resources
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,5 +60,44 @@ func BenchmarkPatchPrecondition(b *testing.B) {
 		if _, err := patchPrecondition(negotiation.MergePatch, patch); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPatchLimits: the JSON patch copy limit (422) and the patched object
+// limit (413) of applyPatch, and a panicking strategic merge directive
+// (400), through the functions the handler uses.
+func TestPatchLimits(t *testing.T) {
+	pf := newPatchFuzzer(t)
+	doubling := `[{"op":"add","path":"/metadata/annotations/x","value":"` + strings.Repeat("y", 1024) + `"},{"op":"add","path":"/x","value":[]}`
+	for range 17 {
+		doubling += `,{"op":"copy","from":"/metadata/annotations","path":"/x/-"},{"op":"copy","from":"/x","path":"/metadata/annotations/x"}`
+	}
+	doubling += `]`
+	big := `[{"op":"add","path":"/data/big","value":"` + strings.Repeat("b", maxPatchedObjectBytes) + `"}]`
+	for _, c := range []struct {
+		name, mediaType, body string
+		code                  int32
+		reason                string
+	}{
+		{"copy doubling", negotiation.JSONPatch, doubling, 422, "Invalid"},
+		{"too large a result", negotiation.JSONPatch, big, 413, "RequestEntityTooLarge"},
+		{"retainKeys holding an object", negotiation.StrategicMergePatch, `{"data":{"$retainKeys":[1,{}]}}`, 400, "BadRequest"},
+		{"unknown directive value", negotiation.StrategicMergePatch, `{"data":{"$patch":1}}`, 422, "Invalid"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, ref, old := pf.target(0)
+			p, err := pf.srv.decodePatch(pf.ctx, res, ref.GetName(), c.mediaType, []byte(c.body), validationStrict)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err = pf.srv.applyPatch(pf.ctx, res, ref, p, old, "test")
+			var se apierrors.APIStatus
+			if !errors.As(err, &se) || se.Status().Code != c.code || string(se.Status().Reason) != c.reason {
+				t.Fatalf("got %v, want %d %s", err, c.code, c.reason)
+			}
+			checkPatchError(t, c.mediaType, nil, err)
+			t.Logf("%d %s after %v: %s", c.code, c.reason, time.Since(start).Round(time.Millisecond), se.Status().Message)
+		})
 	}
 }
