@@ -2,6 +2,8 @@
 # Runs every test of every module in the workspace (go test ./... at a
 # go.work root would cover only the root module), with the race detector,
 # after go vet. Extra arguments go to go test, e.g. hack/test.sh -short.
+# Without -short it then runs each fuzz target for a bounded time
+# (hack/fuzz.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,4 +16,13 @@ for dir in $(go list -m -f '{{.Dir}}'); do
   (cd "$dir" && go vet ./...) || fail=1
   (cd "$dir" && go test -race -count=1 -timeout 15m "$@" ./...) || fail=1
 done
+
+short=0
+for arg in "$@"; do
+  case $arg in -short | -short=true) short=1 ;; esac
+done
+if [ $short = 0 ]; then
+  echo "=== fuzz targets (hack/fuzz.sh)"
+  hack/fuzz.sh || fail=1
+fi
 exit $fail
