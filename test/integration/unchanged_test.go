@@ -45,7 +45,7 @@ func TestUnchangedWritesStoreNothing(t *testing.T) {
 	}
 	defer w.Stop()
 
-	kv := storev1.NewKVServiceClient(e.storeConn())
+	kv := storev1.NewKVServiceClient(e.storeConn(gatewayCert))
 	stored := func() *storev1.KeyValue {
 		t.Helper()
 		r, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte("/registry/configmaps/default/same")})

@@ -2,22 +2,17 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/internal/allinone"
-	"github.com/meridian-cp/meridian/lib/pki"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -112,21 +107,7 @@ func (e *env) httpWatch(ctx context.Context, t testing.TB, path string) <-chan f
 // (the env needs GRPCListen), as the admin.
 func (e *env) grpcAPI() apiv1.ResourceServiceClient {
 	e.t.Helper()
-	dir := filepath.Join(e.dataDir, "pki")
-	pool, err := pki.LoadPool(filepath.Join(dir, "api-ca.crt"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	admin, err := tls.LoadX509KeyPair(filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(e.cp.GRPCAddr.String(), grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&admin, pool, "127.0.0.1"))))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { conn.Close() })
-	return apiv1.NewResourceServiceClient(conn)
+	return resourceClient(e.t, e.dataDir, e.cp.GRPCAddr.String())
 }
 
 // grpcWatch opens a watch through the gRPC API; its request asks for JSON.
