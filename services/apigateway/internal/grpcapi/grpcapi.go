@@ -4,15 +4,18 @@
 // impersonation (Impersonate-* metadata), the same request size limit and
 // the same flow control as the REST surface, and the gRPC health service.
 //
-// A call is authenticated when its headers arrive, before grpc-go reads
-// any of its request message (see tap): an unauthenticated caller cannot
-// make the gateway hold a message, whatever size the message claims.
+// A call is authenticated when its headers arrive (see tap), and a call
+// that fails is ended before anything reads its request message (see
+// guard): an unauthenticated caller cannot make the gateway hold a
+// message, whatever size the message claims, nor anything else once its
+// call is answered.
 package grpcapi
 
 import (
 	"context"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
@@ -81,14 +84,14 @@ func New(cfg Config) (*grpc.Server, error) {
 		grpc.ChainStreamInterceptor(g.stream),
 	)
 	srv := grpc.NewServer(opts...)
-	apiv1.RegisterResourceServiceServer(srv, cfg.Resources)
+	srv.RegisterService(guard(&apiv1.ResourceService_ServiceDesc), cfg.Resources)
 	hs := health.NewServer()
 	hs.SetServingStatus(apiv1.ResourceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	return srv, nil
 }
 
-// gate authenticates every call (tap) and takes seats for it (the
+// gate authenticates every call (tap, guard) and takes seats for it (the
 // interceptors).
 type gate struct {
 	authn   *authn.Authenticator
@@ -96,50 +99,80 @@ type gate struct {
 	metrics *authn.Metrics
 }
 
-// callerKey carries the user tap established to the interceptors. The
-// identity interceptor of grpcserver clears identity.WithUser values (a
-// user comes to a handler only from its decision), so the user travels
-// under this key of our own and the interceptors here, which run after
-// it, hand it on with identity.WithUser.
+// callerKey carries tap's decision, a caller, to guard and the
+// interceptors. The identity interceptor of grpcserver clears
+// identity.WithUser values (a user comes to a handler only from its
+// decision), so the user travels under this key of our own and the
+// interceptors here, which run after it, hand it on with
+// identity.WithUser.
 type callerKey struct{}
 
-// exempt are the methods open to anyone: health checks.
-func exempt(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
+// caller is tap's decision on a call: the user it acts as, or why it is
+// refused.
+type caller struct {
+	user    identity.User
+	refused error
+}
+
+// exempt are the methods open to anyone: those of the health service.
+// method is a call's path, "/service/method", which grpc-go routes by
+// its service (up to the last "/") and method exactly.
+func exempt(method string) bool {
+	i := strings.LastIndexByte(method, '/')
+	return i >= 0 && method[:i] == "/grpc.health.v1.Health"
+}
 
 // tap authenticates a call from its headers and transport, as a
 // grpc.InTapHandle: grpc-go runs it when the call's headers arrive, on
 // the connection's reader goroutine, before it creates the stream or reads
-// any message. A refusal (Unauthenticated, or the 400 / 403 of an
-// impersonation) ends the call there; the message the client goes on
-// sending is discarded unread. The caller is handed on in the returned
-// context. Authentication here is a map lookup or reading the certificate
-// the TLS handshake verified, cheap enough for the reader goroutine.
-// grpc-go does not cancel the context of a call refused here: a deadline
-// the client sent keeps its timer until the deadline passes.
+// any message. Authentication here is a map lookup or reading the
+// certificate the TLS handshake verified, cheap enough for the reader
+// goroutine.
+//
+// tap never fails a call: its decision — the caller, or the refusal
+// (Unauthenticated, or the 400 / 403 of an impersonation) — goes in the
+// returned context, and guard ends a refused call before its message is
+// read. grpc-go does not cancel the context of a call its tap handle fails
+// (grpc/grpc-go#2976): a grpc-timeout the client sent would keep its timer,
+// and the context with it, until the deadline, hours or years away. A
+// call that is answered, as a refused one is by guard, ends its context
+// and leaves nothing behind.
 func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if exempt(info.FullMethodName) {
 		return ctx, nil
 	}
+	u, err := g.authenticate(ctx, info.Header)
+	return context.WithValue(ctx, callerKey{}, caller{user: u, refused: err}), nil
+}
+
+// authenticate returns the user a call acts as: its caller, from the
+// certificate its connection's TLS handshake presented or the bearer
+// token of its authorization metadata, or the user its Impersonate-*
+// metadata names. Errors are gRPC status errors: Unauthenticated without
+// valid credentials, and authn.Impersonate's 400 and 403.
+func (g *gate) authenticate(ctx context.Context, md metadata.MD) (identity.User, error) {
 	creds := authn.Credentials{}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			creds.TLS = &ti.State
 		}
 	}
-	if v := info.Header.Get("authorization"); len(v) > 0 {
+	if v := md.Get("authorization"); len(v) > 0 {
 		creds.Authorization = v[0]
 	}
 	u, ok, err := g.authn.Authenticate(creds)
 	g.metrics.Observe(ok, err)
 	if err != nil || !ok {
-		return nil, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
+		return identity.User{}, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
 	}
-	if as, impersonated, err := authn.Impersonate(u, impersonationHeaders(info.Header)); err != nil {
-		return nil, apistatus.ToGRPC(err)
-	} else if impersonated {
+	as, impersonated, err := authn.Impersonate(u, impersonationHeaders(md))
+	if err != nil {
+		return identity.User{}, apistatus.ToGRPC(err)
+	}
+	if impersonated {
 		u = as
 	}
-	return context.WithValue(ctx, callerKey{}, u), nil
+	return u, nil
 }
 
 // impersonationHeaders returns the Impersonate-* entries of gRPC metadata
@@ -157,6 +190,46 @@ func impersonationHeaders(md metadata.MD) http.Header {
 	return h
 }
 
+// refusal is tap's refusal of the call of ctx, if it refused it.
+func refusal(ctx context.Context) error {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c.refused
+}
+
+// guard returns a copy of desc whose handlers first end a call tap
+// refused, with tap's status: a unary handler before it decodes the
+// request message (the unary interceptors, which run after decoding,
+// never see the call), a streaming one before it receives anything (the
+// stream interceptors, which run before it, read nothing; grpcserver's
+// metrics count the call with its code). grpc-go writes the status (a
+// trailers-only response, and RST_STREAM if the client is still sending),
+// drops the part of the message that had arrived, and ends the call's
+// context.
+func guard(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+	d := *desc
+	d.Methods = slices.Clone(desc.Methods)
+	for i, m := range d.Methods {
+		h := m.Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			if err := refusal(ctx); err != nil {
+				return nil, err
+			}
+			return h(srv, ctx, dec, ic)
+		}
+	}
+	d.Streams = slices.Clone(desc.Streams)
+	for i, s := range d.Streams {
+		h := s.Handler
+		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
+			if err := refusal(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}
+	}
+	return &d
+}
+
 // admit puts the caller tap established into ctx and takes seats for the
 // call. req is the call's request message, whose ref describes the call to
 // flow control.
@@ -164,12 +237,13 @@ func (g *gate) admit(ctx context.Context, method string, req any) (context.Conte
 	if exempt(method) {
 		return ctx, func() {}, nil
 	}
-	u, ok := ctx.Value(callerKey{}).(identity.User)
-	if !ok {
-		// tap admits every call that is not exempt; this is not reached.
+	c, ok := ctx.Value(callerKey{}).(caller)
+	if !ok || c.refused != nil {
+		// tap decides on every call that is not exempt, and guard ends
+		// the refused ones before this; this is not reached.
 		return nil, nil, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
 	}
-	ctx = identity.WithUser(ctx, u)
+	ctx = identity.WithUser(ctx, c.user)
 	digest := &flowcontrolv1.RequestDigest{Verb: verb(method), IsResourceRequest: true, Path: method}
 	if r, ok := req.(interface{ GetRef() *apiv1.ResourceRef }); ok {
 		ref := r.GetRef()

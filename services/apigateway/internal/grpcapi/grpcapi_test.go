@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -21,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -44,6 +48,35 @@ func (s *recordingService) Create(ctx context.Context, req *apiv1.CreateRequest)
 	defer s.mu.Unlock()
 	s.creates = append(s.creates, created{user: u, bodySize: len(req.GetBody().GetData())})
 	return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{}`)}, nil
+}
+
+// Get answers with the name asked for, the caller's name and whether the
+// call has a deadline.
+func (s *recordingService) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
+	u, _ := identity.UserFrom(ctx)
+	_, deadline := ctx.Deadline()
+	return &httpbody.HttpBody{ContentType: "text/plain", Data: fmt.Appendf(nil, "%s for %s deadline=%t", req.GetRef().GetName(), u.Name, deadline)}, nil
+}
+
+// List streams two messages, then ends.
+func (s *recordingService) List(req *apiv1.ListRequest, ss grpc.ServerStreamingServer[httpbody.HttpBody]) error {
+	u, _ := identity.UserFrom(ss.Context())
+	for _, part := range []string{"list of " + req.GetRef().GetResource(), " for " + u.Name} {
+		if err := ss.Send(&httpbody.HttpBody{ContentType: "text/plain", Data: []byte(part)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Watch streams one event, then waits for the client to go.
+func (s *recordingService) Watch(req *apiv1.WatchRequest, ss grpc.ServerStreamingServer[httpbody.HttpBody]) error {
+	u, _ := identity.UserFrom(ss.Context())
+	if err := ss.Send(&httpbody.HttpBody{ContentType: "text/plain", Data: []byte("ADDED for " + u.Name)}); err != nil {
+		return err
+	}
+	<-ss.Context().Done()
+	return ss.Context().Err()
 }
 
 func (s *recordingService) calls() []created {
@@ -91,6 +124,10 @@ type rawConn struct {
 	t      *testing.T
 	conn   net.Conn
 	framer *http2.Framer
+	// enc encodes the header blocks of the connection's calls, in order:
+	// its dynamic table is the server decoder's.
+	enc   *hpack.Encoder
+	block bytes.Buffer
 	// settings are the server's initial SETTINGS.
 	settings map[http2.SettingID]uint32
 }
@@ -113,6 +150,7 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 		t.Fatal(err)
 	}
 	rc := &rawConn{t: t, conn: conn, framer: framer}
+	rc.enc = hpack.NewEncoder(&rc.block)
 	for rc.settings == nil {
 		f, err := framer.ReadFrame()
 		if err != nil {
@@ -134,24 +172,7 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 // long; the rest is never sent.
 func (rc *rawConn) startCreate(id uint32, declared uint32, md map[string]string) {
 	rc.t.Helper()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	fields := []hpack.HeaderField{
-		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: apiv1.ResourceService_Create_FullMethodName}, {Name: ":authority", Value: "test"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-	}
-	for k, v := range md {
-		fields = append(fields, hpack.HeaderField{Name: k, Value: v})
-	}
-	for _, f := range fields {
-		if err := enc.WriteField(f); err != nil {
-			rc.t.Fatal(err)
-		}
-	}
-	if err := rc.framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-		rc.t.Fatal(err)
-	}
+	rc.writeHeaders(id, apiv1.ResourceService_Create_FullMethodName, md, false)
 	msg := make([]byte, 5+1024)
 	binary.BigEndian.PutUint32(msg[1:5], declared)
 	if err := rc.framer.WriteData(id, false, msg); err != nil {
@@ -159,29 +180,67 @@ func (rc *rawConn) startCreate(id uint32, declared uint32, md map[string]string)
 	}
 }
 
+// writeHeaders sends the HEADERS of a call of method on stream id, with
+// the metadata md; endStream ends the stream with them (a call without a
+// message).
+func (rc *rawConn) writeHeaders(id uint32, method string, md map[string]string, endStream bool) {
+	rc.t.Helper()
+	rc.block.Reset()
+	fields := []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: method}, {Name: ":authority", Value: "test"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		fields = append(fields, hpack.HeaderField{Name: k, Value: md[k]})
+	}
+	for _, f := range fields {
+		if err := rc.enc.WriteField(f); err != nil {
+			rc.t.Fatal(err)
+		}
+	}
+	if err := rc.framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.block.Bytes(), EndHeaders: true, EndStream: endStream}); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
 // status reads frames until stream id ends and returns its grpc-status.
 func (rc *rawConn) status(id uint32) string {
 	rc.t.Helper()
-	for {
+	return rc.statuses([]uint32{id})[id]
+}
+
+// statuses reads frames until every stream of ids has ended and returns
+// the HTTP status and grpc-status of the HEADERS that ended each, as
+// "200 grpc-status=16": a trailers-only response has both.
+func (rc *rawConn) statuses(ids []uint32) map[uint32]string {
+	rc.t.Helper()
+	ended := make(map[uint32]string, len(ids))
+	for len(ended) < len(ids) {
 		f, err := rc.framer.ReadFrame()
 		if err != nil {
-			rc.t.Fatalf("stream %d got no answer while its message was incomplete: %v", id, err)
+			rc.t.Fatalf("%d of %d streams got no answer while their message was incomplete: %v", len(ids)-len(ended), len(ids), err)
 		}
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
-			if f.StreamID == id && f.StreamEnded() {
-				return f.PseudoValue("status") + " grpc-status=" + headerValue(f, "grpc-status")
+			if slices.Contains(ids, f.StreamID) && f.StreamEnded() {
+				ended[f.StreamID] = f.PseudoValue("status") + " grpc-status=" + headerValue(f, "grpc-status")
 			}
 		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				rc.t.Fatalf("stream %d reset (%v) without a status", id, f.ErrCode)
+			// A stream still being sent is reset (NO_ERROR) after its
+			// answer.
+			if _, done := ended[f.StreamID]; slices.Contains(ids, f.StreamID) && !done {
+				rc.t.Fatalf("stream %d reset (%v) without a status", f.StreamID, f.ErrCode)
 			}
+		case *http2.GoAwayFrame:
+			rc.t.Fatalf("the server closed the connection: %v %s", f.ErrCode, f.DebugData())
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				_ = rc.framer.WriteSettingsAck()
 			}
 		}
 	}
+	return ended
 }
 
 func headerValue(f *http2.MetaHeadersFrame, name string) string {
@@ -306,4 +365,95 @@ func sameUser(a, b identity.User) bool {
 		}
 	}
 	return true
+}
+
+// TestCalls: an authenticated caller's unary and server-streaming calls
+// reach the service as that caller, with the deadline it sent; an
+// anonymous caller's are refused with Unauthenticated and the Kubernetes
+// Status (401 Unauthorized) in the details; health checks are open to
+// anyone.
+func TestCalls(t *testing.T) {
+	addr := serve(t, &recordingService{})
+	c := client(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer alice-token")
+	ref := &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default"}
+
+	got, err := c.Get(alice, &apiv1.GetRequest{Ref: &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default", Name: "cm"}})
+	if err != nil || string(got.GetData()) != "cm for alice deadline=true" {
+		t.Errorf("alice's get: %q, %v", got.GetData(), err)
+	}
+	list, err := c.List(alice, &apiv1.ListRequest{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed string
+	for {
+		m, err := list.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("alice's list: %v (after %q)", err, listed)
+		}
+		listed += string(m.GetData())
+	}
+	if listed != "list of configmaps for alice" {
+		t.Errorf("alice's list: %q", listed)
+	}
+	wctx, wcancel := context.WithCancel(alice)
+	w, err := c.Watch(wctx, &apiv1.WatchRequest{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := w.Recv(); err != nil || string(m.GetData()) != "ADDED for alice" {
+		t.Errorf("alice's watch: %q, %v", m.GetData(), err)
+	}
+	wcancel()
+	if _, err := w.Recv(); status.Code(err) != codes.Canceled {
+		t.Errorf("alice's watch after she left: %v, want Canceled", err)
+	}
+
+	anonymous := map[string]func() error{
+		"get": func() error { _, err := c.Get(ctx, &apiv1.GetRequest{Ref: ref}); return err },
+		"list": func() error {
+			l, err := c.List(ctx, &apiv1.ListRequest{Ref: ref})
+			if err == nil {
+				_, err = l.Recv()
+			}
+			return err
+		},
+		"watch": func() error {
+			w, err := c.Watch(ctx, &apiv1.WatchRequest{Ref: ref})
+			if err == nil {
+				_, err = w.Recv()
+			}
+			return err
+		},
+	}
+	for name, call := range anonymous {
+		st := status.Convert(call())
+		if st.Code() != codes.Unauthenticated || st.Message() != "Unauthorized" || !hasStatus(st, 401, "Unauthorized") {
+			t.Errorf("anonymous %s: %v %v, want Unauthenticated with a 401 Unauthorized Status", name, st, st.Details())
+		}
+	}
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: apiv1.ResourceService_ServiceDesc.ServiceName}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("anonymous health check: %v %v", resp, err)
+	}
+}
+
+func hasStatus(st *status.Status, code int32, reason string) bool {
+	for _, d := range st.Details() {
+		if s, ok := d.(*apiv1.Status); ok {
+			return s.GetCode() == code && s.GetReason() == reason
+		}
+	}
+	return false
 }
