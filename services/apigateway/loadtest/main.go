@@ -7,7 +7,10 @@
 //	                         vs store Range of the prefix (whole, chunked)
 //	watch start (headers + first event)
 //
-// each at several client concurrencies for a fixed duration. Start meridian
+// each at several client concurrencies for a fixed duration. With
+// --grpc-cpu it measures instead the server CPU time per Get over the gRPC
+// API of gateways built from different commits, run side by side (see
+// grpcCPU). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -60,9 +63,17 @@ func main() {
 		levels   = flag.String("concurrency", "1,32", "client concurrencies")
 		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both")
 		token    = flag.String("token", "", "send this bearer token (a user of meridian's --token-auth-file) instead of acting as the admin")
+		grpcCPU  = flag.String("grpc-cpu", "", "measure only the server CPU per gRPC API Get of these meridians, name=grpc-addr@pid,... (sharing --data-dir's certificates)")
+		rounds   = flag.Int("rounds", 6, "with --grpc-cpu: slices of --duration per meridian and concurrency")
 	)
 	flag.Parse()
-	if err := run(*dataDir, *api, *store, *token, *objects, *duration, *levels, *only); err != nil {
+	var err error
+	if *grpcCPU != "" {
+		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *duration, *levels, *rounds)
+	} else {
+		err = run(*dataDir, *api, *store, *token, *objects, *duration, *levels, *only)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
@@ -103,12 +114,7 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 	prefix := res.KeyPrefix(ns)
 	base := api + "/api/v1/namespaces/" + ns + "/configmaps"
 
-	var conc []int
-	for _, s := range strings.Split(levels, ",") {
-		var v int
-		fmt.Sscan(s, &v)
-		conc = append(conc, v)
-	}
+	conc := concurrencies(levels)
 	fmt.Printf("%-44s %6s %10s %10s %10s %12s %10s\n", "operation", "conc", "ops/s", "p50", "p99", "bytes/op", "overhead")
 	var writeID atomic.Int64
 	for _, cc := range conc {
@@ -154,6 +160,33 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 		report("gateway watch start (one object)", cc, measure(d, cc, func() (int, error) { return watchStart(httpc, base) }))
 	}
 	return nil
+}
+
+// runGRPCCPU runs grpcCPU at each concurrency of levels, as the data dir's
+// admin or token's user.
+func runGRPCCPU(dataDir, token, spec string, d time.Duration, levels string, rounds int) error {
+	pdir := filepath.Join(dataDir, "pki")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	for _, cc := range concurrencies(levels) {
+		if err := grpcCPU(context.Background(), tlsConf, token, spec, d, cc, rounds); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// concurrencies parses a comma-separated list of client concurrencies.
+func concurrencies(levels string) []int {
+	var conc []int
+	for _, s := range strings.Split(levels, ",") {
+		var v int
+		fmt.Sscan(s, &v)
+		conc = append(conc, v)
+	}
+	return conc
 }
 
 // bearer sends a bearer token with every request; the gateway prefers it
