@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
-	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
+	"github.com/meridian-cp/meridian/services/store/internal/raftstable"
 	"github.com/meridian-cp/meridian/services/store/internal/raftwal"
 )
 
@@ -37,7 +37,7 @@ func TestDataDirWithRaftLogInPebbleStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := raftlog.New(db, nil)
+	old, err := raftstable.OpenLegacyLog(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestDataDirWithRaftLogInPebbleStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	old, err = raftlog.New(db, nil)
+	old, err = raftstable.OpenLegacyLog(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // # Keyspace
 //
 // All state lives in a pebble DB under the prefix "s/" (KeyspaceStart to
-// KeyspaceEnd), next to raft's stable store (package raftlog, prefix "r/"):
+// KeyspaceEnd), next to raft's stable store (package raftstable, prefix "r/"):
 //
 //	record keyspace, one entry per version, in revision order:
 //	  "s/e/" | main rev (8B BE) | sub rev (4B BE)          → record

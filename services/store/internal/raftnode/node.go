@@ -1,7 +1,7 @@
 // Package raftnode runs the hashicorp/raft node of the store: the log in
 // its own segment files (package raftwal), the stable store in pebble
-// (package raftlog), file snapshots, the transport, bootstrap, proposals and
-// linearizable reads.
+// (package raftstable), file snapshots, the transport, bootstrap, proposals,
+// linearizable reads, leases and membership changes.
 package raftnode
 
 import (
@@ -23,7 +23,7 @@ import (
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
-	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
+	"github.com/meridian-cp/meridian/services/store/internal/raftstable"
 	"github.com/meridian-cp/meridian/services/store/internal/raftwal"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -198,7 +198,8 @@ func Start(cfg Config) (*Node, error) {
 	hl := newHCLog(cfg.Logger, "raft")
 
 	observeSync := func(d time.Duration) { m.logSync.Observe(d.Seconds()) }
-	store, err := raftlog.New(cfg.DB, observeSync)
+	stable := raftstable.New(cfg.DB, observeSync)
+	legacy, err := raftstable.OpenLegacyLog(cfg.DB, observeSync)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func Start(cfg Config) (*Node, error) {
 	}()
 	// A data directory written before the log moved out of pebble: move
 	// its entries (raftwal.Migrate is idempotent if interrupted).
-	if n, err := raftwal.Migrate(store, wl); err != nil {
+	if n, err := raftwal.Migrate(legacy, wl); err != nil {
 		return nil, err
 	} else if n > 0 {
 		cfg.Logger.Info("moved the raft log out of pebble", "entries", n, "dir", cfg.LogDir)
@@ -266,7 +267,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
 
-	has, err := raft.HasExistingState(logs, store, snaps)
+	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: check state: %w", err)
@@ -279,13 +280,13 @@ func Start(cfg Config) (*Node, error) {
 				conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
 			}
 		}
-		if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
 			closeTransport(trans)
 			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
 		cfg.Logger.Info("bootstrapped a raft cluster", "id", cfg.ID, "address", trans.LocalAddr(), "voters", len(conf.Servers))
 	}
-	r, err := raft.NewRaft(rc, cfg.FSM, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, cfg.FSM, logs, stable, snaps, trans)
 	if err != nil {
 		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)

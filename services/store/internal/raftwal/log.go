@@ -1,21 +1,22 @@
 // Package raftwal keeps the raft log in its own append-only segment
 // files, next to the pebble DB that holds the state machine.
 //
-// # Why not in pebble
+// # Why its own files
 //
-// The log used to live in the state machine's pebble DB (package raftlog
-// now holds only raft's stable store). Every append then cost a pebble
-// commit with a synced WAL write (~180 µs here, ~290 µs in a loaded store,
-// where the state machine's batches share that WAL), and every entry was
-// written twice more — flushed into an sstable and compacted — before raft
-// deleted it. Here an append is one write into a preallocated segment and
-// one fdatasync (~100 µs), and a snapshot's truncation deletes whole files.
+// In the state machine's pebble DB, every append would be a pebble commit
+// with a synced WAL write shared with the state machine's batches, and
+// every entry would be written twice more (flushed into an sstable, then
+// compacted) before raft deletes it. Here an append is one write inside a
+// preallocated segment and one fdatasync, and a snapshot's truncation
+// deletes whole files. docs/benchmarks-store.md (run C) has the figures.
 //
-// hashicorp/raft-wal does the same and was tried first: its v0.4.0 (the
-// newest the module proxy has) marks the tail segment sealed on a tail
-// truncation without writing its index, and the member cannot restart
-// ("sealed segment has no index block", raft-wal issue #31, fixed after
-// that release). The robustness test hit it on its first run.
+// hashicorp/raft-wal, which works the same way, is not used: its v0.4.0
+// (the newest the module proxy has) marks the tail segment sealed on a
+// tail truncation without writing its index, and the member then cannot
+// restart ("sealed segment has no index block", raft-wal issue #31).
+//
+// A data directory whose log is still in pebble (package raftstable's
+// legacy log) has its entries moved here at start (Migrate).
 //
 // # Durability
 //
@@ -51,7 +52,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
-	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 )
 
 // DefaultSegmentBytes is the size a segment is allocated at.
@@ -254,7 +254,7 @@ func (l *Log) GetLog(index uint64, out *raft.Log) error {
 	if err != nil {
 		return err
 	}
-	if err := raftlog.DecodeLog(body, out); err != nil {
+	if err := DecodeLog(body, out); err != nil {
 		return fmt.Errorf("raftwal: entry %d: %w", index, err)
 	}
 	out.Index = index

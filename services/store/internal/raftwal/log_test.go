@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
-
-	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 )
 
 func entries(lo, hi uint64) []*raft.Log { return entriesOfTerm(lo, hi, 0) }
@@ -163,59 +160,6 @@ func TestFailedSyncIsFatal(t *testing.T) {
 	if fatal == nil || !strings.Contains(fatal.Error(), "injected: EIO") {
 		t.Fatalf("Fatal was called with %v, want the fsync error", fatal)
 	}
-}
-
-func TestMigrateMovesThePebbleLog(t *testing.T) {
-	db, err := pebble.Open(t.TempDir(), &pebble.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	old, err := raftlog.New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A log that starts after a snapshot (first index > 1), as most do.
-	if err := old.StoreLogs(entries(301, 1000)); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.SetUint64([]byte("CurrentTerm"), 7); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	l := open(t, dir, Options{SegmentBytes: 16 << 10})
-
-	// An interrupted earlier run copied part of the log and deleted nothing.
-	part := entries(301, 500)
-	if err := l.StoreLogs(part); err != nil {
-		t.Fatal(err)
-	}
-	n, err := Migrate(old, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 500 {
-		t.Fatalf("moved %d entries, want the 500 the log lacked", n)
-	}
-	checkLog(t, l, 301, 1000)
-	if last, _ := old.LastIndex(); last != 0 {
-		t.Fatalf("old log still ends at %d", last)
-	}
-	if term, err := old.GetUint64([]byte("CurrentTerm")); err != nil || term != 7 {
-		t.Fatalf("stable store: term %d, %v; the migration must leave it", term, err)
-	}
-	if n, err := Migrate(old, l); err != nil || n != 0 {
-		t.Fatalf("second Migrate: %d entries, %v; want 0, nil", n, err)
-	}
-	if err := l.StoreLogs(entries(1001, 1001)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l = open(t, dir, Options{SegmentBytes: 16 << 10})
-	defer l.Close()
-	checkLog(t, l, 301, 1001)
 }
 
 // appendGarbage writes b at the end of the log's last record, as a write

@@ -10,8 +10,8 @@ import (
 // migrateBatch is how many entries Migrate copies per append.
 const migrateBatch = 256
 
-// Migrate moves the entries of an older log (the raft log that lived in
-// pebble, package raftlog) into l, then deletes them from old. It is
+// Migrate moves the entries of another log (the legacy raft log in pebble,
+// package raftstable) into l, then deletes them from old. It is
 // idempotent and safe to interrupt: entries are deleted from old only
 // after all of them are in l, and a second run copies only what l lacks.
 // It does nothing when old is empty.

@@ -9,14 +9,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 	"golang.org/x/sys/unix"
-
-	"github.com/meridian-cp/meridian/services/store/internal/raftlog"
 )
 
 // Record framing inside a segment:
 //
 //	+--------------+---------------------+-------------+----------------------------+
-//	| len uint32LE | crc32c uint32LE     | index u64LE | raftlog.EncodeLog(entry)   |
+//	| len uint32LE | crc32c uint32LE     | index u64LE | EncodeLog(entry)           |
 //	+--------------+---------------------+-------------+----------------------------+
 //	  len counts index and entry; the CRC covers them.
 //
@@ -78,7 +76,7 @@ func appendRecord(buf []byte, e *raft.Log) []byte {
 	start := len(buf)
 	buf = append(buf, make([]byte, headerLen)...)
 	binary.LittleEndian.PutUint64(buf[start+8:], e.Index)
-	buf = raftlog.EncodeLog(buf, e)
+	buf = EncodeLog(buf, e)
 	rec := buf[start:]
 	binary.LittleEndian.PutUint32(rec[0:], uint32(len(rec)-8))
 	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], crcTable))

@@ -31,7 +31,7 @@ func TestToStatus(t *testing.T) {
 		{raftnode.ErrStopped, codes.Unavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{fmt.Errorf("disk on fire"), codes.Internal},
-		{fmt.Errorf("raftlog: store logs: %w", &os.PathError{Op: "write", Path: "000001.log", Err: syscall.ENOSPC}), codes.ResourceExhausted},
+		{fmt.Errorf("raftstable: commit: %w", &os.PathError{Op: "write", Path: "000001.log", Err: syscall.ENOSPC}), codes.ResourceExhausted},
 		{fmt.Errorf("%w: %w", fsm.ErrFailed, syscall.ENOSPC), codes.ResourceExhausted},
 		{fmt.Errorf("%w: %w", fmt.Errorf("%w: 1 MiB available", disk.ErrNoSpace), raftnode.ErrNotProposed), codes.ResourceExhausted},
 	}

@@ -1,4 +1,4 @@
-package raftlog
+package raftwal
 
 import (
 	"encoding/binary"
@@ -8,17 +8,19 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Log entry encoding, version 1 (the index is the key, not repeated):
+// Entry encoding, version 1, without the index (a segment's record header
+// carries it; the legacy pebble log of package raftstable keys by it):
 //
 //	+------+-----------+------+---------------------+----------+------+-----------+------------+
 //	| 0x01 | term uvar | type | appended-at ns svar | len uvar | data | len uvar  | extensions |
 //	+------+-----------+------+---------------------+----------+------+-----------+------------+
 const logFormatV1 = 1
 
-var errCorrupt = errors.New("raftlog: corrupt log entry")
+var errCorruptEntry = errors.New("raftwal: corrupt log entry")
 
-// EncodeLog appends the encoding of l, without its index, to buf. The
-// raft log's segments (package raftwal) frame the same encoding.
+// EncodeLog appends the encoding of l, without its index, to buf. Segment
+// records frame it (segment.go); the legacy pebble log of package
+// raftstable stores it as its values.
 func EncodeLog(buf []byte, l *raft.Log) []byte {
 	buf = append(buf, logFormatV1)
 	buf = binary.AppendUvarint(buf, l.Term)
@@ -38,28 +40,28 @@ func EncodeLog(buf []byte, l *raft.Log) []byte {
 // copies (b is the caller's buffer).
 func DecodeLog(b []byte, out *raft.Log) error {
 	if len(b) < 1 || b[0] != logFormatV1 {
-		return errCorrupt
+		return errCorruptEntry
 	}
 	b = b[1:]
 	term, n := binary.Uvarint(b)
 	if n <= 0 || len(b) < n+1 {
-		return errCorrupt
+		return errCorruptEntry
 	}
 	b = b[n:]
 	typ := raft.LogType(b[0])
 	b = b[1:]
 	at, n := binary.Varint(b)
 	if n <= 0 {
-		return errCorrupt
+		return errCorruptEntry
 	}
 	b = b[n:]
 	data, b, ok := readBytes(b)
 	if !ok {
-		return errCorrupt
+		return errCorruptEntry
 	}
 	ext, b, ok := readBytes(b)
 	if !ok || len(b) != 0 {
-		return errCorrupt
+		return errCorruptEntry
 	}
 	*out = raft.Log{Term: term, Type: typ, Data: data, Extensions: ext}
 	if at != 0 {

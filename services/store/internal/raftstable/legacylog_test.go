@@ -1,4 +1,4 @@
-package raftlog
+package raftstable
 
 import (
 	"bytes"
@@ -10,24 +10,13 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-func openDB(t *testing.T, dir string) *pebble.DB {
+func openLegacyLog(t *testing.T, db *pebble.DB) *LegacyLog {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{})
+	l, err := OpenLegacyLog(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return db
-}
-
-func newStore(t *testing.T) (*Store, *pebble.DB, string) {
-	t.Helper()
-	dir := t.TempDir()
-	db := openDB(t, dir)
-	s, err := New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, db, dir
+	return l
 }
 
 func testLog(i uint64) *raft.Log {
@@ -35,7 +24,7 @@ func testLog(i uint64) *raft.Log {
 		Extensions: []byte("ext"), AppendedAt: time.Unix(100, int64(i))}
 }
 
-func indexes(t *testing.T, s *Store) (uint64, uint64) {
+func indexes(t *testing.T, s *LegacyLog) (uint64, uint64) {
 	t.Helper()
 	f, err := s.FirstIndex()
 	if err != nil {
@@ -49,8 +38,9 @@ func indexes(t *testing.T, s *Store) (uint64, uint64) {
 }
 
 func TestLogStore(t *testing.T) {
-	s, db, _ := newStore(t)
+	db := openDB(t, t.TempDir())
 	defer db.Close()
+	s := openLegacyLog(t, db)
 
 	if f, l := indexes(t, s); f != 0 || l != 0 {
 		t.Fatalf("empty store: first=%d last=%d", f, l)
@@ -117,67 +107,12 @@ func TestLogStore(t *testing.T) {
 	}
 }
 
-func TestStableStore(t *testing.T) {
-	s, db, _ := newStore(t)
-	defer db.Close()
-	if _, err := s.Get([]byte("k")); err == nil || err.Error() != "not found" {
-		t.Fatalf("Get missing: %v (raft needs the text %q)", err, "not found")
-	}
-	if _, err := s.GetUint64([]byte("n")); err == nil || err.Error() != "not found" {
-		t.Fatalf("GetUint64 missing: %v", err)
-	}
-	if err := s.Set([]byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetUint64([]byte("n"), 42); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := s.Get([]byte("k")); err != nil || string(v) != "v" {
-		t.Fatalf("Get = %q, %v", v, err)
-	}
-	if v, err := s.GetUint64([]byte("n")); err != nil || v != 42 {
-		t.Fatalf("GetUint64 = %d, %v", v, err)
-	}
-	// Stable keys and log keys share the DB but not the keyspace.
-	if f, l := indexes(t, s); f != 0 || l != 0 {
-		t.Fatalf("stable writes moved log bounds: %d %d", f, l)
-	}
-}
-
-func TestReopenPersists(t *testing.T) {
-	s, db, dir := newStore(t)
-	if err := s.StoreLogs([]*raft.Log{testLog(5), testLog(6), testLog(7)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetUint64([]byte("CurrentTerm"), 9); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	db = openDB(t, dir)
-	defer db.Close()
-	s, err := New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f, l := indexes(t, s); f != 5 || l != 7 {
-		t.Fatalf("reopened first=%d last=%d", f, l)
-	}
-	var out raft.Log
-	if err := s.GetLog(6, &out); err != nil || out.Term != 2 {
-		t.Fatalf("reopened GetLog = %+v, %v", out, err)
-	}
-	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 9 {
-		t.Fatalf("reopened GetUint64 = %d, %v", v, err)
-	}
-}
-
-// TestWithLogCache runs the store behind raft.NewLogCache, as the node does.
+// TestWithLogCache runs the legacy log behind raft.NewLogCache: it is a
+// complete raft.LogStore, monotonic included.
 func TestWithLogCache(t *testing.T) {
-	s, db, _ := newStore(t)
+	db := openDB(t, t.TempDir())
 	defer db.Close()
+	s := openLegacyLog(t, db)
 	c, err := raft.NewLogCache(16, s)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +135,7 @@ func BenchmarkStoreLogs(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	s, err := New(db, nil)
+	s, err := OpenLegacyLog(db, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
