@@ -13,11 +13,10 @@ import (
 // transactions: its compares and ranges all see the same revision, the
 // current one unless a range names an older one. The caller makes it
 // linearizable (a read barrier first), as for Range. It moves no revision
-// and writes nothing, so it needs no raft entry.
+// and writes nothing, so it needs no raft entry. req must have passed
+// ValidateTxn, as for Range (see validate.go); a transaction that writes
+// is refused with ErrInvalidOp.
 func (s *Store) ReadTxn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
-	if err := ValidateTxn(req); err != nil {
-		return nil, err
-	}
 	if wire.TxnWrites(req) {
 		return nil, fmt.Errorf("%w: ReadTxn of a transaction that writes", ErrInvalidOp)
 	}

@@ -126,12 +126,12 @@ func (s *Store) CompactRev() int64 { return s.compactRev.Load() }
 // returns).
 func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
 
-// Range reads committed state. The response header carries the revision read
-// at and the compacted revision; the caller fills the rest.
+// Range reads committed state. req must have passed ValidateRange: the
+// store's gRPC server validates every request once, before its read
+// barrier, and Range does not check again (see validate.go). The response
+// header carries the revision read at and the compacted revision; the
+// caller fills the rest.
 func (s *Store) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error) {
-	if err := ValidateRange(req); err != nil {
-		return nil, err
-	}
 	view := s.pin()
 	defer view.Close()
 	rev, err := checkRev(req.GetRevision(), view.rev, view.compactRev)

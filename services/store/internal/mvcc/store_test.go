@@ -217,14 +217,17 @@ func TestRangeOptions(t *testing.T) {
 			}
 		})
 	}
+	// Range takes validated requests (validate.go); the rule is
+	// ValidateRange's, and the server applies it at the API boundary
+	// (server's TestBadInputIsRefusedBeforeTheReadBarrier).
 	for _, bad := range []*storev1.RangeRequest{
 		{Key: nil},
 		{Key: []byte("b"), RangeEnd: []byte("a")},
 		{Key: []byte("b"), RangeEnd: []byte("b")},
 		{Key: []byte("b"), Limit: -1},
 	} {
-		if _, err := s.Range(context.Background(), bad); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("Range(%v) = %v, want ErrInvalidArgument", bad, err)
+		if err := ValidateRange(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ValidateRange(%v) = %v, want ErrInvalidArgument", bad, err)
 		}
 	}
 }

@@ -7,10 +7,27 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 )
 
+// Where requests are validated.
+//
 // Validation is structural and deterministic: it depends only on the
-// request, so every replica applying a raft entry reaches the same verdict.
-// Per-node limits (value size, request size) are checked by CheckLimits at
-// the API boundary, before proposing.
+// request. The store's gRPC server (package server) is the boundary that
+// owns it: it validates every Range and Txn once, with ValidateRange and
+// ValidateTxn, before any read barrier, forwarding or proposal, so bad
+// input is refused with INVALID_ARGUMENT whatever the state of raft, and
+// costs no barrier and no log entry. The read methods below it (Range,
+// ReadTxn) take validated requests and do not check again.
+//
+// Applying a raft entry (WriteBatch.Txn) validates the transaction again:
+// that is the replicated log's boundary, not the API's. Every replica
+// applies the entry, whoever proposed it, and reaches the same verdict
+// because the check depends only on the entry.
+//
+// Per-node limits (value size, request size) are checked by
+// Limits.CheckTxnLimits at the API boundary only, before proposing: they
+// may differ between members, so they must never decide an apply.
+//
+// Watch creation is validated by the watch hub (watch.Hub.Watch), the one
+// path to a watcher, with ValidateWatch.
 
 // validKeyRange checks a key/range_end pair with the RangeRequest
 // conventions.

@@ -2,6 +2,19 @@
 // routes writes through raft and reads to the MVCC store, streams watches
 // from the hub, fills response headers, and maps errors to gRPC statuses
 // (errors.go). It holds no state of its own.
+//
+// # Validation
+//
+// This package is the API boundary that owns request validation: every
+// Range and Txn is validated here, once (mvcc.ValidateRange,
+// mvcc.ValidateTxn, then the per-node Limits for a Txn), before any read
+// barrier, forwarding or proposal. Bad input is therefore refused with
+// INVALID_ARGUMENT even while there is no leader, and never costs a
+// barrier or a log entry. The MVCC read methods called afterwards
+// (mvcc.Store.Range, ReadTxn) take validated requests and do not check
+// again; applying a raft entry validates it once more, as the log's own
+// boundary (see mvcc's validate.go). Watch creation is validated by the
+// hub (watch.Hub.Watch).
 package server
 
 import (
@@ -212,7 +225,8 @@ type kvServer struct {
 }
 
 // Range serves a read: linearizable (the default) after a raft read
-// barrier, serializable from local state.
+// barrier, serializable from local state. The request is validated here
+// and only here (see "Validation" in the package comment).
 func (k *kvServer) Range(ctx context.Context, req *storev1.RangeRequest) (*storev1.RangeResponse, error) {
 	if err := mvcc.ValidateRange(req); err != nil {
 		return nil, toStatus(err)
@@ -232,7 +246,9 @@ func (k *kvServer) Range(ctx context.Context, req *storev1.RangeRequest) (*store
 
 // Txn proposes a transaction through raft, unless it only reads: that
 // one is served like a linearizable Range, after a read barrier, from
-// local state (as etcd does), and costs no log entry.
+// local state (as etcd does), and costs no log entry. The request is
+// validated and checked against the limits before either (see
+// "Validation" in the package comment).
 func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnResponse, error) {
 	if err := mvcc.ValidateTxn(req); err != nil {
 		return nil, toStatus(err)
