@@ -107,10 +107,10 @@ type Options struct {
 	// decides on: admissions within it share one statfs. Default 10ms;
 	// negative reads free space for every admission.
 	//
-	// Why: at thousands of writes a second, a statfs per write cost ~3 %
-	// of the store's CPU. What ten milliseconds of writes add is far below
-	// the reserve, and the ballast stands behind the reserve anyway (an
-	// admission was never atomic with its write).
+	// Why: a statfs per write puts a system call on the path of every
+	// write, at thousands of writes a second. What ten milliseconds of
+	// writes add is far below the reserve, and the ballast stands behind
+	// the reserve anyway (an admission is not atomic with its write).
 	MaxStaleness time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger

@@ -11,12 +11,12 @@ import (
 // tombstone) to its newest version, in memory, for the writer: a guarded
 // write's compares and its put need the key's current version, and a seek
 // for it walks every level of the LSM (an index key carries the revision,
-// so bloom filters cannot rule a level out). Applying a put of a new key
-// spent most of its time proving the key absent; etcd keeps the same
-// index (its treeIndex) for the same reason. It costs about 200 bytes per
-// live key (a 40-byte key, with the map's growth) and one scan of the key
-// index when the store opens or restores a snapshot: 84 ms for 100,000
-// keys (BenchmarkLoadLiveIndex), so about a second per million.
+// so bloom filters cannot rule a level out); for a new key, the seek would
+// have to prove the key absent. etcd keeps the same index (its treeIndex)
+// for the same reason. It costs about 200 bytes per live key (a 40-byte
+// key, with the map's growth) and one scan of the key index when the store
+// opens or restores a snapshot (BenchmarkLoadLiveIndex; figures in
+// docs/benchmarks-store.md, run D).
 //
 // Invariant: the map holds exactly the live keys of the committed state,
 // each with its newest version. Only the writer touches it, under

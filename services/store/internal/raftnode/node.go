@@ -54,29 +54,24 @@ type Peer struct {
 	Address string
 }
 
-// DefaultCommitTimeout is raft's CommitTimeout here: when no new entries
-// flow, the leader sends each follower an AppendEntries carrying its commit
-// index after CommitTimeout to twice that.
+// DefaultCommitTimeout is raft's CommitTimeout here, and raft's own
+// default: when no new entries flow, the leader sends each follower an
+// AppendEntries carrying its commit index after CommitTimeout to twice
+// that.
 //
-// It is raft's own default. A follower learns that an entry is committed
-// only from a later message, and hashicorp/raft sends none when commit
-// advances (etcd's raft does), so under sparse writes a follower applied
-// each entry 50–100 ms after it committed, and its watchers saw it that
-// late (p50 52 ms at 20 writes/s, against etcd's 2.6 ms). Shortening
-// CommitTimeout helped at a price in idle traffic (17 ms at 10ms, for an
-// idle three-member cluster's CPU of 15 % of a core instead of 6 %). The
-// leader's nudge (nudge.go) tells followers at once instead (5.7–7.4 ms),
-// so CommitTimeout went back to 50ms: it is only the backstop if a nudge
-// is lost.
+// Followers do not wait for it to learn of a commit: the leader's nudge
+// (nudge.go) tells them at once. It is the backstop if a nudge is lost,
+// so it need not be short, and a shorter one costs idle traffic (an
+// AppendEntries to every follower per CommitTimeout, on every member).
 const DefaultCommitTimeout = 50 * time.Millisecond
 
 // Config configures a Node.
 type Config struct {
 	// ID is the raft server id.
 	ID string
-	// DB holds raft's stable store (prefix "r/"), and held the raft log
-	// before it moved to LogDir (Start moves what is left there). The
-	// caller closes it after Shutdown.
+	// DB holds raft's stable store (package raftstable); a legacy raft log
+	// still in it is moved to LogDir by Start. The caller closes it after
+	// Shutdown.
 	DB *pebble.DB
 	// LogDir holds the raft log's segments (package raftwal).
 	LogDir string

@@ -31,9 +31,8 @@ import (
 // The price is one more log entry — an fsync on each member — per pause
 // in the writes, not per write. The delay is what keeps it so: under load
 // the group commit empties the log's tail at every batch, and the next
-// batch, a client round trip later, carries the news instead (without the
-// delay, one barrier per batch cost 10–15 % of the put throughput at 1 and
-// 256 clients).
+// batch, a client round trip later, carries the news instead; without the
+// delay every batch would be followed by a barrier, doubling the syncs.
 
 // nudgeDelay is how long after a commit the leader waits for an entry
 // that would carry the news before it appends a barrier. It waits only

@@ -173,8 +173,8 @@ func zeroFrom(f vfs.File, off, size int64) error {
 
 // allocate gives f size bytes, setting the file's size too (fallocate mode
 // 0, not pebble's Preallocate, which keeps the size): appends then write
-// inside the file, and fdatasync has no size to commit with each record —
-// ~105 µs per append and sync on this class of machine instead of ~160 µs.
+// inside the file, and fdatasync has no size change to commit with each
+// record, only its data (docs/benchmarks-store.md, run C).
 // The vfs call comes first: it charges the space, and fails with ENOSPC, on
 // filesystems that model a disk.
 func allocate(f vfs.File, size int64) error {
