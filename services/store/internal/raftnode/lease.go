@@ -59,13 +59,9 @@ func (n *Node) LeaseGrant(ctx context.Context, id int64, ttl time.Duration) (*st
 	if err != nil {
 		return nil, err
 	}
-	resp, err := n.propose(ctx, data)
+	r, err := proposeFor[*storev1.LeaseGrantResponse](ctx, n, data, "lease grant")
 	if err != nil {
 		return nil, err
-	}
-	r, ok := resp.(*storev1.LeaseGrantResponse)
-	if !ok {
-		return nil, fmt.Errorf("raftnode: lease grant applied with response %T", resp)
 	}
 	n.lessor.mu.Lock()
 	n.lessor.expiry[id], n.lessor.ttl[id] = time.Now().Add(ttl), ttl
@@ -82,7 +78,8 @@ func (n *Node) LeaseRevoke(ctx context.Context, id int64) (*storev1.LeaseRevokeR
 	if err != nil {
 		return nil, err
 	}
-	resp, err := n.propose(ctx, data)
+	// A lease the state no longer holds leaves the lessor too.
+	r, err := proposeFor[*storev1.LeaseRevokeResponse](ctx, n, data, "lease revoke")
 	if err != nil && !errors.Is(err, mvcc.ErrLeaseNotFound) {
 		return nil, err
 	}
@@ -92,10 +89,6 @@ func (n *Node) LeaseRevoke(ctx context.Context, id int64) (*storev1.LeaseRevokeR
 	n.lessor.mu.Unlock()
 	if err != nil {
 		return nil, err
-	}
-	r, ok := resp.(*storev1.LeaseRevokeResponse)
-	if !ok {
-		return nil, fmt.Errorf("raftnode: lease revoke applied with response %T", resp)
 	}
 	return r, nil
 }

@@ -27,27 +27,44 @@ func (n *Node) LeaderID() string {
 func (n *Node) configuration(ctx context.Context) (raft.Configuration, error) {
 	f := n.raft.GetConfiguration()
 	if err := wait(ctx, f); err != nil {
-		return raft.Configuration{}, n.mapErr(err)
+		return raft.Configuration{}, mapErr(err)
 	}
 	return f.Configuration(), nil
 }
 
-// UpdateClientAddress records the client address of an existing member
-// (ErrNoSuchMember otherwise). Leader only.
-func (n *Node) UpdateClientAddress(ctx context.Context, id, clientAddr string) error {
+// leaderMember returns the member of the current configuration with id,
+// and whether there is one, for a membership change: only the leader makes
+// those, so on another member it fails with notLeader.
+func (n *Node) leaderMember(ctx context.Context, id string) (raft.Server, bool, error) {
 	if !n.IsLeader() {
-		return notLeader()
+		return raft.Server{}, false, notLeader()
 	}
 	conf, err := n.configuration(ctx)
 	if err != nil {
-		return err
+		return raft.Server{}, false, err
 	}
 	for _, s := range conf.Servers {
 		if string(s.ID) == id {
-			return n.SetClientAddress(ctx, id, clientAddr)
+			return s, true, nil
 		}
 	}
-	return fmt.Errorf("%w: %q", ErrNoSuchMember, id)
+	return raft.Server{}, false, nil
+}
+
+// noSuchMember is the error of a change that names no member.
+func noSuchMember(id string) error { return fmt.Errorf("%w: %q", ErrNoSuchMember, id) }
+
+// UpdateClientAddress records the client address of an existing member
+// (ErrNoSuchMember otherwise). Leader only.
+func (n *Node) UpdateClientAddress(ctx context.Context, id, clientAddr string) error {
+	_, ok, err := n.leaderMember(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return noSuchMember(id)
+	}
+	return n.SetClientAddress(ctx, id, clientAddr)
 }
 
 // AddMember adds a voter or a non-voter, after recording its client address
@@ -56,21 +73,12 @@ func (n *Node) UpdateClientAddress(ctx context.Context, id, clientAddr string) e
 // client address: members re-register their address this way at start,
 // without changing their suffrage. Leader only.
 func (n *Node) AddMember(ctx context.Context, id, peerAddr, clientAddr string, nonVoter bool) error {
-	if !n.IsLeader() {
-		return notLeader()
-	}
-	conf, err := n.configuration(ctx)
+	s, exists, err := n.leaderMember(ctx, id)
 	if err != nil {
 		return err
 	}
-	exists := false
-	for _, s := range conf.Servers {
-		if string(s.ID) == id {
-			exists = string(s.Address) == peerAddr
-			if !exists {
-				return fmt.Errorf("raftnode: member %q exists with peer address %s; remove it first", id, s.Address)
-			}
-		}
+	if exists && string(s.Address) != peerAddr {
+		return fmt.Errorf("raftnode: member %q exists with peer address %s; remove it first", id, s.Address)
 	}
 	if clientAddr != "" {
 		if err := n.SetClientAddress(ctx, id, clientAddr); err != nil {
@@ -87,7 +95,7 @@ func (n *Node) AddMember(ctx context.Context, id, peerAddr, clientAddr string, n
 		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, n.timeout)
 	}
 	if err := wait(ctx, f); err != nil {
-		return n.mapErr(err)
+		return mapErr(err)
 	}
 	n.log.Info("member added", "member", id, "peer_address", peerAddr, "client_address", clientAddr, "voter", !nonVoter)
 	return nil
@@ -105,48 +113,35 @@ func (n *Node) SetClientAddress(ctx context.Context, id, clientAddr string) erro
 
 // PromoteMember turns a non-voter into a voter. Leader only.
 func (n *Node) PromoteMember(ctx context.Context, id string) error {
-	if !n.IsLeader() {
-		return notLeader()
-	}
-	conf, err := n.configuration(ctx)
+	s, ok, err := n.leaderMember(ctx, id)
 	if err != nil {
 		return err
 	}
-	for _, s := range conf.Servers {
-		if string(s.ID) != id {
-			continue
-		}
-		if s.Suffrage == raft.Voter {
-			return nil
-		}
-		if err := wait(ctx, n.raft.AddVoter(s.ID, s.Address, 0, n.timeout)); err != nil {
-			return n.mapErr(err)
-		}
-		n.log.Info("member promoted", "member", id)
+	if !ok {
+		return noSuchMember(id)
+	}
+	if s.Suffrage == raft.Voter {
 		return nil
 	}
-	return fmt.Errorf("%w: %q", ErrNoSuchMember, id)
+	if err := wait(ctx, n.raft.AddVoter(s.ID, s.Address, 0, n.timeout)); err != nil {
+		return mapErr(err)
+	}
+	n.log.Info("member promoted", "member", id)
+	return nil
 }
 
 // RemoveMember removes a member and its client address. Leader only. A
 // leader removing itself steps down once the change commits.
 func (n *Node) RemoveMember(ctx context.Context, id string) error {
-	if !n.IsLeader() {
-		return notLeader()
-	}
-	conf, err := n.configuration(ctx)
+	_, ok, err := n.leaderMember(ctx, id)
 	if err != nil {
 		return err
 	}
-	found := false
-	for _, s := range conf.Servers {
-		found = found || string(s.ID) == id
-	}
-	if !found {
-		return fmt.Errorf("%w: %q", ErrNoSuchMember, id)
+	if !ok {
+		return noSuchMember(id)
 	}
 	if err := wait(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout)); err != nil {
-		return n.mapErr(err)
+		return mapErr(err)
 	}
 	n.log.Info("member removed", "member", id)
 	if n.IsLeader() {
@@ -170,23 +165,17 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
-		conf, err := n.configuration(ctx)
+		s, ok, err := n.leaderMember(ctx, id)
 		if err != nil {
 			return "", err
 		}
-		var addr raft.ServerAddress
-		for _, s := range conf.Servers {
-			if string(s.ID) == id && s.Suffrage == raft.Voter {
-				addr = s.Address
-			}
-		}
-		if addr == "" {
+		if !ok || s.Suffrage != raft.Voter {
 			return "", fmt.Errorf("%w: %q is not a voter", ErrNoSuchMember, id)
 		}
-		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+		f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
 	}
 	if err := wait(ctx, f); err != nil {
-		return "", n.mapErr(err)
+		return "", mapErr(err)
 	}
 	// The old leader learns the new one from its first heartbeat.
 	for {

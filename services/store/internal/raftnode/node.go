@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -178,22 +179,80 @@ type Node struct {
 }
 
 // Start opens the raft node. It does not wait for a leader (see
-// WaitReady).
+// WaitReady). Its steps: open raft's stores, the transport, raft's
+// configuration, bootstrap, then raft and the node's own loops; a step
+// that fails closes what the earlier ones opened.
 func Start(cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	hl := newHCLog(cfg.Logger, "raft")
+	st, err := openStores(cfg, hl, func(d time.Duration) { m.logSync.Observe(d.Seconds()) })
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = st.wal.Close()
+		}
+	}()
+	trans, err := newTransport(cfg, hl)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !started {
+			closeTransport(trans)
+		}
+	}()
+	rc, err := raftConfig(cfg, hl)
+	if err != nil {
+		return nil, err
+	}
+	fresh, err := bootstrap(cfg, rc, st, trans)
+	if err != nil {
+		return nil, err
+	}
+	r, err := raft.NewRaft(rc, cfg.FSM, st.logs, st.stable, st.snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	started = true
+	n := &Node{id: cfg.ID, raft: r, logs: st.logs, wal: st.wal, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m,
+		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
+		nudges: make(chan struct{}, 1), stopNudges: make(chan struct{}), nudgerDone: make(chan struct{})}
+	n.startLoops()
+	return n, nil
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.ApplyTimeout <= 0 {
 		cfg.ApplyTimeout = 10 * time.Second
 	}
-	m, err := newMetrics(cfg.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	hl := newHCLog(cfg.Logger, "raft")
+	return cfg
+}
 
-	observeSync := func(d time.Duration) { m.logSync.Observe(d.Seconds()) }
-	stable := raftstable.New(cfg.DB, observeSync)
+// stores are raft's storage: the stable store in the shared pebble DB,
+// the log in segments (behind raft's cache) and the file snapshots.
+type stores struct {
+	stable *raftstable.Store
+	wal    *raftwal.Log  // closed by the node after raft shut down
+	logs   raft.LogStore // wal behind raft's LogCache
+	snaps  raft.SnapshotStore
+}
+
+// openStores opens raft's storage for cfg, first moving a legacy raft log
+// still in the pebble DB into segments (raftwal.Migrate, idempotent if
+// interrupted). observeSync receives the duration of every synced write.
+// On failure nothing is left open.
+func openStores(cfg Config, hl hclog.Logger, observeSync func(time.Duration)) (_ *stores, err error) {
 	legacy, err := raftstable.OpenLegacyLog(cfg.DB, observeSync)
 	if err != nil {
 		return nil, err
@@ -202,14 +261,11 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	started := false
 	defer func() {
-		if !started {
+		if err != nil {
 			_ = wl.Close()
 		}
 	}()
-	// A data directory written before the log moved out of pebble: move
-	// its entries (raftwal.Migrate is idempotent if interrupted).
 	if n, err := raftwal.Migrate(legacy, wl); err != nil {
 		return nil, err
 	} else if n > 0 {
@@ -226,11 +282,11 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
-	trans, err := newTransport(cfg, hl)
-	if err != nil {
-		return nil, err
-	}
+	return &stores{stable: raftstable.New(cfg.DB, observeSync), wal: wl, logs: logs, snaps: snaps}, nil
+}
 
+// raftConfig returns raft's configuration for cfg, validated.
+func raftConfig(cfg Config, hl hclog.Logger) (*raft.Config, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = hl
@@ -258,43 +314,45 @@ func Start(cfg Config) (*Node, error) {
 		rc.CommitTimeout = cfg.CommitTimeout
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
-		closeTransport(trans)
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
+	return rc, nil
+}
 
-	has, err := raft.HasExistingState(logs, stable, snaps)
+// bootstrap writes the initial configuration when cfg.Bootstrap is set
+// and there is no raft state yet: the voters of cfg.InitialCluster, or
+// this node alone. It reports whether the node started without raft state
+// (fresh), bootstrapped or not.
+func bootstrap(cfg Config, rc *raft.Config, st *stores, trans raft.Transport) (fresh bool, err error) {
+	has, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
 	if err != nil {
-		closeTransport(trans)
-		return nil, fmt.Errorf("raftnode: check state: %w", err)
+		return false, fmt.Errorf("raftnode: check state: %w", err)
 	}
-	if cfg.Bootstrap && !has {
-		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
-		if len(cfg.InitialCluster) > 0 {
-			conf.Servers = nil
-			for _, p := range cfg.InitialCluster {
-				conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
-			}
+	if !cfg.Bootstrap || has {
+		return !has, nil
+	}
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+	if len(cfg.InitialCluster) > 0 {
+		conf.Servers = nil
+		for _, p := range cfg.InitialCluster {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
 		}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
-			closeTransport(trans)
-			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
-		}
-		cfg.Logger.Info("bootstrapped a raft cluster", "id", cfg.ID, "address", trans.LocalAddr(), "voters", len(conf.Servers))
 	}
-	r, err := raft.NewRaft(rc, cfg.FSM, logs, stable, snaps, trans)
-	if err != nil {
-		closeTransport(trans)
-		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, trans, conf); err != nil {
+		return false, fmt.Errorf("raftnode: bootstrap: %w", err)
 	}
-	started = true
-	n := &Node{id: cfg.ID, raft: r, logs: logs, wal: wl, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m, timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: !has,
-		nudges: make(chan struct{}, 1), stopNudges: make(chan struct{}), nudgerDone: make(chan struct{})}
-	m.observe(n)
+	cfg.Logger.Info("bootstrapped a raft cluster", "id", cfg.ID, "address", trans.LocalAddr(), "voters", len(conf.Servers))
+	return true, nil
+}
+
+// startLoops registers the metrics that read the node's state and starts
+// the nudger (nudge.go); Shutdown stops it.
+func (n *Node) startLoops() {
+	n.metrics.observe(n)
 	go func() {
 		defer close(n.nudgerDone)
 		n.nudgeFollowers(n.stopNudges)
 	}()
-	return n, nil
 }
 
 func closeTransport(t raft.Transport) {
@@ -389,7 +447,7 @@ func (n *Node) leaderBarrier(ctx context.Context) error {
 		return nil
 	}
 	if err := wait(ctx, n.raft.Barrier(n.timeout)); err != nil {
-		return n.mapErr(err)
+		return mapErr(err)
 	}
 	n.signalNudge() // followers wait for it in WaitReady
 	n.barrierTerm.Store(term)
@@ -427,15 +485,7 @@ func (n *Node) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.TxnRe
 	if err != nil {
 		return nil, err
 	}
-	resp, err := n.propose(ctx, data)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := resp.(*storev1.TxnResponse)
-	if !ok {
-		return nil, fmt.Errorf("raftnode: txn applied with response %T", resp)
-	}
-	return r, nil
+	return proposeFor[*storev1.TxnResponse](ctx, n, data, "txn")
 }
 
 // admitWrite asks Config.AdmitWrite whether a write that adds data may be
@@ -456,15 +506,7 @@ func (n *Node) Compact(ctx context.Context, rev int64) (*storev1.CompactResponse
 	if err != nil {
 		return nil, err
 	}
-	resp, err := n.propose(ctx, data)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := resp.(*storev1.CompactResponse)
-	if !ok {
-		return nil, fmt.Errorf("raftnode: compact applied with response %T", resp)
-	}
-	return r, nil
+	return proposeFor[*storev1.CompactResponse](ctx, n, data, "compact")
 }
 
 // propose appends data to the raft log and waits until it is applied. If
@@ -482,7 +524,7 @@ func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
 	}
 	f := n.raft.Apply(data, timeout)
 	if err := wait(ctx, f); err != nil {
-		return nil, n.mapErr(err)
+		return nil, mapErr(err)
 	}
 	n.metrics.propose.Observe(time.Since(start).Seconds())
 	n.signalNudge()
@@ -490,6 +532,22 @@ func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	return f.Response(), nil
+}
+
+// proposeFor proposes data like propose and returns the FSM's response,
+// which must be a Resp (the response type of the command data encodes;
+// what names the command in the error otherwise).
+func proposeFor[Resp any](ctx context.Context, n *Node, data []byte, what string) (Resp, error) {
+	var zero Resp
+	resp, err := n.propose(ctx, data)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := resp.(Resp)
+	if !ok {
+		return zero, fmt.Errorf("raftnode: %s applied with response %T", what, resp)
+	}
+	return r, nil
 }
 
 // wait waits for f or ctx.
@@ -504,10 +562,13 @@ func wait(ctx context.Context, f raft.Future) error {
 	}
 }
 
-func (n *Node) mapErr(err error) error {
-	// raft answers ErrNotLeader, ErrLeadershipTransferInProgress and
-	// ErrEnqueueTimeout before appending; ErrLeadershipLost and
-	// ErrRaftShutdown may come after (the outcome is then unknown).
+// mapErr maps an error of hashicorp/raft to the node's errors, keeping
+// the original in the chain. raft answers ErrNotLeader,
+// ErrLeadershipTransferInProgress, ErrNotVoter and ErrEnqueueTimeout
+// before appending, so those also wrap ErrNotProposed; ErrLeadershipLost
+// and ErrRaftShutdown may come after (the outcome is then unknown), so
+// they do not. Other errors are returned as they are.
+func mapErr(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
 		errors.Is(err, raft.ErrNotVoter):
@@ -558,13 +619,13 @@ func (n *Node) Status() Status {
 
 // Members lists the members of the raft configuration.
 func (n *Node) Members(ctx context.Context) ([]*storev1.Member, error) {
-	f := n.raft.GetConfiguration()
-	if err := wait(ctx, f); err != nil {
-		return nil, n.mapErr(err)
+	conf, err := n.configuration(ctx)
+	if err != nil {
+		return nil, err
 	}
 	_, leader := n.raft.LeaderWithID()
 	var out []*storev1.Member
-	for _, s := range f.Configuration().Servers {
+	for _, s := range conf.Servers {
 		out = append(out, &storev1.Member{
 			Id:          string(s.ID),
 			PeerAddress: string(s.Address),

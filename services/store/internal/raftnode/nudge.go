@@ -57,14 +57,39 @@ func (n *Node) signalNudge() {
 	}
 }
 
-// nudgeFollowers runs until stop is closed: for each signal, once
-// nudgeDelay passed (when commits come close together), while this member leads a group with other members,
-// entries were committed that no earlier nudge covered, and nothing
-// follows the commit index in its log, it appends a barrier and waits for
-// it to commit.
+// closeTogether reports whether a commit signalled at now came within
+// sparseGap of the previous one, signalled at prev (zero for none): then
+// the nudger waits nudgeDelay for an entry that would carry the news.
+func closeTogether(prev, now time.Time) bool { return now.Sub(prev) <= sparseGap }
+
+// nudgeState is what the nudger reads of raft after a commit.
+type nudgeState struct {
+	leader bool
+	// commit is the commit index, last the last index of the log (read
+	// after commit, so an entry appended meanwhile counts as following).
+	commit, last uint64
+	// covered is the index of the previous nudge: followers know of every
+	// commit up to it.
+	covered uint64
+	// members is the number of members of the configuration.
+	members int
+}
+
+// needsNudge reports whether the leader must append a barrier for its
+// followers to learn of its commit index now: it leads a group with other
+// members, entries were committed that no earlier nudge covered, and no
+// entry follows the commit index (one that does carries the news when it
+// is sent, and is nudged itself once committed).
+func (s nudgeState) needsNudge() bool {
+	return s.leader && s.members >= 2 && s.commit > s.covered && s.last <= s.commit
+}
+
+// nudgeFollowers runs until stop is closed: for each signal, after
+// nudgeDelay when commits come close together, it appends a barrier if
+// needsNudge, and waits for it to commit.
 func (n *Node) nudgeFollowers(stop <-chan struct{}) {
-	// covered is the index of the last nudge: followers know of every
-	// commit before it, and it is a barrier, whose commit nobody waits for.
+	// covered is the index of the last nudge; it is a barrier, whose
+	// commit nobody waits for.
 	var covered uint64
 	var last time.Time // of the previous signal
 	delay := time.NewTimer(0)
@@ -76,9 +101,9 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 		case <-n.nudges:
 		}
 		now := time.Now()
-		sparse := now.Sub(last) > sparseGap
+		wait := closeTogether(last, now)
 		last = now
-		if !sparse {
+		if wait {
 			delay.Reset(nudgeDelay)
 			select {
 			case <-stop:
@@ -86,11 +111,9 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 			case <-delay.C:
 			}
 		}
-		commit := n.raft.CommitIndex()
-		if !n.IsLeader() || commit <= covered || n.raft.LastIndex() > commit {
-			continue
-		}
-		if f := n.raft.GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) < 2 {
+		st := nudgeState{commit: n.raft.CommitIndex(), covered: covered}
+		st.leader, st.last, st.members = n.IsLeader(), n.raft.LastIndex(), n.configuredMembers()
+		if !st.needsNudge() {
 			continue
 		}
 		// The wait keeps one nudge in flight; a failure (leadership lost,
@@ -105,4 +128,14 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 		}
 		n.metrics.nudges.Inc()
 	}
+}
+
+// configuredMembers returns the number of members of the latest raft
+// configuration (0 if it cannot be read).
+func (n *Node) configuredMembers() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	return len(f.Configuration().Servers)
 }

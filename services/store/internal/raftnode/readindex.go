@@ -81,7 +81,7 @@ func (n *Node) verifyRounds() {
 		n.vmu.Unlock()
 		err := n.raft.VerifyLeader().Error()
 		if err != nil {
-			err = n.mapErr(err)
+			err = mapErr(err)
 		}
 		for _, ch := range batch {
 			ch <- err
