@@ -26,7 +26,10 @@ import (
 // it carries the new commit index, and raft sends it at once. One nudge is
 // in flight at a time; proposals applied meanwhile are covered by the
 // check after it (an entry that follows a commit will be committed and
-// nudged itself).
+// nudged itself). A proposal appended between the check and the barrier
+// commits with the barrier, after the barrier's AppendEntries left with
+// the older commit index: that nudge covers only the older index
+// (coveredBy), so the proposal's own signal nudges again.
 //
 // The price is one more log entry — an fsync on each member — per pause
 // in the writes, not per write. The delay is what keeps it so: under load
@@ -68,8 +71,8 @@ type nudgeState struct {
 	// commit is the commit index, last the last index of the log (read
 	// after commit, so an entry appended meanwhile counts as following).
 	commit, last uint64
-	// covered is the index of the previous nudge: followers know of every
-	// commit up to it.
+	// covered is what the previous nudges covered (coveredBy): followers
+	// know of every commit up to it.
 	covered uint64
 	// members is the number of members of the configuration.
 	members int
@@ -84,13 +87,25 @@ func (s nudgeState) needsNudge() bool {
 	return s.leader && s.members >= 2 && s.commit > s.covered && s.last <= s.commit
 }
 
+// coveredBy returns the index up to which followers know of the leader's
+// commits once a nudge appended at index barrier, the commit index being
+// commit when it was appended, has committed. When the barrier directly
+// follows commit, that is the barrier itself (its AppendEntries carries
+// commit, and nobody waits for a barrier's own commit). When other entries
+// came between, they committed with the barrier after its AppendEntries
+// left, so followers know only of commit.
+func coveredBy(commit, barrier uint64) uint64 {
+	if barrier == commit+1 {
+		return barrier
+	}
+	return commit
+}
+
 // nudgeFollowers runs until stop is closed: for each signal, after
 // nudgeDelay when commits come close together, it appends a barrier if
 // needsNudge, and waits for it to commit.
 func (n *Node) nudgeFollowers(stop <-chan struct{}) {
-	// covered is the index of the last nudge; it is a barrier, whose
-	// commit nobody waits for.
-	var covered uint64
+	var covered uint64 // see nudgeState.covered
 	var last time.Time // of the previous signal
 	delay := time.NewTimer(0)
 	<-delay.C
@@ -124,7 +139,7 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 			continue
 		}
 		if f, ok := f.(raft.IndexFuture); ok {
-			covered = f.Index()
+			covered = coveredBy(st.commit, f.Index())
 		}
 		n.metrics.nudges.Inc()
 	}

@@ -1,0 +1,162 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestCloseTogether: the nudger waits nudgeDelay for an entry that would
+// carry the news only when a commit comes within sparseGap of the one
+// before; the first commit, and one after a pause, are nudged at once.
+func TestCloseTogether(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		name      string
+		prev, now time.Time
+		want      bool
+	}{
+		{"first commit", time.Time{}, t0, false},
+		{"right after the previous", t0, t0.Add(time.Millisecond), true},
+		{"at the gap", t0, t0.Add(sparseGap), true},
+		{"just past the gap", t0, t0.Add(sparseGap + time.Microsecond), false},
+		{"after a pause", t0, t0.Add(time.Second), false},
+	} {
+		if got := closeTogether(c.prev, c.now); got != c.want {
+			t.Errorf("%s: closeTogether = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestNeedsNudge: the leader appends a barrier only when followers would
+// otherwise not hear of its commit index: it leads a group with others,
+// something committed since the last nudge, and no entry follows (that
+// entry carries the news, and is nudged itself once committed).
+func TestNeedsNudge(t *testing.T) {
+	nudge := nudgeState{leader: true, commit: 10, last: 10, covered: 7, members: 3}
+	for _, c := range []struct {
+		name string
+		edit func(*nudgeState)
+		want bool
+	}{
+		{"lone commit on a leader of three", func(*nudgeState) {}, true},
+		{"two members", func(s *nudgeState) { s.members = 2 }, true},
+		{"not the leader", func(s *nudgeState) { s.leader = false }, false},
+		{"alone in the group", func(s *nudgeState) { s.members = 1 }, false},
+		{"configuration unreadable", func(s *nudgeState) { s.members = 0 }, false},
+		{"an entry follows the commit", func(s *nudgeState) { s.last = 11 }, false},
+		{"covered by the last nudge", func(s *nudgeState) { s.covered = 10 }, false},
+		{"the last nudge is the commit itself", func(s *nudgeState) { s.covered, s.commit, s.last = 12, 12, 12 }, false},
+		{"first commit, nothing nudged yet", func(s *nudgeState) { s.covered = 0 }, true},
+	} {
+		s := nudge
+		c.edit(&s)
+		if got := s.needsNudge(); got != c.want {
+			t.Errorf("%s (%+v): needsNudge = %v, want %v", c.name, s, got, c.want)
+		}
+	}
+}
+
+// TestCoveredBy: a nudge tells followers of the commit index it was
+// appended at; only when it directly follows that index does it cover
+// itself. An entry appended between the check and the barrier commits
+// with the barrier, unknown to followers, and must be nudged again.
+func TestCoveredBy(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		commit, barrier uint64
+		want            uint64
+	}{
+		{"barrier right after the commit", 10, 11, 11},
+		{"one entry between", 10, 12, 10},
+		{"a batch between", 10, 40, 10},
+	} {
+		if got := coveredBy(c.commit, c.barrier); got != c.want {
+			t.Errorf("%s: coveredBy(%d, %d) = %d, want %d", c.name, c.commit, c.barrier, got, c.want)
+		}
+	}
+	// What follows a nudge that covered less: the entry's commit is news.
+	s := nudgeState{leader: true, members: 3, covered: coveredBy(10, 12), commit: 12, last: 12}
+	if !s.needsNudge() {
+		t.Error("the entry committed with a barrier is not nudged")
+	}
+}
+
+// TestLoneCommitIsFollowedByABarrier: with CommitTimeout at a minute, a
+// follower would learn that a lone write committed only a minute later.
+// The leader appends a barrier right after each write, and each follower
+// applies every write long before that.
+func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
+	ms := cluster(t, 3, func(c *Config) { c.CommitTimeout = time.Minute })
+	leader, followers := leaderOf(t, ms)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for i := range 4 {
+		key := fmt.Sprintf("lone/%d", i)
+		rev, index := leader.put(ctx, key, "v")
+		for _, f := range followers {
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+			err := f.fsm.WaitApplied(wctx, index)
+			wcancel()
+			if err != nil {
+				t.Fatalf("write %d (index %d): follower %s did not apply it within 20s (CommitTimeout is a minute): %v", i, index, f.cfg.ID, err)
+			}
+			if kv := f.get(key); kv.GetModRevision() != rev {
+				t.Fatalf("follower %s has %s at revision %d, want %d", f.cfg.ID, key, kv.GetModRevision(), rev)
+			}
+		}
+		if typ := leader.entryType(index + 1); typ != raft.LogBarrier {
+			t.Fatalf("entry after write %d (index %d) is a %v, want the nudge's barrier", i, index, typ)
+		}
+	}
+}
+
+// TestStreamOfCommitsIsNotNudgedPerCommit: writes that follow each other
+// closely carry each other's commit index; the leader adds a barrier only
+// where the stream pauses, never one per write.
+func TestStreamOfCommitsIsNotNudgedPerCommit(t *testing.T) {
+	ms := cluster(t, 3, nil)
+	leader, _ := leaderOf(t, ms)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	first, _ := leader.node.logs.LastIndex()
+	const writers, each = 8, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := leader.node.Txn(ctx, putReq(fmt.Sprintf("stream/%d/%d", w, i), "v")); err != nil {
+					t.Errorf("write %d/%d: %v", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	last := leader.fsm.AppliedIndex()
+	commands, barriers := 0, 0
+	for i := first + 1; i <= last; i++ {
+		switch leader.entryType(i) {
+		case raft.LogCommand:
+			commands++
+		case raft.LogBarrier:
+			barriers++
+		}
+	}
+	if commands != writers*each {
+		t.Fatalf("%d commands in the log between %d and %d, want %d", commands, first+1, last, writers*each)
+	}
+	if 2*barriers >= commands {
+		t.Fatalf("%d barriers among %d concurrent writes: nudged (nearly) per commit", barriers, commands)
+	}
+	t.Logf("%d barriers among %d writes", barriers, commands)
+}
