@@ -166,7 +166,7 @@ type Node struct {
 	// nudges signals nudgeFollowers (capacity 1); stopNudges stops it,
 	// and nudgerDone is closed once it returned.
 	nudges     chan struct{}
-	stopNudges chan struct{}
+	stopNudges context.CancelFunc
 	nudgerDone chan struct{}
 
 	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
@@ -223,7 +223,7 @@ func Start(cfg Config) (*Node, error) {
 	started = true
 	n := &Node{id: cfg.ID, raft: r, logs: st.logs, wal: st.wal, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m,
 		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
-		nudges: make(chan struct{}, 1), stopNudges: make(chan struct{}), nudgerDone: make(chan struct{})}
+		nudges: make(chan struct{}, 1), nudgerDone: make(chan struct{})}
 	n.startLoops()
 	return n, nil
 }
@@ -349,9 +349,11 @@ func bootstrap(cfg Config, rc *raft.Config, st *stores, trans raft.Transport) (f
 // the nudger (nudge.go); Shutdown stops it.
 func (n *Node) startLoops() {
 	n.metrics.observe(n)
+	ctx, stop := context.WithCancel(context.Background())
+	n.stopNudges = stop
 	go func() {
 		defer close(n.nudgerDone)
-		n.nudgeFollowers(n.stopNudges)
+		n.nudgeFollowers(ctx)
 	}()
 }
 
@@ -640,9 +642,9 @@ func (n *Node) Members(ctx context.Context) ([]*storev1.Member, error) {
 // twice.
 func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() {
-		close(n.stopNudges)
+		n.stopNudges()
 		n.closeErr = n.raft.Shutdown().Error()
-		<-n.nudgerDone // a nudge in flight ended with the shutdown
+		<-n.nudgerDone // it returns once stopped, even with a barrier in flight
 		closeTransport(n.trans)
 		if err := n.wal.Close(); err != nil {
 			n.closeErr = errors.Join(n.closeErr, fmt.Errorf("raftnode: close log: %w", err))

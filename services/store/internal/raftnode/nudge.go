@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -101,27 +102,29 @@ func coveredBy(commit, barrier uint64) uint64 {
 	return commit
 }
 
-// nudgeFollowers runs until stop is closed: for each signal, after
-// nudgeDelay when commits come close together, it appends a barrier if
-// needsNudge, and waits for it to commit.
-func (n *Node) nudgeFollowers(stop <-chan struct{}) {
+// nudgeFollowers runs until ctx ends: for each signal, after nudgeDelay
+// when commits come close together, it appends a barrier if needsNudge,
+// and waits for it to commit or for ctx to end. It does not wait for the
+// barrier alone: raft never answers a future still queued when it shuts
+// down, and Shutdown waits for the nudger.
+func (n *Node) nudgeFollowers(ctx context.Context) {
 	var covered uint64 // see nudgeState.covered
 	var last time.Time // of the previous signal
 	delay := time.NewTimer(0)
 	<-delay.C
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-n.nudges:
 		}
 		now := time.Now()
-		wait := closeTogether(last, now)
+		delayed := closeTogether(last, now)
 		last = now
-		if wait {
+		if delayed {
 			delay.Reset(nudgeDelay)
 			select {
-			case <-stop:
+			case <-ctx.Done():
 				return
 			case <-delay.C:
 			}
@@ -135,7 +138,7 @@ func (n *Node) nudgeFollowers(stop <-chan struct{}) {
 		// shutdown) needs nothing: the next leader's own entries carry its
 		// commit index.
 		f := n.raft.Barrier(nudgeTimeout)
-		if err := f.Error(); err != nil {
+		if err := wait(ctx, f); err != nil {
 			continue
 		}
 		if f, ok := f.(raft.IndexFuture); ok {
