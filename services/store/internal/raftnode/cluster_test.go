@@ -46,31 +46,49 @@ func newMember(t *testing.T, cfg Config) *member {
 
 func (m *member) start() {
 	m.t.Helper()
+	if err := m.open(); err != nil {
+		m.t.Fatalf("start %s: %v", m.cfg.ID, err)
+	}
+}
+
+// open opens the member's pebble DB, MVCC store, hub and FSM and starts
+// its node; when that fails, nothing is left open.
+func (m *member) open() (err error) {
 	db, err := pebble.Open(filepath.Join(m.dir, "db"), &pebble.Options{})
 	if err != nil {
-		m.t.Fatal(err)
+		return err
 	}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
 	kv, err := mvcc.Open(db)
 	if err != nil {
-		m.t.Fatal(err)
+		return err
 	}
 	hub, err := watch.New(kv, kv.Rev(), watch.Options{Logger: quiet})
 	if err != nil {
-		m.t.Fatal(err)
+		return err
 	}
+	defer func() {
+		if err != nil {
+			hub.Close()
+		}
+	}()
 	f, err := fsm.New(kv, hub, fsm.Options{Logger: quiet})
 	if err != nil {
-		m.t.Fatal(err)
+		return err
 	}
 	cfg := m.cfg
 	cfg.DB, cfg.FSM, cfg.Logger = db, f, quiet
 	cfg.LogDir, cfg.SnapshotDir = filepath.Join(m.dir, "raft"), filepath.Join(m.dir, "snapshots")
 	n, err := Start(cfg)
 	if err != nil {
-		_ = db.Close()
-		m.t.Fatalf("start %s: %v", cfg.ID, err)
+		return err
 	}
 	m.db, m.kv, m.hub, m.fsm, m.node = db, kv, hub, f, n
+	return nil
 }
 
 // stop shuts the member down; it can be started again. Safe twice.
