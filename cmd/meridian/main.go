@@ -1,6 +1,6 @@
 // Command meridian runs the whole control plane in one process: the store,
-// admission, flow control, the watch fan-out tier and the API gateway, with
-// data in one directory. It writes an admin kubeconfig and prints how to use
+// admission, flow control, watchfanout and the API gateway, with data in
+// one directory. It writes an admin kubeconfig and prints how to use
 // kubectl with it.
 package main
 

@@ -1,7 +1,7 @@
 // Package allinone runs the whole control plane in one process: the store
-// (a single-node raft group), admission, flow control, the watch fan-out
-// tier and the API gateway, each on its own gRPC server on loopback with
-// mTLS between them, exactly as they run apart. It generates the PKI (two
+// (a single-node raft group), admission, flow control, watchfanout and
+// the API gateway, each on its own gRPC server on loopback with mTLS
+// between them, exactly as they run apart. It generates the PKI (two
 // CAs: one for the API and its users, one for the services; see pki.go),
 // writes an admin kubeconfig, and keeps everything in one data directory
 // so a restart keeps every object.
@@ -46,16 +46,16 @@ type Config struct {
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 
-	// WatchCache tunes the watch fan-out tier; zero values keep its
-	// defaults.
-	WatchCache WatchCacheConfig
-	// DisableWatchCache serves watches and cached reads straight from the
-	// store, as when the tier is down.
-	DisableWatchCache bool
+	// Watchfanout tunes watchfanout; zero values keep its defaults.
+	Watchfanout WatchfanoutConfig
+	// DisableWatchfanout gives the gateway no watchfanout address: it
+	// serves watches and cached reads straight from the store, as when
+	// watchfanout is down. watchfanout itself still runs.
+	DisableWatchfanout bool
 }
 
-// WatchCacheConfig tunes the watch fan-out tier.
-type WatchCacheConfig struct {
+// WatchfanoutConfig tunes watchfanout.
+type WatchfanoutConfig struct {
 	// BookmarkInterval is the period of bookmarks (default 1m).
 	BookmarkInterval time.Duration
 	// HistoryMaxEvents caps each resource's event history (default 10000):
@@ -81,8 +81,8 @@ type ControlPlane struct {
 	// (apigateway-client.crt) for reading and writing keys. The admin
 	// kubeconfig's certificate is refused.
 	StoreAddr string
-	// WatchFanoutAddr is the watch fan-out tier's gRPC address (mTLS with
-	// the internal CA; only the gateway's certificate may call it).
+	// WatchFanoutAddr is watchfanout's gRPC address (mTLS with the
+	// internal CA; only the gateway's certificate may call it).
 	WatchFanoutAddr string
 	// Kubeconfig is the path of the admin kubeconfig.
 	Kubeconfig string
@@ -175,13 +175,13 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The gateway and the watch tier serve the same resources.
+	// The gateway and watchfanout serve the same resources.
 	resources := registry.New(registry.Standard()...)
 	wfCert := c.services["watchfanout"]
 	wf, err := watchfanout.New(ctx, watchfanout.Config{
 		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.internalCA.Pool(), ""),
 		TLS: serverTLS("watchfanout"), Registerer: wrap("watchfanout"), Logger: logFor("watchfanout"), Trust: trust,
-		BookmarkInterval: cfg.WatchCache.BookmarkInterval, HistoryMaxEvents: cfg.WatchCache.HistoryMaxEvents,
+		BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
 		Registry: resources,
 	})
 	if err != nil {
@@ -194,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	cp.WatchFanoutAddr = wfAddr
 
 	watchAddrs := []string{wfAddr}
-	if cfg.DisableWatchCache {
+	if cfg.DisableWatchfanout {
 		watchAddrs = nil
 	}
 	gw, err := gateway.New(ctx, gateway.Config{

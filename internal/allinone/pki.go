@@ -36,7 +36,7 @@ import (
 //	pki/admin.crt, .key              CN=admin, O=system:masters (API CA)
 //	pki/apigateway-client.crt, .key  the gateway's client certificate, O=meridian:gateways
 //	pki/store.crt, .key              the store's, O=meridian:store-peers (server and client)
-//	pki/watchfanout.crt, .key        the watch tier's, O=meridian:watchfanout (server and client)
+//	pki/watchfanout.crt, .key        watchfanout's, O=meridian:watchfanout (server and client)
 //	pki/admission.crt, .key          serving only
 //	pki/flowcontrol.crt, .key        serving only
 //	pki/operator.crt, .key           O=meridian:operators, for the store CLI and tests
@@ -67,13 +67,13 @@ type certs struct {
 	// services; O=meridian:gateways lets it call them and assert users.
 	gateway tls.Certificate
 	// services serve the internal gRPC APIs, one per service; the store's
-	// and the watch tier's are their client certificates too.
+	// and watchfanout's are their client certificates too.
 	services map[string]tls.Certificate
 }
 
 // serviceSpecs are the internal services' certificates: each serves on
-// loopback; the store (towards its peers) and the watch tier (towards
-// the store) also dial with theirs.
+// loopback; the store (towards its peers) and watchfanout (towards the
+// store) also dial with theirs.
 var serviceSpecs = map[string]pki.CertSpec{
 	"store":       {CommonName: "meridian-store", Organizations: []string{identity.StorePeerOrganization}, Server: true, Client: true},
 	"watchfanout": {CommonName: "meridian-watchfanout", Organizations: []string{identity.WatchFanoutOrganization}, Server: true, Client: true},

@@ -165,7 +165,7 @@ func RequireOrganization(conf *tls.Config, org string) *tls.Config {
 // health): every method of the gRPC service named service is open to the
 // organizations orgs; nil orgs means the gateways
 // (GatewayOrganization), the callers of meridian's admission, flow-control
-// and watch fan-out services.
+// and watchfanout services.
 func ServiceCallers(service string, orgs []string) Policy {
 	if orgs == nil {
 		orgs = []string{GatewayOrganization}

@@ -17,12 +17,11 @@ import (
 const (
 	// GatewayOrganization is the Organization of the gateway's client
 	// certificate: the peers trusted to assert users by default, and the
-	// callers of the store's data RPCs, the watch fan-out tier, admission
-	// and flow control.
+	// callers of the store's data RPCs, watchfanout, admission and flow
+	// control.
 	GatewayOrganization = "meridian:gateways"
-	// WatchFanoutOrganization is the Organization of the watch fan-out
-	// tier's client certificate: it reads and watches the store, and
-	// writes nothing.
+	// WatchFanoutOrganization is the Organization of watchfanout's client
+	// certificate: it reads and watches the store, and writes nothing.
 	WatchFanoutOrganization = "meridian:watchfanout"
 	// StorePeerOrganization is the Organization of a store member's
 	// certificate: the raft transport, requests forwarded to the leader

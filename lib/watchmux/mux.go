@@ -1,8 +1,8 @@
-// Package watchmux multiplexes watches of the watch fan-out tier over a few
-// WatchMany streams, so that a watch costs the tier no gRPC stream (and no
-// goroutine) of its own.
+// Package watchmux multiplexes watches of watchfanout over a few
+// WatchMany streams, so that a watch costs watchfanout no gRPC stream (and
+// no goroutine) of its own.
 //
-// A Mux hands out streams that behave like the tier's Watch streams: the
+// A Mux hands out streams that behave like watchfanout's Watch streams: the
 // same messages in the same order, the same errors (a refusal before the
 // watch started is a gRPC status error from Recv; a normal end is io.EOF).
 // Callers written for Watch take a Mux's streams unchanged.
@@ -41,21 +41,22 @@ type Options struct {
 	// HTTP/2 stream, one flow-control window); default 1000.
 	WatchesPerStream int
 	// Buffer is how many messages may wait for one watch's reader: the
-	// watch's credit window. The tier sends a watch no more than its
+	// watch's credit window. watchfanout sends a watch no more than its
 	// reader has room for (the reader grants credit as it reads), so a
-	// slow reader holds up only its own watch, which the tier cuts off as
+	// slow reader holds up only its own watch, which watchfanout cuts off as
 	// too slow when the watch's events pile up there, as with Watch.
 	// Default 256.
 	Buffer int
 }
 
 // ErrTooSlow ends a watch whose messages overflowed its reader's buffer,
-// which only a tier that ignores credit (an older one) makes happen; the
-// client re-watches from the resourceVersion of the last event it got.
+// which only a watchfanout that ignores credit (a version without it)
+// makes happen; the client re-watches from the resourceVersion of the
+// last event it got.
 var ErrTooSlow = status.Error(codes.ResourceExhausted, "watchfanout: the watch's reader fell behind")
 
-// Mux opens watches over WatchMany streams of one tier replica. It is safe
-// for concurrent use.
+// Mux opens watches over WatchMany streams of one watchfanout replica. It
+// is safe for concurrent use.
 type Mux struct {
 	wc   watchv1.WatchServiceClient
 	opts Options
@@ -152,9 +153,9 @@ type session struct {
 	broken chan struct{} // closed once err is set
 }
 
-// open registers w and asks the tier for it. Registering and sending
-// happen under sendMu, as cancel's forgetting and sending do, so the tier
-// never sees a watch's cancel before its open.
+// open registers w and asks watchfanout for it. Registering and sending
+// happen under sendMu, as cancel's forgetting and sending do, so
+// watchfanout never sees a watch's cancel before its open.
 func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
@@ -171,8 +172,8 @@ func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
 		s.forget(w.id)
 		// Send reports io.EOF when the stream broke; its status comes from
 		// Recv, which the receiver has seen or is about to see (the stream
-		// is over, so Recv returns). Waiting for it matters: a tier that
-		// does not know WatchMany ends the stream UNIMPLEMENTED, which
+		// is over, so Recv returns). Waiting for it matters: a watchfanout
+		// that does not know WatchMany ends the stream UNIMPLEMENTED, which
 		// makes the caller fall back to Watch, where "broke" would not.
 		if errors.Is(err, io.EOF) {
 			select {
@@ -195,7 +196,7 @@ func (s *session) brokenErr() error {
 	return status.Error(codes.Unavailable, "watchfanout: the watch stream broke")
 }
 
-// cancel tells the tier to end watch id and forgets it: its remaining
+// cancel tells watchfanout to end watch id and forgets it: its remaining
 // messages are dropped.
 func (s *session) cancel(id int64) {
 	s.sendMu.Lock()
@@ -329,7 +330,7 @@ func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
 	}
 }
 
-// credit counts a message read and grants the tier a quarter window of
+// credit counts a message read and grants watchfanout a quarter window of
 // credit once that many were read.
 func (w *watchStream) credit() {
 	w.read++

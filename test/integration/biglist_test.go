@@ -16,7 +16,7 @@ import (
 // TestListLargerThanMessageLimit: a collection whose stored values exceed
 // gRPC's 64 MiB message limit is still listed whole, as JSON and as
 // protobuf (reads fall back to smaller pages at one revision when a reply
-// would be too large), and the watch tier, restarted, lists it into its
+// would be too large), and watchfanout, restarted, lists it into its
 // cache and becomes ready.
 func TestListLargerThanMessageLimit(t *testing.T) {
 	if testing.Short() {
@@ -51,8 +51,8 @@ func TestListLargerThanMessageLimit(t *testing.T) {
 		}
 	}
 
-	// Compacted, the restarted tier cannot replay history up to now: it
-	// lists the current state, big objects included.
+	// Compacted, the restarted watchfanout cannot replay history up to
+	// now: it lists the current state, big objects included.
 	e.compact(ctx)
 	if err := e.cp.Close(); err != nil {
 		t.Fatal(err)
@@ -62,6 +62,6 @@ func TestListLargerThanMessageLimit(t *testing.T) {
 		return again.client.Discovery().RESTClient().Get().AbsPath("/readyz/watchfanout").Do(ctx).Error() == nil, nil
 	})
 	if err != nil {
-		t.Fatal("the watch tier did not become ready over a collection larger than the message limit")
+		t.Fatal("watchfanout did not become ready over a collection larger than the message limit")
 	}
 }

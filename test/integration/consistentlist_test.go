@@ -12,20 +12,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// TestConsistentListsFromTheTier: a consistent list (no resourceVersion),
+// TestConsistentListsFromWatchfanout: a consistent list (no resourceVersion),
 // protobuf or JSON, is served by a watchfanout replica, which first
 // reaches the store's current revision, so every list sees the write
 // acknowledged just before it — whole, and as a first page with a limit.
-// JSON lists are relayed as the tier streams them (StreamList). Chunks
-// after the first come from the tier too. With both replicas stopped the
+// JSON lists are relayed as watchfanout streams them (StreamList). Chunks
+// after the first come from watchfanout too. With both replicas stopped the
 // same lists are served by the store. The gateway counts each case in
 // apiserver_watch_cache_consistent_read_total, as kube-apiserver does.
-func TestConsistentListsFromTheTier(t *testing.T) {
+func TestConsistentListsFromWatchfanout(t *testing.T) {
 	e := newReplicaEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	pb, js := clientWith(t, e.config, "application/vnd.kubernetes.protobuf"), clientWith(t, e.config, "application/json")
-	tierLists := func() float64 { return e.replicas[0].lists() + e.replicas[1].lists() }
+	replicaLists := func() float64 { return e.replicas[0].lists() + e.replicas[1].lists() }
 	reads := func(success, fallback bool) float64 {
 		return gathered(t, e.gateway, "apiserver_watch_cache_consistent_read_total", map[string]string{
 			"resource": "configmaps", "success": strconv.FormatBool(success), "fallback": strconv.FormatBool(fallback)})
@@ -58,18 +58,18 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 	}
 
 	const n = 30
-	lists0 := tierLists()
+	lists0 := replicaLists()
 	for i := range n {
 		readsOwnWrite(pb, fmt.Sprintf("pb-%d", i))
 	}
-	if got := tierLists() - lists0; got < 2*n {
+	if got := replicaLists() - lists0; got < 2*n {
 		t.Errorf("the replicas answered %v of %d consistent protobuf lists", got, 2*n)
 	}
 	if got := reads(true, false); got != 2*n {
-		t.Errorf("consistent reads served by the tier: %v, want %d", got, 2*n)
+		t.Errorf("consistent reads served by watchfanout: %v, want %d", got, 2*n)
 	}
 
-	// JSON lists are relayed as the tier writes them (StreamList).
+	// JSON lists are relayed as watchfanout writes them (StreamList).
 	streamed := func() float64 { return e.replicas[0].streamLists() + e.replicas[1].streamLists() }
 	streamed0 := streamed()
 	for i := range n {
@@ -79,13 +79,13 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 		t.Errorf("the replicas streamed %v of %d consistent JSON lists", got, 2*n)
 	}
 	if got := reads(true, false); got != 4*n {
-		t.Errorf("consistent reads served by the tier: %v, want %d", got, 4*n)
+		t.Errorf("consistent reads served by watchfanout: %v, want %d", got, 4*n)
 	}
 
-	// Chunked lists: every chunk from the tier (the first chunk's kept
+	// Chunked lists: every chunk from watchfanout (the first chunk's kept
 	// snapshot, or the store at its revision on the other replica), at the
 	// first chunk's revision, together exactly the whole list.
-	calls := func() float64 { return tierLists() + streamed() }
+	calls := func() float64 { return replicaLists() + streamed() }
 	for enc, c := range map[string]kubernetes.Interface{"protobuf": pb, "json": js} {
 		whole, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -125,7 +125,7 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 		}
 	}
 
-	fromTier := reads(true, false) // the chunked lists' first chunks and whole lists too
+	fromWatchfanout := reads(true, false) // the chunked lists' first chunks and whole lists too
 
 	e.replicas[0].stop()
 	e.replicas[1].stop()
@@ -136,9 +136,9 @@ func TestConsistentListsFromTheTier(t *testing.T) {
 		readsOwnWrite(js, fmt.Sprintf("stopped-json-%d", i))
 	}
 	if got := reads(false, true); got != 4*n {
-		t.Errorf("consistent reads the store served with the tier stopped: %v, want %d", got, 4*n)
+		t.Errorf("consistent reads the store served with watchfanout stopped: %v, want %d", got, 4*n)
 	}
-	if got := reads(true, false); got != fromTier {
-		t.Errorf("consistent reads served by the tier: %v, want still %v", got, fromTier)
+	if got := reads(true, false); got != fromWatchfanout {
+		t.Errorf("consistent reads served by watchfanout: %v, want still %v", got, fromWatchfanout)
 	}
 }

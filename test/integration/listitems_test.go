@@ -14,7 +14,7 @@ import (
 // TestListItemsCarryNoKind: a JSON or YAML list names its items' kind
 // once, as the list's kind, and its items carry no apiVersion or kind of
 // their own — as kube-apiserver writes lists (the API reference's
-// GET /api/v1/services example) — whether the watch tier serves it
+// GET /api/v1/services example) — whether watchfanout serves it
 // (consistent, resourceVersion 0, a first chunk and its continuation) or
 // the store (Exact, YAML); a single object still names its own.
 func TestListItemsCarryNoKind(t *testing.T) {

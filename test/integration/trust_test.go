@@ -126,11 +126,11 @@ func (e *env) rawKey(ctx context.Context, key string) bool {
 	return len(r.GetKvs()) > 0
 }
 
-// TestAdminCertificateRefusedByStoreAndWatchTier: the admin kubeconfig's
+// TestAdminCertificateRefusedByStoreAndWatchfanout: the admin kubeconfig's
 // client certificate, the API's trust domain, reaches neither the store
 // (no data, membership, compaction or snapshot call, and nothing written)
-// nor the watch fan-out tier.
-func TestAdminCertificateRefusedByStoreAndWatchTier(t *testing.T) {
+// nor watchfanout.
+func TestAdminCertificateRefusedByStoreAndWatchfanout(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -144,9 +144,9 @@ func TestAdminCertificateRefusedByStoreAndWatchTier(t *testing.T) {
 	if e.rawKey(ctx, key) {
 		t.Error("the admin certificate wrote a raw key")
 	}
-	tier := watchv1.NewWatchServiceClient(dialWith(t, e.dataDir, e.cp.WatchFanoutAddr, "admin", "internal-ca.crt"))
-	if _, err := tier.List(ctx, listConfigMaps()); err == nil {
-		t.Error("the watch tier accepted the admin certificate")
+	wf := watchv1.NewWatchServiceClient(dialWith(t, e.dataDir, e.cp.WatchFanoutAddr, "admin", "internal-ca.crt"))
+	if _, err := wf.List(ctx, listConfigMaps()); err == nil {
+		t.Error("watchfanout accepted the admin certificate")
 	}
 }
 
@@ -154,12 +154,12 @@ func listConfigMaps() *watchv1.ListRequest {
 	return &watchv1.ListRequest{Resource: &watchv1.Resource{Version: "v1", Resource: "configmaps"}, Namespace: "default", ResourceVersion: "0"}
 }
 
-// TestStoreAndWatchTierAuthorizeEachIdentity: the store gives each
-// internal identity only what it uses — the gateway the data RPCs, the
-// watch tier reads, the operator membership, compaction, snapshots and
-// status and no keys — and the watch tier answers only the gateway.
+// TestStoreAndWatchfanoutAuthorizeEachIdentity: the store gives each
+// internal identity only what it uses — the gateway the data RPCs,
+// watchfanout reads, the operator membership, compaction, snapshots and
+// status and no keys — and watchfanout answers only the gateway.
 // Refusals are PermissionDenied naming what the method needs.
-func TestStoreAndWatchTierAuthorizeEachIdentity(t *testing.T) {
+func TestStoreAndWatchfanoutAuthorizeEachIdentity(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -189,9 +189,9 @@ func TestStoreAndWatchTierAuthorizeEachIdentity(t *testing.T) {
 	}
 
 	for cert, want := range map[string]codes.Code{gatewayCert: codes.OK, operatorCert: codes.PermissionDenied, "watchfanout": codes.PermissionDenied, "store": codes.PermissionDenied} {
-		tier := watchv1.NewWatchServiceClient(dialInternal(t, e.dataDir, e.cp.WatchFanoutAddr, cert))
-		if _, err := tier.List(ctx, listConfigMaps()); status.Code(err) != want {
-			t.Errorf("watch tier List with the %s certificate: %v, want %s", cert, err, want)
+		wf := watchv1.NewWatchServiceClient(dialInternal(t, e.dataDir, e.cp.WatchFanoutAddr, cert))
+		if _, err := wf.List(ctx, listConfigMaps()); status.Code(err) != want {
+			t.Errorf("watchfanout List with the %s certificate: %v, want %s", cert, err, want)
 		}
 	}
 }

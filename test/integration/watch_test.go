@@ -40,20 +40,20 @@ func nameOf(ev watch.Event) string {
 	return fmt.Sprintf("<%T>", ev.Object)
 }
 
-// TestWatchSemantics checks the rows of the watch table, served by the
-// watch fan-out tier and, as when the tier is down, by the store.
+// TestWatchSemantics checks the rows of the watch table, served by
+// watchfanout and, as when watchfanout is down, by the store.
 func TestWatchSemantics(t *testing.T) {
-	t.Run("watch tier", func(t *testing.T) {
+	t.Run("watchfanout", func(t *testing.T) {
 		watchSemantics(t, newEnv(t, func(c *allinone.Config) {
-			c.WatchCache = allinone.WatchCacheConfig{BookmarkInterval: time.Second, HistoryMaxEvents: 10}
+			c.Watchfanout = allinone.WatchfanoutConfig{BookmarkInterval: time.Second, HistoryMaxEvents: 10}
 		}), true)
 	})
 	t.Run("store", func(t *testing.T) {
-		watchSemantics(t, newEnv(t, func(c *allinone.Config) { c.DisableWatchCache = true }), false)
+		watchSemantics(t, newEnv(t, func(c *allinone.Config) { c.DisableWatchfanout = true }), false)
 	})
 }
 
-func watchSemantics(t *testing.T, e *env, tier bool) {
+func watchSemantics(t *testing.T, e *env, watchfanout bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cms := e.client.CoreV1().ConfigMaps("default")
@@ -172,8 +172,8 @@ func watchSemantics(t *testing.T, e *env, tier bool) {
 	})
 
 	t.Run("N older than the history: 410 Expired as an ERROR event", func(t *testing.T) {
-		if tier {
-			// The tier keeps its own history (here 10 events), like
+		if watchfanout {
+			// watchfanout keeps its own history (here 10 events), like
 			// kube-apiserver's watch cache: push a's revision out of it.
 			for i := 0; i < 15; i++ {
 				if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fill-%d", i)}}, metav1.CreateOptions{}); err != nil {

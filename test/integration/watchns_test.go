@@ -139,18 +139,18 @@ func grpcWatch(ctx context.Context, api apiv1.ResourceServiceClient, req *apiv1.
 // TestNamespacedWatchReplaysItsNamespaceOnly: a watch of one namespace
 // from a resourceVersion in the history replays that namespace's changes
 // and never another's, for ConfigMaps and Secrets, over HTTP and the gRPC
-// API, served by the watch tier and by the store (the tier disabled, as
-// when it is down). The tier used to replay every namespace's objects,
-// Secrets' data included, to a namespaced watch.
+// API, served by watchfanout and by the store (watchfanout disabled, as
+// when it is down): no other namespace's objects, Secrets' data included,
+// reach a namespaced watch.
 func TestNamespacedWatchReplaysItsNamespaceOnly(t *testing.T) {
 	for _, path := range []struct {
 		name    string
 		disable bool
-	}{{"watch tier", false}, {"store", true}} {
+	}{{"watchfanout", false}, {"store", true}} {
 		t.Run(path.name, func(t *testing.T) {
 			e := newEnv(t, func(c *allinone.Config) {
 				c.GRPCListen = "127.0.0.1:0"
-				c.DisableWatchCache = path.disable
+				c.DisableWatchfanout = path.disable
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()

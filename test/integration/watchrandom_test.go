@@ -49,7 +49,7 @@ const watchSeedEnv = "MERIDIAN_WATCH_SEED"
 //
 // Every watch allows bookmarks and is read until a bookmark at or past
 // the last revision written: everything before it has been sent.
-// It runs against the watch tier and against the store (the tier
+// It runs against watchfanout and against the store (watchfanout
 // disabled). The seed is logged on failure; MERIDIAN_WATCH_SEED replays
 // one.
 func TestRandomWatchesMatchTheStore(t *testing.T) {
@@ -69,12 +69,12 @@ func TestRandomWatchesMatchTheStore(t *testing.T) {
 	for i, path := range []struct {
 		name    string
 		disable bool
-	}{{"watch tier", false}, {"store", true}} {
+	}{{"watchfanout", false}, {"store", true}} {
 		t.Run(path.name, func(t *testing.T) {
 			e := newEnv(t, func(c *allinone.Config) {
 				c.GRPCListen = "127.0.0.1:0"
-				c.DisableWatchCache = path.disable
-				c.WatchCache.BookmarkInterval = 500 * time.Millisecond
+				c.DisableWatchfanout = path.disable
+				c.Watchfanout.BookmarkInterval = 500 * time.Millisecond
 			})
 			randomWatches(t, e, rand.New(rand.NewPCG(seed, uint64(i))))
 		})
@@ -101,7 +101,7 @@ func randomWatches(t *testing.T, e *env, rng *rand.Rand) {
 	first := currentRevision(ctx, t, e)
 	writeRandomly(ctx, t, e, rng, namespaces)
 	// A consistent list: the revision every write is at or below, and (on
-	// the tier) a cache that has reached it.
+	// watchfanout) a cache that has reached it.
 	last := currentRevision(ctx, t, e)
 	hist := e.configMapHistory(ctx, last)
 

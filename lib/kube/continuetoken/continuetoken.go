@@ -1,7 +1,7 @@
 // Package continuetoken encodes the state of a chunked list in a continue
 // token, in kube-apiserver's format (base64 of JSON): "rv" is the revision
 // every chunk is read at, "start" the next key relative to the list's key
-// prefix. The gateway and the watch tier share it, so either can continue
+// prefix. The gateway and watchfanout share it, so either can continue
 // the other's lists.
 package continuetoken
 

@@ -21,7 +21,8 @@ type Filter struct {
 	res    *registry.Resource
 	labels labels.Selector
 	fields fields.Selector
-	// empty caches Empty: the watch cache asks it per watcher per event.
+	// empty caches Empty: watchfanout's cache asks it per watcher per
+	// event.
 	empty bool
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // TestLabelEquals: only a selector that pins a label to one value names
-// it; the watch cache files watchers under it.
+// it; watchfanout's cache files watchers under it.
 func TestLabelEquals(t *testing.T) {
 	reg := registry.New(registry.Core()...)
 	res, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("configmaps"))

@@ -145,7 +145,7 @@ func TestProtoFrameIsCodecFrame(t *testing.T) {
 				checked += 2
 			}
 		}
-		// A bookmark as the watch cache builds it: a new object with only
+		// A bookmark as watchfanout's cache builds it: a new object with only
 		// a resourceVersion (and maybe the initial-events-end annotation).
 		for _, annotate := range []bool{false, true} {
 			bm := func() runtime.Object {

@@ -30,13 +30,13 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/grpcapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -56,9 +56,9 @@ type Config struct {
 	// FlowControlAddress is the flow-control service's address; empty: no
 	// flow control.
 	FlowControlAddress string
-	// WatchFanoutAddresses are the replicas of the watch fan-out tier,
-	// which serve watches and Any/NotOlderThan reads; empty: everything is
-	// served from the store.
+	// WatchFanoutAddresses are watchfanout's replicas, which serve
+	// watches and Any/NotOlderThan reads; empty: everything is served from
+	// the store.
 	WatchFanoutAddresses []string
 	// ClientTLS is the mTLS configuration for calls to the other services
 	// (the gateway's client certificate, O=meridian:gateways, and the
@@ -82,7 +82,7 @@ type Config struct {
 	// GatewayID names this replica to flow control; empty: a random id.
 	GatewayID string
 	// Registry is the set of served resources; nil means every standard
-	// kind (registry.Standard). The watch tier must serve the same set.
+	// kind (registry.Standard). watchfanout must serve the same set.
 	Registry *registry.Registry
 }
 
@@ -184,13 +184,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); ac.Run(bg) }()
 	}
-	var fc *flowclient.Client
+	var fc *flowcontrolclient.Client
 	if cfg.FlowControlAddress != "" {
 		conn, err := a.dial(cfg.FlowControlAddress)
 		if err != nil {
 			return nil, err
 		}
-		fc = flowclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), cfg.GatewayID, cfg.Logger)
+		fc = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), cfg.GatewayID, cfg.Logger)
 		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); fc.Run(bg) }()
@@ -204,8 +204,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}
 			conns = append(conns, conn)
 		}
-		rcfg.WatchCache = watchcache.New(conns)
-		readyz = append(readyz, watchTierCheck(conns))
+		rcfg.Watchfanout = watchfanoutclient.New(conns)
+		readyz = append(readyz, watchfanoutCheck(conns))
 	}
 	authenticator := authn.New(cfg.ClientCAs, tokens)
 	resourceServer, err := resources.New(rcfg)
@@ -363,9 +363,9 @@ func splitList(s string) []string {
 	return out
 }
 
-// watchTierCheck is ready when some replica of the watch tier serves
+// watchfanoutCheck is ready when some replica of watchfanout serves
 // watches (its cache has synced with the store).
-func watchTierCheck(conns []*grpc.ClientConn) healthz.Check {
+func watchfanoutCheck(conns []*grpc.ClientConn) healthz.Check {
 	return healthz.Check{Name: "watchfanout", Run: func(ctx context.Context) error {
 		var last error
 		for _, c := range conns {

@@ -36,7 +36,7 @@ func run() error {
 		storeAddr     = flag.String("store-address", "127.0.0.1:2479", "gRPC address of the store")
 		admissionAddr = flag.String("admission-address", "", "gRPC address of the admission service (empty: no admission)")
 		flowAddr      = flag.String("flowcontrol-address", "", "gRPC address of the flow-control service (empty: no flow control)")
-		watchAddrs    = flag.String("watchfanout-addresses", "", "comma-separated gRPC addresses of watch fan-out replicas (empty: watches and cached reads from the store)")
+		watchAddrs    = flag.String("watchfanout-addresses", "", "comma-separated gRPC addresses of watchfanout replicas (empty: watches and cached reads from the store)")
 		svcCert       = flag.String("service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways)")
 		svcKey        = flag.String("service-key-file", "", "key of the service client certificate")
 		svcCA         = flag.String("service-ca-file", "", "CA of the other services' serving certificates, the internal CA (empty: plaintext, tests only)")

@@ -24,7 +24,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -54,7 +54,7 @@ type Config struct {
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
 	// FlowControl hands out seats; nil serves every call at once.
-	FlowControl *flowclient.Client
+	FlowControl *flowcontrolclient.Client
 	// Resources is the ResourceService implementation. Required.
 	Resources apiv1.ResourceServiceServer
 	// MaxConcurrentStreams bounds the calls open at once on one
@@ -95,7 +95,7 @@ func New(cfg Config) (*grpc.Server, error) {
 // interceptors).
 type gate struct {
 	authn   *authn.Authenticator
-	fc      *flowclient.Client
+	fc      *flowcontrolclient.Client
 	metrics *authn.Metrics
 }
 

@@ -9,8 +9,8 @@ import (
 
 // metrics count where consistent reads were served.
 type metrics struct {
-	// consistentReads counts consistent lists sent to the watch tier, by
-	// resource, whether the tier served them (success) and whether the
+	// consistentReads counts consistent lists sent to watchfanout, by
+	// resource, whether watchfanout served them (success) and whether the
 	// store served them instead (fallback): kube-apiserver's
 	// apiserver_watch_cache_consistent_read_total, with its labels.
 	consistentReads *prometheus.CounterVec
@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		consistentReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_watch_cache_consistent_read_total",
-			Help: "Consistent lists the gateway sent to the watch tier, by resource, by whether the tier served them (success) and whether the store served them instead (fallback).",
+			Help: "Consistent lists the gateway sent to watchfanout, by resource, by whether watchfanout served them (success) and whether the store served them instead (fallback).",
 		}, []string{"resource", "success", "fallback"}),
 	}
 	if reg == nil {
@@ -33,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// consistentRead counts one consistent list sent to the tier.
+// consistentRead counts one consistent list sent to watchfanout.
 func (m *metrics) consistentRead(resource string, success, fallback bool) {
 	m.consistentReads.WithLabelValues(resource, strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
 }

@@ -22,7 +22,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
@@ -44,10 +44,10 @@ type Config struct {
 	Codec *codec.Codec
 	// Store is the store. Required.
 	Store *storage.Store
-	// WatchCache serves watches, Any/NotOlderThan reads and consistent
-	// lists that are built whole from the watch fan-out tier; nil serves
+	// Watchfanout serves watches, Any/NotOlderThan reads and consistent
+	// lists that are built whole from watchfanout's replicas; nil serves
 	// everything from the store.
-	WatchCache *watchcache.Pool
+	Watchfanout *watchfanoutclient.Pool
 	// Registerer receives the read metrics; nil: none.
 	Registerer prometheus.Registerer
 	// Admission admits writes; nil admits everything.

@@ -54,7 +54,7 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
-	if enc, ok := cacheEncoding(w.out); ok && s.cfg.WatchCache != nil {
+	if enc, ok := cacheEncoding(w.out); ok && s.cfg.Watchfanout != nil {
 		if handled, err := s.relayWatch(ctx, w, req, enc, stream); handled {
 			return err
 		}

@@ -22,19 +22,19 @@ import (
 // each event once for all watchers (docs/architecture.md, "Where a read is
 // served"):
 //
-//	watch (any resourceVersion)              → watch tier
-//	get/list resourceVersion="0" (Any)       → watch tier
-//	get/list resourceVersion=N, NotOlderThan → watch tier (it waits for N)
-//	list unset (consistent)                  → watch tier (it waits for the store's revision)
-//	list continue                            → watch tier (the first chunk's snapshot; 410 → store)
+//	watch (any resourceVersion)              → watchfanout
+//	get/list resourceVersion="0" (Any)       → watchfanout
+//	get/list resourceVersion=N, NotOlderThan → watchfanout (it waits for N)
+//	list unset (consistent)                  → watchfanout (it waits for the store's revision)
+//	list continue                            → watchfanout (the first chunk's snapshot; 410 → store)
 //	get unset, Exact                         → store
 //
-// Formats the tier does not encode (YAML, PartialObjectMetadata) are served
-// from the store. When the tier cannot be reached (UNAVAILABLE,
-// UNIMPLEMENTED), the request is served from the store instead: losing the
-// cache costs speed, never correctness.
+// Formats watchfanout does not encode (YAML, PartialObjectMetadata) are
+// served from the store. When watchfanout cannot be reached (UNAVAILABLE,
+// UNIMPLEMENTED), the request is served from the store instead: losing
+// watchfanout costs speed, never correctness.
 
-// cacheEncoding maps a negotiated output to the tier's encoding.
+// cacheEncoding maps a negotiated output to watchfanout's encoding.
 func cacheEncoding(out output) (watchv1.Encoding, bool) {
 	switch {
 	case out.partial:
@@ -49,9 +49,10 @@ func cacheEncoding(out output) (watchv1.Encoding, bool) {
 	return 0, false
 }
 
-// fallBack reports whether a failed call to the tier should be served from
-// the store instead: the tier cannot be reached, or its reply would exceed
-// gRPC's message limit (the store's reads fall back to smaller pages).
+// fallBack reports whether a failed call to watchfanout should be served
+// from the store instead: watchfanout cannot be reached, or its reply
+// would exceed gRPC's message limit (the store's reads fall back to
+// smaller pages).
 func fallBack(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Unimplemented, codes.ResourceExhausted:
@@ -65,16 +66,16 @@ func cacheResource(res *registry.Resource) *watchv1.Resource {
 }
 
 // cacheable reports whether a read's resourceVersion parameters are served
-// from the cache. A consistent read (resourceVersion unset) is served there
-// only when consistentOK is true. A continue token is: the tier serves the
-// next chunk from the snapshot the first was read from, while it keeps it
-// and the store has not compacted its revision (else from the store at
+// by watchfanout. A consistent read (resourceVersion unset) is served there
+// only when consistentOK is true. A continue token is: watchfanout serves
+// the next chunk from the snapshot the first was read from, while it keeps
+// it and the store has not compacted its revision (else from the store at
 // that revision, as the gateway would).
 func cacheable(rv, match string, consistentOK bool) bool {
 	return (rv != "" || consistentOK) && match != string(metav1.ResourceVersionMatchExact)
 }
 
-// lagged reports whether the tier gave up on a consistent read because it
+// lagged reports whether watchfanout gave up on a consistent read because it
 // could not reach the store's current revision in time (504), while the
 // caller still waits: the store can still answer. kube-apiserver falls
 // back to etcd the same way when its watch cache lags a consistent list.
@@ -82,9 +83,9 @@ func lagged(ctx context.Context, err error) bool {
 	return status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil
 }
 
-// relayWatch serves a watch from the tier, relaying its pre-encoded frames
-// untouched. The response headers have been sent. handled is false when
-// the tier could not take the watch and the store must serve it.
+// relayWatch serves a watch from watchfanout, relaying its pre-encoded
+// frames untouched. The response headers have been sent. handled is false
+// when watchfanout could not take the watch and the store must serve it.
 func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (handled bool, err error) {
 	fieldSel := req.GetFieldSelector()
 	if name := req.GetRef().GetName(); name != "" {
@@ -93,7 +94,7 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		}
 		fieldSel += "metadata.name=" + name
 	}
-	ws, err := s.cfg.WatchCache.Client().Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
+	ws, err := s.cfg.Watchfanout.Client().Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
 		Resource:             cacheResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),
@@ -134,16 +135,16 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 	}
 }
 
-// cachedGet serves a get from the tier. handled is false when the store
+// cachedGet serves a get from watchfanout. handled is false when the store
 // must serve it.
 func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *apiv1.GetRequest, out output) (*httpbody.HttpBody, bool, error) {
 	enc, ok := cacheEncoding(out)
 	// A consistent get reads the store: one key costs the store less than
-	// the tier's wait for the store's revision plus the hop to the tier.
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), "", false) {
+	// watchfanout's wait for the store's revision plus the hop to it.
+	if !ok || s.cfg.Watchfanout == nil || !cacheable(req.GetResourceVersion(), "", false) {
 		return nil, false, nil
 	}
-	resp, err := s.cfg.WatchCache.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
+	resp, err := s.cfg.Watchfanout.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
 		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(), Name: req.GetRef().GetName(),
 		ResourceVersion: req.GetResourceVersion(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
 	})
@@ -156,23 +157,23 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 	return &httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()}, true, nil
 }
 
-// cachedList serves a list from the tier. handled is false when the store
-// must serve it.
+// cachedList serves a list from watchfanout. handled is false when the
+// store must serve it.
 //
-// A consistent list in an encoding the tier serves goes there: the tier
+// A consistent list in an encoding watchfanout serves goes there: it
 // reads the store's current revision linearizably (one read shared by
 // concurrent callers), waits until its cache has applied it, and lists
 // from memory, without the store's scan — what kube-apiserver does for
 // consistent lists since 1.31 (ConsistentListFromCache). A JSON list of
-// the objects is relayed as the tier writes it (relayList), from each
+// the objects is relayed as watchfanout writes it (relayList), from each
 // object's memoized JSON, so no whole list is held on either side;
-// protobuf lists and Tables are built whole either way. When the tier
+// protobuf lists and Tables are built whole either way. When watchfanout
 // cannot reach the store's revision in time (504) the store serves the
 // list, as kube-apiserver falls back to etcd.
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
 	enc, ok := cacheEncoding(out)
 	consistent := req.GetResourceVersion() == "" && req.GetContinueToken() == ""
-	if !ok || s.cfg.WatchCache == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), true) {
+	if !ok || s.cfg.Watchfanout == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), true) {
 		return false, nil
 	}
 	lreq := &watchv1.ListRequest{
@@ -186,7 +187,7 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
 		return s.relayList(ctx, res, lreq, out, consistent, continued, stream)
 	}
-	resp, err := s.cfg.WatchCache.Client().List(ctx, lreq)
+	resp, err := s.cfg.Watchfanout.Client().List(ctx, lreq)
 	if err != nil {
 		return s.listFailed(ctx, res, consistent, continued, err)
 	}
@@ -196,14 +197,14 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 	return true, stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()})
 }
 
-// relayList serves a JSON list from the tier's StreamList, sending each
+// relayList serves a JSON list from watchfanout's StreamList, sending each
 // chunk on as it arrives. Until the first chunk has come, a failure is
 // handled as List's (the store may serve the list instead); after it, the
 // response is cut, as a list streamed from the store is.
 func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent, continued bool, stream apiv1.ResourceService_ListServer) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ls, err := s.cfg.WatchCache.Client().StreamList(ctx, &watchv1.StreamListRequest{List: lreq})
+	ls, err := s.cfg.Watchfanout.Client().StreamList(ctx, &watchv1.StreamListRequest{List: lreq})
 	var msg *watchv1.StreamListResponse
 	if err == nil {
 		msg, err = ls.Recv()
@@ -227,11 +228,11 @@ func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *wa
 	}
 }
 
-// listFailed decides what a failed list from the tier becomes: served by
-// the store (handled false) when the tier cannot be reached or, for a
-// consistent list, lagged the store, or for a continued list, found its
+// listFailed decides what a failed list from watchfanout becomes: served
+// by the store (handled false) when watchfanout cannot be reached or, for
+// a consistent list, lagged the store, or for a continued list, found its
 // revision compacted (the store path answers that 410 with a token for an
-// inconsistent continuation, as kube-apiserver does); else the tier's
+// inconsistent continuation, as kube-apiserver does); else watchfanout's
 // error.
 func (s *Server) listFailed(ctx context.Context, res *registry.Resource, consistent, continued bool, err error) (bool, error) {
 	fallback := fallBack(err) || (consistent && lagged(ctx, err)) ||

@@ -1,10 +1,11 @@
-// Package watchcache picks a replica of the watch fan-out tier for each
-// watch or cached read. Replicas are independent (each follows the store
-// on its own), so any healthy one serves any request: calls go round-robin
-// over the replicas whose connections are not failing, and a call that a
-// replica cannot take moves on to the next, which moves a client's next
-// watch to a healthy replica when one goes away.
-package watchcache
+// Package watchfanoutclient is the gateway's client of watchfanout: a pool
+// that picks one of watchfanout's replicas for each watch or cached read.
+// Replicas are independent (each follows the store on its own), so any
+// healthy one serves any request: calls go round-robin over the replicas
+// whose connections are not failing, and a call that a replica cannot take
+// moves on to the next, which moves a client's next watch to a healthy
+// replica when one goes away.
+package watchfanoutclient
 
 import (
 	"context"
@@ -76,7 +77,7 @@ func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grp
 	return nil, err
 }
 
-// Client returns a client of the tier for one call. The call goes to the
+// Client returns a client of watchfanout for one call. The call goes to the
 // next healthy replica — one whose connection is READY or IDLE — and the
 // others follow in turn. A replica that went away cycles between
 // TRANSIENT_FAILURE and CONNECTING while gRPC retries it, and is tried
@@ -124,7 +125,7 @@ var _ watchv1.WatchServiceClient = failover{}
 func unavailable(err error) bool { return status.Code(err) == codes.Unavailable }
 
 // Watch opens the watch on the first replica that takes it. A replica's
-// first message is received here (the tier sends one at once, empty,
+// first message is received here (watchfanout sends one at once, empty,
 // after it validated the request), so that a refusal arriving with it
 // moves on too; the returned stream delivers it first.
 func (f failover) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {

@@ -1,4 +1,4 @@
-package watchcache
+package watchfanoutclient
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// replica is a watch-tier stand-in that answers with its own name, so the
+// replica is a watchfanout stand-in that answers with its own name, so the
 // test can see which replica a call reached; unavailable answers every
 // call UNAVAILABLE, as a replica whose cache has not synced does.
 type replica struct {

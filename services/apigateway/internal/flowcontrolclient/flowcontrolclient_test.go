@@ -1,4 +1,4 @@
-package flowclient
+package flowcontrolclient
 
 import (
 	"context"

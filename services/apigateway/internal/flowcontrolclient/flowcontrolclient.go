@@ -1,4 +1,4 @@
-// Package flowclient takes seats from the flow-control service for one
+// Package flowcontrolclient takes seats from the flow-control service for one
 // request and gives them back, for both of the gateway's front doors (REST
 // and gRPC).
 //
@@ -14,7 +14,7 @@
 // client holds no list (stream not yet open, broken, or a service older
 // than WatchExemptions) every request asks the service; a change of the
 // service's configuration applies here once the new list has arrived.
-package flowclient
+package flowcontrolclient
 
 import (
 	"context"
@@ -103,7 +103,7 @@ type Grant struct {
 // Acquire waits for seats for a request described by digest. A rejection is
 // a 429 TooManyRequests with Retry-After. When the flow-control service
 // cannot be reached the request is served anyway (and logged): losing the
-// fairness tier must not take the API down.
+// flow-control service must not take the API down.
 func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDigest) (Grant, error) {
 	nop := Grant{Release: func() {}}
 	if c == nil {
