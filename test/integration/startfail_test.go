@@ -14,8 +14,8 @@ import (
 // TestStartFailsCleanlyWhenThePortIsTaken: when the gRPC API's address is
 // taken, Start returns the error after the HTTPS API is already serving;
 // the goroutines it started are stopped by its cleanup, not left reading
-// a nil control plane (which crashed the process with a nil dereference
-// instead of the error).
+// a nil control plane (a nil dereference would crash the process instead
+// of returning the error).
 func TestStartFailsCleanlyWhenThePortIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -116,9 +116,9 @@ func (e *Encoder) Frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
 	// newline: encoding/json writes a RawExtension's bytes compacted, with
 	// the HTML escaping the codec's encoder already applied to raw. raw,
 	// from that encoder, is compact but for its trailing newline, so the
-	// frame is laid out here without re-scanning it (a third of the cost
-	// of a frame of a small object). An Unknown's bytes are not the
-	// encoder's: it goes through the codec.
+	// frame is laid out here without re-scanning it, which would be a
+	// large part of the cost of a small object's frame. An Unknown's bytes
+	// are not the encoder's: it goes through the codec.
 	if _, unknown := obj.(*runtime.Unknown); !unknown || e.format.Table {
 		if n := len(raw); n > 0 && raw[n-1] == '\n' {
 			raw = raw[:n-1]
@@ -204,9 +204,8 @@ const (
 // byte for byte what the codec's protobuf serializer and
 // WatchEvent.Marshal give (TestProtoFrameIsCodecFrame), without the three
 // intermediate buffers (object, envelope, event) that path allocates and
-// copies: in a relist storm the first encoding of every object's frame
-// made more garbage (29 MiB for 10,000 objects of 1 KiB) than the frames
-// it produced.
+// copies, which in a relist storm, where every object's frame is encoded
+// for the first time, would be more garbage than the frames themselves.
 func (e *Encoder) protoFrame(t watch.EventType, obj runtime.Object, m runtime.ProtobufMarshaller) ([]byte, error) {
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	if gvk.Empty() {

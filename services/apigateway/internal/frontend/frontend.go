@@ -29,7 +29,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/flowclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
@@ -54,7 +54,7 @@ type Config struct {
 	// gRPC hop. It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
-	FlowControl *flowclient.Client
+	FlowControl *flowcontrolclient.Client
 	// Livez and Readyz are the health checks beyond "ping".
 	Livez, Readyz []healthz.Check
 	// Metrics serves /metrics to authenticated callers; nil: 404.
@@ -444,8 +444,8 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	r.URL.Path = "/_meridian/v1/" + info.Verb
 	r.URL.RawPath = ""
 	// The query reaches grpc-gateway as the parsed form it reads
-	// (Request.ParseForm keeps a Form already set): encoding it only for
-	// ParseForm to decode it again cost 2 % of a GET.
+	// (Request.ParseForm keeps a Form already set), rather than encoded
+	// only for ParseForm to decode it again.
 	r.URL.RawQuery = ""
 	r.Form = out
 	return nil

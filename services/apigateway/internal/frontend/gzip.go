@@ -14,15 +14,12 @@ const gzipThreshold = 128 << 10
 
 // gzipLevel is kube-apiserver's level, the fastest. The bodies compressed
 // are large lists, and Go clients ask for gzip unless told not to: at the
-// default level (6) compressing a 12 MB list of 10,000 ConfigMaps took 26 ms
-// with the loadtest's repeated values and 178 ms with random letters —
-// longer than the store takes to read the list — and at level 1 10 ms and
-// 26 ms, for 5% more bytes.
+// default level (6) compressing a large list takes longer than the store
+// takes to read it, for a few percent fewer bytes (docs/benchmarks.md).
 //
 // The compressor is klauspost/compress's, a drop-in for compress/gzip
-// (same format and API) whose level 1 is faster: on the loadtest's 10,000
-// ConfigMaps, 14.0 MB of JSON took 13.6 ms instead of 19.0, 11.8 MB of
-// protobuf 9.7 ms instead of 18.1, for 10 % more bytes.
+// (same format and API) whose level 1 is faster than the standard
+// library's, for slightly larger output.
 const gzipLevel = gzip.BestSpeed
 
 // gzipWriters keeps compressors for reuse: each holds ~300 KiB of tables

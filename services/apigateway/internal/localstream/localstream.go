@@ -5,9 +5,9 @@
 //
 // The REST front end reaches the ResourceService's streaming methods (watch,
 // streamed lists) through grpc-gateway's client routes, which need a
-// client; before this package that client was a real gRPC connection over
-// an in-memory listener, which marshalled every watch event and list page
-// to protobuf, framed it in HTTP/2 and parsed it back, once per watcher.
+// client. This package is that client, so that no watch event or list page
+// is marshalled to protobuf, framed in HTTP/2 and parsed back once per
+// watcher, as a gRPC connection would, even one over an in-memory listener.
 //
 // Invariant: Send returns only once the receiver is done with the message
 // (it has called Recv again, or gone away), as a real stream's Send
