@@ -123,12 +123,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.GatewayID == "" {
-		cfg.GatewayID = "apigateway-" + uuid.NewString()[:8]
-	}
+	cfg.setDefaults()
 	a := &App{cfg: cfg, log: cfg.Logger}
 	bg, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -139,6 +134,72 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 
+	authenticator, err := newAuthenticator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	storeConn, err := a.dialStore()
+	if err != nil {
+		return nil, err
+	}
+	store := storage.New(storeConn)
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := prepareRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := a.connectServices(bg)
+	if err != nil {
+		return nil, err
+	}
+	resourceServer, err := resources.New(resources.Config{
+		Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Admission: svc.admission, Watchfanout: svc.watchfanout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: %w", err)
+	}
+	readyz := append([]healthz.Check{storeCheck(storeConn)}, svc.readyz...)
+	handler, err := a.newHandler(bg, reg, authenticator, resourceServer, svc.flowControl, readyz)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
+		return nil, err
+	}
+	a.startControllers(bg, resourceServer)
+
+	tlsConf := servingTLS(cfg)
+	a.grpc, err = grpcapi.New(grpcapi.Config{
+		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
+		Authenticator: authenticator,
+		FlowControl:   svc.flowControl,
+		Resources:     resourceServer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.http = newHTTPServer(handler, tlsConf, cfg.Logger)
+	ok = true
+	return a, nil
+}
+
+// setDefaults fills in the optional fields left empty.
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.GatewayID == "" {
+		c.GatewayID = "apigateway-" + uuid.NewString()[:8]
+	}
+}
+
+// newAuthenticator authenticates API users by client certificate
+// (ClientCAs) and by static token (TokenAuthFile).
+func newAuthenticator(cfg Config) (*authn.Authenticator, error) {
 	var tokens *authn.TokenFile
 	if cfg.TokenAuthFile != "" {
 		var err error
@@ -146,98 +207,121 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
-	storeConn, err := storeclient.Dial(splitList(cfg.StoreAddress), cfg.ClientTLS)
+	return authn.New(cfg.ClientCAs, tokens), nil
+}
+
+// dialStore connects to the store's members; Close closes the connection.
+func (a *App) dialStore() (*storeclient.Client, error) {
+	conn, err := storeclient.Dial(splitList(a.cfg.StoreAddress), a.cfg.ClientTLS)
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: store: %w", err)
 	}
-	a.closers = append(a.closers, storeConn.Close)
-	c, err := codec.New()
-	if err != nil {
-		return nil, err
-	}
+	a.closers = append(a.closers, conn.Close)
+	return conn, nil
+}
+
+// prepareRegistry returns the served resources and builds every kind's
+// field manager (server-side apply schemas) now, so that no request pays
+// for it.
+func prepareRegistry(cfg Config) (*registry.Registry, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		reg = registry.New(registry.Standard()...)
 	}
-	// Build every kind's field manager (server-side apply schemas) now, so
-	// that no request pays for it.
-	if deduced, err := fieldmanager.Prepare(reg); err != nil {
+	deduced, err := fieldmanager.Prepare(reg)
+	if err != nil {
 		return nil, fmt.Errorf("apigateway: field managers: %w", err)
-	} else if len(deduced) > 0 {
+	}
+	if len(deduced) > 0 {
 		cfg.Logger.Warn("server-side apply merges every list of these kinds atomically: their schema did not convert", "kinds", fmt.Sprint(deduced))
 	}
-	store := storage.New(storeConn)
+	return reg, nil
+}
 
-	rcfg := resources.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer}
-	readyz := []healthz.Check{storeCheck(storeConn)}
-	if cfg.AdmissionAddress != "" {
-		conn, err := a.dial(cfg.AdmissionAddress)
+// services are the gateway's clients of the optional services, each nil
+// when its address is empty, and their readiness checks.
+type services struct {
+	admission   admissionv1.AdmissionServiceClient
+	flowControl *flowcontrolclient.Client
+	watchfanout *watchfanoutclient.Pool
+	readyz      []healthz.Check
+}
+
+// connectServices connects to admission, flow control and watchfanout's
+// replicas, as configured, and starts the clients' background work, which
+// runs until bg ends.
+func (a *App) connectServices(bg context.Context) (services, error) {
+	var svc services
+	if addr := a.cfg.AdmissionAddress; addr != "" {
+		conn, err := a.dial(addr)
 		if err != nil {
-			return nil, err
+			return svc, err
 		}
-		ac, err := admissionclient.New(admissionv1.NewAdmissionServiceClient(conn), cfg.Logger, cfg.Registerer)
+		ac, err := admissionclient.New(admissionv1.NewAdmissionServiceClient(conn), a.cfg.Logger, a.cfg.Registerer)
 		if err != nil {
-			return nil, fmt.Errorf("apigateway: admission: %w", err)
+			return svc, fmt.Errorf("apigateway: admission: %w", err)
 		}
-		rcfg.Admission = ac
-		readyz = append(readyz, grpcHealthCheck("admission", conn))
-		a.wg.Add(1)
-		go func() { defer a.wg.Done(); ac.Run(bg) }()
+		svc.admission = ac
+		svc.readyz = append(svc.readyz, grpcHealthCheck("admission", conn))
+		a.background(bg, ac.Run)
 	}
-	var fc *flowcontrolclient.Client
-	if cfg.FlowControlAddress != "" {
-		conn, err := a.dial(cfg.FlowControlAddress)
+	if addr := a.cfg.FlowControlAddress; addr != "" {
+		conn, err := a.dial(addr)
 		if err != nil {
-			return nil, err
+			return svc, err
 		}
-		fc = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), cfg.GatewayID, cfg.Logger)
-		readyz = append(readyz, grpcHealthCheck("flowcontrol", conn))
-		a.wg.Add(1)
-		go func() { defer a.wg.Done(); fc.Run(bg) }()
+		svc.flowControl = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), a.cfg.GatewayID, a.cfg.Logger)
+		svc.readyz = append(svc.readyz, grpcHealthCheck("flowcontrol", conn))
+		a.background(bg, svc.flowControl.Run)
 	}
-	if len(cfg.WatchFanoutAddresses) > 0 {
+	if len(a.cfg.WatchFanoutAddresses) > 0 {
 		var conns []*grpc.ClientConn
-		for _, addr := range cfg.WatchFanoutAddresses {
+		for _, addr := range a.cfg.WatchFanoutAddresses {
 			conn, err := a.dial(addr)
 			if err != nil {
-				return nil, err
+				return svc, err
 			}
 			conns = append(conns, conn)
 		}
-		rcfg.Watchfanout = watchfanoutclient.New(conns)
-		readyz = append(readyz, watchfanoutCheck(conns))
+		svc.watchfanout = watchfanoutclient.New(conns)
+		svc.readyz = append(svc.readyz, watchfanoutCheck(conns))
 	}
-	authenticator := authn.New(cfg.ClientCAs, tokens)
-	resourceServer, err := resources.New(rcfg)
-	if err != nil {
-		return nil, fmt.Errorf("apigateway: %w", err)
-	}
+	return svc, nil
+}
 
+// newHandler builds the REST front end in front of the resource server.
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, rs *resources.Server, fc *flowcontrolclient.Client, readyz []healthz.Check) (http.Handler, error) {
 	var metrics http.Handler
-	if cfg.Gatherer != nil {
-		metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+	if a.cfg.Gatherer != nil {
+		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
 	}
-	handler, err := frontend.New(bg, frontend.Config{
+	return frontend.New(bg, frontend.Config{
 		Registry:       reg,
 		Authenticator:  authenticator,
-		LocalResources: resourceServer,
+		LocalResources: rs,
 		FlowControl:    fc,
 		Readyz:         readyz,
 		Metrics:        metrics,
-		Registerer:     cfg.Registerer,
-		Logger:         cfg.Logger,
+		Registerer:     a.cfg.Registerer,
+		Logger:         a.cfg.Logger,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
-		return nil, err
-	}
-	a.wg.Add(1)
-	go func() { defer a.wg.Done(); resourceServer.RunNamespaceController(bg, time.Second) }()
-	a.wg.Add(1)
-	go func() { defer a.wg.Done(); resourceServer.RunGarbageCollector(bg, 2*time.Second) }()
+}
 
+// startControllers runs the namespace controller and the garbage
+// collector until bg ends.
+func (a *App) startControllers(bg context.Context, rs *resources.Server) {
+	a.background(bg, func(ctx context.Context) { rs.RunNamespaceController(ctx, time.Second) })
+	a.background(bg, func(ctx context.Context) { rs.RunGarbageCollector(ctx, 2*time.Second) })
+}
+
+// background runs f(ctx) in a goroutine that Close waits for.
+func (a *App) background(ctx context.Context, f func(context.Context)) {
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); f(ctx) }()
+}
+
+// servingTLS is the configuration of both APIs, HTTPS and gRPC.
+func servingTLS(cfg Config) *tls.Config {
 	tlsConf := cfg.ServingTLS.Clone()
 	if cfg.ClientCAs != nil {
 		// Certificates are asked for, not verified by the handshake:
@@ -247,27 +331,22 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		tlsConf.ClientCAs = cfg.ClientCAs
 		tlsConf.ClientAuth = tls.RequestClientCert
 	}
-	a.grpc, err = grpcapi.New(grpcapi.Config{
-		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
-		Authenticator: authenticator,
-		FlowControl:   fc,
-		Resources:     resourceServer,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.http = &http.Server{
+	return tlsConf
+}
+
+// newHTTPServer is the HTTPS API's server.
+func newHTTPServer(handler http.Handler, tlsConf *tls.Config, log *slog.Logger) *http.Server {
+	return &http.Server{
 		Handler:           handler,
 		TLSConfig:         tlsConf,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	ok = true
-	return a, nil
 }
 
+// dial connects to one service's address; Close closes the connection.
 func (a *App) dial(addr string) (*grpc.ClientConn, error) {
 	conn, err := grpcclient.Dial(addr, a.cfg.ClientTLS)
 	if err != nil {
