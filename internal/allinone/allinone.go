@@ -120,6 +120,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("allinone: data dir: %w", err)
 	}
+	// The API listens first: its serving certificate names the address.
 	apiLis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("allinone: listen: %w", err)
@@ -137,102 +138,19 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := telemetry.NewRegistry()
-	wrap := func(svc string) prometheus.Registerer {
-		return prometheus.WrapRegistererWith(prometheus.Labels{"service": svc}, reg)
+	sh := shared{
+		certs:     c,
+		metrics:   telemetry.NewRegistry(),
+		log:       cfg.Logger,
+		trust:     identity.TrustOrganization(identity.GatewayOrganization),
+		resources: registry.New(registry.Standard()...),
 	}
-	logFor := func(svc string) *slog.Logger { return cfg.Logger.With("service", svc) }
-	serverTLS := func(svc string) *tls.Config {
-		return pki.ServerTLS(c.services[svc], c.internalCA.Pool(), tls.RequireAndVerifyClientCert)
-	}
-	trust := identity.TrustOrganization(identity.GatewayOrganization)
-
-	st, err := store.New(ctx, store.Config{
-		ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true,
-		TLS: serverTLS("store"), Registerer: wrap("store"), Logger: logFor("store"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("allinone: store: %w", err)
-	}
-	storeAddr, err := cp.serve("store", st)
+	backends, err := cp.startBackends(ctx, cfg, sh, dataDir)
 	if err != nil {
 		return nil, err
 	}
-	cp.StoreAddr = storeAddr
-	adm, err := admission.New(ctx, admission.Config{TLS: serverTLS("admission"), Registerer: wrap("admission"), Logger: logFor("admission"), Trust: trust})
-	if err != nil {
-		return nil, fmt.Errorf("allinone: admission: %w", err)
-	}
-	admAddr, err := cp.serve("admission", adm)
-	if err != nil {
+	if err := cp.startGateway(ctx, cfg, sh, backends, apiLis); err != nil {
 		return nil, err
-	}
-	fc, err := flowcontrol.New(ctx, flowcontrol.Config{TLS: serverTLS("flowcontrol"), Registerer: wrap("flowcontrol"), Logger: logFor("flowcontrol"), Trust: trust})
-	if err != nil {
-		return nil, fmt.Errorf("allinone: flowcontrol: %w", err)
-	}
-	fcAddr, err := cp.serve("flowcontrol", fc)
-	if err != nil {
-		return nil, err
-	}
-	// The gateway and watchfanout serve the same resources.
-	resources := registry.New(registry.Standard()...)
-	wfCert := c.services["watchfanout"]
-	wf, err := watchfanout.New(ctx, watchfanout.Config{
-		StoreAddress: storeAddr, StoreTLS: pki.ClientTLS(&wfCert, c.internalCA.Pool(), ""),
-		TLS: serverTLS("watchfanout"), Registerer: wrap("watchfanout"), Logger: logFor("watchfanout"), Trust: trust,
-		BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
-		Registry: resources,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("allinone: watchfanout: %w", err)
-	}
-	wfAddr, err := cp.serve("watchfanout", wf)
-	if err != nil {
-		return nil, err
-	}
-	cp.WatchFanoutAddr = wfAddr
-
-	watchAddrs := []string{wfAddr}
-	if cfg.DisableWatchfanout {
-		watchAddrs = nil
-	}
-	gw, err := gateway.New(ctx, gateway.Config{
-		StoreAddress: storeAddr, AdmissionAddress: admAddr, FlowControlAddress: fcAddr,
-		WatchFanoutAddresses: watchAddrs,
-		Registry:             resources,
-		ClientTLS:            pki.ClientTLS(&c.gateway, c.internalCA.Pool(), ""),
-		ServingTLS:           pki.ServerTLS(c.apiserver, nil, tls.NoClientCert),
-		ClientCAs:            c.apiCA.Pool(),
-		TokenAuthFile:        cfg.TokenAuthFile,
-		Registerer:           wrap("apigateway"), Gatherer: reg,
-		Logger: logFor("apigateway"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("allinone: apigateway: %w", err)
-	}
-	cp.closers = append(cp.closers, gw.Close)
-	cp.wg.Add(1)
-	go func() {
-		defer cp.wg.Done()
-		if err := gw.Serve(apiLis); err != nil {
-			cp.errc <- fmt.Errorf("apigateway: %w", err)
-		}
-	}()
-
-	if cfg.GRPCListen != "" {
-		glis, err := net.Listen("tcp", cfg.GRPCListen)
-		if err != nil {
-			return nil, fmt.Errorf("allinone: grpc listen: %w", err)
-		}
-		cp.GRPCAddr = glis.Addr()
-		cp.wg.Add(1)
-		go func() {
-			defer cp.wg.Done()
-			if err := gw.ServeGRPC(glis); err != nil {
-				cp.errc <- fmt.Errorf("apigateway grpc: %w", err)
-			}
-		}()
 	}
 
 	cp.Kubeconfig = filepath.Join(dataDir, KubeconfigName)
@@ -242,21 +160,151 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	return cp, nil
 }
 
-// serve starts svc on a loopback port and returns its address.
-func (cp *ControlPlane) serve(name string, svc service) (string, error) {
-	cp.closers = append(cp.closers, svc.Close)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("allinone: %s: listen: %w", name, err)
+// shared is what the services' configurations have in common: the
+// certificates, one metrics registry (each service's metrics labelled
+// service=<name>), the logger, whom the services trust to assert users,
+// and the served resources.
+type shared struct {
+	certs   *certs
+	metrics *prometheus.Registry
+	log     *slog.Logger
+	trust   identity.TrustFunc
+	// resources are served by the gateway and watchfanout: the same set
+	// on both sides.
+	resources *registry.Registry
+}
+
+// registerer is svc's view of the metrics registry.
+func (sh shared) registerer(svc string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"service": svc}, sh.metrics)
+}
+
+// logger is svc's logger.
+func (sh shared) logger(svc string) *slog.Logger { return sh.log.With("service", svc) }
+
+// serverTLS is svc's serving configuration: its certificate, and client
+// certificates of the internal CA required.
+func (sh shared) serverTLS(svc string) *tls.Config {
+	return pki.ServerTLS(sh.certs.services[svc], sh.certs.internalCA.Pool(), tls.RequireAndVerifyClientCert)
+}
+
+// backendAddrs are the addresses the gateway dials.
+type backendAddrs struct {
+	store, admission, flowcontrol, watchfanout string
+}
+
+// startBackends starts the store, admission, flow control and
+// watchfanout, each on a loopback port, in that order: watchfanout
+// follows the store.
+func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared, dataDir string) (backendAddrs, error) {
+	var addrs backendAddrs
+	var err error
+	if _, addrs.store, err = startService(cp, "store", onLoopback, func() (*store.App, error) {
+		return store.New(ctx, store.Config{
+			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true,
+			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"),
+		})
+	}); err != nil {
+		return addrs, err
 	}
+	cp.StoreAddr = addrs.store
+	if _, addrs.admission, err = startService(cp, "admission", onLoopback, func() (*admission.App, error) {
+		return admission.New(ctx, admission.Config{
+			TLS: sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
+		})
+	}); err != nil {
+		return addrs, err
+	}
+	if _, addrs.flowcontrol, err = startService(cp, "flowcontrol", onLoopback, func() (*flowcontrol.App, error) {
+		return flowcontrol.New(ctx, flowcontrol.Config{
+			TLS: sh.serverTLS("flowcontrol"), Registerer: sh.registerer("flowcontrol"), Logger: sh.logger("flowcontrol"), Trust: sh.trust,
+		})
+	}); err != nil {
+		return addrs, err
+	}
+	if _, addrs.watchfanout, err = startService(cp, "watchfanout", onLoopback, func() (*watchfanout.App, error) {
+		wfCert := sh.certs.services["watchfanout"]
+		return watchfanout.New(ctx, watchfanout.Config{
+			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""),
+			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
+			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
+			Registry: sh.resources,
+		})
+	}); err != nil {
+		return addrs, err
+	}
+	cp.WatchFanoutAddr = addrs.watchfanout
+	return addrs, nil
+}
+
+// startGateway starts the API gateway: its HTTPS API on apiLis and, when
+// cfg.GRPCListen is set, its gRPC API there.
+func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared, addrs backendAddrs, apiLis net.Listener) error {
+	watchAddrs := []string{addrs.watchfanout}
+	if cfg.DisableWatchfanout {
+		watchAddrs = nil
+	}
+	gw, _, err := startService(cp, "apigateway", func() (net.Listener, error) { return apiLis, nil }, func() (*gateway.App, error) {
+		return gateway.New(ctx, gateway.Config{
+			StoreAddress: addrs.store, AdmissionAddress: addrs.admission, FlowControlAddress: addrs.flowcontrol,
+			WatchFanoutAddresses: watchAddrs,
+			Registry:             sh.resources,
+			ClientTLS:            pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),
+			ServingTLS:           pki.ServerTLS(sh.certs.apiserver, nil, tls.NoClientCert),
+			ClientCAs:            sh.certs.apiCA.Pool(),
+			TokenAuthFile:        cfg.TokenAuthFile,
+			Registerer:           sh.registerer("apigateway"),
+			Gatherer:             sh.metrics,
+			Logger:               sh.logger("apigateway"),
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.GRPCListen == "" {
+		return nil
+	}
+	glis, err := net.Listen("tcp", cfg.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("allinone: grpc listen: %w", err)
+	}
+	cp.GRPCAddr = glis.Addr()
+	cp.serve("apigateway grpc", glis, gw.ServeGRPC)
+	return nil
+}
+
+// startService starts one service: build makes it, listen opens its
+// listener, and it serves there in the background until Close closes it
+// (services close in the reverse of their start order). It returns the
+// service and the address it serves on.
+func startService[S service](cp *ControlPlane, name string, listen func() (net.Listener, error), build func() (S, error)) (S, string, error) {
+	svc, err := build()
+	if err != nil {
+		return svc, "", fmt.Errorf("allinone: %s: %w", name, err)
+	}
+	cp.closers = append(cp.closers, svc.Close)
+	lis, err := listen()
+	if err != nil {
+		return svc, "", fmt.Errorf("allinone: %s: listen: %w", name, err)
+	}
+	cp.serve(name, lis, svc.Serve)
+	return svc, lis.Addr().String(), nil
+}
+
+// onLoopback listens on a free loopback port, where the services other
+// than the API serve.
+func onLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// serve runs serve(lis) in the background; an error it returns (a service
+// that stopped on its own) goes to Err.
+func (cp *ControlPlane) serve(name string, lis net.Listener, serve func(net.Listener) error) {
 	cp.wg.Add(1)
 	go func() {
 		defer cp.wg.Done()
-		if err := svc.Serve(lis); err != nil {
+		if err := serve(lis); err != nil {
 			cp.errc <- fmt.Errorf("%s: %w", name, err)
 		}
 	}()
-	return lis.Addr().String(), nil
 }
 
 // Err delivers the first error of a service that stopped on its own.
