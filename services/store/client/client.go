@@ -49,6 +49,12 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
 
+// DefaultAddress is the store's gRPC address when none is configured: a
+// member listens there by default (store --listen), and the store CLI
+// (--endpoints) and the services that use the store (--store-address) dial
+// it by default, so that they find each other on one host without flags.
+const DefaultAddress = "127.0.0.1:2479"
+
 // Options tune a Client; the zero value of each field means its default.
 type Options struct {
 	// MaxAttempts bounds the attempts of one call (first included);

@@ -44,7 +44,7 @@ const ServiceName = "meridian.watch.v1.WatchService"
 type Config struct {
 	// StoreAddress is the store whose watch stream the cache follows: the
 	// gRPC address of one member (host:port, or a gRPC target URI such as
-	// dns:///store:7001), or several members' addresses separated by
+	// dns:///store:2479), or several members' addresses separated by
 	// commas. With several, the store client follows leader changes: the
 	// cache's watch and reads move to another member when one goes away,
 	// and resume from the revision the cache reached. Required.

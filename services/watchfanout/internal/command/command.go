@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 )
 
@@ -47,7 +48,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var common daemon.Flags
 	common.Register(fs, ":7004", ":9094")
 	var store storeFlags
-	fs.StringVar(&store.address, "store-address", "127.0.0.1:7001", "gRPC address of the store (host:port or a gRPC target URI), or several members' addresses separated by commas (the watch follows leader changes)")
+	fs.StringVar(&store.address, "store-address", storeclient.DefaultAddress, "gRPC address of the store (host:port or a gRPC target URI), or several members' addresses separated by commas (the watch follows leader changes)")
 	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
 	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store, with O=meridian:watchfanout (the store lets that identity read and watch)")
 	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")

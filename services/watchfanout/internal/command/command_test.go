@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
 func TestStoreFlagsRejected(t *testing.T) {
@@ -115,5 +117,24 @@ func TestMemoryLimit(t *testing.T) {
 		if _, err := memoryLimit(in); err == nil {
 			t.Errorf("memoryLimit(%q) succeeded", in)
 		}
+	}
+}
+
+// TestStoreAddressDefaultsToTheStoreListenAddress: with no flags, a
+// replica dials the address a store member listens on with no flags
+// (store --listen, whose default is storeclient.DefaultAddress), as the
+// usage shows it.
+func TestStoreAddressDefaultsToTheStoreListenAddress(t *testing.T) {
+	var usage strings.Builder
+	if err := Run(t.Context(), []string{"--help"}, &usage); err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	_, entry, ok := strings.Cut(usage.String(), "-store-address string\n")
+	if !ok {
+		t.Fatalf("--help does not list --store-address:\n%s", usage.String())
+	}
+	entry, _, _ = strings.Cut(entry, "\n  -")
+	if want := fmt.Sprintf("(default %q)", storeclient.DefaultAddress); !strings.Contains(entry, want) {
+		t.Fatalf("--store-address: %s; want %s, where the store listens by default", strings.TrimSpace(entry), want)
 	}
 }
