@@ -1,5 +1,6 @@
 // Command store runs one member of meridian's raft-replicated MVCC store and
-// serves the storev1 gRPC API.
+// serves the storev1 gRPC API. Its admin commands (store member list, store
+// snapshot save, ...; store --help lists them) manage a running cluster.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/client"
 )
 
 type flags struct {
@@ -47,12 +50,15 @@ type flags struct {
 	minFreeBytes, ballastBytes      int64
 }
 
-func parseFlags(args []string) (flags, error) {
-	var f flags
+// serverFlagSet defines a member's flags on a new flag set that stores
+// them in f. It prints nothing: the caller reports errors and usage.
+func serverFlagSet(f *flags) *flag.FlagSet {
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&f.id, "id", app.DefaultID, "raft server id of this member")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the raft log, snapshots and state (required)")
-	fs.StringVar(&f.listen, "listen", "127.0.0.1:2479", "gRPC API listen address")
+	fs.StringVar(&f.listen, "listen", client.DefaultAddress, "gRPC API listen address")
 	fs.StringVar(&f.peerListen, "peer-listen", "", "raft TCP transport address (ip:port, advertised to peers); empty = single-node in-memory transport")
 	fs.StringVar(&f.peerAdvertise, "peer-advertise", "", "raft address given to peers when it differs from --peer-listen (proxy, NAT)")
 	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a cluster when the data dir is new: the voters of --initial-cluster, or this member alone; ignored with --join")
@@ -77,8 +83,20 @@ func parseFlags(args []string) (flags, error) {
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
 	fs.Int64Var(&f.minFreeBytes, "min-free-bytes", app.DefaultMinFreeBytes, "disk space reserve: writes are refused (RESOURCE_EXHAUSTED) while the data dir's filesystem has less available; negative disables")
 	fs.Int64Var(&f.ballastBytes, "ballast-bytes", app.DefaultBallastBytes, "size of <data-dir>/disk-ballast, released when a write hits ENOSPC so that the store refuses writes instead of crashing; negative disables")
+	return fs
+}
+
+// parseFlags parses a member's command line: flags only. It returns
+// flag.ErrHelp for -h and --help, and every problem it finds otherwise.
+func parseFlags(args []string) (flags, error) {
+	var f flags
+	fs := serverFlagSet(&f)
 	if err := fs.Parse(args); err != nil {
 		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unknown command %q; the commands are %s, and a member takes flags only",
+			fs.Arg(0), strings.Join(commandGroups(), ", "))
 	}
 	var errs []error
 	if f.dataDir == "" {
@@ -100,16 +118,9 @@ func parseFlags(args []string) (flags, error) {
 }
 
 func main() {
-	if len(os.Args) > 1 && isCLICommand(os.Args[1]) {
-		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	f, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store:", err)
-		os.Exit(2)
+	f, code, serve := commandLine(os.Args[1:], os.Stdout, os.Stderr)
+	if !serve {
+		os.Exit(code)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {

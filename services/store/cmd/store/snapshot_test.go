@@ -64,7 +64,8 @@ func TestSnapshotSaveAndRestoreCommands(t *testing.T) {
 		t.Fatalf("temporary file left behind: %v", err)
 	}
 
-	if err := cli([]string{"snapshot", "restore", file}, &out); !errors.Is(err, errUsage) {
+	var usage *usageError
+	if err := cli([]string{"snapshot", "restore", file}, &out); !errors.As(err, &usage) {
 		t.Fatalf("restore without --data-dir: %v", err)
 	}
 	dir := filepath.Join(t.TempDir(), "restored")
