@@ -20,6 +20,7 @@ import (
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/apigateway/app"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
 // gateway is a real gateway in front of a real single-member store, with
@@ -35,13 +36,7 @@ type gateway struct {
 func startGateway(t *testing.T, admissionAddr string) *gateway {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	storeLis := listen(t)
-	go st.Serve(storeLis)
-	t.Cleanup(func() { st.Close() })
+	store := storetest.Start(t, storeapp.Config{ID: "store-0"})
 
 	ca, err := pki.NewCA("test")
 	if err != nil {
@@ -61,7 +56,7 @@ func startGateway(t *testing.T, admissionAddr string) *gateway {
 	}
 	reg := prometheus.NewRegistry()
 	gw, err := app.New(t.Context(), app.Config{
-		StoreAddress: storeLis.Addr().String(), AdmissionAddress: admissionAddr,
+		StoreAddress: store.Addr, AdmissionAddress: admissionAddr,
 		ServingTLS: pki.ServerTLS(cert, nil, tls.NoClientCert), TokenAuthFile: tokens,
 		Registerer: reg, Gatherer: reg, Logger: quiet,
 	})

@@ -27,8 +27,8 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/storetest"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,29 +14,21 @@ import (
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
 // startStore runs a real single-member store and returns a Store over a
 // connection that counts the store methods called.
 func startStore(t *testing.T) (*Store, *sync.Map) {
 	t.Helper()
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go st.Serve(lis)
-	t.Cleanup(func() { st.Close() })
+	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
 	calls := &sync.Map{}
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		n, _ := calls.LoadOrStore(method, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(count))
+	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(count))
 	if err != nil {
 		t.Fatal(err)
 	}

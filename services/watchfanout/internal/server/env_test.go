@@ -29,9 +29,9 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
-	"github.com/meridian-cp/meridian/services/watchfanout/internal/storetest"
 )
 
 // waitLimit bounds every wait of these tests; reaching it fails the test

@@ -1,6 +1,6 @@
-// Package storetest runs a real store in process for watchfanout's tests:
-// one member (raft, pebble and gRPC on loopback) with its data in a
-// temporary directory of the test.
+// Package storetest runs a real store in process for the tests of the
+// store's clients (watchfanout, the gateway): one member (raft, pebble and
+// gRPC on loopback) with its data in a temporary directory of the test.
 package storetest
 
 import (
