@@ -43,7 +43,7 @@ type Config struct {
 	// Codec encodes and decodes objects. Required.
 	Codec *codec.Codec
 	// Store is the store. Required.
-	Store *storage.Store
+	Store Store
 	// Watchfanout serves watches, Any/NotOlderThan reads and consistent
 	// lists that are built whole from watchfanout's replicas; nil serves
 	// everything from the store.
@@ -78,7 +78,10 @@ type Server struct {
 	m *metrics
 }
 
-var _ apiv1.ResourceServiceServer = (*Server)(nil)
+var (
+	_ apiv1.ResourceServiceServer = (*Server)(nil)
+	_ Store                       = (*storage.Store)(nil)
+)
 
 // New returns a Server.
 func New(cfg Config) (*Server, error) {
