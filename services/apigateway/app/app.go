@@ -29,6 +29,8 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/gc"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/namespace"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
@@ -170,7 +172,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
 		return nil, err
 	}
-	a.startControllers(bg, resourceServer)
+	if err := a.startControllers(bg, reg, c, store, resourceServer); err != nil {
+		return nil, err
+	}
 
 	tlsConf := servingTLS(cfg)
 	a.grpc, err = grpcapi.New(grpcapi.Config{
@@ -309,9 +313,18 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 
 // startControllers runs the namespace controller and the garbage
 // collector until bg ends.
-func (a *App) startControllers(bg context.Context, rs *resources.Server) {
-	a.background(bg, func(ctx context.Context) { rs.RunNamespaceController(ctx, time.Second) })
-	a.background(bg, func(ctx context.Context) { rs.RunGarbageCollector(ctx, 2*time.Second) })
+func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
+	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
+	collector, err := gc.New(gc.Config{Registry: reg, Store: store, Objects: rs, Observer: rs, Logger: a.cfg.Logger, Retry: 2 * time.Second})
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
+	a.background(bg, namespaces.Run)
+	a.background(bg, collector.Run)
+	return nil
 }
 
 // background runs f(ctx) in a goroutine that Close waits for.

@@ -20,8 +20,8 @@ import (
 // error, a failed precondition) is discarded and the update starts over
 // from a read, so no client ever sees an answer computed from a stale
 // hint. What keeps hints mostly right is that every change the store
-// makes is observed (observe, from the garbage collector's watch of the
-// whole registry) and drops a hint it outdates.
+// makes is observed (ObserveChange, from the garbage collector's watch of
+// the whole registry) and drops a hint it outdates.
 
 // maxObjectHintBytes bounds the stored bytes the hints hold.
 const maxObjectHintBytes = 16 << 20

@@ -1,4 +1,4 @@
-package resources
+package gc
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // changes the collector sees and checks its invariants after each.
 func TestGCGraphFollowsOnlyWhatCollectionNeeds(t *testing.T) {
 	res := &registry.Resource{Namespaced: true}
-	g := newGCGraph()
+	g := newGraph()
 	ref := func(uid types.UID) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: string(uid), UID: uid}}
 	}

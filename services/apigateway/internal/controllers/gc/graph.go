@@ -1,4 +1,4 @@
-package resources
+package gc
 
 import (
 	"slices"
@@ -9,14 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// gcNode is one object the garbage collector follows.
-type gcNode struct {
+// node is one object the garbage collector follows.
+type node struct {
 	res  *registry.Resource
 	key  string
 	meta protolist.Meta
 }
 
-// gcGraph holds the objects that take part in garbage collection and
+// graph holds the objects that take part in garbage collection and
 // which of them need a look. Invariants, kept by put and remove:
 //
 //   - nodes holds exactly the objects that have owner references, are
@@ -29,18 +29,18 @@ type gcNode struct {
 //     whose reconciliation failed, for the next retry.
 //
 // It is not safe for concurrent use: the collector's goroutine owns it.
-type gcGraph struct {
-	nodes  map[string]*gcNode
-	byUID  map[types.UID]*gcNode
+type graph struct {
+	nodes  map[string]*node
+	byUID  map[types.UID]*node
 	deps   map[types.UID]map[string]bool
 	dirty  map[string]bool
 	failed map[string]bool
 }
 
-func newGCGraph() *gcGraph {
-	return &gcGraph{
-		nodes:  map[string]*gcNode{},
-		byUID:  map[types.UID]*gcNode{},
+func newGraph() *graph {
+	return &graph{
+		nodes:  map[string]*node{},
+		byUID:  map[types.UID]*node{},
 		deps:   map[types.UID]map[string]bool{},
 		dirty:  map[string]bool{},
 		failed: map[string]bool{},
@@ -48,13 +48,13 @@ func newGCGraph() *gcGraph {
 }
 
 // wanted reports whether the graph must follow an object with metadata m.
-func (g *gcGraph) wanted(m protolist.Meta) bool {
+func (g *graph) wanted(m protolist.Meta) bool {
 	return len(m.OwnerReferences) > 0 || len(g.deps[m.UID]) > 0 ||
 		m.Deleting && (slices.Contains(m.Finalizers, metav1.FinalizerOrphanDependents) || slices.Contains(m.Finalizers, metav1.FinalizerDeleteDependents))
 }
 
 // put records the current state of the object at key.
-func (g *gcGraph) put(res *registry.Resource, key string, m protolist.Meta) {
+func (g *graph) put(res *registry.Resource, key string, m protolist.Meta) {
 	old := g.nodes[key]
 	if old != nil && old.meta.UID != m.UID {
 		g.remove(key) // deleted and created again between two looks
@@ -68,7 +68,7 @@ func (g *gcGraph) put(res *registry.Resource, key string, m protolist.Meta) {
 		}
 		return
 	}
-	n := &gcNode{res: res, key: key, meta: m}
+	n := &node{res: res, key: key, meta: m}
 	g.nodes[key] = n
 	g.byUID[m.UID] = n
 	g.dirty[key] = true
@@ -92,7 +92,7 @@ func (g *gcGraph) put(res *registry.Resource, key string, m protolist.Meta) {
 
 // remove records that the object at key is gone: its dependents may have
 // lost their last owner, its owners one dependent.
-func (g *gcGraph) remove(key string) {
+func (g *graph) remove(key string) {
 	n := g.nodes[key]
 	if n == nil {
 		return
@@ -107,7 +107,7 @@ func (g *gcGraph) remove(key string) {
 
 // unlink takes n out of the dependent sets of its owners but those in keep,
 // marks them for a look and stops following owners nothing names any more.
-func (g *gcGraph) unlink(n *gcNode, keep []metav1.OwnerReference) {
+func (g *graph) unlink(n *node, keep []metav1.OwnerReference) {
 	for _, ref := range n.meta.OwnerReferences {
 		if slices.ContainsFunc(keep, func(k metav1.OwnerReference) bool { return k.UID == ref.UID }) {
 			continue
@@ -133,7 +133,7 @@ func (g *gcGraph) unlink(n *gcNode, keep []metav1.OwnerReference) {
 }
 
 // retryFailed marks the keys whose reconciliation failed for another look.
-func (g *gcGraph) retryFailed() {
+func (g *graph) retryFailed() {
 	for key := range g.failed {
 		g.dirty[key] = true
 	}
