@@ -86,15 +86,20 @@ func withWarnings(ctx context.Context, into *[]string) context.Context {
 	return grpc.NewContextWithServerTransportStream(ctx, &headerRecorder{warnings: into})
 }
 
-// headerRecorder is a grpc.ServerTransportStream that keeps the warning
-// header values set on it.
+// headerRecorder is a grpc.ServerTransportStream that keeps the header
+// set on it, and the warnings in it in *warnings when that is not nil.
 type headerRecorder struct {
+	md       metadata.MD
 	warnings *[]string
 }
 
 func (h *headerRecorder) Method() string { return "/test" }
 
 func (h *headerRecorder) SetHeader(md metadata.MD) error {
+	h.md = metadata.Join(h.md, md)
+	if h.warnings == nil {
+		return nil
+	}
 	for _, v := range md.Get("warning") {
 		// "299 - "+quoted message, as warn writes it.
 		m, err := strconv.Unquote(strings.TrimPrefix(v, "299 - "))
