@@ -14,17 +14,15 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	storeapp "github.com/meridian-cp/meridian/services/store/app"
-	"github.com/meridian-cp/meridian/services/store/storetest"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// env is a Server over a real single-member store (storetest), serving
+// env is a Server over a real single-member store (storagetest), serving
 // every standard kind.
 type env struct {
 	t     *testing.T
@@ -38,17 +36,11 @@ type env struct {
 // needs beyond the registry, codec and store, which newEnv fills in.
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	c, err := codec.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: storage.New(conn), codec: c, reg: registry.New(registry.Standard()...)}
+	e := &env{t: t, store: storagetest.Start(t), codec: c, reg: registry.New(registry.Standard()...)}
 	cfg.Registry, cfg.Codec, cfg.Store = e.reg, e.codec, e.store
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
