@@ -133,29 +133,11 @@ func (e *env) stored(ref *apiv1.ResourceRef) runtime.Object {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	kv, _, err := e.store.Get(e.t.Context(), res.Key(ref.GetNamespace(), ref.GetName()), storage.ReadOptions{})
-	if err == storage.ErrNotFound {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	obj := res.New()
-	if err := e.codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-		e.t.Fatal(err)
-	}
-	return obj
+	return storagetest.Object(e.t, e.store, e.codec, res, ref.GetNamespace(), ref.GetName())
 }
 
 // revision is the store's current revision: it moves with every write.
-func (e *env) revision() int64 {
-	e.t.Helper()
-	rev, err := e.store.Revision(e.t.Context(), false)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rev
-}
+func (e *env) revision() int64 { return storagetest.Revision(e.t, e.store) }
 
 func accessor(t *testing.T, obj runtime.Object) metav1.Object {
 	t.Helper()

@@ -138,6 +138,21 @@ func (e *env) do(rd read) ([]byte, error) {
 	return nil, nil
 }
 
+// continueToken returns the continue token of a first page of one object
+// of the routing tests' ConfigMaps.
+func (e *env) continueToken() string {
+	e.t.Helper()
+	first, err := e.do(read{verb: "list", accept: acceptJSON, limit: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var page metav1.List
+	if err := json.Unmarshal(first, &page); err != nil || page.Continue == "" {
+		e.t.Fatalf("no continue token in %s (%v)", first, err)
+	}
+	return page.Continue
+}
+
 // TestReadRouting: which reads go to watchfanout first and which only to
 // the store (cacheable, cacheEncoding, and Get/List/Watch's checks), read
 // against a replica that serves nothing, so that every read ends up served
@@ -149,15 +164,7 @@ func TestReadRouting(t *testing.T) {
 	e.mustCreate(configMap("routing", ""), `{"metadata":{"name":"routed-too"}}`)
 	rv := strconv.FormatInt(e.revision(), 10)
 
-	// A continue token of a first page.
-	first, err := e.do(read{verb: "list", accept: acceptJSON, limit: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page metav1.List
-	if err := json.Unmarshal(first, &page); err != nil || page.Continue == "" {
-		t.Fatalf("no continue token in %s (%v)", first, err)
-	}
+	cont := e.continueToken()
 	replica.called()
 
 	get, streamList, list := []string{"Get"}, []string{"StreamList"}, []string{"List"}
@@ -182,7 +189,7 @@ func TestReadRouting(t *testing.T) {
 		{"list rv=N NotOlderThan", read{verb: "list", rv: rv, match: "NotOlderThan", accept: acceptProtobuf, wantTier: list}},
 		{"list rv=N Exact", read{verb: "list", rv: rv, match: "Exact", accept: acceptJSON}},
 		{"list rv=N Exact as protobuf", read{verb: "list", rv: rv, match: "Exact", accept: acceptProtobuf}},
-		{"list continue", read{verb: "list", cont: page.Continue, accept: acceptJSON, wantTier: streamList}},
+		{"list continue", read{verb: "list", cont: cont, accept: acceptJSON, wantTier: streamList}},
 		{"watch", read{verb: "watch", accept: acceptJSON, wantTier: watch}},
 		{"watch rv=0 as protobuf", read{verb: "watch", rv: "0", accept: acceptProtobuf, wantTier: watch}},
 		{"watch as a Table", read{verb: "watch", accept: acceptTable, wantTier: watch}},
@@ -214,19 +221,12 @@ func TestReadFallsBackToTheStore(t *testing.T) {
 	e.namespace("routing")
 	e.mustCreate(configMap("routing", ""), `{"metadata":{"name":"routed"}}`)
 	e.mustCreate(configMap("routing", ""), `{"metadata":{"name":"routed-too"}}`)
-	first, err := e.do(read{verb: "list", accept: acceptJSON, limit: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page metav1.List
-	if err := json.Unmarshal(first, &page); err != nil || page.Continue == "" {
-		t.Fatalf("no continue token in %s (%v)", first, err)
-	}
+	cont := e.continueToken()
 
 	reads := map[string]read{
 		"consistent list":             {verb: "list", accept: acceptJSON},
 		"consistent list as protobuf": {verb: "list", accept: acceptProtobuf},
-		"continued list":              {verb: "list", cont: page.Continue, accept: acceptJSON},
+		"continued list":              {verb: "list", cont: cont, accept: acceptJSON},
 		"list rv=0":                   {verb: "list", rv: "0", accept: acceptJSON},
 		"get rv=0":                    {verb: "get", rv: "0", accept: acceptJSON},
 		"watch":                       {verb: "watch", accept: acceptJSON},

@@ -3,25 +3,18 @@ package gc
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
-	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"google.golang.org/genproto/googleapis/api/httpbody"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var (
@@ -29,122 +22,43 @@ var (
 	_ ChangeObserver = (*resources.Server)(nil)
 )
 
-// env is the API (resources.Server) over a real single-member store, and
-// a Collector over both.
+// env is the API over a real single-member store, and the Config of a
+// Collector over both.
 type env struct {
-	t     *testing.T
-	api   *resources.Server
-	store *storage.Store
-	codec *codec.Codec
-	reg   *registry.Registry
-	cfg   Config
+	*resourcestest.API
+	cfg Config
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	c, err := codec.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, store: storagetest.Start(t), codec: c, reg: registry.New(registry.Standard()...)}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if e.api, err = resources.New(resources.Config{Registry: e.reg, Codec: c, Store: e.store, Logger: quiet}); err != nil {
-		t.Fatal(err)
-	}
-	e.cfg = Config{Registry: e.reg, Store: e.store, Objects: e.api, Observer: e.api, Logger: quiet}
-	return e
-}
-
-func ref(resource, ns, name string) *apiv1.ResourceRef {
-	return &apiv1.ResourceRef{Version: "v1", Resource: resource, Namespace: ns, Name: name}
-}
-
-// create creates an object through the API and returns its metadata.
-func (e *env) create(resource, ns, body string) metav1.Object {
-	e.t.Helper()
-	b, err := e.api.Create(e.t.Context(), &apiv1.CreateRequest{Ref: ref(resource, ns, ""), Body: &httpbody.HttpBody{ContentType: negotiation.JSON, Data: []byte(body)}})
-	if err != nil {
-		e.t.Fatalf("create %s: %v", body, err)
-	}
-	return e.decode(resource, b.GetData())
-}
-
-// delete deletes an object through the API with a propagation policy.
-func (e *env) delete(resource, ns, name, policy string) {
-	e.t.Helper()
-	if _, err := e.api.Delete(e.t.Context(), &apiv1.DeleteRequest{Ref: ref(resource, ns, name), PropagationPolicy: policy}); err != nil {
-		e.t.Fatalf("delete %s/%s: %v", ns, name, err)
-	}
-}
-
-func (e *env) decode(resource string, data []byte) metav1.Object {
-	e.t.Helper()
-	res := e.resource(resource)
-	obj := res.New()
-	if err := e.codec.Decode(data, negotiation.JSON, res.GVK(), obj); err != nil {
-		e.t.Fatal(err)
-	}
-	acc, _ := meta.Accessor(obj)
-	return acc
-}
-
-// resource is the core resource named resource.
-func (e *env) resource(resource string) *registry.Resource {
-	e.t.Helper()
-	res, ok := e.reg.Lookup(schema.GroupVersionResource{Version: "v1", Resource: resource})
-	if !ok {
-		e.t.Fatalf("%s not served", resource)
-	}
-	return res
-}
-
-// stored reads an object from the store; nil when it does not exist.
-func (e *env) stored(resource, ns, name string) metav1.Object {
-	e.t.Helper()
-	res := e.resource(resource)
-	kv, _, err := e.store.Get(e.t.Context(), res.Key(ns, name), storage.ReadOptions{})
-	if err == storage.ErrNotFound {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	obj := res.New()
-	if err := e.codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-		e.t.Fatal(err)
-	}
-	acc, _ := meta.Accessor(obj)
-	return acc
+	api := resourcestest.Start(t)
+	return &env{API: api, cfg: Config{Registry: api.Registry, Store: api.Store, Objects: api.Server, Observer: api.Server, Logger: api.Logger}}
 }
 
 // collect runs the collector's rounds without its watch: each rebuilds
 // the graph from the store and acts on every object in it, until a round
 // changes nothing.
-func (e *env) collect() {
-	e.t.Helper()
+func (e *env) collect(t *testing.T) {
+	t.Helper()
 	c, err := New(e.cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	cs := &collector{Collector: c}
-	ctx := e.t.Context()
 	for range 8 {
-		before, err := e.store.Revision(ctx, false)
-		if err != nil {
-			e.t.Fatal(err)
+		before := e.Revision()
+		if _, err := cs.resync(t.Context()); err != nil {
+			t.Fatal(err)
 		}
-		if _, err := cs.resync(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		cs.reconcile(ctx)
+		cs.reconcile(t.Context())
 		if len(cs.g.failed) > 0 {
-			e.t.Fatalf("actions failed: %v", cs.g.failed)
+			t.Fatalf("actions failed: %v", cs.g.failed)
 		}
-		if after, _ := e.store.Revision(ctx, false); after == before {
+		if e.Revision() == before {
 			return
 		}
 	}
-	e.t.Fatal("the collector did not settle")
+	t.Fatal("the collector did not settle")
 }
 
 // ownerRef is an owner reference in JSON.
@@ -178,78 +92,78 @@ func TestCollectionRules(t *testing.T) {
 		setup func(ns string) []state
 	}{
 		{"a dependent whose owner exists stays", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
 			return []state{{"configmaps", ns, "owner", true, nil, 0, false}, {"configmaps", ns, "dep", true, nil, 1, false}}
 		}},
 		{"a dependent whose owner is gone goes", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep2","ownerReferences":[`+ownerRef("v1", "ConfigMap", "never", "never-uid")+`]}}`)
-			e.delete("configmaps", ns, "owner", "")
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep2","ownerReferences":[`+ownerRef("v1", "ConfigMap", "never", "never-uid")+`]}}`)
+			e.Delete("configmaps", ns, "owner", "")
 			return []state{{resource: "configmaps", ns: ns, name: "dep"}, {resource: "configmaps", ns: ns, name: "dep2"}}
 		}},
 		{"an owner of the same name with another uid is not the owner", func(ns string) []state {
-			e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", "an-earlier-owner")+`]}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", "an-earlier-owner")+`]}}`)
 			return []state{{"configmaps", ns, "owner", true, nil, 0, false}, {resource: "configmaps", ns: ns, name: "dep"}}
 		}},
 		{"one owner left is enough", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "gone", "gone-uid")+`,`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "gone", "gone-uid")+`,`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
 			return []state{{"configmaps", ns, "dep", true, nil, 2, false}}
 		}},
 		{"an owner in another namespace is not an owner", func(ns string) []state {
-			e.namespace(ns + "-b")
-			o := e.create("configmaps", ns+"-b", `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+			e.Namespace(ns + "-b")
+			o := e.Create("configmaps", ns+"-b", `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
 			return []state{{"configmaps", ns + "-b", "owner", true, nil, 0, false}, {resource: "configmaps", ns: ns, name: "dep"}}
 		}},
 		{"a cluster-scoped owner of a namespaced dependent", func(ns string) []state {
-			nsObj := e.stored("namespaces", "", ns)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "Namespace", ns, nsObj)+`]}}`)
+			nsObj := e.Stored("namespaces", "", ns)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "Namespace", ns, nsObj)+`]}}`)
 			return []state{{"configmaps", ns, "dep", true, nil, 1, false}}
 		}},
 		{"an owner of a kind not served is never resolved", func(ns string) []state {
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("example.com/v1", "Widget", "w", "widget-uid")+`]}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("example.com/v1", "Widget", "w", "widget-uid")+`]}}`)
 			return []state{{"configmaps", ns, "dep", true, nil, 1, false}}
 		}},
 		{"a namespaced owner of a cluster-scoped dependent is never resolved", func(ns string) []state {
-			e.create("namespaces", "", `{"metadata":{"name":"`+ns+`-dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", "cm-uid")+`]}}`)
+			e.Create("namespaces", "", `{"metadata":{"name":"`+ns+`-dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", "cm-uid")+`]}}`)
 			return []state{{"namespaces", "", ns + "-dep", true, []string{}, 1, false}}
 		}},
 		{"foreground: the dependents first, then the owner", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
 			for _, d := range []string{"d1", "d2"} {
-				e.create("configmaps", ns, `{"metadata":{"name":"`+d+`","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+				e.Create("configmaps", ns, `{"metadata":{"name":"`+d+`","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
 			}
-			e.delete("configmaps", ns, "owner", "Foreground")
+			e.Delete("configmaps", ns, "owner", "Foreground")
 			return []state{{resource: "configmaps", ns: ns, name: "owner"}, {resource: "configmaps", ns: ns, name: "d1"}, {resource: "configmaps", ns: ns, name: "d2"}}
 		}},
 		{"foreground waits for a dependent held by a finalizer", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"held","finalizers":["example.com/hold"],"ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
-			e.delete("configmaps", ns, "owner", "Foreground")
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"held","finalizers":["example.com/hold"],"ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+			e.Delete("configmaps", ns, "owner", "Foreground")
 			return []state{
 				{"configmaps", ns, "owner", true, []string{metav1.FinalizerDeleteDependents}, 0, true},
 				{"configmaps", ns, "held", true, []string{"example.com/hold"}, 1, true},
 			}
 		}},
 		{"orphan: the dependents lose the reference, then the owner goes", func(ns string) []state {
-			o := e.create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
-			other := e.create("configmaps", ns, `{"metadata":{"name":"other"}}`)
-			e.create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`,`+ownerRef("v1", "ConfigMap", "other", other)+`]}}`)
-			e.delete("configmaps", ns, "owner", "Orphan")
+			o := e.Create("configmaps", ns, `{"metadata":{"name":"owner"}}`)
+			other := e.Create("configmaps", ns, `{"metadata":{"name":"other"}}`)
+			e.Create("configmaps", ns, `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`,`+ownerRef("v1", "ConfigMap", "other", other)+`]}}`)
+			e.Delete("configmaps", ns, "owner", "Orphan")
 			return []state{{resource: "configmaps", ns: ns, name: "owner"}, {"configmaps", ns, "dep", true, nil, 1, false}}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := "case" + strconv.Itoa(i)
-			e.namespace(ns)
+			e.Namespace(ns)
 			want := c.setup(ns)
-			e.collect()
+			e.collect(t)
 			for _, w := range want {
-				got := e.stored(w.resource, w.ns, w.name)
+				got := e.Stored(w.resource, w.ns, w.name)
 				switch {
 				case got == nil && w.exists:
 					t.Errorf("%s %s/%s was deleted", w.resource, w.ns, w.name)
@@ -265,12 +179,6 @@ func TestCollectionRules(t *testing.T) {
 			}
 		})
 	}
-}
-
-// namespace creates namespace ns.
-func (e *env) namespace(ns string) {
-	e.t.Helper()
-	e.create("namespaces", "", `{"metadata":{"name":"`+ns+`"}}`)
 }
 
 // observer records what the collector tells the API's update hints.
@@ -306,7 +214,7 @@ func (o *observer) saw(key string) (bool, int) {
 // changes it sees are passed on to the observer.
 func TestRunFollowsTheStore(t *testing.T) {
 	e := newEnv(t)
-	obs := &observer{ChangeObserver: e.api}
+	obs := &observer{ChangeObserver: e.Server}
 	e.cfg.Observer = obs
 	c, err := New(e.cfg)
 	if err != nil {
@@ -317,11 +225,11 @@ func TestRunFollowsTheStore(t *testing.T) {
 	go func() { defer close(done); c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	e.namespace("ns")
-	o := e.create("configmaps", "ns", `{"metadata":{"name":"owner"}}`)
-	e.create("configmaps", "ns", `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
-	e.delete("configmaps", "ns", "owner", "")
-	waitFor(t, "the dependent to be collected", func() bool { return e.stored("configmaps", "ns", "dep") == nil })
+	e.Namespace("ns")
+	o := e.Create("configmaps", "ns", `{"metadata":{"name":"owner"}}`)
+	e.Create("configmaps", "ns", `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
+	e.Delete("configmaps", "ns", "owner", "")
+	waitFor(t, "the dependent to be collected", func() bool { return e.Stored("configmaps", "ns", "dep") == nil })
 	// The collector deletes the dependent after its watch started, so the
 	// watch sees the deletion.
 	waitFor(t, "the observer to see the deletion", func() bool { seen, _ := obs.saw("/registry/configmaps/ns/dep"); return seen })
@@ -346,7 +254,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // reads past its first page.
 func TestResyncReadsEveryPage(t *testing.T) {
 	e := newEnv(t)
-	e.namespace("ns")
+	e.Namespace("ns")
 	names := make(chan string)
 	var wg sync.WaitGroup
 	for range 16 {
@@ -355,7 +263,7 @@ func TestResyncReadsEveryPage(t *testing.T) {
 			defer wg.Done()
 			for name := range names {
 				body := `{"metadata":{"name":"` + name + `"}}`
-				if _, err := e.api.Create(t.Context(), &apiv1.CreateRequest{Ref: ref("configmaps", "ns", ""), Body: &httpbody.HttpBody{ContentType: negotiation.JSON, Data: []byte(body)}}); err != nil {
+				if _, err := e.Server.Create(t.Context(), &apiv1.CreateRequest{Ref: resourcestest.Ref("configmaps", "ns", ""), Body: &httpbody.HttpBody{ContentType: negotiation.JSON, Data: []byte(body)}}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -367,9 +275,9 @@ func TestResyncReadsEveryPage(t *testing.T) {
 	close(names)
 	wg.Wait()
 	// After a page of other keys: collected only if the list reads on.
-	e.create("configmaps", "ns", `{"metadata":{"name":"z-dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "never", "never-uid")+`]}}`)
-	e.collect()
-	if e.stored("configmaps", "ns", "z-dep") != nil {
+	e.Create("configmaps", "ns", `{"metadata":{"name":"z-dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "never", "never-uid")+`]}}`)
+	e.collect(t)
+	if e.Stored("configmaps", "ns", "z-dep") != nil {
 		t.Error("a dependent on the second page of the list was not collected")
 	}
 }

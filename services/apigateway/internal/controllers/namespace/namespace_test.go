@@ -2,100 +2,54 @@ package namespace
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
-	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
-	"google.golang.org/genproto/googleapis/api/httpbody"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var _ Objects = (*resources.Server)(nil)
 
-// env is the API (resources.Server) over a real single-member store, and
-// a Controller over both.
+// env is the API over a real single-member store, and a Controller over
+// both.
 type env struct {
-	t     *testing.T
-	api   *resources.Server
-	store *storage.Store
-	codec *codec.Codec
-	reg   *registry.Registry
-	c     *Controller
+	*resourcestest.API
+	c *Controller
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	c, err := codec.New()
+	api := resourcestest.Start(t)
+	c, err := New(Config{Registry: api.Registry, Codec: api.Codec, Store: api.Store, Objects: api.Server, Logger: api.Logger, Interval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: storagetest.Start(t), codec: c, reg: registry.New(registry.Standard()...)}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if e.api, err = resources.New(resources.Config{Registry: e.reg, Codec: c, Store: e.store, Logger: quiet}); err != nil {
-		t.Fatal(err)
-	}
-	if e.c, err = New(Config{Registry: e.reg, Codec: c, Store: e.store, Objects: e.api, Logger: quiet, Interval: 10 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-func ref(resource, ns, name string) *apiv1.ResourceRef {
-	return &apiv1.ResourceRef{Version: "v1", Resource: resource, Namespace: ns, Name: name}
-}
-
-func (e *env) create(resource, ns, body string) {
-	e.t.Helper()
-	if _, err := e.api.Create(e.t.Context(), &apiv1.CreateRequest{Ref: ref(resource, ns, ""), Body: &httpbody.HttpBody{ContentType: negotiation.JSON, Data: []byte(body)}}); err != nil {
-		e.t.Fatalf("create %s: %v", body, err)
-	}
-}
-
-func (e *env) delete(resource, ns, name string) {
-	e.t.Helper()
-	if _, err := e.api.Delete(e.t.Context(), &apiv1.DeleteRequest{Ref: ref(resource, ns, name)}); err != nil {
-		e.t.Fatalf("delete %s %s/%s: %v", resource, ns, name, err)
-	}
+	return &env{API: api, c: c}
 }
 
 // exists reports whether the store holds the object.
-func (e *env) exists(resource, ns, name string) bool {
-	e.t.Helper()
-	res, _ := e.reg.Lookup(schema.GroupVersionResource{Version: "v1", Resource: resource})
-	_, _, err := e.store.Get(e.t.Context(), res.Key(ns, name), storage.ReadOptions{})
-	if err != nil && err != storage.ErrNotFound {
-		e.t.Fatal(err)
-	}
-	return err == nil
-}
+func (e *env) exists(resource, ns, name string) bool { return e.Stored(resource, ns, name) != nil }
 
 // reconcile runs the controller's rounds until one changes nothing.
-func (e *env) reconcile() {
-	e.t.Helper()
-	ctx := e.t.Context()
+func (e *env) reconcile(t *testing.T) {
+	t.Helper()
 	for range 8 {
-		before, err := e.store.Revision(ctx, false)
-		if err != nil {
-			e.t.Fatal(err)
+		before := e.Revision()
+		if err := e.c.reconcile(t.Context()); err != nil {
+			t.Fatal(err)
 		}
-		if err := e.c.reconcile(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		if after, _ := e.store.Revision(ctx, false); after == before {
+		if e.Revision() == before {
 			return
 		}
 	}
-	e.t.Fatal("the controller did not settle")
+	t.Fatal("the controller did not settle")
 }
 
 // TestNamespaceLifecycle: a namespace being deleted is emptied, then loses
@@ -104,15 +58,15 @@ func (e *env) reconcile() {
 func TestNamespaceLifecycle(t *testing.T) {
 	e := newEnv(t)
 	for _, ns := range []string{"doomed", "held", "kept"} {
-		e.create("namespaces", "", `{"metadata":{"name":"`+ns+`"}}`)
-		e.create("configmaps", ns, `{"metadata":{"name":"a"}}`)
-		e.create("secrets", ns, `{"metadata":{"name":"s"}}`)
+		e.Create("namespaces", "", `{"metadata":{"name":"`+ns+`"}}`)
+		e.Create("configmaps", ns, `{"metadata":{"name":"a"}}`)
+		e.Create("secrets", ns, `{"metadata":{"name":"s"}}`)
 	}
-	e.create("configmaps", "held", `{"metadata":{"name":"holder","finalizers":["example.com/hold"]}}`)
-	e.delete("namespaces", "", "doomed")
-	e.delete("namespaces", "", "held")
+	e.Create("configmaps", "held", `{"metadata":{"name":"holder","finalizers":["example.com/hold"]}}`)
+	e.Delete("namespaces", "", "doomed", "")
+	e.Delete("namespaces", "", "held", "")
 
-	e.reconcile()
+	e.reconcile(t)
 	for _, c := range []struct {
 		resource, ns, name string
 		exists             bool
@@ -134,11 +88,8 @@ func TestNamespaceLifecycle(t *testing.T) {
 
 	// The holder, marked for deletion, goes with its last finalizer; the
 	// namespace follows.
-	if _, err := e.api.Update(t.Context(), &apiv1.UpdateRequest{Ref: ref("configmaps", "held", "holder"),
-		Body: &httpbody.HttpBody{ContentType: negotiation.JSON, Data: []byte(`{"metadata":{"name":"holder","finalizers":[]}}`)}}); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcile()
+	e.Update("configmaps", "held", "holder", `{"metadata":{"name":"holder","finalizers":[]}}`)
+	e.reconcile(t)
 	if e.exists("namespaces", "", "held") {
 		t.Error("an emptied namespace was not removed")
 	}
@@ -149,20 +100,20 @@ func TestNamespaceLifecycle(t *testing.T) {
 // for other finalizers): what it holds stays.
 func TestNamespaceWithoutItsFinalizer(t *testing.T) {
 	e := newEnv(t)
-	e.create("namespaces", "", `{"metadata":{"name":"other","finalizers":["example.com/hold"]}}`)
-	e.create("configmaps", "other", `{"metadata":{"name":"a"}}`)
-	e.delete("namespaces", "", "other")
+	e.Create("namespaces", "", `{"metadata":{"name":"other","finalizers":["example.com/hold"]}}`)
+	e.Create("configmaps", "other", `{"metadata":{"name":"a"}}`)
+	e.Delete("namespaces", "", "other", "")
 	// Take the spec finalizer away, as another controller finalizing it
 	// would; the metadata finalizer keeps the namespace.
 	finalize := &apiv1.ResourceRef{Version: "v1", Resource: "namespaces", Name: "other", Subresource: "finalize"}
-	if _, err := e.api.UpdateObject(t.Context(), e.c.ns, finalize, func(old runtime.Object) (runtime.Object, error) {
+	if _, err := e.Server.UpdateObject(t.Context(), e.c.ns, finalize, func(old runtime.Object) (runtime.Object, error) {
 		ns := old.DeepCopyObject().(*corev1.Namespace)
 		ns.Spec.Finalizers = nil
 		return ns, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.reconcile()
+	e.reconcile(t)
 	if !e.exists("namespaces", "", "other") || !e.exists("configmaps", "other", "a") {
 		t.Error("the controller acted on a namespace without its finalizer")
 	}
@@ -176,9 +127,9 @@ func TestRun(t *testing.T) {
 	go func() { defer close(done); e.c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	e.create("namespaces", "", `{"metadata":{"name":"doomed"}}`)
-	e.create("configmaps", "doomed", `{"metadata":{"name":"a"}}`)
-	e.delete("namespaces", "", "doomed")
+	e.Create("namespaces", "", `{"metadata":{"name":"doomed"}}`)
+	e.Create("configmaps", "doomed", `{"metadata":{"name":"a"}}`)
+	e.Delete("namespaces", "", "doomed", "")
 	deadline := time.Now().Add(20 * time.Second)
 	for e.exists("namespaces", "", "doomed") {
 		if time.Now().After(deadline) {
