@@ -16,7 +16,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/watchcache"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -79,7 +79,7 @@ func newRoutingEnv(t *testing.T) (*env, *refusingReplica) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return newEnv(t, Config{WatchCache: watchcache.New([]*grpc.ClientConn{conn}), Registerer: prometheus.NewRegistry()}), r
+	return newEnv(t, Config{Watchfanout: watchfanoutclient.New([]*grpc.ClientConn{conn}), Registerer: prometheus.NewRegistry()}), r
 }
 
 // Accept headers.
