@@ -2,47 +2,29 @@ package grpcclient_test
 
 import (
 	"crypto/tls"
-	"net"
 	"testing"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 )
 
 func TestDialMTLS(t *testing.T) {
-	ca, err := pki.NewCA("ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(spec pki.CertSpec) tls.Certificate {
-		kp, err := ca.Issue(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := kp.TLSCertificate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	serverCert := issue(pki.CertSpec{CommonName: "svc", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	clientCert := issue(pki.CertSpec{CommonName: "gw", Client: true})
+	ca := pkitest.NewCA(t, "ca")
+	serverCert := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("svc"))
+	clientCert := pkitest.IssueTLS(t, ca, pki.CertSpec{CommonName: "gw", Client: true})
 
 	srv, _, err := grpcserver.New(grpcserver.Options{TLS: pki.ServerTLS(serverCert, ca.Pool(), tls.RequireAndVerifyClientCert)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
+	addr := grpcservertest.Serve(t, srv)
 
-	conn, err := grpcclient.Dial(lis.Addr().String(), pki.ClientTLS(&clientCert, ca.Pool(), ""))
+	conn, err := grpcclient.Dial(addr, pki.ClientTLS(&clientCert, ca.Pool(), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +34,7 @@ func TestDialMTLS(t *testing.T) {
 	}
 
 	// Without a client certificate the server refuses the connection.
-	noCert, err := grpcclient.Dial(lis.Addr().String(), pki.ClientTLS(nil, ca.Pool(), ""))
+	noCert, err := grpcclient.Dial(addr, pki.ClientTLS(nil, ca.Pool(), ""))
 	if err != nil {
 		t.Fatal(err)
 	}

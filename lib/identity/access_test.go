@@ -2,7 +2,6 @@ package identity_test
 
 import (
 	"crypto/tls"
-	"net"
 	"strings"
 	"testing"
 
@@ -14,8 +13,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 )
 
 // serveWithPolicy starts a TLS server (client certificates verified when
@@ -29,13 +30,7 @@ func serveWithPolicy(t *testing.T, e *env, p identity.Policy) string {
 	)
 	srv.RegisterService(&whoDesc, nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return grpcservertest.Serve(t, srv)
 }
 
 // callBoth calls test.Who's unary and streaming methods and returns their
@@ -61,19 +56,6 @@ func callBoth(t *testing.T, addr string, cert *tls.Certificate, e *env) (unary, 
 	return unary, st.RecvMsg(new(wrapperspb.StringValue))
 }
 
-func issueTLS(t *testing.T, ca *pki.CA, spec pki.CertSpec) tls.Certificate {
-	t.Helper()
-	kp, err := ca.Issue(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kp.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func wantCode(t *testing.T, what string, err error, code codes.Code, msg ...string) {
 	t.Helper()
 	if status.Code(err) != code {
@@ -88,8 +70,8 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, msg ...stri
 
 func TestPolicyAuthorizesByOrganization(t *testing.T) {
 	e := newEnv(t)
-	operator := issueTLS(t, e.ca, pki.CertSpec{CommonName: "op", Organizations: []string{identity.OperatorOrganization}, Client: true})
-	both := issueTLS(t, e.ca, pki.CertSpec{CommonName: "both", Organizations: []string{"x", identity.OperatorOrganization, identity.GatewayOrganization}, Client: true})
+	operator := pkitest.IssueTLS(t, e.ca, pki.CertSpec{CommonName: "op", Organizations: []string{identity.OperatorOrganization}, Client: true})
+	both := pkitest.IssueTLS(t, e.ca, pki.CertSpec{CommonName: "both", Organizations: []string{"x", identity.OperatorOrganization, identity.GatewayOrganization}, Client: true})
 	addr := serveWithPolicy(t, e, identity.Policy{
 		"/test.Who/Unary":            {identity.GatewayOrganization},
 		identity.Service("test.Who"): {identity.OperatorOrganization},
@@ -155,9 +137,9 @@ func TestPolicyValidate(t *testing.T) {
 
 func TestRequireOrganization(t *testing.T) {
 	e := newEnv(t)
-	peerServer := issueTLS(t, e.ca, pki.CertSpec{CommonName: "peer", Organizations: []string{identity.StorePeerOrganization},
+	peerServer := pkitest.IssueTLS(t, e.ca, pki.CertSpec{CommonName: "peer", Organizations: []string{identity.StorePeerOrganization},
 		DNSNames: []string{"localhost"}, Server: true, Client: true})
-	peer := issueTLS(t, e.ca, pki.CertSpec{CommonName: "peer-1", Organizations: []string{identity.StorePeerOrganization}, Client: true})
+	peer := pkitest.IssueTLS(t, e.ca, pki.CertSpec{CommonName: "peer-1", Organizations: []string{identity.StorePeerOrganization}, Client: true})
 	serverConf := identity.RequireOrganization(pki.ServerTLS(peerServer, e.ca.Pool(), tls.RequireAndVerifyClientCert), identity.StorePeerOrganization)
 	lis, err := tls.Listen("tcp", "127.0.0.1:0", serverConf)
 	if err != nil {

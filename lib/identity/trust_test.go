@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"net"
 	"reflect"
 	"testing"
 
@@ -14,8 +13,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 )
 
 func TestTrustOrganization(t *testing.T) {
@@ -80,26 +81,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ca, err := pki.NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(spec pki.CertSpec) tls.Certificate {
-		kp, err := ca.Issue(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := kp.TLSCertificate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	ca := pkitest.NewCA(t, "test-ca")
 	return &env{
 		ca:          ca,
-		serverCert:  issue(pki.CertSpec{CommonName: "svc", DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}),
-		gatewayCert: issue(pki.CertSpec{CommonName: "gateway", Organizations: []string{identity.GatewayOrganization}, Client: true}),
-		other:       issue(pki.CertSpec{CommonName: "intruder", Organizations: []string{"meridian:others"}, Client: true}),
+		serverCert:  pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("svc")),
+		gatewayCert: pkitest.IssueTLS(t, ca, pki.CertSpec{CommonName: "gateway", Organizations: []string{identity.GatewayOrganization}, Client: true}),
+		other:       pkitest.IssueTLS(t, ca, pki.CertSpec{CommonName: "intruder", Organizations: []string{"meridian:others"}, Client: true}),
 		trust:       identity.TrustOrganization(identity.GatewayOrganization),
 	}
 }
@@ -116,13 +103,7 @@ func serve(t *testing.T, trust identity.TrustFunc, tlsConf *tls.Config) string {
 	}
 	srv := grpc.NewServer(opts...)
 	srv.RegisterService(&whoDesc, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return grpcservertest.Serve(t, srv)
 }
 
 // who calls both methods as user alice (in system:masters) and returns what
@@ -210,13 +191,7 @@ func TestInterceptorCarriesWholeUser(t *testing.T) {
 		}),
 	)
 	srv.RegisterService(&whoDesc, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(
+	conn, err := grpc.NewClient(grpcservertest.Serve(t, srv), grpc.WithTransportCredentials(
 		credentials.NewTLS(pki.ClientTLS(&e.gatewayCert, e.ca.Pool(), "localhost"))))
 	if err != nil {
 		t.Fatal(err)

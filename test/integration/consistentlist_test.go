@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
 // TestConsistentListsFromWatchfanout: a consistent list (no resourceVersion),
@@ -27,7 +29,7 @@ func TestConsistentListsFromWatchfanout(t *testing.T) {
 	pb, js := clientWith(t, e.config, "application/vnd.kubernetes.protobuf"), clientWith(t, e.config, "application/json")
 	replicaLists := func() float64 { return e.replicas[0].lists() + e.replicas[1].lists() }
 	reads := func(success, fallback bool) float64 {
-		return gathered(t, e.gateway, "apiserver_watch_cache_consistent_read_total", map[string]string{
+		return telemetrytest.Sum(t, e.gateway, "apiserver_watch_cache_consistent_read_total", map[string]string{
 			"resource": "configmaps", "success": strconv.FormatBool(success), "fallback": strconv.FormatBool(fallback)})
 	}
 	// readsOwnWrite creates a ConfigMap and lists it back at once,

@@ -18,8 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	store "github.com/meridian-cp/meridian/services/store/app"
 	watchfanout "github.com/meridian-cp/meridian/services/watchfanout/app"
@@ -90,39 +93,7 @@ func (r *replica) stop() {
 // labels include match.
 func (r *replica) metric(name string, match map[string]string) float64 {
 	r.t.Helper()
-	return gathered(r.t, r.reg, name, match)
-}
-
-// gathered sums the values of the series of the counter or gauge name in g
-// whose labels include match.
-func gathered(t *testing.T, g prometheus.Gatherer, name string, match map[string]string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for k, v := range match {
-				found := false
-				for _, l := range m.GetLabel() {
-					if l.GetName() == k && l.GetValue() == v {
-						found = true
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return telemetrytest.Sum(r.t, r.reg, name, match)
 }
 
 // watchers is how many configmap watches the replica serves.
@@ -166,41 +137,21 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	storeServed := make(chan error, 1)
-	go func() { storeServed <- st.Serve(storeLis) }()
-	t.Cleanup(func() { st.Close(); <-storeServed })
+	storeAddr := daemontest.Serve(t, st).Addr
 
 	e := &replicaEnv{gateway: prometheus.NewRegistry()}
 	for i := range e.replicas {
-		r := &replica{t: t, name: fmt.Sprintf("r%d", i), store: storeLis.Addr().String()}
+		r := &replica{t: t, name: fmt.Sprintf("r%d", i), store: storeAddr}
 		r.start()
 		t.Cleanup(r.stop)
 		e.replicas[i] = r
 	}
 
-	ca, err := pki.NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(spec pki.CertSpec) pki.KeyPair {
-		kp, err := ca.Issue(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp
-	}
-	serving, err := issue(pki.CertSpec{CommonName: "meridian-apiserver", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}).TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := issue(pki.CertSpec{CommonName: "admin", Organizations: []string{"system:masters"}, Client: true})
+	ca := pkitest.NewCA(t, "test-ca")
+	serving := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("meridian-apiserver"))
+	admin := pkitest.Issue(t, ca, pki.CertSpec{CommonName: "admin", Organizations: []string{"system:masters"}, Client: true})
 	gw, err := gateway.New(ctx, gateway.Config{
-		StoreAddress:         storeLis.Addr().String(),
+		StoreAddress:         storeAddr,
 		WatchFanoutAddresses: []string{e.replicas[0].addr, e.replicas[1].addr},
 		Registry:             registry.New(registry.Standard()...),
 		ServingTLS:           pki.ServerTLS(serving, nil, tls.NoClientCert),
@@ -211,17 +162,10 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		gw.Close()
-		t.Fatal(err)
-	}
-	gwServed := make(chan error, 1)
-	go func() { gwServed <- gw.Serve(apiLis) }()
-	t.Cleanup(func() { gw.Close(); <-gwServed })
+	apiAddr := daemontest.Serve(t, gw).Addr
 
 	rc := &rest.Config{
-		Host:            "https://" + apiLis.Addr().String(),
+		Host:            "https://" + apiAddr,
 		TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM(), CertData: admin.CertPEM, KeyData: admin.KeyPEM},
 		QPS:             2000, Burst: 2000,
 	}

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/app"
@@ -20,13 +20,8 @@ func TestApp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(lis) }()
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	served := daemontest.Serve(t, a)
+	conn, err := grpcclient.Dial(served.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +70,7 @@ func TestApp(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-served; err != nil {
+	if err := served.Wait(); err != nil {
 		t.Fatalf("Serve after Close: %v", err)
 	}
 	if err := (&app.Config{MaxRequestBytes: -1}).Validate(); err == nil {

@@ -2,19 +2,19 @@ package app_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
 )
@@ -25,12 +25,7 @@ func start(t *testing.T, cfg app.Config) (flowcontrolv1.FlowControlServiceClient
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(lis) }()
+	served := daemontest.Serve(t, a)
 	t.Cleanup(func() {
 		if err := a.Close(); err != nil {
 			t.Error(err)
@@ -38,11 +33,11 @@ func start(t *testing.T, cfg app.Config) (flowcontrolv1.FlowControlServiceClient
 		if err := a.Close(); err != nil {
 			t.Error(err)
 		}
-		if err := <-served; err != nil {
+		if err := served.Wait(); err != nil {
 			t.Errorf("Serve after Close: %v", err)
 		}
 	})
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	conn, err := grpcclient.Dial(served.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +89,7 @@ func TestOverGRPC(t *testing.T) {
 		errc <- err
 	}()
 	inQueue := func() float64 {
-		return testutil.ToFloat64(gaugeSum(t, reg, "apiserver_flowcontrol_current_inqueue_requests"))
+		return telemetrytest.Sum(t, reg, "apiserver_flowcontrol_current_inqueue_requests", nil)
 	}
 	waitFor(t, func() bool { return inQueue() == 1 })
 
@@ -189,13 +184,8 @@ func TestWatchExemptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(lis) }()
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	served := daemontest.Serve(t, a)
+	conn, err := grpcclient.Dial(served.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +227,7 @@ func TestWatchExemptions(t *testing.T) {
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("stream after Close: %v, want Unavailable", err)
 	}
-	if err := <-served; err != nil {
+	if err := served.Wait(); err != nil {
 		t.Fatalf("Serve after Close: %v", err)
 	}
 }
@@ -266,22 +256,4 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// gaugeSum sums every series of a gauge family into one gauge.
-func gaugeSum(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sum"})
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				g.Add(m.GetGauge().GetValue())
-			}
-		}
-	}
-	return g
 }

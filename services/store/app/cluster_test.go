@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/client"
 	"github.com/meridian-cp/meridian/services/store/internal/testcerts"
@@ -23,29 +24,11 @@ type node struct {
 	served chan error
 }
 
-// freePorts returns n distinct free loopback addresses: all are held open
-// until every one is picked (picking them one at a time, closing each, can
-// return one port twice — seen as raft's "found duplicate address in
-// configuration").
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
-	}
-	return out
-}
-
 // clusterConfigs returns configs of n voters with mTLS everywhere.
 func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
 	var initial []Member
 	var cfgs []Config
-	addrs := freePorts(t, 2*n)
+	addrs := daemontest.FreeAddrs(t, 2*n)
 	for i := range n {
 		cfg := Config{
 			ID: fmt.Sprintf("s%d", i), DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1,
@@ -243,7 +226,7 @@ func TestClusterForwardingReadIndexMembership(t *testing.T) {
 
 	// A non-voter joins through a follower and serves reads.
 	nv := cfgs[0]
-	nvAddrs := freePorts(t, 2)
+	nvAddrs := daemontest.FreeAddrs(t, 2)
 	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), nvAddrs[0], nvAddrs[1]
 	nv.InitialCluster, nv.Join, nv.NonVoter = nil, []string{followers[0].cfg.ClientAddress}, true
 	nvNode := startNodes(t, nv)[0]
@@ -371,7 +354,7 @@ func TestMembershipUnderLoadAndRejoinBySnapshot(t *testing.T) {
 	}
 
 	nv := cfgs[0]
-	nvAddrs := freePorts(t, 2)
+	nvAddrs := daemontest.FreeAddrs(t, 2)
 	nv.ID, nv.DataDir, nv.PeerAddress, nv.ClientAddress = "nv", t.TempDir(), nvAddrs[0], nvAddrs[1]
 	nv.InitialCluster, nv.Join, nv.NonVoter = nil, []string{nodes[1].cfg.ClientAddress}, true
 	nvNode := startNodes(t, nv)[0]

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
@@ -292,12 +292,8 @@ func TestDiskFullChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Serve(lis) }()
-	if err := os.WriteFile(filepath.Join(ctl, "addr.tmp"), []byte(lis.Addr().String()), 0o600); err != nil {
+	served := daemontest.Serve(t, a)
+	if err := os.WriteFile(filepath.Join(ctl, "addr.tmp"), []byte(served.Addr), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(ctl, "addr.tmp"), filepath.Join(ctl, "addr")); err != nil {
@@ -313,32 +309,15 @@ func TestDiskFullChild(t *testing.T) {
 type child struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *syncBuffer
+	stderr *telemetrytest.Buffer
 	exited chan struct{}
 	m      *member
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startChild(t *testing.T, ctl string) *child {
 	t.Helper()
 	_ = os.Remove(filepath.Join(ctl, "addr"))
-	c := &child{stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{stderr: &telemetrytest.Buffer{}, exited: make(chan struct{})}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^TestDiskFullChild$", "-test.count=1")
 	c.cmd.Env = append(os.Environ(), childEnv+"="+ctl)
 	c.cmd.Stderr, c.cmd.Stdout = c.stderr, c.stderr

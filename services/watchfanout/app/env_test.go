@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -104,7 +105,7 @@ func newEnv(t *testing.T, cfg app.Config, storeOpts ...grpc.ServerOption) *env {
 // with every member's address.
 func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
 	t.Helper()
-	peers := freePorts(t, n)
+	peers := daemontest.FreeAddrs(t, n)
 	var initial []storeapp.Member
 	var cfgs []storeapp.Config
 	var listeners []net.Listener // the members' gRPC listeners, open from the start
@@ -153,22 +154,6 @@ func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
 		t.Fatalf("start the store cluster: %v", err)
 	}
 	return startEnv(t, cfg, members)
-}
-
-// freePorts returns n distinct loopback addresses that were free a moment
-// ago (raft binds them itself).
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close() // held until all are chosen, so they differ
-		out = append(out, l.Addr().String())
-	}
-	return out
 }
 
 // startEnv connects to the store's members and starts a watchfanout

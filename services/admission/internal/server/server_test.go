@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
@@ -52,7 +52,9 @@ func (testSet) Matching(*admissionv1.AdmitRequest) []policy.Policy {
 
 func (testSet) Scope() (policy.Scope, <-chan struct{}) { return policy.Scope{Everything: true}, nil }
 
-func start(t *testing.T, set policy.Set, reg prometheus.Registerer) admissionv1.AdmissionServiceClient {
+// start serves the policies of set through a server.Server on loopback
+// and returns a client of it and the server.
+func start(t *testing.T, set policy.Set, reg prometheus.Registerer) (admissionv1.AdmissionServiceClient, *server.Server) {
 	t.Helper()
 	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
 	if err != nil {
@@ -63,18 +65,12 @@ func start(t *testing.T, set policy.Set, reg prometheus.Registerer) admissionv1.
 		t.Fatal(err)
 	}
 	admissionv1.RegisterAdmissionServiceServer(srv, s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
+	conn, err := grpcclient.Dial(grpcservertest.Serve(t, srv), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return admissionv1.NewAdmissionServiceClient(conn)
+	return admissionv1.NewAdmissionServiceClient(conn), s
 }
 
 func req(resource, ns string) *admissionv1.AdmitRequest {
@@ -92,7 +88,7 @@ func req(resource, ns string) *admissionv1.AdmitRequest {
 
 func TestDenialAndWarningsPropagate(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c := start(t, testSet{}, reg)
+	c, _ := start(t, testSet{}, reg)
 	ctx := t.Context()
 
 	resp, err := c.Admit(ctx, req("secrets", "default"))
@@ -131,7 +127,7 @@ func TestDenialAndWarningsPropagate(t *testing.T) {
 }
 
 func TestEmptySetAdmits(t *testing.T) {
-	c := start(t, policy.Empty{}, nil)
+	c, _ := start(t, policy.Empty{}, nil)
 	for _, op := range []admissionv1.Operation{admissionv1.Operation_OPERATION_CREATE, admissionv1.Operation_OPERATION_DELETE} {
 		r := req("secrets", "default")
 		r.Operation = op
@@ -143,7 +139,7 @@ func TestEmptySetAdmits(t *testing.T) {
 }
 
 func TestInvalid(t *testing.T) {
-	c := start(t, policy.Empty{}, nil)
+	c, _ := start(t, policy.Empty{}, nil)
 	noOp := req("secrets", "default")
 	noOp.Operation = admissionv1.Operation_OPERATION_UNSPECIFIED
 	badOp := req("secrets", "default")
@@ -163,27 +159,7 @@ func TestInvalid(t *testing.T) {
 
 func TestWatchScope(t *testing.T) {
 	p := admissiontest.NewPolicies(admissiontest.Scope{})
-	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admissionv1.RegisterAdmissionServiceServer(srv, s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpcclient.Dial(lis.Addr().String(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := admissionv1.NewAdmissionServiceClient(conn)
+	c, s := start(t, p, nil)
 
 	stream, err := c.WatchScope(t.Context(), &admissionv1.WatchScopeRequest{})
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
 func newController(t *testing.T, cfg Config) *Controller {
@@ -265,32 +266,10 @@ func TestQueueFull(t *testing.T) {
 	if !errors.As(err, &rej) || rej.Reason != ReasonQueueFull || !errors.Is(err, ErrRejected) {
 		t.Fatalf("err = %v, want queue-full rejection", err)
 	}
-	got := testutil.ToFloat64(mustVec(t, reg))
+	got := telemetrytest.Sum(t, reg, "apiserver_flowcontrol_rejected_requests_total", map[string]string{"reason": ReasonQueueFull})
 	if got != 1 {
 		t.Fatalf("rejected_requests_total{queue-full} = %v", got)
 	}
-}
-
-func mustVec(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-	for _, mf := range mfs {
-		if mf.GetName() != "apiserver_flowcontrol_rejected_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == ReasonQueueFull {
-					c.Add(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return c
 }
 
 func TestCatchAllRejectsWhenFull(t *testing.T) {

@@ -12,21 +12,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestRunMTLS runs the binary's Run with mTLS files and checks that a
 // client with a CA-signed certificate is served, one without is refused,
@@ -45,7 +36,8 @@ func TestRunMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, metrics := freeAddr(t), freeAddr(t)
+	addrs := daemontest.FreeAddrs(t, 2)
+	addr, metrics := addrs[0], addrs[1]
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/client"
@@ -28,13 +28,7 @@ func serve(t *testing.T, dataDir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Serve(lis) }()
-	t.Cleanup(func() { _ = a.Close() })
-	return lis.Addr().String()
+	return daemontest.Serve(t, a).Addr
 }
 
 func TestSnapshotSaveAndRestoreCommands(t *testing.T) {

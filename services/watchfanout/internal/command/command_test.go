@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
@@ -38,7 +38,7 @@ func TestStoreFlagsRejected(t *testing.T) {
 func TestPprof(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pprof=%v", on), func(t *testing.T) {
-			metrics := freePort(t)
+			metrics := daemontest.FreeAddrs(t, 1)[0]
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			args := []string{"--listen=127.0.0.1:0", "--metrics-listen=" + metrics, "--store-address=127.0.0.1:1", "--log-level=error"}
@@ -74,17 +74,6 @@ func TestPprof(t *testing.T) {
 	if err := Run(t.Context(), []string{"--pprof", "--metrics-listen="}, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
 		t.Fatalf("--pprof without a metrics listener: %v", err)
 	}
-}
-
-// freePort returns a loopback address that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // get returns the status code of a GET of url, retrying (for up to 10s)

@@ -1,0 +1,66 @@
+// Package daemontest serves a built service (a daemon.Server, such as each
+// service's app.App) on loopback for the length of a test.
+package daemontest
+
+import (
+	"net"
+	"testing"
+
+	"github.com/meridian-cp/meridian/lib/daemon"
+)
+
+// Served is a service serving on loopback.
+type Served struct {
+	// Addr is the address it serves on.
+	Addr string
+
+	done chan struct{} // closed once Serve returned
+	err  error         // what Serve returned; set before done is closed
+}
+
+// Serve serves s on a new listener on 127.0.0.1. When the test ends, s is
+// closed and Serve's return awaited, so that no server outlives its test;
+// what they return is not checked there: tests that check it call Close
+// themselves (every service's Close is safe to call twice) and Wait.
+func Serve(t testing.TB, s daemon.Server) *Served {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := &Served{Addr: lis.Addr().String(), done: make(chan struct{})}
+	go func() {
+		sv.err = s.Serve(lis)
+		close(sv.done)
+	}()
+	t.Cleanup(func() {
+		_ = s.Close()
+		<-sv.done
+	})
+	return sv
+}
+
+// Wait waits until Serve returned and returns what it returned.
+func (s *Served) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// FreeAddrs returns n distinct loopback addresses that were free a moment
+// ago, for servers that bind their addresses themselves (a binary's
+// --listen, raft's transport). All n are held open until every one is
+// picked: picking them one at a time, closing each, can return one port
+// twice.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
