@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"net"
@@ -97,5 +98,65 @@ func TestFlagsValidate(t *testing.T) {
 	f = daemon.Flags{Listen: ":1", TLSCertFile: "c", TLSKeyFile: "k", CallerOrganizations: identity.GatewayOrganization, LogLevel: "info", LogFormat: "json"}
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "--client-ca-file") {
 		t.Fatalf("TLS without --client-ca-file: %v", err)
+	}
+}
+
+// TestCommand: -h and Check's refusal build nothing; otherwise the
+// service's own flags are parsed, Check may adjust the common ones, and
+// what Build builds is served until the context ends.
+func TestCommand(t *testing.T) {
+	var (
+		size    int
+		checked *daemon.Flags
+		srv     = &fakeServer{served: make(chan struct{})}
+		built   int
+	)
+	cmd := daemon.Command{
+		Name: "test", Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+		Flags: func(fs *flag.FlagSet) { fs.IntVar(&size, "size", 1, "a size") },
+		Check: func(common *daemon.Flags) error {
+			checked = common
+			if size < 0 {
+				return errors.New("negative size")
+			}
+			common.MetricsListen = ""
+			return nil
+		},
+		Build: func(context.Context, daemon.Env) (daemon.Server, error) {
+			built++
+			return srv, nil
+		},
+	}
+	var usage strings.Builder
+	if err := cmd.Run(t.Context(), []string{"-h"}, &usage); err != nil || !strings.Contains(usage.String(), "-size") || !strings.Contains(usage.String(), "-listen") {
+		t.Fatalf("-h: %v, usage %q", err, usage.String())
+	}
+	if err := cmd.Run(t.Context(), []string{"--size=-1"}, io.Discard); err == nil || err.Error() != "negative size" {
+		t.Fatalf("refused by Check: %v", err)
+	}
+	if err := cmd.Run(t.Context(), []string{"extra"}, io.Discard); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+		t.Fatalf("extra argument: %v", err)
+	}
+	if built != 0 {
+		t.Fatalf("built %d times before a valid command line", built)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Run(ctx, []string{"--size=7", "--log-level=error"}, io.Discard) }()
+	select {
+	case <-srv.served:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	}
+	if size != 7 || checked == nil || checked.MetricsListen != "" || checked.Listen != "127.0.0.1:0" {
+		t.Fatalf("size %d, common flags %+v", size, checked)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if built != 1 || srv.closed.Load() == 0 {
+		t.Fatalf("built %d times, closed %d times", built, srv.closed.Load())
 	}
 }

@@ -1,13 +1,11 @@
 package grpcserver_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,8 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
 // boomDesc is a service whose methods panic when asked to.
@@ -54,24 +55,6 @@ var boomDesc = grpc.ServiceDesc{
 	}},
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
 	t.Helper()
 	srv, _, err := grpcserver.New(opts)
@@ -79,13 +62,7 @@ func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	srv.RegisterService(&boomDesc, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(grpcservertest.Serve(t, srv), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +72,7 @@ func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
 
 func TestRecoveryAndMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &telemetrytest.Buffer{}
 	conn := start(t, grpcserver.Options{
 		Service:    "test",
 		Registerer: reg,
@@ -129,7 +106,7 @@ func TestRecoveryAndMetrics(t *testing.T) {
 	}
 
 	handled := func(method, code string) float64 {
-		return testutil.ToFloat64(mustCurry(t, reg, method, code))
+		return handledTotal(t, reg, method, code)
 	}
 	if got := handled("Unary", "Internal"); got != 1 {
 		t.Errorf("handled{Unary,Internal} = %v, want 1", got)
@@ -157,29 +134,11 @@ func TestRecoveryAndMetrics(t *testing.T) {
 	}
 }
 
-// mustCurry gathers the grpc_server_handled_total series of test.Boom.
-func mustCurry(t *testing.T, reg *prometheus.Registry, method, code string) prometheus.Collector {
+// handledTotal is grpc_server_handled_total of test.Boom's method ending
+// with code.
+func handledTotal(t *testing.T, reg *prometheus.Registry, method, code string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_handled_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["grpc_service"] == "test.Boom" && labels["grpc_method"] == method && labels["grpc_code"] == code {
-				c.Add(m.GetCounter().GetValue())
-			}
-		}
-	}
-	return c
+	return telemetrytest.Sum(t, reg, "grpc_server_handled_total", map[string]string{"grpc_service": "test.Boom", "grpc_method": method, "grpc_code": code})
 }
 
 func TestSharedRegisterer(t *testing.T) {
@@ -225,24 +184,10 @@ func TestMaxRecvMsgSize(t *testing.T) {
 }
 
 func TestAccess(t *testing.T) {
-	ca, err := pki.NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(spec pki.CertSpec) tls.Certificate {
-		kp, err := ca.Issue(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := kp.TLSCertificate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	serving := issue(pki.CertSpec{CommonName: "svc", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	gateway := issue(pki.CertSpec{CommonName: "gw", Organizations: []string{identity.GatewayOrganization}, Client: true})
-	operator := issue(pki.CertSpec{CommonName: "op", Organizations: []string{identity.OperatorOrganization}, Client: true})
+	ca := pkitest.NewCA(t, "test-ca")
+	serving := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("svc"))
+	gateway := pkitest.IssueTLS(t, ca, pki.CertSpec{CommonName: "gw", Organizations: []string{identity.GatewayOrganization}, Client: true})
+	operator := pkitest.IssueTLS(t, ca, pki.CertSpec{CommonName: "op", Organizations: []string{identity.OperatorOrganization}, Client: true})
 	reg := prometheus.NewRegistry()
 	srv, _, err := grpcserver.New(grpcserver.Options{
 		TLS:        pki.ServerTLS(serving, ca.Pool(), tls.RequireAndVerifyClientCert),
@@ -253,14 +198,9 @@ func TestAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.RegisterService(&boomDesc, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	addr := grpcservertest.Serve(t, srv)
 	call := func(cert tls.Certificate) error {
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&cert, ca.Pool(), ""))))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&cert, ca.Pool(), ""))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +215,7 @@ func TestAccess(t *testing.T) {
 	if err := call(operator); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("operator: %v, want PermissionDenied", err)
 	}
-	if got := testutil.ToFloat64(mustCurry(t, reg, "Unary", "PermissionDenied")); got != 1 {
+	if got := handledTotal(t, reg, "Unary", "PermissionDenied"); got != 1 {
 		t.Errorf("handled{Unary,PermissionDenied} = %v, want 1", got)
 	}
 
@@ -286,5 +226,50 @@ func TestAccess(t *testing.T) {
 	}
 	if _, err := grpcserver.ServerOptions(grpcserver.Options{Access: identity.Policy{"test.Boom": {"o"}}}); err == nil {
 		t.Fatal("malformed Access accepted")
+	}
+}
+
+func TestServe(t *testing.T) {
+	logs := &telemetrytest.Buffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	srv, _, err := grpcserver.New(grpcserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- grpcserver.Serve(srv, lis, "test", logger, "extra", 1) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.GracefulStop()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after GracefulStop: %v, want nil", err)
+	}
+	if l := logs.String(); !strings.Contains(l, `"msg":"test serving"`) || !strings.Contains(l, `"addr":"`+lis.Addr().String()+`"`) || !strings.Contains(l, `"extra":1`) {
+		t.Errorf("serving not logged with the address and attributes:\n%s", l)
+	}
+
+	// A listener that fails is an error naming the service.
+	srv, _, err = grpcserver.New(grpcserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	lis, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.Close()
+	if err := grpcserver.Serve(srv, lis, "test", nil); err == nil || !strings.HasPrefix(err.Error(), "test: serve: ") {
+		t.Fatalf("Serve on a closed listener: %v, want an error prefixed with the service", err)
 	}
 }

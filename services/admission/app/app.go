@@ -73,7 +73,7 @@ type App struct {
 	srv    *grpc.Server
 	admit  *server.Server
 	health *health.Server
-	logger *slog.Logger
+	logger *slog.Logger // nil: slog.Default()
 
 	closeOnce sync.Once
 }
@@ -83,10 +83,6 @@ type App struct {
 func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
 	}
 	maxRecv := cfg.MaxRequestBytes
 	if maxRecv == 0 {
@@ -112,16 +108,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	admissionv1.RegisterAdmissionServiceServer(srv, s)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &App{srv: srv, admit: s, health: hs, logger: logger}, nil
+	return &App{srv: srv, admit: s, health: hs, logger: cfg.Logger}, nil
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
 func (a *App) Serve(lis net.Listener) error {
-	a.logger.Info("admission serving", "addr", lis.Addr().String())
-	if err := a.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("admission: serve: %w", err)
-	}
-	return nil
+	return grpcserver.Serve(a.srv, lis, "admission", a.logger)
 }
 
 // Close stops the service gracefully: health reports NOT_SERVING, scope

@@ -172,11 +172,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
 func (a *App) Serve(lis net.Listener) error {
-	a.logger.Info("flowcontrol serving", "addr", lis.Addr().String())
-	if err := a.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("flowcontrol: serve: %w", err)
-	}
-	return nil
+	return grpcserver.Serve(a.srv, lis, "flowcontrol", a.logger)
 }
 
 // Close stops the service gracefully: health reports NOT_SERVING, queued

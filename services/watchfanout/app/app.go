@@ -257,11 +257,7 @@ func (a *App) Synced() <-chan struct{} { return a.cache.Synced() }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
 func (a *App) Serve(lis net.Listener) error {
-	a.logger.Info("watchfanout serving", "addr", lis.Addr().String(), "store", a.cfg.StoreAddress, "store_tls", a.cfg.StoreTLS != nil)
-	if err := a.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("watchfanout: serve: %w", err)
-	}
-	return nil
+	return grpcserver.Serve(a.srv, lis, "watchfanout", a.logger, "store", a.cfg.StoreAddress, "store_tls", a.cfg.StoreTLS != nil)
 }
 
 // Close stops the service: health reports NOT_SERVING, the cache stops

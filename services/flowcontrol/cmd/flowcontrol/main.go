@@ -3,16 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
+	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/command"
 )
 
-func main() {
-	if err := command.Run(context.Background(), os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { daemon.Main(command.Run) }
