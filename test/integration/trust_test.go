@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,76 +28,14 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/store/accesstest"
 )
-
-// storeProbe is one call of a store method.
-type storeProbe struct {
-	name string
-	call func(context.Context, *grpc.ClientConn) error
-}
 
 // storeProbes calls one method of each kind: data (Range, Txn writing key,
 // Watch), membership, compaction, snapshot, status.
-func storeProbes(key string) []storeProbe {
-	return []storeProbe{
-		{"Range", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Range(ctx, &storev1.RangeRequest{Key: []byte("/registry/"), RangeEnd: []byte("/registry0"), CountOnly: true})
-			return err
-		}},
-		{"Txn", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{{
-				Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(key), Value: []byte("raw")}},
-			}}})
-			return err
-		}},
-		{"Watch", func(ctx context.Context, c *grpc.ClientConn) error {
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			w, err := storev1.NewWatchServiceClient(c).Watch(ctx)
-			if err != nil {
-				return err
-			}
-			if err := w.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{Key: []byte("/registry/secrets/")}}}); err != nil {
-				return err
-			}
-			_, err = w.Recv()
-			return err
-		}},
-		{"MemberList", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberList(ctx, &storev1.MemberListRequest{})
-			return err
-		}},
-		{"MemberRemove", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberRemove(ctx, &storev1.MemberRemoveRequest{Id: "absent"})
-			return err
-		}},
-		{"TransferLeadership", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: "store-0"})
-			return err
-		}},
-		{"Compact", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Compact(ctx, &storev1.CompactRequest{Revision: 1})
-			return err
-		}},
-		{"Snapshot", func(ctx context.Context, c *grpc.ClientConn) error {
-			s, err := storev1.NewMaintenanceServiceClient(c).Snapshot(ctx, &storev1.SnapshotRequest{})
-			if err != nil {
-				return err
-			}
-			for {
-				if _, err := s.Recv(); err != nil {
-					if errors.Is(err, io.EOF) {
-						return nil
-					}
-					return err
-				}
-			}
-		}},
-		{"Status", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewMaintenanceServiceClient(c).Status(ctx, &storev1.StatusRequest{})
-			return err
-		}},
-	}
+func storeProbes(key string) []accesstest.Call {
+	return accesstest.Only(accesstest.Calls(accesstest.Target{Key: key, Member: "store-0"}),
+		"Range", "Txn", "Watch", "MemberList", "MemberRemove", "TransferLeadership", "Compact", "Snapshot", "Status")
 }
 
 // dialWith dials addr presenting the pair <dataDir>/pki/<cert>.crt and
@@ -137,8 +76,8 @@ func TestAdminCertificateRefusedByStoreAndWatchfanout(t *testing.T) {
 	admin := dialWith(t, e.dataDir, e.cp.StoreAddr, "admin", "internal-ca.crt")
 	const key = "/registry/configmaps/default/written-raw"
 	for _, p := range storeProbes(key) {
-		if err := p.call(ctx, admin); err == nil {
-			t.Errorf("store %s accepted the admin certificate", p.name)
+		if err := p.Do(ctx, admin); err == nil {
+			t.Errorf("store %s accepted the admin certificate", p.Method)
 		}
 	}
 	if e.rawKey(ctx, key) {
@@ -172,18 +111,18 @@ func TestStoreAndWatchfanoutAuthorizeEachIdentity(t *testing.T) {
 		conn := e.storeConn(cert)
 		key := "/registry/configmaps/default/raw-by-" + cert
 		for _, p := range storeProbes(key) {
-			err := p.call(ctx, conn)
+			err := p.Do(ctx, conn)
 			c := status.Code(err)
-			switch ok := contains(want, p.name); {
+			switch ok := slices.Contains(want, p.Method); {
 			case ok && (c == codes.PermissionDenied || c == codes.Unauthenticated || c == codes.Unavailable):
-				t.Errorf("%s: %s refused: %v", cert, p.name, err)
+				t.Errorf("%s: %s refused: %v", cert, p.Method, err)
 			case !ok && c != codes.PermissionDenied:
-				t.Errorf("%s: %s: %v, want PermissionDenied", cert, p.name, err)
+				t.Errorf("%s: %s: %v, want PermissionDenied", cert, p.Method, err)
 			case !ok && !strings.Contains(status.Convert(err).Message(), "needs a client certificate with organization"):
-				t.Errorf("%s: %s: message %q does not say what it needs", cert, p.name, status.Convert(err).Message())
+				t.Errorf("%s: %s: message %q does not say what it needs", cert, p.Method, status.Convert(err).Message())
 			}
 		}
-		if got := e.rawKey(ctx, key); got != contains(want, "Txn") {
+		if got := e.rawKey(ctx, key); got != slices.Contains(want, "Txn") {
 			t.Errorf("%s: raw key written: %t", cert, got)
 		}
 	}
@@ -194,15 +133,6 @@ func TestStoreAndWatchfanoutAuthorizeEachIdentity(t *testing.T) {
 			t.Errorf("watchfanout List with the %s certificate: %v, want %s", cert, err, want)
 		}
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestInternalCertificatesCannotLogIn: no certificate of the internal

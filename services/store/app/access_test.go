@@ -3,9 +3,8 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,99 +13,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/accesstest"
 	"github.com/meridian-cp/meridian/services/store/internal/testcerts"
 )
-
-// storeCall is one call of every kind the store serves.
-type storeCall struct {
-	name string
-	call func(ctx context.Context, c *grpc.ClientConn) error
-}
-
-// storeCalls makes one call of each store method; key is the key a Txn
-// writes. MemberAdd adds the non-voter "nv" (with a peer address nothing
-// listens on) and MemberRemove, later, removes it, so the group keeps its
-// quorum whoever is allowed.
-func storeCalls(key string) []storeCall {
-	return []storeCall{
-		{"Range", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Range(ctx, &storev1.RangeRequest{Key: []byte("k")})
-			return err
-		}},
-		{"Txn", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{put(key, "v")}})
-			return err
-		}},
-		{"Watch", func(ctx context.Context, c *grpc.ClientConn) error {
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			w, err := storev1.NewWatchServiceClient(c).Watch(ctx)
-			if err != nil {
-				return err
-			}
-			if err := w.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
-				return err
-			}
-			_, err = w.Recv()
-			return err
-		}},
-		{"LeaseGrant", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewLeaseServiceClient(c).LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(time.Minute)})
-			return err
-		}},
-		{"MemberList", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberList(ctx, &storev1.MemberListRequest{})
-			return err
-		}},
-		{"MemberAdd", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberAdd(ctx, &storev1.MemberAddRequest{Id: "nv", PeerAddress: "127.0.0.1:1", NonVoter: true})
-			return err
-		}},
-		{"MemberPromote", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberPromote(ctx, &storev1.MemberPromoteRequest{Id: "absent"})
-			return err
-		}},
-		{"MemberRemove", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).MemberRemove(ctx, &storev1.MemberRemoveRequest{Id: "nv"})
-			return err
-		}},
-		{"TransferLeadership", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: "s0"})
-			return err
-		}},
-		{"ReadIndex", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewClusterServiceClient(c).ReadIndex(ctx, &storev1.ReadIndexRequest{})
-			return err
-		}},
-		{"Compact", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewKVServiceClient(c).Compact(ctx, &storev1.CompactRequest{Revision: 1})
-			return err
-		}},
-		{"Status", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := storev1.NewMaintenanceServiceClient(c).Status(ctx, &storev1.StatusRequest{})
-			return err
-		}},
-		{"Snapshot", func(ctx context.Context, c *grpc.ClientConn) error {
-			s, err := storev1.NewMaintenanceServiceClient(c).Snapshot(ctx, &storev1.SnapshotRequest{})
-			if err != nil {
-				return err
-			}
-			for {
-				if _, err := s.Recv(); err != nil {
-					if errors.Is(err, io.EOF) {
-						return nil
-					}
-					return err
-				}
-			}
-		}},
-	}
-}
 
 // refused reports whether err is the access policy's refusal.
 func refused(err error) bool {
@@ -145,37 +59,28 @@ func TestAccessByIdentity(t *testing.T) {
 			}
 			conn := dialAs(t, nd, conf)
 			key := "written-by-" + org
-			for _, c := range storeCalls(key) {
+			for _, c := range accesstest.Calls(accesstest.Target{Key: key, Member: "s0"}) {
 				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-				err := c.call(ctx, conn)
+				err := c.Do(ctx, conn)
 				cancel()
-				switch ok := contains(want, c.name); {
+				switch ok := slices.Contains(want, c.Method); {
 				case ok && refused(err):
-					t.Errorf("%s refused: %v", c.name, err)
+					t.Errorf("%s refused: %v", c.Method, err)
 				case !ok && status.Code(err) != codes.PermissionDenied:
-					t.Errorf("%s: %v, want PermissionDenied", c.name, err)
+					t.Errorf("%s: %v, want PermissionDenied", c.Method, err)
 				case !ok && !strings.Contains(status.Convert(err).Message(), "needs a client certificate with organization"):
-					t.Errorf("%s: message %q does not say what is needed", c.name, status.Convert(err).Message())
+					t.Errorf("%s: message %q does not say what is needed", c.Method, status.Convert(err).Message())
 				}
 			}
 			r, err := storev1.NewKVServiceClient(checker).Range(t.Context(), &storev1.RangeRequest{Key: []byte(key)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if wrote := len(r.GetKvs()) > 0; wrote != contains(want, "Txn") {
-				t.Errorf("key written: %t, want %t", wrote, contains(want, "Txn"))
+			if wrote := len(r.GetKvs()) > 0; wrote != slices.Contains(want, "Txn") {
+				t.Errorf("key written: %t, want %t", wrote, slices.Contains(want, "Txn"))
 			}
 		})
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func dialAs(t *testing.T, nd *node, conf *tls.Config) *grpc.ClientConn {
@@ -223,18 +128,8 @@ func TestRaftTransportAcceptsOnlyMembers(t *testing.T) {
 		}
 	}
 	// A certificate from another CA never gets that far.
-	other, err := pki.NewCA("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := other.Issue(pki.CertSpec{CommonName: "store", Organizations: []string{identity.StorePeerOrganization}, Client: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := kp.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := pkitest.NewCA(t, "other")
+	cert := pkitest.IssueTLS(t, other, pki.CertSpec{CommonName: "store", Organizations: []string{identity.StorePeerOrganization}, Client: true})
 	if err := handshake(pki.ClientTLS(&cert, certs.Peer().RootCAs, "")); err == nil {
 		t.Error("raft transport accepted a certificate from another CA")
 	}
