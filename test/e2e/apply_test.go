@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,16 +38,8 @@ func fieldOwners(cm corev1.ConfigMap, k string) map[string]string {
 // managedFields in `get --show-managed-fields`.
 func TestKubectlServerSideApply(t *testing.T) {
 	cp := start(t, "")
-	dir := t.TempDir()
-	manifest := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	cp.kubectl("create", "namespace", "ssa")
-	a := manifest("a.yaml", `apiVersion: v1
+	a := manifest(t, "a.yaml", `apiVersion: v1
 kind: ConfigMap
 metadata:
   name: app
@@ -57,7 +48,7 @@ data:
   shared: from-a
   only-a: "1"
 `)
-	b := manifest("b.yaml", `apiVersion: v1
+	b := manifest(t, "b.yaml", `apiVersion: v1
 kind: ConfigMap
 metadata:
   name: app
@@ -87,7 +78,7 @@ data:
 	}
 
 	// a drops only-a from its configuration; nobody else owns it: removed.
-	aLess := manifest("a-less.yaml", `apiVersion: v1
+	aLess := manifest(t, "a-less.yaml", `apiVersion: v1
 kind: ConfigMap
 metadata:
   name: app
@@ -102,7 +93,7 @@ metadata:
 	}
 
 	// --dry-run=server changes nothing.
-	dry := manifest("dry.yaml", strings.ReplaceAll(string(must(os.ReadFile(b))), "from-b", "dry"))
+	dry := manifest(t, "dry.yaml", strings.ReplaceAll(string(must(os.ReadFile(b))), "from-b", "dry"))
 	cp.kubectl("apply", "--server-side", "--field-manager", "b", "--dry-run=server", "-f", dry)
 	if cm := cp.getConfigMap("ssa", "app"); cm.Data["shared"] != "from-b" {
 		t.Fatalf("--dry-run=server changed the object: %v", cm.Data)
@@ -123,7 +114,7 @@ metadata:
 	// From client-side to server-side apply: kubectl moves the fields of
 	// kubectl-client-side-apply to its server-side manager, so the first
 	// server-side apply changing them meets no conflict.
-	csa := manifest("csa.yaml", `apiVersion: v1
+	csa := manifest(t, "csa.yaml", `apiVersion: v1
 kind: ConfigMap
 metadata:
   name: migrated
@@ -135,7 +126,7 @@ data:
 	if o := fieldOwners(cp.getConfigMap("ssa", "migrated"), "k"); o["kubectl-client-side-apply"] != "Update" {
 		t.Fatalf("client-side apply owners: %v", o)
 	}
-	ssa := manifest("ssa.yaml", strings.ReplaceAll(string(must(os.ReadFile(csa))), "client-side", "server-side"))
+	ssa := manifest(t, "ssa.yaml", strings.ReplaceAll(string(must(os.ReadFile(csa))), "client-side", "server-side"))
 	cp.kubectl("apply", "--server-side", "-f", ssa)
 	cm = cp.getConfigMap("ssa", "migrated")
 	if o := fieldOwners(cm, "k"); cm.Data["k"] != "server-side" || o["kubectl"] != "Apply" || o["kubectl-client-side-apply"] != "" {
@@ -143,7 +134,7 @@ data:
 	}
 
 	// Apply creates cluster-scoped objects too.
-	ns := manifest("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ssa-created\n  labels:\n    team: x\n")
+	ns := manifest(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ssa-created\n  labels:\n    team: x\n")
 	cp.kubectl("apply", "--server-side", "-f", ns)
 	if out := cp.kubectl("get", "namespace", "ssa-created", "-o", "jsonpath={.metadata.labels.team} {.status.phase}"); out != "x Active" {
 		t.Fatalf("namespace created by apply: %q", out)

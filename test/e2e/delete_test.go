@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +13,7 @@ import (
 // refused with 403; deletecollection honours selectors; dry runs store
 // nothing.
 func TestKubectlDeletion(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
+	requireKubectl(t)
 	cp := start(t, "")
 	cp.kubectl("create", "namespace", "del")
 	cp.kubectl("-n", "del", "create", "configmap", "held", "--from-literal=a=b")
@@ -26,26 +21,7 @@ func TestKubectlDeletion(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	watch := exec.CommandContext(ctx, "kubectl", "--kubeconfig", cp.kubeconfig, "-n", "del", "get", "configmap", "held", "--watch-only", "--output-watch-events", "-o", "json")
-	stdout, _ := watch.StdoutPipe()
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = watch.Wait() }()
-	events := make(chan string, 8)
-	go func() {
-		dec := json.NewDecoder(bufio.NewReader(stdout))
-		for {
-			var ev struct {
-				Type string `json:"type"`
-			}
-			if dec.Decode(&ev) != nil {
-				close(events)
-				return
-			}
-			events <- ev.Type
-		}
-	}()
+	events := cp.kubectlWatch(ctx, "-n", "del", "get", "configmap", "held", "--watch-only")
 	time.Sleep(500 * time.Millisecond) // let the watch start
 
 	cp.kubectl("-n", "del", "delete", "configmap", "held", "--wait=false")
@@ -66,8 +42,8 @@ func TestKubectlDeletion(t *testing.T) {
 	for _, want := range []string{"MODIFIED", "DELETED"} {
 		select {
 		case got := <-events:
-			if got != want {
-				t.Errorf("watch event %s, want %s", got, want)
+			if got.Type != want {
+				t.Errorf("watch event %s, want %s", got.Type, want)
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatalf("no %s event", want)

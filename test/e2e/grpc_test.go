@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/pki"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,6 +17,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/pki"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 )
 
 // TestGRPCAPI drives meridian.api.v1.ResourceService directly: the same
@@ -136,11 +138,9 @@ func TestGRPCAPI(t *testing.T) {
 	}
 }
 
+// hasStatus reports whether st carries the Kubernetes Status code and
+// reason as its apiv1.Status detail.
 func hasStatus(st *status.Status, code int32, reason string) bool {
-	for _, d := range st.Details() {
-		if s, ok := d.(*apiv1.Status); ok {
-			return s.GetCode() == code && s.GetReason() == reason
-		}
-	}
-	return false
+	s, ok := apistatus.Detail(st)
+	return ok && s.GetCode() == code && s.GetReason() == reason
 }

@@ -4,24 +4,28 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
 // binary is the meridian binary built once by TestMain.
@@ -57,25 +61,8 @@ type controlPlane struct {
 	grpcAddr   string
 	kubeconfig string
 	cmd        *exec.Cmd
-	logs       *syncBuffer
+	logs       *telemetrytest.Buffer
 	done       chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs meridian on dataDir (a new temp dir when empty) and waits
@@ -92,7 +79,7 @@ func start(t *testing.T, dataDir string) *controlPlane {
 	// Port 0: meridian binds free ports itself and names them in its
 	// ready line (a port reserved here and released could be taken by
 	// another test's listener before meridian binds it).
-	cp := &controlPlane{t: t, dataDir: dataDir, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &syncBuffer{}, done: make(chan struct{})}
+	cp := &controlPlane{t: t, dataDir: dataDir, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &telemetrytest.Buffer{}, done: make(chan struct{})}
 	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--token-auth-file", tokenFile, "--log-level", "info")
 	cp.cmd.Stdout, cp.cmd.Stderr = cp.logs, cp.logs
 	if err := cp.cmd.Start(); err != nil {
@@ -171,6 +158,69 @@ func logField(line, key string) string {
 	return ""
 }
 
+// requireKubectl skips the test when kubectl is not on PATH.
+func requireKubectl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not on PATH")
+	}
+}
+
+// manifest writes content to a file called name in a new temporary
+// directory of t and returns its path, for kubectl -f.
+func manifest(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kubectlEvent is one event kubectl prints with --output-watch-events -o
+// json.
+type kubectlEvent struct {
+	Type   string `json:"type"`
+	Object struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Data     map[string]string `json:"data"`
+	} `json:"object"`
+}
+
+// kubectlWatch runs kubectl against cp with args (a get with --watch or
+// --watch-only) and --output-watch-events -o json until ctx is done or the
+// test ends, and sends its events on the channel it returns, which is
+// closed when kubectl's output ends.
+func (cp *controlPlane) kubectlWatch(ctx context.Context, args ...string) <-chan kubectlEvent {
+	cp.t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	args = append(append([]string{"--kubeconfig", cp.kubeconfig}, args...), "--output-watch-events", "-o", "json")
+	watch := exec.CommandContext(ctx, "kubectl", args...)
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		cancel()
+		cp.t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		cancel()
+		cp.t.Fatal(err)
+	}
+	cp.t.Cleanup(func() { cancel(); _ = watch.Wait() })
+	events := make(chan kubectlEvent, 16)
+	go func() {
+		defer close(events)
+		dec := json.NewDecoder(bufio.NewReader(stdout))
+		for {
+			var ev kubectlEvent
+			if dec.Decode(&ev) != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	return events
+}
+
 // kubectl runs kubectl against cp and returns stdout; it fails the test on a
 // non-zero exit.
 func (cp *controlPlane) kubectl(args ...string) string {
@@ -216,13 +266,9 @@ func (cp *controlPlane) client() kubernetes.Interface {
 // presents no credentials.
 func (cp *controlPlane) anonymousHTTP() *http.Client {
 	cp.t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(cp.dataDir, "pki", "api-ca.crt"))
+	pool, err := pki.LoadPool(filepath.Join(cp.dataDir, "pki", "api-ca.crt"))
 	if err != nil {
 		cp.t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		cp.t.Fatal("no CA certificate")
 	}
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 }

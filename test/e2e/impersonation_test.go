@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -23,18 +22,13 @@ import (
 // a token, is refused with kube-apiserver's 403, and her refused create
 // stores nothing.
 func TestKubectlImpersonation(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
+	requireKubectl(t)
 	cp := start(t, "")
 	alice := cp.tokenKubeconfig("e2e-token-alice")
 
 	// alice may not impersonate anyone. (The requests are --raw: kubectl's
 	// discovery, itself impersonated and refused, would hide the message.)
-	cm := filepath.Join(t.TempDir(), "cm.json")
-	if err := os.WriteFile(cm, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"by-alice-as-bob"}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cm := manifest(t, "cm.json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"by-alice-as-bob"}}`)
 	const refusal = `users "bob" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope`
 	for _, args := range [][]string{
 		{"--as=bob", "get", "--raw", "/api/v1/namespaces/default/configmaps"},
@@ -88,9 +82,7 @@ func TestKubectlImpersonation(t *testing.T) {
 // TestKubectlQueryParameterTypes: an integer query parameter that is not
 // an integer is a 400 on a list, as on a watch and in kube-apiserver.
 func TestKubectlQueryParameterTypes(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
+	requireKubectl(t)
 	cp := start(t, "")
 	for _, path := range []string{
 		"/api/v1/namespaces/default/configmaps?timeoutSeconds=abc",

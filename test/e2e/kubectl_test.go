@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -22,9 +20,7 @@ import (
 // away, lose a race with a stale resourceVersion, get turned away without
 // credentials, and find everything again after a restart.
 func TestKubectlRoundTrip(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
+	requireKubectl(t)
 	cp := start(t, "")
 
 	// Discovery.
@@ -47,41 +43,15 @@ func TestKubectlRoundTrip(t *testing.T) {
 	// A watch sees the update and the delete that follow.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	watch := exec.CommandContext(ctx, "kubectl", "--kubeconfig", cp.kubeconfig, "-n", "demo", "get", "configmaps", "--watch", "--output-watch-events", "-o", "json")
-	stdout, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = watch.Wait() }()
-	events := make(chan string, 16)
-	go func() {
-		dec := json.NewDecoder(bufio.NewReader(stdout))
-		for {
-			var ev struct {
-				Type   string `json:"type"`
-				Object struct {
-					Metadata metav1.ObjectMeta `json:"metadata"`
-					Data     map[string]string `json:"data"`
-				} `json:"object"`
-			}
-			if err := dec.Decode(&ev); err != nil {
-				close(events)
-				return
-			}
-			events <- ev.Type + " " + ev.Object.Metadata.Name + " " + ev.Object.Data["k"]
-		}
-	}()
+	events := cp.kubectlWatch(ctx, "-n", "demo", "get", "configmaps", "--watch")
 	expect := func(want string) {
 		t.Helper()
 		select {
-		case got, ok := <-events:
+		case ev, ok := <-events:
 			if !ok {
 				t.Fatalf("watch ended before %q", want)
 			}
-			if got != want {
+			if got := ev.Type + " " + ev.Object.Metadata.Name + " " + ev.Object.Data["k"]; got != want {
 				t.Fatalf("watch event %q, want %q", got, want)
 			}
 		case <-time.After(30 * time.Second):
@@ -92,14 +62,8 @@ func TestKubectlRoundTrip(t *testing.T) {
 
 	// Update through PUT (kubectl replace) with the current object.
 	cur := cp.kubectl("-n", "demo", "get", "configmap", "app", "-o", "json")
-	stale := filepath.Join(t.TempDir(), "stale.json")
-	if err := os.WriteFile(stale, []byte(strings.Replace(cur, `"k": "v"`, `"k": "stale"`, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	updated := filepath.Join(t.TempDir(), "updated.json")
-	if err := os.WriteFile(updated, []byte(strings.Replace(cur, `"k": "v"`, `"k": "v2"`, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	stale := manifest(t, "stale.json", strings.Replace(cur, `"k": "v"`, `"k": "stale"`, 1))
+	updated := manifest(t, "updated.json", strings.Replace(cur, `"k": "v"`, `"k": "v2"`, 1))
 	cp.kubectl("replace", "-f", updated)
 	expect("MODIFIED app v2")
 

@@ -3,9 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,9 +10,7 @@ import (
 // TestKubectlReads drives the read surface with the real kubectl: output
 // formats, chunked lists, explain (OpenAPI v3), health and discovery.
 func TestKubectlReads(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
+	requireKubectl(t)
 	cp := start(t, "")
 	cp.kubectl("create", "namespace", "reads")
 	for i := 0; i < 12; i++ {
@@ -64,10 +59,7 @@ func TestKubectlReads(t *testing.T) {
 	}
 
 	// Field validation as kubectl sees it.
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: strict\n  namespace: reads\nbogus: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bad := manifest(t, "bad.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: strict\n  namespace: reads\nbogus: 1\n")
 	if _, errOut, err := cp.kubectlErr("create", "-f", bad); err == nil || !strings.Contains(errOut, `strict decoding error: unknown field "bogus"`) {
 		t.Errorf("create --validate=strict with an unknown field: %v %s", err, errOut)
 	}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,24 +12,16 @@ import (
 // namespace's secrets is refused with kube-apiserver's 405.
 func TestKubectlWritesThatChangeNothing(t *testing.T) {
 	cp := start(t, "")
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	cp.kubectl("create", "namespace", "same")
-	manifest := write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  namespace: same\ndata:\n  k: v\n")
-	cp.kubectl("apply", "--server-side", "--field-manager", "deployer", "-f", manifest)
+	cm := manifest(t, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  namespace: same\ndata:\n  k: v\n")
+	cp.kubectl("apply", "--server-side", "--field-manager", "deployer", "-f", cm)
 	rv := cp.getConfigMap("same", "app").ResourceVersion
 
-	cp.kubectl("apply", "--server-side", "--field-manager", "deployer", "-f", manifest)
+	cp.kubectl("apply", "--server-side", "--field-manager", "deployer", "-f", cm)
 	if got := cp.getConfigMap("same", "app").ResourceVersion; got != rv {
 		t.Errorf("a second identical apply moved the resourceVersion %s → %s", rv, got)
 	}
-	printed := write("printed.yaml", cp.kubectl("-n", "same", "get", "configmap", "app", "-o", "yaml"))
+	printed := manifest(t, "printed.yaml", cp.kubectl("-n", "same", "get", "configmap", "app", "-o", "yaml"))
 	cp.kubectl("replace", "-f", printed)
 	if got := cp.getConfigMap("same", "app").ResourceVersion; got != rv {
 		t.Errorf("replacing the object with itself moved the resourceVersion %s → %s", rv, got)

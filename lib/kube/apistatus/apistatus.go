@@ -113,29 +113,38 @@ func fromStatus(s metav1.Status) error {
 // surface returns. A status with an apiv1.Status detail is restored exactly;
 // others are mapped by code.
 func FromGRPC(st *status.Status) metav1.Status {
-	for _, d := range st.Details() {
-		if s, ok := d.(*apiv1.Status); ok {
-			out := metav1.Status{
-				Status:   metav1.StatusFailure,
-				Code:     s.Code,
-				Reason:   metav1.StatusReason(s.Reason),
-				Message:  s.Message,
-				ListMeta: metav1.ListMeta{Continue: s.ContinueToken},
-			}
-			if len(s.DetailsJson) > 0 {
-				var details metav1.StatusDetails
-				if json.Unmarshal(s.DetailsJson, &details) == nil {
-					out.Details = &details
-				}
-			}
-			return out
+	if s, ok := Detail(st); ok {
+		out := metav1.Status{
+			Status:   metav1.StatusFailure,
+			Code:     s.Code,
+			Reason:   metav1.StatusReason(s.Reason),
+			Message:  s.Message,
+			ListMeta: metav1.ListMeta{Continue: s.ContinueToken},
 		}
+		if len(s.DetailsJson) > 0 {
+			var details metav1.StatusDetails
+			if json.Unmarshal(s.DetailsJson, &details) == nil {
+				out.Details = &details
+			}
+		}
+		return out
 	}
 	m, ok := httpCodeForGRPC[st.Code()]
 	if !ok {
 		m.code, m.reason = http.StatusInternalServerError, metav1.StatusReasonInternalError
 	}
 	return metav1.Status{Status: metav1.StatusFailure, Code: m.code, Reason: m.reason, Message: st.Message()}
+}
+
+// Detail returns the Kubernetes Status that ToGRPC attached to st as its
+// apiv1.Status detail; false when st has none.
+func Detail(st *status.Status) (*apiv1.Status, bool) {
+	for _, d := range st.Details() {
+		if s, ok := d.(*apiv1.Status); ok {
+			return s, true
+		}
+	}
+	return nil, false
 }
 
 // FromError converts any error to the Kubernetes Status the REST surface
