@@ -159,23 +159,15 @@ func (configMapStrategy) PrepareForUpdate(obj, old runtime.Object) {}
 func (configMapStrategy) Validate(obj runtime.Object) field.ErrorList {
 	cm := obj.(*corev1.ConfigMap)
 	errs := apivalidation.ValidateObjectMeta(&cm.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	total := 0
-	for k, v := range cm.Data {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
-		}
+	dataErrs, dataSize := validateDataKeys(cm.Data, field.NewPath("data"))
+	binaryErrs, binarySize := validateDataKeys(cm.BinaryData, field.NewPath("binaryData"))
+	errs = append(append(errs, dataErrs...), binaryErrs...)
+	for k := range cm.Data {
 		if _, dup := cm.BinaryData[k]; dup {
 			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, "duplicate of key present in binaryData"))
 		}
-		total += len(v)
 	}
-	for k, v := range cm.BinaryData {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(k), k, msg))
-		}
-		total += len(v)
-	}
-	if total > corev1.MaxSecretSize {
+	if dataSize+binarySize > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath(""), "", corev1.MaxSecretSize))
 	}
 	return errs
@@ -184,14 +176,9 @@ func (configMapStrategy) Validate(obj runtime.Object) field.ErrorList {
 func (s configMapStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList {
 	cm, oldCM := obj.(*corev1.ConfigMap), old.(*corev1.ConfigMap)
 	errs := apivalidation.ValidateObjectMetaUpdate(&cm.ObjectMeta, &oldCM.ObjectMeta, field.NewPath("metadata"))
-	if oldCM.Immutable != nil && *oldCM.Immutable {
-		if cm.Immutable == nil || !*cm.Immutable {
-			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
-		}
-		if !equalStrings(cm.Data, oldCM.Data) || !equalBytes(cm.BinaryData, oldCM.BinaryData) {
-			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
-		}
-	}
+	errs = append(errs, validateImmutable(cm.Immutable, oldCM.Immutable, func() bool {
+		return equalStrings(cm.Data, oldCM.Data) && equalBytes(cm.BinaryData, oldCM.BinaryData)
+	})...)
 	return append(errs, s.Validate(obj)...)
 }
 
@@ -219,13 +206,8 @@ func foldStringData(s *corev1.Secret) {
 func (secretStrategy) Validate(obj runtime.Object) field.ErrorList {
 	s := obj.(*corev1.Secret)
 	errs := apivalidation.ValidateObjectMeta(&s.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	total := 0
-	for k, v := range s.Data {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
-		}
-		total += len(v)
-	}
+	dataErrs, total := validateDataKeys(s.Data, field.NewPath("data"))
+	errs = append(errs, dataErrs...)
 	if total > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
 	}
@@ -238,15 +220,41 @@ func (s secretStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList 
 	if sec.Type != oldSec.Type {
 		errs = append(errs, field.Invalid(field.NewPath("type"), sec.Type, "field is immutable"))
 	}
-	if oldSec.Immutable != nil && *oldSec.Immutable {
-		if sec.Immutable == nil || !*sec.Immutable {
-			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
-		}
-		if !equalBytes(sec.Data, oldSec.Data) {
-			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
-		}
-	}
+	errs = append(errs, validateImmutable(sec.Immutable, oldSec.Immutable, func() bool { return equalBytes(sec.Data, oldSec.Data) })...)
 	return append(errs, s.Validate(obj)...)
+}
+
+// validateDataKeys checks that every key of data, a ConfigMap's or a
+// Secret's, is a valid key (reported under path) and returns the total
+// size of the values, which together may not exceed corev1.MaxSecretSize.
+func validateDataKeys[V string | []byte](data map[string]V, path *field.Path) (field.ErrorList, int) {
+	var errs field.ErrorList
+	total := 0
+	for k, v := range data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(path.Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	return errs, total
+}
+
+// validateImmutable refuses an update of an object that was immutable
+// (old) unless it stays immutable (now) and its data does not change
+// (sameData, called only then), as kube-apiserver does for ConfigMaps and
+// Secrets.
+func validateImmutable(now, old *bool, sameData func() bool) field.ErrorList {
+	if old == nil || !*old {
+		return nil
+	}
+	var errs field.ErrorList
+	if now == nil || !*now {
+		errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+	}
+	if !sameData() {
+		errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+	}
+	return errs
 }
 
 func equalStrings(a, b map[string]string) bool {
