@@ -7,25 +7,20 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
+	"io"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/meridian-cp/meridian/internal/allinone"
+	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "meridian:", err)
-		os.Exit(1)
-	}
-}
+func main() { daemon.Main("meridian", run) }
 
-func run() error {
+// run serves the control plane until ctx is done or one of its services
+// stops. Flag errors and -h exit the process, as the flag package does.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		dataDir   = flag.String("data-dir", ".meridian", "directory for the store, certificates and the admin kubeconfig")
 		listen    = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS Kubernetes API")
@@ -35,13 +30,11 @@ func run() error {
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 	)
-	flag.Parse()
-	logger, err := telemetry.NewLogger(os.Stderr, *logLevel, *logFormat)
+	_ = flag.CommandLine.Parse(args) // flag.ExitOnError: never returns an error
+	logger, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if *pprofAddr != "" {
 		// Profiles for benchmarks (docs/benchmarks.md); never on by default.
 		mux := http.NewServeMux()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -54,16 +55,20 @@ func (c Command) Run(ctx context.Context, args []string, stderr io.Writer) error
 	return Run(ctx, c.Name, &common, stderr, c.Build)
 }
 
-// Main is the main function of a meridian binary: it calls run with a
+// Main is the main function of the binary name: it calls run with a
 // context cancelled on SIGINT or SIGTERM, the arguments after the program
-// name and stderr, and when run fails prints its error on stderr and exits
-// with status 1.
-func Main(run func(ctx context.Context, args []string, stderr io.Writer) error) {
+// name and stderr, and when run fails prints the error on stderr, prefixed
+// with "name: " unless it already is, and exits with status 1.
+func Main(name string, run func(ctx context.Context, args []string, stderr io.Writer) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, name+": ") {
+			msg = name + ": " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }

@@ -7,4 +7,4 @@ import (
 	"github.com/meridian-cp/meridian/services/admission/internal/command"
 )
 
-func main() { daemon.Main(command.Run) }
+func main() { daemon.Main("admission", command.Run) }

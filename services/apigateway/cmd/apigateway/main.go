@@ -7,25 +7,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/apigateway/app"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "apigateway:", err)
-		os.Exit(1)
-	}
-}
+func main() { daemon.Main("apigateway", run) }
 
-func run() error {
+// run serves the gateway until ctx is done or a listener fails. Flag
+// errors and -h exit the process, as the flag package does.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		listen        = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS API")
 		grpcListen    = flag.String("grpc-listen", "127.0.0.1:6444", "address of the gRPC API (meridian.api.v1.ResourceService, gRPC health); empty: none")
@@ -43,13 +39,11 @@ func run() error {
 		logLevel      = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat     = flag.String("log-format", "json", "json or text")
 	)
-	flag.Parse()
-	logger, err := telemetry.NewLogger(os.Stderr, *logLevel, *logFormat)
+	_ = flag.CommandLine.Parse(args) // flag.ExitOnError: never returns an error
+	logger, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	serving, err := pki.LoadServerTLS(*certFile, *keyFile, "")
 	if err != nil {
