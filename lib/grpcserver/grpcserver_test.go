@@ -26,34 +26,18 @@ import (
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
-// boomDesc is a service whose methods panic when asked to.
-var boomDesc = grpc.ServiceDesc{
-	ServiceName: "test.Boom",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Unary",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.StringValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			h := func(_ context.Context, req any) (any, error) {
-				if req.(*wrapperspb.StringValue).Value == "panic" {
-					panic("boom")
-				}
-				return in, nil
-			}
-			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Boom/Unary"}, h)
-		},
-	}},
-	Streams: []grpc.StreamDesc{{
-		StreamName:    "Stream",
-		ServerStreams: true,
-		Handler: func(_ any, ss grpc.ServerStream) error {
-			panic("stream boom")
-		},
-	}},
-}
+// boomDesc is a service whose methods panic when asked to: Unary when
+// its request is "panic", Stream always.
+var boomDesc = grpcservertest.Desc("test.Boom",
+	func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if in.Value == "panic" {
+			panic("boom")
+		}
+		return in, nil
+	},
+	func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		panic("stream boom")
+	})
 
 func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
 	t.Helper()
@@ -61,7 +45,7 @@ func start(t *testing.T, opts grpcserver.Options) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.RegisterService(&boomDesc, nil)
+	srv.RegisterService(boomDesc, nil)
 	conn, err := grpc.NewClient(grpcservertest.Serve(t, srv), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +181,7 @@ func TestAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.RegisterService(&boomDesc, nil)
+	srv.RegisterService(boomDesc, nil)
 	addr := grpcservertest.Serve(t, srv)
 	call := func(cert tls.Certificate) error {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&cert, ca.Pool(), ""))))

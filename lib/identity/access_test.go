@@ -28,7 +28,7 @@ func serveWithPolicy(t *testing.T, e *env, p identity.Policy) string {
 		grpc.UnaryInterceptor(p.UnaryServerInterceptor()),
 		grpc.StreamInterceptor(p.StreamServerInterceptor()),
 	)
-	srv.RegisterService(&whoDesc, nil)
+	srv.RegisterService(whoDesc, nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	return grpcservertest.Serve(t, srv)
 }

@@ -42,35 +42,15 @@ func whoami(ctx context.Context) *wrapperspb.StringValue {
 	return wrapperspb.String(u.Name)
 }
 
-var whoDesc = grpc.ServiceDesc{
-	ServiceName: "test.Who",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Unary",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.StringValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			h := func(ctx context.Context, _ any) (any, error) { return whoami(ctx), nil }
-			if ic == nil {
-				return h(ctx, in)
-			}
-			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Who/Unary"}, h)
-		},
-	}},
-	Streams: []grpc.StreamDesc{{
-		StreamName:    "Stream",
-		ServerStreams: true,
-		Handler: func(_ any, ss grpc.ServerStream) error {
-			in := new(wrapperspb.StringValue)
-			if err := ss.RecvMsg(in); err != nil {
-				return err
-			}
-			return ss.SendMsg(whoami(ss.Context()))
-		},
-	}},
-}
+// whoDesc is a service whose methods answer with the name of the user in
+// the handler's context.
+var whoDesc = grpcservertest.Desc("test.Who",
+	func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return whoami(ctx), nil
+	},
+	func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return whoami(ctx), nil
+	})
 
 type env struct {
 	ca                 *pki.CA
@@ -102,7 +82,7 @@ func serve(t *testing.T, trust identity.TrustFunc, tlsConf *tls.Config) string {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	srv := grpc.NewServer(opts...)
-	srv.RegisterService(&whoDesc, nil)
+	srv.RegisterService(whoDesc, nil)
 	return grpcservertest.Serve(t, srv)
 }
 
@@ -190,7 +170,7 @@ func TestInterceptorCarriesWholeUser(t *testing.T) {
 			})
 		}),
 	)
-	srv.RegisterService(&whoDesc, nil)
+	srv.RegisterService(whoDesc, nil)
 	conn, err := grpc.NewClient(grpcservertest.Serve(t, srv), grpc.WithTransportCredentials(
 		credentials.NewTLS(pki.ClientTLS(&e.gatewayCert, e.ca.Pool(), "localhost"))))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	store "github.com/meridian-cp/meridian/services/store/app"
@@ -393,14 +394,8 @@ func seenAt(s []seen, i int) string {
 	return "none"
 }
 
-// waitFor polls cond every 20ms, failing the test after 30s.
+// waitFor polls cond, failing the test after 30s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, 30*time.Second, what, cond)
 }

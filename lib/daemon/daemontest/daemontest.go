@@ -5,6 +5,7 @@ package daemontest
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 )
@@ -14,6 +15,7 @@ type Served struct {
 	// Addr is the address it serves on.
 	Addr string
 
+	srv  daemon.Server
 	done chan struct{} // closed once Serve returned
 	err  error         // what Serve returned; set before done is closed
 }
@@ -28,7 +30,7 @@ func Serve(t testing.TB, s daemon.Server) *Served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sv := &Served{Addr: lis.Addr().String(), done: make(chan struct{})}
+	sv := &Served{Addr: lis.Addr().String(), srv: s, done: make(chan struct{})}
 	go func() {
 		sv.err = s.Serve(lis)
 		close(sv.done)
@@ -38,6 +40,23 @@ func Serve(t testing.TB, s daemon.Server) *Served {
 		<-sv.done
 	})
 	return sv
+}
+
+// CloseWithin closes the service and fails the test (Fatal) unless Close
+// returns nil within d: for tests that check that Close does not wait for
+// what clients hold open, such as a stream.
+func (s *Served) CloseWithin(t testing.TB, d time.Duration) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- s.srv.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(d):
+		t.Fatalf("Close did not return within %v", d)
+	}
 }
 
 // Wait waits until Serve returned and returns what it returned.

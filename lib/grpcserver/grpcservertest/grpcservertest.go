@@ -1,12 +1,14 @@
 // Package grpcservertest serves a gRPC server on loopback for the length of
-// a test.
+// a test, and describes a small test service to register on it.
 package grpcservertest
 
 import (
+	"context"
 	"net"
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Serve serves srv on a new listener on 127.0.0.1 and returns its address.
@@ -21,4 +23,50 @@ func Serve(t testing.TB, srv *grpc.Server) string {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
+}
+
+// Handler answers one call of a service described by Desc.
+type Handler func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
+
+// Desc describes a service called name with two methods taking and
+// answering a StringValue: "Unary", answered by unary through the server's
+// unary interceptors as generated code does, and the server-streaming
+// "Stream", whose one request stream answers with one message. Register it
+// with srv.RegisterService(desc, nil); call it with conn.Invoke(ctx,
+// "/<name>/Unary", ...) and conn.NewStream(ctx, &desc.Streams[0],
+// "/<name>/Stream").
+func Desc(name string, unary, stream Handler) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: name,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Unary",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+				in := new(wrapperspb.StringValue)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				h := func(ctx context.Context, req any) (any, error) { return unary(ctx, req.(*wrapperspb.StringValue)) }
+				if ic == nil {
+					return h(ctx, in)
+				}
+				return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/" + name + "/Unary"}, h)
+			},
+		}},
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Stream",
+			ServerStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				in := new(wrapperspb.StringValue)
+				if err := ss.RecvMsg(in); err != nil {
+					return err
+				}
+				out, err := stream(ss.Context(), in)
+				if err != nil {
+					return err
+				}
+				return ss.SendMsg(out)
+			},
+		}},
+	}
 }

@@ -54,16 +54,7 @@ func TestApp(t *testing.T) {
 	if sc, err := stream.Recv(); err != nil || sc.GetScope().GetEverything() || len(sc.GetScope().GetRules()) != 0 {
 		t.Fatalf("scope: %v %v, want empty", sc, err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- a.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close waited for the scope stream")
-	}
+	served.CloseWithin(t, 10*time.Second)
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("scope stream after Close: %v, want Unavailable", err)
 	}

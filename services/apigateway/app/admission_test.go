@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+	"github.com/meridian-cp/meridian/lib/polltest"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/apigateway/app"
@@ -38,18 +41,8 @@ func startGateway(t *testing.T, admissionAddr string) *gateway {
 	quiet := slog.New(slog.DiscardHandler)
 	store := storetest.Start(t, storeapp.Config{ID: "store-0"})
 
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := ca.Issue(pki.CertSpec{CommonName: "apiserver", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := kp.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := pkitest.NewCA(t, "test")
+	cert := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("apiserver"))
 	tokens := filepath.Join(t.TempDir(), "tokens.csv")
 	if err := os.WriteFile(tokens, []byte(`secret,alice,1001,"team"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,22 +56,10 @@ func startGateway(t *testing.T, admissionAddr string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis := listen(t)
-	go gw.Serve(lis)
-	t.Cleanup(func() { gw.Close() })
 	return &gateway{
-		t: t, url: "https://" + lis.Addr().String(), reg: reg,
+		t: t, url: "https://" + daemontest.Serve(t, gw).Addr, reg: reg,
 		client: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(nil, ca.Pool(), "127.0.0.1")}},
 	}
-}
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lis
 }
 
 // write sends a write of a configmap or secret named name in namespace
@@ -109,27 +90,12 @@ func (g *gateway) write(method, resource, name string) (int, string) {
 // synced reads meridian_apigateway_admission_scope_synced.
 func (g *gateway) synced() bool {
 	g.t.Helper()
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "meridian_apigateway_admission_scope_synced" {
-			return mf.GetMetric()[0].GetGauge().GetValue() == 1
-		}
-	}
-	return false
+	return telemetrytest.Sum(g.t, g.reg, "meridian_apigateway_admission_scope_synced", nil) == 1
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, 20*time.Second, what, cond)
 }
 
 // TestAdmissionScope: the gateway calls Admit for writes in the admission

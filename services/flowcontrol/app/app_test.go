@@ -14,6 +14,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
@@ -91,7 +92,7 @@ func TestOverGRPC(t *testing.T) {
 	inQueue := func() float64 {
 		return telemetrytest.Sum(t, reg, "apiserver_flowcontrol_current_inqueue_requests", nil)
 	}
-	waitFor(t, func() bool { return inQueue() == 1 })
+	polltest.Until(t, 5*time.Second, "a queued request", func() bool { return inQueue() == 1 })
 
 	// The queue is full: the next request is rejected with RetryInfo.
 	_, err = acquire(ctx, c, "carol")
@@ -113,7 +114,7 @@ func TestOverGRPC(t *testing.T) {
 	if err := <-errc; status.Code(err) != codes.Canceled {
 		t.Fatalf("cancelled acquire: %v", err)
 	}
-	waitFor(t, func() bool { return inQueue() == 0 })
+	polltest.Until(t, 5*time.Second, "an empty queue", func() bool { return inQueue() == 0 })
 
 	if _, err := c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()}); err != nil {
 		t.Fatal(err)
@@ -214,16 +215,7 @@ func TestWatchExemptions(t *testing.T) {
 	}
 
 	// Close does not wait for the open stream; it ends UNAVAILABLE.
-	closed := make(chan error, 1)
-	go func() { closed <- a.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close waited for the exemptions stream")
-	}
+	served.CloseWithin(t, 10*time.Second)
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("stream after Close: %v, want Unavailable", err)
 	}
@@ -244,16 +236,5 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (&app.Config{}).Validate(); err != nil {
 		t.Fatalf("zero config: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

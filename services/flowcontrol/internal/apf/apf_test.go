@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
@@ -31,13 +32,7 @@ func user(name string) Digest {
 // waitFor polls cond for up to 5s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	polltest.Until(t, 5*time.Second, what, cond)
 }
 
 func stats(t *testing.T, c *Controller, level string) Stats {
