@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
-	"github.com/meridian-cp/meridian/lib/kube/negotiation"
-	"github.com/meridian-cp/meridian/lib/kube/protolist"
-	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"google.golang.org/protobuf/encoding/protowire"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/registry/registrytest"
 )
 
 // objects returns objects of every kind meridian serves, with and without
@@ -35,23 +37,11 @@ func objects(res *registry.Resource, n int) []runtime.Object {
 		if err != nil {
 			panic(err)
 		}
-		acc.SetName(fmt.Sprintf("obj-%03d", i))
-		if res.Namespaced {
-			acc.SetNamespace("ns-ü")
-		}
+		registrytest.SetMeta(acc, res, i, now)
 		acc.SetUID(types.UID(fmt.Sprintf("0b4d8d6c-3f3a-4c1e-9d8e-%012d", i)))
 		acc.SetCreationTimestamp(now)
-		if i%2 == 1 {
-			acc.SetLabels(map[string]string{"app": "démo", "tier": fmt.Sprint(i)})
-			acc.SetAnnotations(map[string]string{"note": "日本語 ✓", "empty": ""})
-		}
 		if i%3 == 1 {
-			acc.SetManagedFields([]metav1.ManagedFieldsEntry{{
-				Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: res.GVR.GroupVersion().String(),
-				Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)},
-			}})
 			acc.SetFinalizers([]string{"example.com/keep"})
-			acc.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "u-1"}})
 		}
 		switch o := obj.(type) {
 		case *corev1.ConfigMap:

@@ -8,11 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/kube/codec"
-	"github.com/meridian-cp/meridian/lib/kube/metaonly"
-	"github.com/meridian-cp/meridian/lib/kube/negotiation"
-	"github.com/meridian-cp/meridian/lib/kube/registry"
-	"github.com/meridian-cp/meridian/lib/kube/table"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -22,6 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/metaonly"
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/registry/registrytest"
+	"github.com/meridian-cp/meridian/lib/kube/table"
 )
 
 // objects returns objects of res, from bare to full metadata, with data
@@ -35,25 +37,11 @@ func objects(res *registry.Resource) []runtime.Object {
 		if err != nil {
 			panic(err)
 		}
-		acc.SetName(fmt.Sprintf("obj-%03d", i))
-		if res.Namespaced {
-			acc.SetNamespace("ns-ü")
-		}
+		registrytest.SetMeta(acc, res, i, now)
 		if i > 0 {
 			acc.SetResourceVersion(fmt.Sprint([]int64{1, 127, 128, 99999, 1 << 40}[i%5]))
 			acc.SetUID(types.UID(fmt.Sprintf("0b4d8d6c-3f3a-4c1e-9d8e-%012d", i)))
 			acc.SetCreationTimestamp(now)
-		}
-		if i%2 == 1 {
-			acc.SetLabels(map[string]string{"app": "démo", "tier": fmt.Sprint(i)})
-			acc.SetAnnotations(map[string]string{"note": "日本語 ✓", "empty": ""})
-		}
-		if i%3 == 1 {
-			acc.SetManagedFields([]metav1.ManagedFieldsEntry{{
-				Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: res.GVR.GroupVersion().String(),
-				Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)},
-			}})
-			acc.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "u-1"}})
 		}
 		data := strings.Repeat("x", size)
 		switch o := obj.(type) {
