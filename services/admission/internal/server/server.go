@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
@@ -29,9 +29,7 @@ type Server struct {
 	set      policy.Set
 	eval     policy.Evaluator
 	duration *prometheus.HistogramVec // operation, allowed
-
-	closing   chan struct{} // closed by Close
-	closeOnce sync.Once
+	scopes   *grpcserver.Changes      // the WatchScope streams
 }
 
 var _ admissionv1.AdmissionServiceServer = (*Server)(nil)
@@ -53,38 +51,22 @@ func New(set policy.Set, reg prometheus.Registerer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Server{set: set, eval: policy.Evaluator{Set: set}, duration: h, closing: make(chan struct{})}, nil
+	return &Server{set: set, eval: policy.Evaluator{Set: set}, duration: h, scopes: grpcserver.NewChanges("admission")}, nil
 }
 
 // Close ends every WatchScope stream with UNAVAILABLE (the gateways then
 // call Admit for everything until they reach a serving replica) and makes
 // new ones end at once. It is safe to call more than once.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
-}
+func (s *Server) Close() { s.scopes.Close() }
 
 // WatchScope sends the policy set's scope, then the new one each time the
-// set changes, until the call ends or the server closes.
+// set changes (a static set's never does), until the call ends or the
+// server closes.
 func (s *Server) WatchScope(_ *admissionv1.WatchScopeRequest, stream grpc.ServerStreamingServer[admissionv1.WatchScopeResponse]) error {
-	ctx := stream.Context()
-	for {
-		select {
-		case <-s.closing:
-			return status.Error(codes.Unavailable, "admission: shutting down")
-		default:
-		}
+	return grpcserver.SendChanges(s.scopes, stream, func() (*admissionv1.WatchScopeResponse, <-chan struct{}) {
 		sc, changed := s.set.Scope()
-		if err := stream.Send(&admissionv1.WatchScopeResponse{Scope: scopeProto(sc)}); err != nil {
-			return err
-		}
-		select {
-		case <-changed: // a nil channel never fires: the set is static
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.closing:
-			return status.Error(codes.Unavailable, "admission: shutting down")
-		}
-	}
+		return &admissionv1.WatchScopeResponse{Scope: scopeProto(sc)}, changed
+	})
 }
 
 // scopeProto is sc on the wire.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
 )
@@ -23,35 +23,26 @@ import (
 // its exemption streams; the gRPC server's GracefulStop waits for them.
 type Server struct {
 	flowcontrolv1.UnimplementedFlowControlServiceServer
-	ctrl *apf.Controller
-
-	closing   chan struct{} // closed by Close
-	closeOnce sync.Once
+	ctrl       *apf.Controller
+	exemptions *grpcserver.Changes // the WatchExemptions streams
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 
 // New returns a Server over ctrl; the caller owns ctrl.
 func New(ctrl *apf.Controller) *Server {
-	return &Server{ctrl: ctrl, closing: make(chan struct{})}
+	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol")}
 }
 
 // Close ends every WatchExemptions stream with UNAVAILABLE and makes new
 // ones end at once. It is safe to call more than once.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
-}
+func (s *Server) Close() { s.exemptions.Close() }
 
 // WatchExemptions sends the exemptions, then the new list each time the
-// configuration changes, until the call ends or the server closes.
+// configuration changes (a fixed configuration never does), until the
+// call ends or the server closes.
 func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
-	ctx := stream.Context()
-	for {
-		select {
-		case <-s.closing:
-			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
-		default:
-		}
+	return grpcserver.SendChanges(s.exemptions, stream, func() (*flowcontrolv1.WatchExemptionsResponse, <-chan struct{}) {
 		ex, changed := s.ctrl.Exemptions()
 		resp := &flowcontrolv1.WatchExemptionsResponse{}
 		for _, e := range ex {
@@ -61,17 +52,8 @@ func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream
 				Users: e.Users, Groups: e.Groups,
 			})
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-		select {
-		case <-changed: // a nil channel never fires: the configuration is fixed
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.closing:
-			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
-		}
-	}
+		return resp, changed
+	})
 }
 
 // Acquire classifies the request and blocks until it is granted seats.
