@@ -20,7 +20,10 @@ import (
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
 )
 
-func start(t *testing.T, cfg app.Config) (flowcontrolv1.FlowControlServiceClient, *grpc.ClientConn) {
+// start serves the service on loopback and returns a plaintext connection
+// to it and what Serve returns; at the end of the test it checks that
+// Close (twice) and Serve return nil.
+func start(t *testing.T, cfg app.Config) (*grpc.ClientConn, *daemontest.Served) {
 	t.Helper()
 	a, err := app.New(t.Context(), cfg)
 	if err != nil {
@@ -43,7 +46,7 @@ func start(t *testing.T, cfg app.Config) (flowcontrolv1.FlowControlServiceClient
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return flowcontrolv1.NewFlowControlServiceClient(conn), conn
+	return conn, served
 }
 
 func acquire(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, user string) (*flowcontrolv1.Grant, error) {
@@ -59,10 +62,11 @@ func acquire(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, user
 
 func TestOverGRPC(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c, conn := start(t, app.Config{
+	conn, _ := start(t, app.Config{
 		GlobalDefaultConcurrencyLimit: 1, Queues: 1, HandSize: 1, QueueLengthLimit: 1,
 		RetryAfter: 3 * time.Second, Registerer: reg,
 	})
+	c := flowcontrolv1.NewFlowControlServiceClient(conn)
 	ctx := t.Context()
 
 	hc := healthpb.NewHealthClient(conn)
@@ -152,7 +156,8 @@ func TestOverGRPC(t *testing.T) {
 }
 
 func TestReleaseGrants(t *testing.T) {
-	c, _ := start(t, app.Config{GlobalDefaultConcurrencyLimit: 2, Queues: 1, HandSize: 1, QueueLengthLimit: 1})
+	conn, _ := start(t, app.Config{GlobalDefaultConcurrencyLimit: 2, Queues: 1, HandSize: 1, QueueLengthLimit: 1})
+	c := flowcontrolv1.NewFlowControlServiceClient(conn)
 	ctx := t.Context()
 	a, err := acquire(ctx, c, "alice")
 	if err != nil {
@@ -181,16 +186,7 @@ func TestReleaseGrants(t *testing.T) {
 }
 
 func TestWatchExemptions(t *testing.T) {
-	a, err := app.New(t.Context(), app.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := daemontest.Serve(t, a)
-	conn, err := grpcclient.Dial(served.Addr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, served := start(t, app.Config{})
 	c := flowcontrolv1.NewFlowControlServiceClient(conn)
 	stream, err := c.WatchExemptions(t.Context(), &flowcontrolv1.WatchExemptionsRequest{})
 	if err != nil {
