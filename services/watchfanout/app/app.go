@@ -104,7 +104,7 @@ type Config struct {
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
 	var errs []error
-	eps := storeEndpoints(c.StoreAddress)
+	eps := storeclient.Endpoints(c.StoreAddress)
 	if len(eps) == 0 {
 		errs = append(errs, errors.New("StoreAddress is required"))
 	}
@@ -130,18 +130,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("watchfanout: invalid config: %w", err)
 	}
 	return nil
-}
-
-// storeEndpoints splits a comma-separated StoreAddress, dropping empty
-// entries.
-func storeEndpoints(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // App is the watchfanout service. New builds it and starts following the
@@ -204,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// the member believed to lead, retries reads on another member, and
 	// opens a new watch on another member when one cannot be opened; the
 	// cache resumes its watch from the revision it reached.
-	conn, err := storeclient.Dial(storeEndpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
+	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
 		DialOptions: []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
 		})},
