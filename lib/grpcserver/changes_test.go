@@ -69,14 +69,8 @@ func TestSendChanges(t *testing.T) {
 	defer conn.Close()
 	follow := func(ctx context.Context) grpc.ClientStream {
 		t.Helper()
-		st, err := conn.NewStream(ctx, &desc.Streams[0], "/test.Changes/Follow")
+		st, err := grpcservertest.OpenStream(ctx, conn, &desc.Streams[0], "/test.Changes/Follow", wrapperspb.String(""))
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SendMsg(wrapperspb.String("")); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
 		return st

@@ -64,24 +64,17 @@ func TestRecoveryAndMetrics(t *testing.T) {
 	})
 	ctx := t.Context()
 
-	out := new(wrapperspb.StringValue)
-	if err := conn.Invoke(ctx, "/test.Boom/Unary", wrapperspb.String("hello"), out); err != nil || out.Value != "hello" {
+	if out, err := grpcservertest.CallUnary(ctx, conn, boomDesc, "hello"); err != nil || out != "hello" {
 		t.Fatalf("ordinary call: %v %v", out, err)
 	}
-	err := conn.Invoke(ctx, "/test.Boom/Unary", wrapperspb.String("panic"), out)
+	_, err := grpcservertest.CallUnary(ctx, conn, boomDesc, "panic")
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("panicking call: err = %v, want Internal", err)
 	}
 	if strings.Contains(status.Convert(err).Message(), "boom") {
 		t.Fatalf("panic value leaked to the client: %v", err)
 	}
-	st, err := conn.NewStream(ctx, &boomDesc.Streams[0], "/test.Boom/Stream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = st.SendMsg(wrapperspb.String(""))
-	_ = st.CloseSend()
-	if err := st.RecvMsg(out); status.Code(err) != codes.Internal {
+	if _, err := grpcservertest.CallStream(ctx, conn, boomDesc, ""); status.Code(err) != codes.Internal {
 		t.Fatalf("panicking stream: err = %v, want Internal", err)
 	}
 	// The server is still up.
@@ -158,7 +151,7 @@ func TestHealthServing(t *testing.T) {
 
 func TestMaxRecvMsgSize(t *testing.T) {
 	conn := start(t, grpcserver.Options{MaxRecvMsgSize: 1024})
-	err := conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String(strings.Repeat("x", 2048)), new(wrapperspb.StringValue))
+	_, err := grpcservertest.CallUnary(t.Context(), conn, boomDesc, strings.Repeat("x", 2048))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized message: %v, want ResourceExhausted", err)
 	}
@@ -191,7 +184,8 @@ func TestAccess(t *testing.T) {
 		defer conn.Close()
 		// A panicking request shows that the refusal comes before the
 		// handler.
-		return conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String("panic"), new(wrapperspb.StringValue))
+		_, err = grpcservertest.CallUnary(t.Context(), conn, boomDesc, "panic")
+		return err
 	}
 	if err := call(gateway); status.Code(err) != codes.Internal {
 		t.Fatalf("gateway: %v, want the handler's Internal", err)
@@ -205,7 +199,7 @@ func TestAccess(t *testing.T) {
 
 	// Plaintext (tests only) has no certificates to check.
 	conn := start(t, grpcserver.Options{Access: identity.Policy{identity.Service("test.Boom"): {identity.GatewayOrganization}}})
-	if err := conn.Invoke(t.Context(), "/test.Boom/Unary", wrapperspb.String("x"), new(wrapperspb.StringValue)); err != nil {
+	if _, err := grpcservertest.CallUnary(t.Context(), conn, boomDesc, "x"); err != nil {
 		t.Fatalf("plaintext: %v", err)
 	}
 	if _, err := grpcserver.ServerOptions(grpcserver.Options{Access: identity.Policy{"test.Boom": {"o"}}}); err == nil {

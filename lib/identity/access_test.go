@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -42,18 +41,9 @@ func callBoth(t *testing.T, addr string, cert *tls.Certificate, e *env) (unary, 
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	unary = conn.Invoke(t.Context(), "/test.Who/Unary", wrapperspb.String(""), new(wrapperspb.StringValue))
-	st, err := conn.NewStream(t.Context(), &whoDesc.Streams[0], "/test.Who/Stream")
-	if err != nil {
-		return unary, err
-	}
-	if err := st.SendMsg(wrapperspb.String("")); err != nil {
-		return unary, err
-	}
-	if err := st.CloseSend(); err != nil {
-		return unary, err
-	}
-	return unary, st.RecvMsg(new(wrapperspb.StringValue))
+	_, unary = grpcservertest.CallUnary(t.Context(), conn, whoDesc, "")
+	_, stream = grpcservertest.CallStream(t.Context(), conn, whoDesc, "")
+	return unary, stream
 }
 
 func wantCode(t *testing.T, what string, err error, code codes.Code, msg ...string) {

@@ -99,28 +99,18 @@ func who(t *testing.T, addr string, creds credentials.TransportCredentials) stri
 		Name: "alice", Groups: []string{"system:masters"},
 		Extra: map[string][]string{"example.com/Team": {"platform"}},
 	})
-	out := new(wrapperspb.StringValue)
-	if err := conn.Invoke(ctx, "/test.Who/Unary", wrapperspb.String(""), out); err != nil {
+	unary, err := grpcservertest.CallUnary(ctx, conn, whoDesc, "")
+	if err != nil {
 		t.Fatalf("unary call: %v", err)
 	}
-	st, err := conn.NewStream(ctx, &whoDesc.Streams[0], "/test.Who/Stream")
+	stream, err := grpcservertest.CallStream(ctx, conn, whoDesc, "")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(wrapperspb.String("")); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	sout := new(wrapperspb.StringValue)
-	if err := st.RecvMsg(sout); err != nil {
 		t.Fatalf("stream call: %v", err)
 	}
-	if sout.Value != out.Value {
-		t.Fatalf("unary saw %q, stream saw %q", out.Value, sout.Value)
+	if stream != unary {
+		t.Fatalf("unary saw %q, stream saw %q", unary, stream)
 	}
-	return out.Value
+	return unary
 }
 
 func TestInterceptorTrust(t *testing.T) {
@@ -178,7 +168,7 @@ func TestInterceptorCarriesWholeUser(t *testing.T) {
 	}
 	defer conn.Close()
 	ctx := identity.AppendToOutgoing(t.Context(), want)
-	if err := conn.Invoke(ctx, "/test.Who/Unary", wrapperspb.String(""), new(wrapperspb.StringValue)); err != nil {
+	if _, err := grpcservertest.CallUnary(ctx, conn, whoDesc, ""); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -4,6 +4,8 @@ package grpcservertest
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"testing"
 
@@ -69,4 +71,44 @@ func Desc(name string, unary, stream Handler) *grpc.ServiceDesc {
 			},
 		}},
 	}
+}
+
+// CallUnary calls the Unary method of the service desc describes (made by
+// Desc) on conn with in and returns the answer's value or the call's
+// error.
+func CallUnary(ctx context.Context, conn grpc.ClientConnInterface, desc *grpc.ServiceDesc, in string) (string, error) {
+	out := new(wrapperspb.StringValue)
+	err := conn.Invoke(ctx, "/"+desc.ServiceName+"/Unary", wrapperspb.String(in), out)
+	return out.GetValue(), err
+}
+
+// CallStream calls the Stream method of the service desc describes (made
+// by Desc) on conn with in and returns the value of the one message it
+// answers, or the call's error.
+func CallStream(ctx context.Context, conn grpc.ClientConnInterface, desc *grpc.ServiceDesc, in string) (string, error) {
+	st, err := OpenStream(ctx, conn, &desc.Streams[0], "/"+desc.ServiceName+"/"+desc.Streams[0].StreamName, wrapperspb.String(in))
+	if err != nil {
+		return "", err
+	}
+	out := new(wrapperspb.StringValue)
+	err = st.RecvMsg(out)
+	return out.GetValue(), err
+}
+
+// OpenStream opens the server-streaming method sd (whose full name is
+// method) on conn, sends in and closes the sending side; the caller
+// receives the answers, and the call's status with the last RecvMsg (also
+// when the server ended the call before reading in).
+func OpenStream(ctx context.Context, conn grpc.ClientConnInterface, sd *grpc.StreamDesc, method string, in any) (grpc.ClientStream, error) {
+	st, err := conn.NewStream(ctx, sd, method)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.SendMsg(in); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := st.CloseSend(); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
