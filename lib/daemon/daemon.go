@@ -71,15 +71,7 @@ func (f *Flags) Validate() error {
 	if f.Listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
 	}
-	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file must be set together"))
-	}
-	if f.ClientCAFile != "" && f.TLSCertFile == "" {
-		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
-	}
-	if f.TLSCertFile != "" && f.ClientCAFile == "" {
-		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
-	}
+	errs = append(errs, CheckServingTLSFlags(f.TLSCertFile, f.TLSKeyFile, f.ClientCAFile)...)
 	if len(f.Callers()) == 0 {
 		errs = append(errs, errors.New("--caller-organizations names no organization"))
 	}
@@ -212,4 +204,22 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	return nil
+}
+
+// CheckServingTLSFlags checks the serving TLS flags of a service binary,
+// --tls-cert-file (cert), --tls-key-file (key) and --client-ca-file
+// (clientCA): all empty (plaintext), or all set, since callers are
+// authorized by their client certificates. It returns every problem.
+func CheckServingTLSFlags(cert, key, clientCA string) []error {
+	var errs []error
+	if (cert == "") != (key == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file must be set together"))
+	}
+	if clientCA != "" && cert == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	if cert != "" && clientCA == "" {
+		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
+	}
+	return errs
 }

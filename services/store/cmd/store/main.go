@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/client"
@@ -102,15 +103,7 @@ func parseFlags(args []string) (flags, error) {
 	if f.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir is required"))
 	}
-	if (f.tlsCert == "") != (f.tlsKey == "") {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
-	}
-	if f.clientCA != "" && f.tlsCert == "" {
-		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file"))
-	}
-	if f.tlsCert != "" && f.clientCA == "" {
-		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
-	}
+	errs = append(errs, daemon.CheckServingTLSFlags(f.tlsCert, f.tlsKey, f.clientCA)...)
 	if f.join != "" && f.peerListen == "" {
 		errs = append(errs, errors.New("--join needs --peer-listen"))
 	}
