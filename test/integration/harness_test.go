@@ -31,6 +31,25 @@ type env struct {
 	dataDir string
 }
 
+// eachWatchServer runs f in a subtest for each server of watches:
+// watchfanout, and the store with watchfanout disabled (as when it is
+// down). Each gets an environment of its own with the gRPC API on and
+// tune applied; i numbers them.
+func eachWatchServer(t *testing.T, f func(t *testing.T, i int, e *env), tune ...func(*allinone.Config)) {
+	for i, server := range []struct {
+		name    string
+		disable bool
+	}{{"watchfanout", false}, {"store", true}} {
+		t.Run(server.name, func(t *testing.T) {
+			e := newEnv(t, append([]func(*allinone.Config){func(c *allinone.Config) {
+				c.GRPCListen = "127.0.0.1:0"
+				c.DisableWatchfanout = server.disable
+			}}, tune...)...)
+			f(t, i, e)
+		})
+	}
+}
+
 // newEnv starts a control plane in a new data directory; tune adjusts its
 // configuration (setting DataDir restarts one on an earlier env's data).
 func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/internal/allinone"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 )
 
 // frame is one JSON watch event as it is on the wire.
@@ -143,79 +143,70 @@ func grpcWatch(ctx context.Context, api apiv1.ResourceServiceClient, req *apiv1.
 // when it is down): no other namespace's objects, Secrets' data included,
 // reach a namespaced watch.
 func TestNamespacedWatchReplaysItsNamespaceOnly(t *testing.T) {
-	for _, path := range []struct {
-		name    string
-		disable bool
-	}{{"watchfanout", false}, {"store", true}} {
-		t.Run(path.name, func(t *testing.T) {
-			e := newEnv(t, func(c *allinone.Config) {
-				c.GRPCListen = "127.0.0.1:0"
-				c.DisableWatchfanout = path.disable
+	eachWatchServer(t, func(t *testing.T, _ int, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		api := e.grpcAPI()
+		for _, resource := range []string{"configmaps", "secrets"} {
+			// a in default, then one elsewhere, then b in default: a
+			// watch of default from before a replays a and b, nothing
+			// between them.
+			create := func(ns, name string) string {
+				t.Helper()
+				var rv string
+				var err error
+				if resource == "configmaps" {
+					var cm *corev1.ConfigMap
+					cm, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": ns}}, metav1.CreateOptions{})
+					if err == nil {
+						rv = cm.ResourceVersion
+					}
+				} else {
+					var s *corev1.Secret
+					s, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"password": []byte(ns)}}, metav1.CreateOptions{})
+					if err == nil {
+						rv = s.ResourceVersion
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rv
+			}
+			a := create("default", "a")
+			create("elsewhere", "leak")
+			create("default", "b")
+			n, _ := strconv.ParseInt(a, 10, 64)
+			from := strconv.FormatInt(n-1, 10)
+			expect := func(t *testing.T, ch <-chan frame) {
+				t.Helper()
+				for _, name := range []string{"a", "b"} {
+					f := nextFrame(t, ch)
+					if ns, got, rv := f.meta(t); f.Type != "ADDED" || ns != "default" || got != name {
+						t.Fatalf("got %s %s/%s (rv %s), want ADDED default/%s", f.Type, ns, got, rv, name)
+					}
+				}
+			}
+			t.Run(resource+" over HTTP", func(t *testing.T) {
+				wctx, stop := context.WithCancel(ctx)
+				defer stop()
+				expect(t, e.httpWatch(wctx, t, fmt.Sprintf("/api/v1/namespaces/default/%s?watch=1&resourceVersion=%s", resource, from)))
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			api := e.grpcAPI()
-			for _, resource := range []string{"configmaps", "secrets"} {
-				// a in default, then one elsewhere, then b in default: a
-				// watch of default from before a replays a and b, nothing
-				// between them.
-				create := func(ns, name string) string {
-					t.Helper()
-					var rv string
-					var err error
-					if resource == "configmaps" {
-						var cm *corev1.ConfigMap
-						cm, err = e.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": ns}}, metav1.CreateOptions{})
-						if err == nil {
-							rv = cm.ResourceVersion
-						}
-					} else {
-						var s *corev1.Secret
-						s, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"password": []byte(ns)}}, metav1.CreateOptions{})
-						if err == nil {
-							rv = s.ResourceVersion
-						}
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					return rv
-				}
-				a := create("default", "a")
-				create("elsewhere", "leak")
-				create("default", "b")
-				n, _ := strconv.ParseInt(a, 10, 64)
-				from := strconv.FormatInt(n-1, 10)
-				expect := func(t *testing.T, ch <-chan frame) {
-					t.Helper()
-					for _, name := range []string{"a", "b"} {
-						f := nextFrame(t, ch)
-						if ns, got, rv := f.meta(t); f.Type != "ADDED" || ns != "default" || got != name {
-							t.Fatalf("got %s %s/%s (rv %s), want ADDED default/%s", f.Type, ns, got, rv, name)
-						}
-					}
-				}
-				t.Run(resource+" over HTTP", func(t *testing.T) {
-					wctx, stop := context.WithCancel(ctx)
-					defer stop()
-					expect(t, e.httpWatch(wctx, t, fmt.Sprintf("/api/v1/namespaces/default/%s?watch=1&resourceVersion=%s", resource, from)))
+			t.Run(resource+" over the gRPC API", func(t *testing.T) {
+				wctx, stop := context.WithCancel(ctx)
+				defer stop()
+				ch, err := grpcWatch(wctx, api, &apiv1.WatchRequest{
+					Ref:             &apiv1.ResourceRef{Version: "v1", Resource: resource, Namespace: "default"},
+					ResourceVersion: from,
 				})
-				t.Run(resource+" over the gRPC API", func(t *testing.T) {
-					wctx, stop := context.WithCancel(ctx)
-					defer stop()
-					ch, err := grpcWatch(wctx, api, &apiv1.WatchRequest{
-						Ref:             &apiv1.ResourceRef{Version: "v1", Resource: resource, Namespace: "default"},
-						ResourceVersion: from,
-					})
-					if err != nil {
-						t.Fatal(err)
-					}
-					expect(t, ch)
-				})
-			}
-		})
-	}
+				if err != nil {
+					t.Fatal(err)
+				}
+				expect(t, ch)
+			})
+		}
+	})
 }

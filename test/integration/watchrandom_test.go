@@ -14,16 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-cp/meridian/internal/allinone"
-	"github.com/meridian-cp/meridian/lib/kube/codec"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/meridian-cp/meridian/internal/allinone"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 )
 
 // watchSeedEnv overrides the seed of TestRandomWatchesMatchTheStore.
@@ -66,19 +67,9 @@ func TestRandomWatchesMatchTheStore(t *testing.T) {
 			t.Logf("seed %d: rerun with %s=%d", seed, watchSeedEnv, seed)
 		}
 	})
-	for i, path := range []struct {
-		name    string
-		disable bool
-	}{{"watchfanout", false}, {"store", true}} {
-		t.Run(path.name, func(t *testing.T) {
-			e := newEnv(t, func(c *allinone.Config) {
-				c.GRPCListen = "127.0.0.1:0"
-				c.DisableWatchfanout = path.disable
-				c.Watchfanout.BookmarkInterval = 500 * time.Millisecond
-			})
-			randomWatches(t, e, rand.New(rand.NewPCG(seed, uint64(i))))
-		})
-	}
+	eachWatchServer(t, func(t *testing.T, i int, e *env) {
+		randomWatches(t, e, rand.New(rand.NewPCG(seed, uint64(i))))
+	}, func(c *allinone.Config) { c.Watchfanout.BookmarkInterval = 500 * time.Millisecond })
 }
 
 // The random test's bounds: the writes, the watches, and how long a watch
