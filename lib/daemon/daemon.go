@@ -55,7 +55,7 @@ type Flags struct {
 // Register defines the flags on fs with the given default addresses.
 func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen string) {
 	fs.StringVar(&f.Listen, "listen", defaultListen, "gRPC listen address")
-	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM); empty serves plaintext, for development only")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM), read again within 5s when it or the key changes; empty serves plaintext, for development only")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
 	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against (the internal CA): every client must present one (mTLS); required with --tls-cert-file")
 	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
@@ -82,12 +82,13 @@ func (f *Flags) Validate() error {
 }
 
 // TLS loads the server TLS configuration the flags name; nil when
-// plaintext.
-func (f *Flags) TLS() (*tls.Config, error) {
+// plaintext. The certificate and key are read again when they change
+// (pki.KeyPairReloader), and log logs those reloads.
+func (f *Flags) TLS(log *slog.Logger) (*tls.Config, error) {
 	if f.TLSCertFile == "" {
 		return nil, nil
 	}
-	return pki.LoadServerTLS(f.TLSCertFile, f.TLSKeyFile, f.ClientCAFile)
+	return pki.LoadServerTLS(f.TLSCertFile, f.TLSKeyFile, f.ClientCAFile, log)
 }
 
 // Trust returns the trust rule the flags name; nil trusts nobody.
@@ -145,7 +146,7 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	logger = logger.With("service", name)
-	tlsConf, err := f.TLS()
+	tlsConf, err := f.TLS(logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

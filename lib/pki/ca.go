@@ -91,6 +91,25 @@ func LoadOrCreateCA(dir, commonName string) (*CA, error) {
 	return ca, nil
 }
 
+// LoadCA loads the CA in dir/ca.crt and dir/ca.key, which must both
+// exist (the error matches fs.ErrNotExist when either is missing) and
+// match.
+func LoadCA(dir string) (*CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("pki: read CA certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, fmt.Errorf("pki: read CA key: %w", err)
+	}
+	ca, err := parseCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("pki: load CA from %s: %w", dir, err)
+	}
+	return ca, nil
+}
+
 // NewCA creates a self-signed ECDSA P-256 CA in memory, valid for
 // CAValidity.
 func NewCA(commonName string) (*CA, error) {

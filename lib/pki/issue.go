@@ -158,8 +158,8 @@ func (ca *CA) Issue(spec CertSpec) (KeyPair, error) {
 // new pair and writes it there (the key with mode 0600), replacing what was
 // there. name must be a plain file name.
 func (ca *CA) LoadOrIssue(dir, name string, spec CertSpec) (KeyPair, error) {
-	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
-		return KeyPair{}, fmt.Errorf("%w: bad file name %q", ErrInvalidSpec, name)
+	if err := checkFileName(name); err != nil {
+		return KeyPair{}, err
 	}
 	if err := spec.validate(); err != nil {
 		return KeyPair{}, err
@@ -179,7 +179,18 @@ func (ca *CA) LoadOrIssue(dir, name string, spec CertSpec) (KeyPair, error) {
 			}
 		}
 	}
+	return ca.IssueFiles(dir, name, spec)
+}
 
+// IssueFiles issues a new pair for spec, whatever dir holds, and writes it
+// to dir/<name>.crt and dir/<name>.key (the key with mode 0600, dir
+// created with 0700 when missing), each by rename, so that a reader sees
+// the old file or the new one, never half of one. The key is written
+// first. name must be a plain file name.
+func (ca *CA) IssueFiles(dir, name string, spec CertSpec) (KeyPair, error) {
+	if err := checkFileName(name); err != nil {
+		return KeyPair{}, err
+	}
 	kp, err := ca.Issue(spec)
 	if err != nil {
 		return KeyPair{}, err
@@ -187,8 +198,10 @@ func (ca *CA) LoadOrIssue(dir, name string, spec CertSpec) (KeyPair, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return KeyPair{}, fmt.Errorf("pki: create %s: %w", dir, err)
 	}
+	certFile := filepath.Join(dir, name+".crt")
+	keyFile := filepath.Join(dir, name+".key")
 	// Key first: a crash between the two writes leaves a mismatched pair,
-	// which the next call detects and reissues.
+	// which LoadOrIssue detects and reissues.
 	if err := writeFile(keyFile, kp.KeyPEM, 0o600); err != nil {
 		return KeyPair{}, err
 	}
@@ -197,6 +210,13 @@ func (ca *CA) LoadOrIssue(dir, name string, spec CertSpec) (KeyPair, error) {
 	}
 	kp.CertFile, kp.KeyFile = certFile, keyFile
 	return kp, nil
+}
+
+func checkFileName(name string) error {
+	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("%w: bad file name %q", ErrInvalidSpec, name)
+	}
+	return nil
 }
 
 // reusable reports whether a stored pair satisfies spec (see LoadOrIssue).

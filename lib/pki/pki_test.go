@@ -216,21 +216,21 @@ func TestLoadTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	caFile := filepath.Join(dir, "ca.crt")
-	serverConf, err := LoadServerTLS(srv.CertFile, srv.KeyFile, caFile)
+	serverConf, err := LoadServerTLS(srv.CertFile, srv.KeyFile, caFile, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if serverConf.ClientAuth != tls.RequireAndVerifyClientCert || serverConf.MinVersion != tls.VersionTLS12 {
 		t.Fatalf("server config: auth %v min %x", serverConf.ClientAuth, serverConf.MinVersion)
 	}
-	if plain, err := LoadServerTLS(srv.CertFile, srv.KeyFile, ""); err != nil || plain.ClientAuth != tls.NoClientCert {
+	if plain, err := LoadServerTLS(srv.CertFile, srv.KeyFile, "", nil); err != nil || plain.ClientAuth != tls.NoClientCert {
 		t.Fatalf("no client CA: %v", err)
 	}
-	clientConf, err := LoadClientTLS(cli.CertFile, cli.KeyFile, caFile, "localhost")
+	clientConf, err := LoadClientTLS(cli.CertFile, cli.KeyFile, caFile, "localhost", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadClientTLS(cli.CertFile, "", caFile, "localhost"); err == nil {
+	if _, err := LoadClientTLS(cli.CertFile, "", caFile, "localhost", nil); err == nil {
 		t.Fatal("certificate without key accepted")
 	}
 

@@ -42,7 +42,7 @@ func storeProbes(key string) []accesstest.Call {
 // verifying the server against the CA in <dataDir>/pki/<caFile>.
 func dialWith(t *testing.T, dataDir, addr, cert, caFile string) *grpc.ClientConn {
 	t.Helper()
-	conf, err := pki.LoadClientTLS(filepath.Join(dataDir, "pki", cert+".crt"), filepath.Join(dataDir, "pki", cert+".key"), filepath.Join(dataDir, "pki", caFile), "")
+	conf, err := pki.LoadClientTLS(filepath.Join(dataDir, "pki", cert+".crt"), filepath.Join(dataDir, "pki", cert+".key"), filepath.Join(dataDir, "pki", caFile), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,11 +85,11 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 	// domain, takes the gateway's (the identity that reads and writes
 	// keys).
 	pdir := filepath.Join(dataDir, "pki")
-	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
 	if err != nil {
 		return err
 	}
-	storeTLS, err := pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "")
+	storeTLS, err := pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "", nil)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 // admin or token's user.
 func runGRPCCPU(dataDir, token, spec string, d time.Duration, levels string, rounds int) error {
 	pdir := filepath.Join(dataDir, "pki")
-	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
 	if err != nil {
 		return err
 	}

@@ -23,11 +23,11 @@ import (
 // and writes keys).
 func allInOneTLS(dataDir string) (api, store *tls.Config, err error) {
 	pdir := filepath.Join(dataDir, "pki")
-	api, err = pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1")
+	api, err = pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err = pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "")
+	store, err = pki.LoadClientTLS(filepath.Join(pdir, "apigateway-client.crt"), filepath.Join(pdir, "apigateway-client.key"), filepath.Join(pdir, "internal-ca.crt"), "", nil)
 	if err != nil {
 		return nil, nil, err
 	}

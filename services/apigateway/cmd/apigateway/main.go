@@ -25,7 +25,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		listen        = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS API")
 		grpcListen    = flag.String("grpc-listen", "127.0.0.1:6444", "address of the gRPC API (meridian.api.v1.ResourceService, gRPC health); empty: none")
-		certFile      = flag.String("tls-cert-file", "", "serving certificate of the HTTPS API (required)")
+		certFile      = flag.String("tls-cert-file", "", "serving certificate of the HTTPS and gRPC APIs, signed by the API CA, read again within 5s when it or the key changes (required)")
 		keyFile       = flag.String("tls-key-file", "", "key of the serving certificate (required)")
 		clientCAFile  = flag.String("client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O): the API client CA, never the internal CA")
 		tokenFile     = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		admissionAddr = flag.String("admission-address", "", "gRPC address of the admission service (empty: no admission)")
 		flowAddr      = flag.String("flowcontrol-address", "", "gRPC address of the flow-control service (empty: no flow control)")
 		watchAddrs    = flag.String("watchfanout-addresses", "", "comma-separated gRPC addresses of watchfanout replicas (empty: watches and cached reads from the store)")
-		svcCert       = flag.String("service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways)")
+		svcCert       = flag.String("service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways, internal CA), read again within 5s when it or the key changes")
 		svcKey        = flag.String("service-key-file", "", "key of the service client certificate")
 		svcCA         = flag.String("service-ca-file", "", "CA of the other services' serving certificates, the internal CA (empty: plaintext, tests only)")
 		logLevel      = flag.String("log-level", "info", "debug, info, warn or error")
@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	serving, err := pki.LoadServerTLS(*certFile, *keyFile, "")
+	serving, err := pki.LoadServerTLS(*certFile, *keyFile, "", logger)
 	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	if *svcCA != "" {
-		if cfg.ClientTLS, err = pki.LoadClientTLS(*svcCert, *svcKey, *svcCA, ""); err != nil {
+		if cfg.ClientTLS, err = pki.LoadClientTLS(*svcCert, *svcKey, *svcCA, "", logger); err != nil {
 			return fmt.Errorf("service client certificate: %w", err)
 		}
 	}

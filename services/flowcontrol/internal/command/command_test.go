@@ -49,7 +49,7 @@ func TestRunMTLS(t *testing.T) {
 		}, io.Discard)
 	}()
 
-	clientTLS, err := pki.LoadClientTLS(gw.CertFile, gw.KeyFile, filepath.Join(dir, "ca.crt"), "")
+	clientTLS, err := pki.LoadClientTLS(gw.CertFile, gw.KeyFile, filepath.Join(dir, "ca.crt"), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

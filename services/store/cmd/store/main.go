@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/client"
@@ -73,7 +74,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.commitTimeout, "commit-timeout", 0, "longest a follower goes without learning the commit index while no new entries flow and no nudge reaches it; 0 = 50ms")
 	fs.DurationVar(&f.electionTimt, "election-timeout", 0, "raft election timeout; 0 = 1s")
 	fs.StringVar(&f.peerCA, "peer-ca-file", "", "CA bundle (PEM) verifying other members' certificates when dialing them (raft, forwarding); default --client-ca-file")
-	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members; empty = plaintext")
+	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members, read again within 5s when it changes; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates (the internal CA): clients must present a certificate it verifies (mTLS), whose organization decides what they may call; required with --tls-cert-file")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9479", "Prometheus /metrics listen address; empty disables")
@@ -131,14 +132,14 @@ func run(f flags, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	tlsConfig, err := serverTLS(f)
+	tlsConfig, err := serverTLS(f, log)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	clientTLS, err := peerClientTLS(f)
+	clientTLS, err := peerClientTLS(f, log)
 	if err != nil {
 		return err
 	}
@@ -230,35 +231,20 @@ func run(f flags, log *slog.Logger) error {
 
 // serverTLS builds the gRPC server's TLS config from the flags; nil when
 // TLS is off. Clients must present a certificate the client CA verifies.
-func serverTLS(f flags) (*tls.Config, error) {
+// The certificate and key are read again when they change
+// (pki.KeyPairReloader), so a renewed certificate needs no restart.
+func serverTLS(f flags, log *slog.Logger) (*tls.Config, error) {
 	if f.tlsCert == "" {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-	if err != nil {
-		return nil, fmt.Errorf("load server certificate: %w", err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if f.clientCA != "" {
-		pem, err := os.ReadFile(f.clientCA)
-		if err != nil {
-			return nil, fmt.Errorf("read client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s holds no PEM certificate", f.clientCA)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
+	return pki.LoadServerTLS(f.tlsCert, f.tlsKey, f.clientCA, log)
 }
 
 // peerClientTLS builds the TLS config for dialing other members (raft
 // transport, forwarding): this member's certificate as its client
-// certificate, verified against --peer-ca-file (default --client-ca-file).
-// nil when TLS is off.
-func peerClientTLS(f flags) (*tls.Config, error) {
+// certificate, read again when it changes, verified against
+// --peer-ca-file (default --client-ca-file). nil when TLS is off.
+func peerClientTLS(f flags, log *slog.Logger) (*tls.Config, error) {
 	if f.tlsCert == "" {
 		return nil, nil
 	}
@@ -266,19 +252,7 @@ func peerClientTLS(f flags) (*tls.Config, error) {
 	if caFile == "" {
 		caFile = f.clientCA
 	}
-	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-	if err != nil {
-		return nil, fmt.Errorf("load certificate: %w", err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pool, err := loadPool(caFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RootCAs = pool
-	}
-	return cfg, nil
+	return pki.LoadClientTLS(f.tlsCert, f.tlsKey, caFile, "", log)
 }
 
 func loadPool(file string) (*x509.CertPool, error) {

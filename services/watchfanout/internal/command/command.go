@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,15 +26,16 @@ type storeFlags struct {
 }
 
 // tls loads the store client TLS configuration; nil (plaintext) when no
-// file is set.
-func (s *storeFlags) tls() (*tls.Config, error) {
+// file is set. The client certificate is read again when it changes, and
+// log logs those reloads.
+func (s *storeFlags) tls(log *slog.Logger) (*tls.Config, error) {
 	if s.caFile == "" && s.certFile == "" && s.keyFile == "" {
 		return nil, nil
 	}
 	if (s.certFile == "") != (s.keyFile == "") {
 		return nil, errors.New("--store-cert-file and --store-key-file must be set together")
 	}
-	c, err := pki.LoadClientTLS(s.certFile, s.keyFile, s.caFile, "")
+	c, err := pki.LoadClientTLS(s.certFile, s.keyFile, s.caFile, "", log)
 	if err != nil {
 		return nil, fmt.Errorf("store TLS: %w", err)
 	}
@@ -50,7 +52,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var store storeFlags
 	fs.StringVar(&store.address, "store-address", storeclient.DefaultAddress, "gRPC address of the store (host:port or a gRPC target URI), or several members' addresses separated by commas (the watch follows leader changes)")
 	fs.StringVar(&store.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
-	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store, with O=meridian:watchfanout (the store lets that identity read and watch)")
+	fs.StringVar(&store.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store, with O=meridian:watchfanout (the store lets that identity read and watch), read again within 5s when it or the key changes")
 	fs.StringVar(&store.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
 	// Tuning; zero keeps app.Config's documented default.
 	var tune app.Config
@@ -72,16 +74,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if *pprof && common.MetricsListen == "" {
 		return errors.New("watchfanout: --pprof needs --metrics-listen")
 	}
-	storeTLS, err := store.tls()
-	if err != nil {
-		return fmt.Errorf("watchfanout: %w", err)
-	}
 	limit, err := memoryLimit(*memLimit)
 	if err != nil {
 		return fmt.Errorf("watchfanout: %w", err)
 	}
 	cfg := tune
-	cfg.StoreAddress, cfg.StoreTLS = store.address, storeTLS
+	cfg.StoreAddress = store.address
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -93,6 +91,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return daemon.Run(ctx, "watchfanout", &common, stderr, func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
 		cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
+		storeTLS, err := store.tls(env.Logger)
+		if err != nil {
+			return nil, err
+		}
+		cfg.StoreTLS = storeTLS
 		if limit > 0 {
 			// Process-wide, so set by the binary, never by app (the
 			// all-in-one embeds it).
