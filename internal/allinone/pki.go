@@ -10,12 +10,15 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pkiplan"
 )
 
-// The PKI of an all-in-one control plane: two trust domains, each with its
-// own CA, so that no certificate of one is accepted by the other.
+// The PKI of an all-in-one control plane is lib/pkiplan's plan for one
+// host: two trust domains, each with its own CA, so that no certificate of
+// one is accepted by the other, and every certificate a deployment needs,
+// valid for loopback (the API's serving certificate also for the host it
+// listens on).
 //
 //   - The API CA signs the API's serving certificate and its users' client
 //     certificates (the admin kubeconfig's). The API trusts it, and only
@@ -26,7 +29,7 @@ import (
 //     the identities (certificate organizations) that call it. Its
 //     certificates cannot log in to the API.
 //
-// The data directory:
+// The data directory has pkiplan's layout:
 //
 //	ca/api/ca.crt, ca.key            the API CA
 //	ca/internal/ca.crt, ca.key       the internal CA
@@ -46,12 +49,6 @@ import (
 // earlier layout, with one CA at pki/ca.crt and pki/ca.key, has that CA
 // retired at start: its key is deleted, new CAs are created and every
 // certificate is issued again (see retireSingleCA).
-const (
-	caDirName      = "ca"
-	pkiDirName     = "pki"
-	apiCAFile      = "api-ca.crt"
-	internalCAFile = "internal-ca.crt"
-)
 
 // certs are the certificates of one all-in-one control plane, reused
 // across restarts (so the kubeconfig written earlier keeps working).
@@ -66,72 +63,58 @@ type certs struct {
 	// gateway is the gateway's client certificate towards the other
 	// services; O=meridian:gateways lets it call them and assert users.
 	gateway tls.Certificate
-	// services serve the internal gRPC APIs, one per service; the store's
-	// and watchfanout's are their client certificates too.
+	// services serve the internal gRPC APIs, one per service, by
+	// pkiplan.Kind ("store", ...); the store's and watchfanout's are
+	// their client certificates too.
 	services map[string]tls.Certificate
 }
 
-// serviceSpecs are the internal services' certificates: each serves on
-// loopback; the store (towards its peers) and watchfanout (towards the
-// store) also dial with theirs.
-var serviceSpecs = map[string]pki.CertSpec{
-	"store":       {CommonName: "meridian-store", Organizations: []string{identity.StorePeerOrganization}, Server: true, Client: true},
-	"watchfanout": {CommonName: "meridian-watchfanout", Organizations: []string{identity.WatchFanoutOrganization}, Server: true, Client: true},
-	"admission":   {CommonName: "meridian-admission", Server: true},
-	"flowcontrol": {CommonName: "meridian-flowcontrol", Server: true},
-}
-
 // loadCerts loads or creates the two CAs under dataDir/ca and the
-// certificates under dataDir/pki (see the layout above).
+// certificates under dataDir/pki (see the layout above) that
+// pkiplan.Deployment plans for loopback, the API's for apiHost too.
 func loadCerts(dataDir, apiHost string, log *slog.Logger) (*certs, error) {
-	caDir, dir := filepath.Join(dataDir, caDirName), filepath.Join(dataDir, pkiDirName)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dataDir, pkiplan.CertDir), 0o700); err != nil {
 		return nil, fmt.Errorf("pki dir: %w", err)
 	}
-	if err := retireSingleCA(dir, log); err != nil {
+	if err := retireSingleCA(filepath.Join(dataDir, pkiplan.CertDir), log); err != nil {
 		return nil, err
 	}
-	apiCA, err := pki.LoadOrCreateCA(filepath.Join(caDir, "api"), "meridian-api-ca")
+	cas, err := pkiplan.LoadOrCreateCAs(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	internalCA, err := pki.LoadOrCreateCA(filepath.Join(caDir, "internal"), "meridian-internal-ca")
-	if err != nil {
-		return nil, err
-	}
-	for name, ca := range map[string]*pki.CA{apiCAFile: apiCA, internalCAFile: internalCA} {
-		if err := ca.WriteCert(filepath.Join(dir, name)); err != nil {
-			return nil, err
-		}
-	}
-	c := &certs{apiCA: apiCA, internalCA: internalCA, services: map[string]tls.Certificate{}}
-	loopback := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-
-	apiIPs, apiDNS := append([]net.IP(nil), loopback...), []string{"localhost"}
+	apiHosts := pkiplan.Loopback()
 	if ip := net.ParseIP(apiHost); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
-		apiIPs = append(apiIPs, ip)
-	} else if ip == nil && apiHost != "" && apiHost != "localhost" {
-		apiDNS = append(apiDNS, apiHost)
+		apiHosts = apiHosts.Add(pkiplan.Hosts{IPs: []net.IP{ip}})
+	} else if ip == nil && apiHost != "" {
+		apiHosts = apiHosts.Add(pkiplan.Hosts{DNSNames: []string{apiHost}})
 	}
-	if c.apiserver, err = issue(apiCA, dir, "apiserver", pki.CertSpec{CommonName: "meridian-apiserver", DNSNames: apiDNS, IPAddresses: apiIPs, Server: true}); err != nil {
+	plan, err := pkiplan.Deployment(pkiplan.Loopback(), apiHosts)
+	if err != nil {
 		return nil, err
 	}
-	if c.admin, err = apiCA.LoadOrIssue(dir, "admin", pki.CertSpec{CommonName: "admin", Organizations: []string{"system:masters"}, Client: true}); err != nil {
-		return nil, err
-	}
-	if c.gateway, err = issue(internalCA, dir, "apigateway-client", pki.CertSpec{CommonName: "meridian-apigateway", Organizations: []string{identity.GatewayOrganization}, Client: true}); err != nil {
-		return nil, err
-	}
-	if _, err := issue(internalCA, dir, "operator", pki.CertSpec{CommonName: "meridian-operator", Organizations: []string{identity.OperatorOrganization}, Client: true}); err != nil {
-		return nil, err
-	}
-	for name, spec := range serviceSpecs {
-		spec.DNSNames, spec.IPAddresses = []string{"localhost"}, loopback
-		cert, err := issue(internalCA, dir, name, spec)
+	c := &certs{apiCA: cas.API, internalCA: cas.Internal, services: map[string]tls.Certificate{}}
+	for _, p := range plan {
+		kp, err := cas.Issue(dataDir, p)
 		if err != nil {
 			return nil, err
 		}
-		c.services[name] = cert
+		cert, err := kp.TLSCertificate()
+		if err != nil {
+			return nil, fmt.Errorf("certificate %s: %w", kp.CertFile, err)
+		}
+		switch p.Kind {
+		case pkiplan.APIServer:
+			c.apiserver = cert
+		case pkiplan.GatewayClient:
+			c.gateway = cert
+		case pkiplan.User:
+			c.admin = kp
+		case pkiplan.Operator:
+			// For the store CLI and tests; no service presents it.
+		default:
+			c.services[string(p.Kind)] = cert
+		}
 	}
 	return c, nil
 }
@@ -157,12 +140,4 @@ func retireSingleCA(dir string, log *slog.Logger) error {
 			"ca", filepath.Join(dir, "ca.crt"))
 	}
 	return nil
-}
-
-func issue(ca *pki.CA, dir, name string, spec pki.CertSpec) (tls.Certificate, error) {
-	kp, err := ca.LoadOrIssue(dir, name, spec)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("certificate %s: %w", filepath.Join(dir, name), err)
-	}
-	return kp.TLSCertificate()
 }

@@ -77,6 +77,13 @@ func (p Policy) compile() access {
 
 // authorize returns nil when the caller of ctx's call may call method.
 func (a access) authorize(ctx context.Context, method string) error {
+	cert, _ := VerifiedPeer(ctx)
+	return a.authorizeCert(cert, method)
+}
+
+// authorizeCert returns nil when a caller whose verified certificate is
+// cert (nil: none) may call method.
+func (a access) authorizeCert(cert *x509.Certificate, method string) error {
 	if strings.HasPrefix(method, healthPrefix) {
 		return nil
 	}
@@ -89,8 +96,7 @@ func (a access) authorize(ctx context.Context, method string) error {
 	if !ok {
 		return status.Errorf(codes.PermissionDenied, "%s is open to no caller", method)
 	}
-	cert, verified := VerifiedPeer(ctx)
-	if !verified {
+	if cert == nil {
 		return status.Errorf(codes.Unauthenticated, "%s needs a verified client certificate with organization %s",
 			method, strings.Join(orgs, " or "))
 	}
@@ -101,6 +107,16 @@ func (a access) authorize(ctx context.Context, method string) error {
 	}
 	return status.Errorf(codes.PermissionDenied, "%s needs a client certificate with organization %s; the caller's (CN=%q) has %s",
 		method, strings.Join(orgs, " or "), cert.Subject.CommonName, describeOrgs(cert))
+}
+
+// Authorize returns nil when a caller whose verified client certificate
+// is cert (nil: none) may call the full method name method, and otherwise
+// the error the interceptors answer that call with. It does not verify
+// cert: the TLS handshake does that before the interceptors run. For
+// tools and tests that ask what a certificate may call; servers use the
+// interceptors.
+func (p Policy) Authorize(cert *x509.Certificate, method string) error {
+	return p.compile().authorizeCert(cert, method)
 }
 
 func describeOrgs(cert *x509.Certificate) string {

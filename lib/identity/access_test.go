@@ -168,3 +168,18 @@ func TestRequireOrganization(t *testing.T) {
 		t.Fatalf("client accepted a server without the organization it requires: %v", c)
 	}
 }
+
+// TestPolicyAuthorize: Authorize answers as the interceptors do.
+func TestPolicyAuthorize(t *testing.T) {
+	e := newEnv(t)
+	p := identity.Policy{"/test.Who/Unary": {identity.GatewayOrganization}}
+	if err := p.Authorize(e.gatewayCert.Leaf, "/test.Who/Unary"); err != nil {
+		t.Fatalf("gateway: %v", err)
+	}
+	wantCode(t, "other organization", p.Authorize(e.other.Leaf, "/test.Who/Unary"), codes.PermissionDenied, `CN="intruder"`)
+	wantCode(t, "unlisted method", p.Authorize(e.gatewayCert.Leaf, "/test.Who/Stream"), codes.PermissionDenied, "open to no caller")
+	wantCode(t, "no certificate", p.Authorize(nil, "/test.Who/Unary"), codes.Unauthenticated)
+	if err := p.Authorize(nil, "/grpc.health.v1.Health/Check"); err != nil {
+		t.Fatalf("health without a certificate: %v", err)
+	}
+}
