@@ -2,21 +2,39 @@
 // admission, flow control, watchfanout and the API gateway, with data in
 // one directory. It writes an admin kubeconfig and prints how to use
 // kubectl with it.
+//
+// `meridian pki ...` instead creates the CAs and certificates of a
+// deployment of the services as separate processes (see internal/pkicmd).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/meridian-cp/meridian/internal/allinone"
+	"github.com/meridian-cp/meridian/internal/pkicmd"
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
-func main() { daemon.Main("meridian", run) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pki" {
+		if err := pkicmd.Run(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			if !errors.Is(err, pkicmd.ErrUsage) {
+				fmt.Fprintln(os.Stderr, "meridian pki:", err)
+			}
+			os.Exit(1)
+		}
+		return
+	}
+	daemon.Main("meridian", run)
+}
 
 // run serves the control plane until ctx is done or one of its services
 // stops. Flag errors and -h exit the process, as the flag package does.
@@ -30,6 +48,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 	)
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
+			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n\nflags:\n")
+		flag.PrintDefaults()
+	}
 	_ = flag.CommandLine.Parse(args) // flag.ExitOnError: never returns an error
 	logger, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {

@@ -90,21 +90,23 @@ func LoadCAs(root string) (CAs, error) {
 
 func loadCAs(root string, load func(Authority) (*pki.CA, error)) (CAs, error) {
 	var cas CAs
-	if err := os.MkdirAll(filepath.Join(root, CertDir), 0o700); err != nil {
-		return CAs{}, fmt.Errorf("pkiplan: %w", err)
-	}
 	for _, a := range Authorities {
 		ca, err := load(a)
 		if err != nil {
 			return CAs{}, fmt.Errorf("pkiplan: the %s CA: %w", a, err)
 		}
-		if err := ca.WriteCert(a.CertFile(root)); err != nil {
-			return CAs{}, fmt.Errorf("pkiplan: %w", err)
-		}
 		if a == APIAuthority {
 			cas.API = ca
 		} else {
 			cas.Internal = ca
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, CertDir), 0o700); err != nil {
+		return CAs{}, fmt.Errorf("pkiplan: %w", err)
+	}
+	for _, a := range Authorities {
+		if err := cas.Of(a).WriteCert(a.CertFile(root)); err != nil {
+			return CAs{}, fmt.Errorf("pkiplan: %w", err)
 		}
 	}
 	return cas, nil
