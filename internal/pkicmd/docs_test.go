@@ -42,7 +42,7 @@ func TestDocsListEveryCertificate(t *testing.T) {
 			}
 		}
 	}
-	for _, a := range pkiplan.Authorities {
+	for _, a := range pkiplan.Authorities() {
 		for _, w := range []string{a.CommonName(), filepath.Base(a.CertFile("")), filepath.Join("ca", string(a)) + "/ca.crt"} {
 			if !strings.Contains(doc, w) {
 				t.Errorf("docs/certificates.md does not say %q (the %s CA)", w, a)

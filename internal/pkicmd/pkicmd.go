@@ -104,7 +104,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 // createCAs loads or creates the CAs and reports each.
 func createCAs(dir string, out io.Writer) (pkiplan.CAs, error) {
 	existed := map[pkiplan.Authority]bool{}
-	for _, a := range pkiplan.Authorities {
+	for _, a := range pkiplan.Authorities() {
 		_, err := os.Stat(filepath.Join(a.Dir(dir), "ca.crt"))
 		existed[a] = err == nil
 	}
@@ -112,7 +112,7 @@ func createCAs(dir string, out io.Writer) (pkiplan.CAs, error) {
 	if err != nil {
 		return pkiplan.CAs{}, err
 	}
-	for _, a := range pkiplan.Authorities {
+	for _, a := range pkiplan.Authorities() {
 		verb := "created"
 		if existed[a] {
 			verb = "kept"
@@ -141,7 +141,7 @@ func loadCAs(dir string) (pkiplan.CAs, error) {
 func runIssue(args []string, stdout, stderr io.Writer) error {
 	fs, dir := newFlags("issue", "Issues one certificate with the CA of --dir that signs its kind, into --dir/pki/<name>.crt and .key.\n"+
 		"A pair already there that matches (subject, usages, hosts, signer, not near expiry) is kept unless --renew.", stderr)
-	service := fs.String("service", "", "kind of certificate: "+kindList()+" (required)")
+	service := fs.String("service", "", "kind of certificate: "+pkiplan.KindNames()+" (required)")
 	name := fs.String("name", "", "file name and CN suffix (CN=meridian-<name>), e.g. store-0; default the kind")
 	hosts := fs.String("hosts", "", "comma-separated DNS names and IP addresses the service is dialed at (its SANs); required for serving certificates, none for apigateway-client and operator")
 	renew := fs.Bool("renew", false, "issue a new pair even when the one there matches (rotation: running services pick it up within 5s)")
@@ -149,7 +149,7 @@ func runIssue(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *service == "" {
-		return errors.New("issue: --service is required (one of " + kindList() + ")")
+		return errors.New("issue: --service is required (one of " + pkiplan.KindNames() + ")")
 	}
 	h, err := pkiplan.ParseHosts(*hosts)
 	if err != nil {
@@ -279,12 +279,4 @@ func caName(a pkiplan.Authority) string {
 		return "API CA"
 	}
 	return "internal CA"
-}
-
-func kindList() string {
-	s := make([]string, len(pkiplan.Kinds))
-	for i, k := range pkiplan.Kinds {
-		s[i] = string(k)
-	}
-	return strings.Join(s, ", ")
 }

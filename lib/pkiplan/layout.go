@@ -90,7 +90,7 @@ func LoadCAs(root string) (CAs, error) {
 
 func loadCAs(root string, load func(Authority) (*pki.CA, error)) (CAs, error) {
 	var cas CAs
-	for _, a := range Authorities {
+	for _, a := range Authorities() {
 		ca, err := load(a)
 		if err != nil {
 			return CAs{}, fmt.Errorf("pkiplan: the %s CA: %w", a, err)
@@ -104,7 +104,7 @@ func loadCAs(root string, load func(Authority) (*pki.CA, error)) (CAs, error) {
 	if err := os.MkdirAll(filepath.Join(root, CertDir), 0o700); err != nil {
 		return CAs{}, fmt.Errorf("pkiplan: %w", err)
 	}
-	for _, a := range Authorities {
+	for _, a := range Authorities() {
 		if err := cas.Of(a).WriteCert(a.CertFile(root)); err != nil {
 			return CAs{}, fmt.Errorf("pkiplan: %w", err)
 		}

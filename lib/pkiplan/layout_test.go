@@ -23,7 +23,7 @@ func TestLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range pkiplan.Authorities {
+	for _, a := range pkiplan.Authorities() {
 		if fi, err := os.Stat(filepath.Join(a.Dir(root), "ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s CA key: %v %v", a, fi, err)
 		}

@@ -46,8 +46,8 @@ const (
 	InternalAuthority Authority = "internal"
 )
 
-// Authorities are both authorities, API first.
-var Authorities = []Authority{APIAuthority, InternalAuthority}
+// Authorities returns both authorities, API first.
+func Authorities() []Authority { return []Authority{APIAuthority, InternalAuthority} }
 
 // CommonName is the authority's certificate's subject CN.
 func (a Authority) CommonName() string { return "meridian-" + string(a) + "-ca" }
@@ -82,9 +82,11 @@ const (
 	User Kind = "user"
 )
 
-// Kinds are the kinds `meridian pki issue --service` accepts, in the order
-// a deployment starts them.
-var Kinds = []Kind{Store, WatchFanout, Admission, FlowControl, APIServer, GatewayClient, Operator}
+// Kinds returns the kinds ServiceCert (and `meridian pki issue
+// --service`) accepts, in the order a deployment starts them.
+func Kinds() []Kind {
+	return []Kind{Store, WatchFanout, Admission, FlowControl, APIServer, GatewayClient, Operator}
+}
 
 // File names a file of a deployment's directory a flag takes.
 type File int
@@ -216,7 +218,7 @@ type Cert struct {
 func ServiceCert(kind Kind, name string, hosts Hosts) (Cert, error) {
 	info, ok := kinds[kind]
 	if !ok || kind == User {
-		return Cert{}, fmt.Errorf("%w: unknown kind %q (one of %s)", ErrInvalid, kind, kindList())
+		return Cert{}, fmt.Errorf("%w: unknown kind %q (one of %s)", ErrInvalid, kind, KindNames())
 	}
 	if name == "" {
 		name = string(kind)
@@ -277,7 +279,7 @@ func Deployment(hosts, apiHosts Hosts) ([]Cert, error) {
 		out  []Cert
 		errs []error
 	)
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		h := Hosts{}
 		switch {
 		case k == APIServer:
@@ -315,7 +317,7 @@ func CAUses(a Authority) []Use {
 		want = APICAFile
 	}
 	var out []Use
-	for _, k := range append(slices.Clone(Kinds), User) {
+	for _, k := range append(Kinds(), User) {
 		for _, u := range kinds[k].uses {
 			for _, f := range u.Flags {
 				if f.File == want {
@@ -327,9 +329,11 @@ func CAUses(a Authority) []Use {
 	return out
 }
 
-func kindList() string {
-	s := make([]string, len(Kinds))
-	for i, k := range Kinds {
+// KindNames lists Kinds, comma-separated, for messages.
+func KindNames() string {
+	ks := Kinds()
+	s := make([]string, len(ks))
+	for i, k := range ks {
 		s[i] = string(k)
 	}
 	return strings.Join(s, ", ")
