@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/services/apigateway/app"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
 // TestServingCertificateRotation serves the HTTPS API with the serving
@@ -21,13 +23,7 @@ import (
 // certificate from the running gateway.
 func TestServingCertificateRotation(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
-	st, err := storeapp.New(t.Context(), storeapp.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	storeLis := listen(t)
-	go st.Serve(storeLis)
-	t.Cleanup(func() { st.Close() })
+	store := storetest.Start(t, storeapp.Config{ID: "store-0"})
 
 	dir := t.TempDir()
 	ca, err := pki.NewCA("api")
@@ -53,15 +49,13 @@ func TestServingCertificateRotation(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	gw, err := app.New(t.Context(), app.Config{
-		StoreAddress: storeLis.Addr().String(), ServingTLS: serving, ClientCAs: ca.Pool(),
+		StoreAddress: store.Addr, ServingTLS: serving, ClientCAs: ca.Pool(),
 		Registerer: reg, Gatherer: reg, Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis := listen(t)
-	go gw.Serve(lis)
-	t.Cleanup(func() { gw.Close() })
+	addr := daemontest.Serve(t, gw).Addr
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: pki.ClientTLS(nil, ca.Pool(), "localhost"), DisableKeepAlives: true,
@@ -70,7 +64,7 @@ func TestServingCertificateRotation(t *testing.T) {
 	// connection gets.
 	served := func() string {
 		t.Helper()
-		resp, err := client.Get("https://" + lis.Addr().String() + "/livez")
+		resp, err := client.Get("https://" + addr + "/livez")
 		if err != nil {
 			t.Fatal(err)
 		}
