@@ -55,8 +55,12 @@ type Config struct {
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowcontrolclient.Client
-	// Livez and Readyz are the health checks beyond "ping".
-	Livez, Readyz []healthz.Check
+	// Livez, Readyz and Healthz are the checks of /livez, /readyz and
+	// /healthz beyond "ping". kube-apiserver's meanings: /livez fails only
+	// when the process must be restarted, /readyz when it should get no
+	// traffic (a required dependency is unreachable, it is shutting
+	// down), /healthz (deprecated) is /readyz without the shutdown check.
+	Livez, Readyz, Healthz []healthz.Check
 	// Metrics serves /metrics to authenticated callers; nil: 404.
 	Metrics http.Handler
 	// Registerer receives the request metrics; nil: none.
@@ -96,13 +100,17 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = resources.MaxRequestBytes
 	}
+	hm, err := healthz.NewMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	h := &Handler{
 		cfg:       cfg,
 		discovery: discovery.New(cfg.Registry),
 		health: map[string]*healthz.Handler{
-			"/livez":   healthz.New("/livez", cfg.Livez...),
-			"/readyz":  healthz.New("/readyz", cfg.Readyz...),
-			"/healthz": healthz.New("/healthz", cfg.Readyz...),
+			"/livez":   healthz.New("/livez", hm, cfg.Livez...),
+			"/readyz":  healthz.New("/readyz", hm, cfg.Readyz...),
+			"/healthz": healthz.New("/healthz", hm, cfg.Healthz...),
 		},
 	}
 	oa, err := openapi.New(cfg.Registry, discovery.Version.GitVersion)

@@ -171,6 +171,20 @@ func TestHealth(t *testing.T) {
 	if resp, _ := do(t, failing, "GET", "/livez", "", nil); resp.StatusCode != 200 {
 		t.Errorf("/livez must not depend on the store: %d", resp.StatusCode)
 	}
+
+	// /healthz runs its own checks: here, shutdown fails /readyz alone.
+	shutting := newTestHandler(t, &recordingService{}, nil, func(c *Config) {
+		c.Healthz = c.Readyz
+		c.Readyz = append(c.Readyz, healthz.Check{Name: "shutdown", Run: func(context.Context) error { return errors.New("shutting down") }})
+	})
+	resp, body = do(t, shutting, "GET", "/readyz?verbose", "", nil)
+	if resp.StatusCode != 500 || body != "[+]ping ok\n[+]store ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n" {
+		t.Errorf("/readyz?verbose while shutting down: %d %q", resp.StatusCode, body)
+	}
+	resp, body = do(t, shutting, "GET", "/healthz?verbose", "", nil)
+	if resp.StatusCode != 200 || body != "[+]ping ok\n[+]store ok\nhealthz check passed\n" {
+		t.Errorf("/healthz?verbose while shutting down: %d %q", resp.StatusCode, body)
+	}
 }
 
 func TestDiscovery(t *testing.T) {
