@@ -13,8 +13,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,6 +88,11 @@ type Config struct {
 	// Registry is the set of served resources; nil means every standard
 	// kind (registry.Standard). watchfanout must serve the same set.
 	Registry *registry.Registry
+	// ShutdownDelay is how long the gateway keeps serving once shutdown
+	// has begun, with /readyz failing ("shutdown"), so that load balancers
+	// stop sending it requests before its listeners close
+	// (kube-apiserver's --shutdown-delay-duration); 0: they close at once.
+	ShutdownDelay time.Duration
 }
 
 // Validate reports every problem with the configuration.
@@ -102,19 +109,28 @@ func (c *Config) Validate() error {
 	if c.ClientCAs == nil && c.TokenAuthFile == "" {
 		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
 	}
+	if c.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("apigateway: ShutdownDelay %v is negative", c.ShutdownDelay))
+	}
 	return errors.Join(errs...)
 }
 
 // App is a running gateway.
 type App struct {
-	cfg      Config
-	log      *slog.Logger
-	conns    []*grpc.ClientConn
-	closers  []func() error
-	grpc     *grpc.Server
-	http     *http.Server
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	cfg     Config
+	log     *slog.Logger
+	conns   []*grpc.ClientConn
+	closers []func() error
+	grpc    *grpc.Server
+	http    *http.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	// serving is set once Serve or ServeGRPC was called: only then does
+	// shutdown wait for ShutdownDelay.
+	serving atomic.Bool
+	// stopping is set when shutdown begins; the "shutdown" readiness
+	// check fails from then on.
+	stopping atomic.Bool
 	once     sync.Once
 	closeErr error
 }
@@ -164,8 +180,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: %w", err)
 	}
-	readyz := append([]healthz.Check{storeCheck(storeConn)}, svc.readyz...)
-	handler, err := a.newHandler(bg, reg, authenticator, resourceServer, svc.flowControl, readyz)
+	health, err := a.newHealthChecks(bg, storeConn, svc.dependencies)
+	if err != nil {
+		return nil, err
+	}
+	handler, err := a.newHandler(bg, reg, authenticator, resourceServer, svc.flowControl, health)
 	if err != nil {
 		return nil, err
 	}
@@ -243,12 +262,14 @@ func prepareRegistry(cfg Config) (*registry.Registry, error) {
 }
 
 // services are the gateway's clients of the optional services, each nil
-// when its address is empty, and their readiness checks.
+// when its address is empty, and the health checks of those configured.
 type services struct {
 	admission   admissionv1.AdmissionServiceClient
 	flowControl *flowcontrolclient.Client
 	watchfanout *watchfanoutclient.Pool
-	readyz      []healthz.Check
+	// dependencies are optional checks (Check.Degraded set): the gateway
+	// serves without each of these services, as their Degraded says.
+	dependencies []healthz.Check
 }
 
 // connectServices connects to admission, flow control and watchfanout's
@@ -266,7 +287,12 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			return svc, fmt.Errorf("apigateway: admission: %w", err)
 		}
 		svc.admission = ac
-		svc.readyz = append(svc.readyz, grpcHealthCheck("admission", conn))
+		// Admission fails closed, and the writes it must admit fail
+		// while it is unreachable; the gateway serves everything else, and
+		// every replica shares the service, so taking replicas out of
+		// rotation would not help: as kube-apiserver's readiness does not
+		// follow its admission webhooks, the check is optional.
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("admission", conn, "writes that need admission fail"))
 		a.background(bg, ac.Run)
 	}
 	if addr := a.cfg.FlowControlAddress; addr != "" {
@@ -275,7 +301,8 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			return svc, err
 		}
 		svc.flowControl = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), a.cfg.GatewayID, a.cfg.Logger)
-		svc.readyz = append(svc.readyz, grpcHealthCheck("flowcontrol", conn))
+		// Flow control fails open (flowcontrolclient.Acquire).
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are served without flow control"))
 		a.background(bg, svc.flowControl.Run)
 	}
 	if len(a.cfg.WatchFanoutAddresses) > 0 {
@@ -288,13 +315,58 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			conns = append(conns, conn)
 		}
 		svc.watchfanout = watchfanoutclient.New(conns)
-		svc.readyz = append(svc.readyz, watchfanoutCheck(conns))
+		svc.dependencies = append(svc.dependencies, watchfanoutCheck(conns))
 	}
 	return svc, nil
 }
 
+// newHealthChecks returns the checks of the health endpoints, with
+// kube-apiserver's meanings. /livez has only "ping": it fails only when the
+// process must be restarted, and a restart mends no dependency. /readyz
+// fails only when the gateway cannot serve: the store does not answer
+// ("store"), or shutdown has begun ("shutdown"). The other services'
+// checks (dependencies) are optional: a failure shows as degraded. They
+// run in the background (healthz.Monitor) until bg ends, so that a
+// service that does not answer does not hold /readyz up. /healthz is
+// /readyz without "shutdown".
+func (a *App) newHealthChecks(bg context.Context, store grpc.ClientConnInterface, dependencies []healthz.Check) (healthChecks, error) {
+	monitor, err := healthz.NewMonitor(healthz.MonitorConfig{
+		Checks: dependencies, Registerer: a.cfg.Registerer, Logger: a.cfg.Logger,
+	})
+	if err != nil {
+		return healthChecks{}, fmt.Errorf("apigateway: %w", err)
+	}
+	a.background(bg, monitor.Run)
+	healthzChecks := append([]healthz.Check{storeCheck(store)}, monitor.Checks()...)
+	return healthChecks{
+		healthz: healthzChecks,
+		readyz:  append(slices.Clip(healthzChecks), a.shutdownCheck()),
+	}, nil
+}
+
+// healthChecks are the checks of /readyz and /healthz beyond "ping".
+type healthChecks struct {
+	readyz, healthz []healthz.Check
+}
+
+// errShuttingDown fails the "shutdown" readiness check.
+var errShuttingDown = errors.New("apigateway: shutting down")
+
+// shutdownCheck is kube-apiserver's "shutdown" readiness check: it fails
+// from the moment shutdown begins, while the gateway still serves (for
+// ShutdownDelay, then what is in flight), so that load balancers stop
+// sending it requests.
+func (a *App) shutdownCheck() healthz.Check {
+	return healthz.Check{Name: "shutdown", Run: func(context.Context) error {
+		if a.stopping.Load() {
+			return errShuttingDown
+		}
+		return nil
+	}}
+}
+
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, rs *resources.Server, fc *flowcontrolclient.Client, readyz []healthz.Check) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
@@ -304,7 +376,8 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		Authenticator:  authenticator,
 		LocalResources: rs,
 		FlowControl:    fc,
-		Readyz:         readyz,
+		Readyz:         health.readyz,
+		Healthz:        health.healthz,
 		Metrics:        metrics,
 		Registerer:     a.cfg.Registerer,
 		Logger:         a.cfg.Logger,
@@ -372,6 +445,7 @@ func (a *App) dial(addr string) (*grpc.ClientConn, error) {
 // Serve serves the HTTPS API on lis until Close. It returns nil after
 // Close.
 func (a *App) Serve(lis net.Listener) error {
+	a.serving.Store(true)
 	err := a.http.ServeTLS(coalesce.NewListener(lis), "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -383,6 +457,7 @@ func (a *App) Serve(lis net.Listener) error {
 // health) on lis until Close, with the same TLS, authentication and flow
 // control as the HTTPS API. It returns nil after Close.
 func (a *App) ServeGRPC(lis net.Listener) error {
+	a.serving.Store(true)
 	err := a.grpc.Serve(lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -390,48 +465,78 @@ func (a *App) ServeGRPC(lis net.Listener) error {
 	return err
 }
 
-// Close stops serving (letting requests in flight finish for a few
-// seconds), and closes the connections. It is safe to call more than once.
-func (a *App) Close() error {
-	a.once.Do(func() {
-		var errs []error
-		if a.http != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			// Watches never finish by themselves: Shutdown waits for them
-			// until the deadline, then Close cuts them.
-			if err := a.http.Shutdown(ctx); err != nil {
-				_ = a.http.Close()
-			}
-			cancel()
-		}
-		if a.grpc != nil {
-			stopped := make(chan struct{})
-			go func() { a.grpc.GracefulStop(); close(stopped) }()
-			select {
-			case <-stopped:
-			case <-time.After(5 * time.Second):
-				a.grpc.Stop()
-			}
-		}
-		if a.cancel != nil {
-			a.cancel()
-		}
-		// The background work (flow control's last releases among it)
-		// ends before the connections it uses close.
-		a.wg.Wait()
-		for _, c := range a.conns {
-			if err := c.Close(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		for _, c := range a.closers {
-			if err := c(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		a.closeErr = errors.Join(errs...)
-	})
+// drainTimeout is how long requests in flight get to finish once the
+// listeners have closed; watches, which never finish by themselves, are
+// cut then (clients re-watch).
+const drainTimeout = 5 * time.Second
+
+// Close shuts the gateway down (Shutdown) with no deadline of its own. It
+// is safe to call more than once.
+func (a *App) Close() error { return a.Shutdown(context.Background()) }
+
+// Shutdown stops the gateway as kube-apiserver stops on SIGTERM. /readyz
+// fails at once ("shutdown"); if the gateway is serving, it goes on
+// accepting and serving requests for Config.ShutdownDelay, so that load
+// balancers see the failing readiness and send it no more; then the
+// listeners close, requests in flight get up to drainTimeout to finish,
+// the rest are cut, and the connections to the other services close. ctx
+// ending cuts both waits short. The first call does the work; later ones
+// (Close included) wait for it and return its result.
+func (a *App) Shutdown(ctx context.Context) error {
+	a.once.Do(func() { a.closeErr = a.shutdown(ctx) })
 	return a.closeErr
+}
+
+func (a *App) shutdown(ctx context.Context) error {
+	a.stopping.Store(true)
+	if d := a.cfg.ShutdownDelay; d > 0 && a.serving.Load() {
+		a.log.Info("shutting down: /readyz fails, serving on for the shutdown delay", "delay", d)
+		delay := time.NewTimer(d)
+		select {
+		case <-delay.C:
+		case <-ctx.Done():
+			delay.Stop()
+		}
+	}
+	var errs []error
+	if a.http != nil {
+		drain, cancel := context.WithTimeout(ctx, drainTimeout)
+		// Watches never finish by themselves: Shutdown waits for them
+		// until the deadline, then Close cuts them.
+		if err := a.http.Shutdown(drain); err != nil {
+			_ = a.http.Close()
+		}
+		cancel()
+	}
+	if a.grpc != nil {
+		drain, cancel := context.WithTimeout(ctx, drainTimeout)
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-drain.Done():
+			a.grpc.Stop()
+			<-stopped
+		}
+		cancel()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	// The background work (flow control's last releases among it)
+	// ends before the connections it uses close.
+	a.wg.Wait()
+	for _, c := range a.conns {
+		if err := c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range a.closers {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // storeCheck is ready when the store answers a linearizable read: a
@@ -455,10 +560,11 @@ func splitList(s string) []string {
 	return out
 }
 
-// watchfanoutCheck is ready when some replica of watchfanout serves
-// watches (its cache has synced with the store).
+// watchfanoutCheck passes when some replica of watchfanout serves
+// watches (its cache has synced with the store). It is optional: without
+// a replica, the store serves watches and reads (package resources).
 func watchfanoutCheck(conns []*grpc.ClientConn) healthz.Check {
-	return healthz.Check{Name: "watchfanout", Run: func(ctx context.Context) error {
+	return healthz.Check{Name: "watchfanout", Degraded: "watches and reads are served by the store", Run: func(ctx context.Context) error {
 		var last error
 		for _, c := range conns {
 			resp, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{Service: watchv1.WatchService_ServiceDesc.ServiceName})
@@ -474,11 +580,12 @@ func watchfanoutCheck(conns []*grpc.ClientConn) healthz.Check {
 	}}
 }
 
-// grpcHealthCheck is a readiness check asking a service's gRPC health
-// endpoint.
-func grpcHealthCheck(name string, conn *grpc.ClientConn) healthz.Check {
+// grpcHealthCheck is an optional check asking a service's gRPC health
+// endpoint; degraded says what the gateway serves differently while it
+// fails.
+func grpcHealthCheck(name string, conn *grpc.ClientConn, degraded string) healthz.Check {
 	client := healthpb.NewHealthClient(conn)
-	return healthz.Check{Name: name, Run: func(ctx context.Context) error {
+	return healthz.Check{Name: name, Degraded: degraded, Run: func(ctx context.Context) error {
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil {
 			return err

@@ -36,6 +36,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		svcCert       = flag.String("service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways, internal CA), read again within 5s when it or the key changes")
 		svcKey        = flag.String("service-key-file", "", "key of the service client certificate")
 		svcCA         = flag.String("service-ca-file", "", "CA of the other services' serving certificates, the internal CA (empty: plaintext, tests only)")
+		shutdownDelay = flag.Duration("shutdown-delay-duration", 0, "on SIGTERM, how long to keep serving with /readyz failing before the listeners close, so that load balancers stop sending requests (set it above their probe period times failure threshold)")
 		logLevel      = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat     = flag.String("log-format", "json", "json or text")
 	)
@@ -51,7 +52,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg := app.Config{
 		StoreAddress: *storeAddr, AdmissionAddress: *admissionAddr, FlowControlAddress: *flowAddr,
-		ServingTLS: serving, TokenAuthFile: *tokenFile, Logger: logger,
+		ServingTLS: serving, TokenAuthFile: *tokenFile, Logger: logger, ShutdownDelay: *shutdownDelay,
 	}
 	if *clientCAFile != "" {
 		if cfg.ClientCAs, err = pki.LoadPool(*clientCAFile); err != nil {
