@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,12 +16,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	flowcontrol "github.com/meridian-cp/meridian/services/flowcontrol/app"
@@ -268,6 +273,10 @@ func TestReadinessDuringShutdown(t *testing.T) {
 		t.Fatalf("watch: %d", watch.StatusCode)
 	}
 	events := json.NewDecoder(watch.Body)
+	health := g.grpcHealth()
+	if st := health(); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health before shutdown: %v, want SERVING", st)
+	}
 
 	shutdownCtx, endDelay := context.WithCancel(context.Background())
 	defer endDelay()
@@ -280,6 +289,9 @@ func TestReadinessDuringShutdown(t *testing.T) {
 	}
 	if code, body := g.must(http.MethodGet, "/livez", ""); code != http.StatusOK {
 		t.Errorf("/livez during shutdown: %d %q, want 200", code, body)
+	}
+	if st := health(); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health during shutdown: %v, want NOT_SERVING", st)
 	}
 	if code, body := g.must(http.MethodGet, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz during shutdown: %d %q, want 200 (it has no shutdown check)", code, body)
@@ -316,5 +328,30 @@ func TestReadinessDuringShutdown(t *testing.T) {
 	}
 	if _, _, err := g.do(t.Context(), http.MethodGet, "/readyz", ""); err == nil {
 		t.Fatal("/readyz answered after shutdown")
+	}
+}
+
+// grpcHealth serves the gateway's gRPC API on loopback and returns a
+// function that asks its health service about the ResourceService.
+func (g *apiGateway) grpcHealth() func() healthpb.HealthCheckResponse_ServingStatus {
+	g.t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	go func() { _ = g.app.ServeGRPC(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(g.client.Transport.(*http.Transport).TLSClientConfig)))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { conn.Close() })
+	client := healthpb.NewHealthClient(conn)
+	return func() healthpb.HealthCheckResponse_ServingStatus {
+		g.t.Helper()
+		resp, err := client.Check(g.t.Context(), &healthpb.HealthCheckRequest{Service: apiv1.ResourceService_ServiceDesc.ServiceName})
+		if err != nil {
+			g.t.Fatalf("gRPC health check: %v", err)
+		}
+		return resp.GetStatus()
 	}
 }

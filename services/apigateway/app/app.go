@@ -121,7 +121,7 @@ type App struct {
 	log     *slog.Logger
 	conns   []*grpc.ClientConn
 	closers []func() error
-	grpc    *grpc.Server
+	grpc    *grpcapi.Server
 	http    *http.Server
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -489,6 +489,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 func (a *App) shutdown(ctx context.Context) error {
 	a.stopping.Store(true)
+	if a.grpc != nil {
+		a.grpc.Drain()
+	}
 	if d := a.cfg.ShutdownDelay; d > 0 && a.serving.Load() {
 		a.log.Info("shutting down: /readyz fails, serving on for the shutdown delay", "delay", d)
 		delay := time.NewTimer(d)

@@ -63,7 +63,7 @@ type Config struct {
 }
 
 // New returns the gRPC server, not yet serving.
-func New(cfg Config) (*grpc.Server, error) {
+func New(cfg Config) (*Server, error) {
 	cfg.Server.MaxRecvMsgSize = resources.MaxRequestBytes
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
@@ -88,8 +88,20 @@ func New(cfg Config) (*grpc.Server, error) {
 	hs := health.NewServer()
 	hs.SetServingStatus(apiv1.ResourceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
-	return srv, nil
+	return &Server{Server: srv, health: hs}, nil
 }
+
+// Server is the gRPC front door: the gRPC server and its health service.
+type Server struct {
+	*grpc.Server
+	health *health.Server
+}
+
+// Drain reports NOT_SERVING from the health service from now on, for
+// every service, while calls go on being served: what /readyz reports
+// once the gateway begins to shut down, so that gRPC clients that check
+// health move to another gateway before the listener closes.
+func (s *Server) Drain() { s.health.Shutdown() }
 
 // gate authenticates every call (tap, guard) and takes seats for it (the
 // interceptors).
