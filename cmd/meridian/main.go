@@ -20,6 +20,7 @@ import (
 	"github.com/meridian-cp/meridian/internal/allinone"
 	"github.com/meridian-cp/meridian/internal/pkicmd"
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
@@ -41,8 +42,8 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		dataDir   = flag.String("data-dir", ".meridian", "directory for the store, certificates and the admin kubeconfig")
-		listen    = flag.String("listen", "127.0.0.1:6443", "address of the HTTPS Kubernetes API")
-		grpcAddr  = flag.String("grpc-listen", "127.0.0.1:6444", "address of the gRPC API (meridian.api.v1.ResourceService); empty: none")
+		listen    = flag.String("listen", ports.API, "address of the HTTPS Kubernetes API")
+		grpcAddr  = flag.String("grpc-listen", ports.APIGRPC, "address of the gRPC API (meridian.api.v1.ResourceService); empty: none")
 		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")

@@ -48,19 +48,23 @@ type Flags struct {
 	// MetricsListen is the address of the /metrics HTTP server; empty
 	// disables it.
 	MetricsListen string
+	// Pprof serves net/http/pprof under /debug/pprof/ beside /metrics.
+	Pprof bool
 	// LogLevel is debug, info, warn or error; LogFormat json or text.
 	LogLevel, LogFormat string
 }
 
-// Register defines the flags on fs with the given default addresses.
+// Register defines the flags on fs with the given default addresses
+// (lib/ports holds every service's).
 func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen string) {
-	fs.StringVar(&f.Listen, "listen", defaultListen, "gRPC listen address")
+	fs.StringVar(&f.Listen, "listen", defaultListen, "gRPC listen address (host:port; the default is loopback only: give this host's address, or 0.0.0.0, to serve other hosts, with TLS)")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM), read again within 5s when it or the key changes; empty serves plaintext, for development only")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
 	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against (the internal CA): every client must present one (mTLS); required with --tls-cert-file")
 	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
 	fs.StringVar(&f.CallerOrganizations, "caller-organizations", identity.GatewayOrganization, "comma-separated organizations (O=) of client certificates allowed to call this service; others get PERMISSION_DENIED (health checks are open to all)")
 	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the Prometheus /metrics HTTP server; empty disables it")
+	fs.BoolVar(&f.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")
 }
@@ -72,6 +76,9 @@ func (f *Flags) Validate() error {
 		errs = append(errs, errors.New("--listen is required"))
 	}
 	errs = append(errs, CheckServingTLSFlags(f.TLSCertFile, f.TLSKeyFile, f.ClientCAFile)...)
+	if f.Pprof && f.MetricsListen == "" {
+		errs = append(errs, errors.New("--pprof needs --metrics-listen"))
+	}
 	if len(f.Callers()) == 0 {
 		errs = append(errs, errors.New("--caller-organizations names no organization"))
 	}
@@ -130,10 +137,12 @@ type Server interface {
 	Close() error
 }
 
-// Run validates f, builds the environment, calls build, serves the result
-// on f.Listen (and metrics on f.MetricsListen) until ctx is done or
-// SIGINT/SIGTERM arrives, then closes it. Logs go to logOut. It returns nil
-// after a clean shutdown.
+// Run validates f, listens on f.Listen (and f.MetricsListen), builds the
+// environment, calls build, serves the result (and the metrics) until ctx
+// is done or SIGINT/SIGTERM arrives, then closes it. Logs go to logOut. It
+// listens before it builds, so that an address in use fails the start at
+// once, with an error naming the flag to set. It returns nil after a
+// clean shutdown.
 func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build func(context.Context, Env) (Server, error)) error {
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -153,25 +162,30 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 	if tlsConf == nil {
 		logger.Warn("serving plaintext gRPC: development only; no peer may assert users and every caller may call")
 	}
+	lis, err := Listen(ctx, "listen", f.Listen)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var metricsLis net.Listener
+	if f.MetricsListen != "" {
+		if metricsLis, err = Listen(ctx, "metrics-listen", f.MetricsListen); err != nil {
+			lis.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust(), Callers: f.Callers()}
 
 	srv, err := build(ctx, env)
 	if err != nil {
+		lis.Close()
+		if metricsLis != nil {
+			metricsLis.Close()
+		}
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if f.MetricsListen != "" {
-		addr, err := telemetry.ServeMetrics(ctx, f.MetricsListen, env.Registry, logger)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		logger.Info("metrics serving", "addr", addr.String())
-	}
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", f.Listen)
-	if err != nil {
-		srv.Close()
-		return fmt.Errorf("%s: listen: %w", name, err)
+	if metricsLis != nil {
+		telemetry.ServeMetrics(ctx, metricsLis, env.Registry, logger, f.Pprof)
+		logger.Info("metrics serving", "addr", metricsLis.Addr().String(), "pprof", f.Pprof)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -193,6 +207,28 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// Listen listens on TCP at addr, the value of the flag --name. When it
+// cannot, the error names the flag (see ListenError).
+func Listen(ctx context.Context, name, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, ListenError(name, addr, err)
+	}
+	return lis, nil
+}
+
+// ListenError is err, the failure to listen at addr, the value of the
+// flag --name, saying which flag it was; when the address is in use it
+// says to set that flag, since another process or another instance on the
+// same host (whose defaults are the same) holds the port.
+func ListenError(name, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("--%s %s is in use (by another process, or another instance on this host): set --%s to a free address: %w", name, addr, name, err)
+	}
+	return fmt.Errorf("--%s %s: %w", name, addr, err)
 }
 
 // ParseFlags parses args with fs. It returns flag.ErrHelp for -h, which

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/identity"
 )
 
@@ -159,4 +162,98 @@ func TestCommand(t *testing.T) {
 	if built != 1 || srv.closed.Load() == 0 {
 		t.Fatalf("built %d times, closed %d times", built, srv.closed.Load())
 	}
+}
+
+// TestAddressInUseNamesTheFlag: when the address of --listen or
+// --metrics-listen is taken (as when two instances run on one host with
+// the same defaults), the command fails before building anything, with an
+// error that names the flag to set.
+func TestAddressInUseNamesTheFlag(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	built := 0
+	cmd := daemon.Command{
+		Name: "test", Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+		Build: func(context.Context, daemon.Env) (daemon.Server, error) {
+			built++
+			return &fakeServer{served: make(chan struct{})}, nil
+		},
+	}
+	addr := taken.Addr().String()
+	for _, name := range []string{"listen", "metrics-listen"} {
+		err := cmd.Run(t.Context(), []string{"--" + name + "=" + addr, "--log-level=error"}, io.Discard)
+		want := "--" + name + " " + addr + " is in use (by another process, or another instance on this host): set --" + name + " to a free address"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--%s at a taken address: %v; want it to say %q", name, err, want)
+		}
+	}
+	if built != 0 {
+		t.Fatalf("built %d times with an address in use", built)
+	}
+}
+
+// TestPprof: --pprof serves net/http/pprof beside /metrics on the metrics
+// listener; without it only /metrics is served there; without a metrics
+// listener it is refused.
+func TestPprof(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pprof=%v", on), func(t *testing.T) {
+			metrics := daemontest.FreeAddrs(t, 1)[0]
+			srv := &fakeServer{served: make(chan struct{})}
+			cmd := daemon.Command{
+				Name: "test", Listen: "127.0.0.1:0", MetricsListen: metrics,
+				Build: func(context.Context, daemon.Env) (daemon.Server, error) { return srv, nil },
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			args := []string{"--log-level=error"}
+			if on {
+				args = append(args, "--pprof")
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Run(ctx, args, io.Discard) }()
+			select {
+			case <-srv.served:
+			case err := <-done:
+				t.Fatalf("Run returned early: %v", err)
+			}
+			if code := get(t, "http://"+metrics+"/metrics"); code != http.StatusOK {
+				t.Fatalf("/metrics: %d", code)
+			}
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			if code := get(t, "http://"+metrics+"/debug/pprof/goroutine?debug=1"); code != want {
+				t.Fatalf("/debug/pprof/goroutine: %d, want %d", code, want)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+	cmd := daemon.Command{Name: "test", Listen: "127.0.0.1:0", Build: func(context.Context, daemon.Env) (daemon.Server, error) {
+		t.Fatal("built with --pprof and no metrics listener")
+		return nil, nil
+	}}
+	if err := cmd.Run(t.Context(), []string{"--pprof", "--metrics-listen="}, io.Discard); err == nil || !strings.Contains(err.Error(), "--pprof needs --metrics-listen") {
+		t.Fatalf("--pprof without a metrics listener: %v", err)
+	}
+}
+
+// get returns the status code of a GET of url; the server is listening.
+func get(t *testing.T, url string) int {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }

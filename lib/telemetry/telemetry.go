@@ -58,36 +58,14 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 }
 
-// ServeMetrics listens on addr (":0" picks a free port) and serves g on
-// /metrics until ctx is done, then shuts the server down. It returns the
-// bound address once listening; serving errors are logged.
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
-	return serve(ctx, addr, g, logger, false)
-}
-
-// ServeMetricsAndProfiles is ServeMetrics plus net/http/pprof under
-// /debug/pprof/ (for benchmarks; never on by default).
-func ServeMetricsAndProfiles(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) (net.Addr, error) {
-	return serve(ctx, addr, g, logger, true)
-}
-
-// RegisterProfiles adds net/http/pprof's handlers under /debug/pprof/.
-func RegisterProfiles(mux *http.ServeMux) {
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-}
-
-func serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger, profiles bool) (net.Addr, error) {
+// ServeMetrics serves g on /metrics on lis, and with profiles
+// net/http/pprof under /debug/pprof/ too (for benchmarks; never on by
+// default), until ctx is done; then it shuts the server down, which closes
+// lis. Serving errors are logged. The caller listens, so that it can say
+// which flag named a port that is taken.
+func ServeMetrics(ctx context.Context, lis net.Listener, g prometheus.Gatherer, logger *slog.Logger, profiles bool) {
 	if logger == nil {
 		logger = slog.Default()
-	}
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: listen for metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
@@ -115,5 +93,13 @@ func serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog
 			srv.Close()
 		}
 	}()
-	return lis.Addr(), nil
+}
+
+// RegisterProfiles adds net/http/pprof's handlers under /debug/pprof/.
+func RegisterProfiles(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,11 +22,12 @@ func TestServeMetrics(t *testing.T) {
 	c.Add(3)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	addr, err := telemetry.ServeMetrics(ctx, "127.0.0.1:0", reg, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + addr.String() + "/metrics"
+	telemetry.ServeMetrics(ctx, lis, reg, nil, false)
+	url := "http://" + lis.Addr().String() + "/metrics"
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +41,12 @@ func TestServeMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+
+	if resp, err := http.Get("http://" + lis.Addr().String() + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ without profiles: %v, %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	cancel()

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/ports"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -53,7 +54,8 @@ import (
 // member listens there by default (store --listen), and the store CLI
 // (--endpoints) and the services that use the store (--store-address) dial
 // it by default, so that they find each other on one host without flags.
-const DefaultAddress = "127.0.0.1:2479"
+// It is lib/ports' Store, in the table of every service's defaults.
+const DefaultAddress = ports.Store
 
 // Options tune a Client; the zero value of each field means its default.
 type Options struct {

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/services/admission/app"
 )
 
@@ -15,7 +16,7 @@ import (
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg app.Config
 	return daemon.Command{
-		Name: "admission", Listen: ":7002", MetricsListen: ":9092",
+		Name: "admission", Listen: ports.Admission, MetricsListen: ports.AdmissionMetrics,
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", app.DefaultMaxRequestBytes, "largest AdmitRequest accepted")
 		},

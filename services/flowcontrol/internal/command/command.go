@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
 )
@@ -16,7 +17,7 @@ import (
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg app.Config
 	return daemon.Command{
-		Name: "flowcontrol", Listen: ":7003", MetricsListen: ":9093",
+		Name: "flowcontrol", Listen: ports.FlowControl, MetricsListen: ports.FlowControlMetrics,
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&cfg.ConcurrencyLimit, "concurrency-limit", apf.DefaultCatchAllSeats, "seats of priority level catch-all (rejects when full)")
 			fs.IntVar(&cfg.GlobalDefaultConcurrencyLimit, "global-default-concurrency-limit", apf.DefaultGlobalDefaultSeats, "seats of priority level global-default (authenticated users)")

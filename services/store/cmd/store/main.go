@@ -13,22 +13,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/store/app"
-	"github.com/meridian-cp/meridian/services/store/client"
 )
 
 type flags struct {
@@ -60,7 +55,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.Usage = func() {}
 	fs.StringVar(&f.id, "id", app.DefaultID, "raft server id of this member")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the raft log, snapshots and state (required)")
-	fs.StringVar(&f.listen, "listen", client.DefaultAddress, "gRPC API listen address")
+	fs.StringVar(&f.listen, "listen", ports.Store, "gRPC API listen address (the default is loopback only: give this host's address to serve other hosts; members on one host each need their own)")
 	fs.StringVar(&f.peerListen, "peer-listen", "", "raft TCP transport address (ip:port, advertised to peers); empty = single-node in-memory transport")
 	fs.StringVar(&f.peerAdvertise, "peer-advertise", "", "raft address given to peers when it differs from --peer-listen (proxy, NAT)")
 	fs.BoolVar(&f.bootstrap, "bootstrap", true, "bootstrap a cluster when the data dir is new: the voters of --initial-cluster, or this member alone; ignored with --join")
@@ -77,7 +72,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members, read again within 5s when it changes; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates (the internal CA): clients must present a certificate it verifies (mTLS), whose organization decides what they may call; required with --tls-cert-file")
-	fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9479", "Prometheus /metrics listen address; empty disables")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ports.StoreMetrics, "Prometheus /metrics listen address; empty disables (members on one host each need their own)")
 	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
@@ -136,8 +131,7 @@ func run(f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := telemetry.NewRegistry()
 
 	clientTLS, err := peerClientTLS(f, log)
 	if err != nil {
@@ -158,6 +152,17 @@ func run(f flags, log *slog.Logger) error {
 	var join []string
 	if f.join != "" {
 		join = strings.Split(f.join, ",")
+	}
+	// Metrics are served from the start (the raft state while waiting for
+	// a leader is worth seeing), and a metrics address in use fails the
+	// start at once, naming the flag.
+	if f.metricsListen != "" {
+		lis, err := daemon.Listen(ctx, "metrics-listen", f.metricsListen)
+		if err != nil {
+			return err
+		}
+		telemetry.ServeMetrics(ctx, lis, reg, log, f.pprof)
+		log.Info("serving metrics", "address", lis.Addr().String(), "pprof", f.pprof)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, f.startupTimeout)
 	a, err := app.New(startCtx, app.Config{
@@ -185,6 +190,10 @@ func run(f flags, log *slog.Logger) error {
 		BallastBytes:        f.ballastBytes,
 	})
 	cancel()
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// The only address app.New binds is the raft transport's.
+		return daemon.ListenError("peer-listen", f.peerListen, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -192,39 +201,18 @@ func run(f flags, log *slog.Logger) error {
 
 	// Listen once ready: until then a client's connection is refused,
 	// which it knows to retry elsewhere.
-	lis, err := net.Listen("tcp", f.listen)
+	lis, err := daemon.Listen(ctx, "listen", f.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", f.listen, err)
+		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
 	go func() { errc <- a.Serve(lis) }()
 	log.Info("serving gRPC", "address", lis.Addr().String(), "tls", tlsConfig != nil, "mtls", f.clientCA != "")
-
-	var metricsSrv *http.Server
-	if f.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		if f.pprof {
-			telemetry.RegisterProfiles(mux)
-		}
-		metricsSrv = &http.Server{Addr: f.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := metricsSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("metrics server: %w", err)
-			}
-		}()
-		log.Info("serving metrics", "address", f.metricsListen)
-	}
 
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case err = <-errc:
-	}
-	if metricsSrv != nil {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = metricsSrv.Shutdown(shutdownCtx)
-		cancel()
 	}
 	return errors.Join(err, a.Close())
 }

@@ -1,0 +1,82 @@
+package command
+
+import (
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+)
+
+// servingFiles writes a serving certificate and key for loopback and a
+// token file, the least the gateway starts with, and returns the flags
+// naming them.
+func servingFiles(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	ca := pkitest.NewCA(t, "api-ca")
+	kp, err := ca.IssueFiles(dir, "apiserver", pkitest.LoopbackServer("apiserver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("t,alice,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--tls-cert-file", kp.CertFile, "--tls-key-file", kp.KeyFile, "--token-auth-file", tokens, "--log-level", "error"}
+}
+
+// TestAddressInUseNamesTheFlag: a second gateway on one host with the
+// same --listen or --grpc-listen fails at once, before it contacts any
+// service, with an error naming the flag to set.
+func TestAddressInUseNamesTheFlag(t *testing.T) {
+	files := servingFiles(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tc := range []struct{ name, other string }{{"listen", "grpc-listen"}, {"grpc-listen", "listen"}} {
+		// No store listens at 127.0.0.1:1: the gateway must fail before it
+		// tries.
+		args := append([]string{"--" + tc.name, addr, "--" + tc.other, "127.0.0.1:0", "--store-address", "127.0.0.1:1"}, files...)
+		err := Run(t.Context(), args, io.Discard)
+		want := "--" + tc.name + " " + addr + " is in use (by another process, or another instance on this host): set --" + tc.name + " to a free address"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--%s at a taken address: %v; want it to say %q", tc.name, err, want)
+		}
+	}
+}
+
+// TestBadCommandLines: what cannot run is refused before anything
+// starts, naming the flags; -h prints the usage, whose --store-address
+// says that it takes every member.
+func TestBadCommandLines(t *testing.T) {
+	files := servingFiles(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--tls-cert-file and --tls-key-file are required"},
+		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k"}, "set --client-ca-file and/or --token-auth-file"},
+		{append([]string{"--service-cert-file", "c"}, files...), "--service-cert-file and --service-key-file must be set together"},
+		{append([]string{"--service-cert-file", "c", "--service-key-file", "k"}, files...), "--service-cert-file needs --service-ca-file"},
+		{append([]string{"--store-address", ""}, files...), "--store-address is required"},
+		{append([]string{"extra"}, files...), "unexpected arguments"},
+	} {
+		if err := Run(t.Context(), tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want it to say %q", tc.args, err, tc.want)
+		}
+	}
+	var usage strings.Builder
+	if err := Run(t.Context(), []string{"-h"}, &usage); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(usage.String(), "comma-separated gRPC addresses of the store's members") {
+		t.Fatalf("usage does not say --store-address takes every member:\n%s", usage.String())
+	}
+}
