@@ -57,23 +57,8 @@ func (s *Server) delete(ctx context.Context, req *apiv1.DeleteRequest) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	opts, err := s.deleteOptions(req.GetBody())
+	opts, dryRun, err := s.deleteOptions(req.GetBody(), req.GetPropagationPolicy(), req.GetDryRun())
 	if err != nil {
-		return nil, err
-	}
-	if p := req.GetPropagationPolicy(); p != "" {
-		pp := metav1.DeletionPropagation(p)
-		opts.PropagationPolicy = &pp
-	}
-	dry := req.GetDryRun()
-	if len(dry) == 0 {
-		dry = opts.DryRun
-	}
-	dryRun, err := isDryRun(dry)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkPropagation(opts); err != nil {
 		return nil, err
 	}
 	if res.GVR == namespacesGVR && protectedNamespaces[ref.GetName()] {
@@ -247,22 +232,7 @@ func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollecti
 	if err != nil {
 		return nil, err
 	}
-	opts, err := s.deleteOptions(req.GetBody())
-	if err != nil {
-		return nil, err
-	}
-	if p := req.GetPropagationPolicy(); p != "" {
-		pp := metav1.DeletionPropagation(p)
-		opts.PropagationPolicy = &pp
-	}
-	if err := checkPropagation(opts); err != nil {
-		return nil, err
-	}
-	dry := req.GetDryRun()
-	if len(dry) == 0 {
-		dry = opts.DryRun
-	}
-	dryRun, err := isDryRun(dry)
+	opts, dryRun, err := s.deleteOptions(req.GetBody(), req.GetPropagationPolicy(), req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}
@@ -306,8 +276,32 @@ func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollecti
 	return list, nil
 }
 
-// deleteOptions decodes an optional DeleteOptions body.
-func (s *Server) deleteOptions(body *httpbody.HttpBody) (*metav1.DeleteOptions, error) {
+// deleteOptions reads the options of a delete and of a delete of a
+// collection: the optional DeleteOptions body, whose propagationPolicy
+// and dryRun the query parameters of the same names replace when set.
+// dryRun reports whether nothing may be stored.
+func (s *Server) deleteOptions(body *httpbody.HttpBody, propagationPolicy string, dryRunParam []string) (opts *metav1.DeleteOptions, dryRun bool, err error) {
+	if opts, err = s.decodeDeleteOptions(body); err != nil {
+		return nil, false, err
+	}
+	if propagationPolicy != "" {
+		pp := metav1.DeletionPropagation(propagationPolicy)
+		opts.PropagationPolicy = &pp
+	}
+	if len(dryRunParam) == 0 {
+		dryRunParam = opts.DryRun
+	}
+	if dryRun, err = isDryRun(dryRunParam); err != nil {
+		return nil, false, err
+	}
+	if err := checkPropagation(opts); err != nil {
+		return nil, false, err
+	}
+	return opts, dryRun, nil
+}
+
+// decodeDeleteOptions decodes an optional DeleteOptions body.
+func (s *Server) decodeDeleteOptions(body *httpbody.HttpBody) (*metav1.DeleteOptions, error) {
 	opts := &metav1.DeleteOptions{}
 	if body == nil || len(body.GetData()) == 0 {
 		return opts, nil

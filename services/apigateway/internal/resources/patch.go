@@ -58,11 +58,7 @@ func (s *Server) Patch(ctx context.Context, req *apiv1.PatchRequest) (*httpbody.
 
 func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, err := s.resolve(ref, true)
-	if err != nil {
-		return nil, err
-	}
-	dryRun, err := isDryRun(req.GetDryRun())
+	res, dryRun, err := s.resolveWrite(ref, req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}

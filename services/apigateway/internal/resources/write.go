@@ -53,9 +53,22 @@ func isDryRun(v []string) (bool, error) {
 	return true, nil
 }
 
+// resolveWrite resolves the object an update or a patch names and reads
+// its dryRun parameter.
+func (s *Server) resolveWrite(ref *apiv1.ResourceRef, dryRunParam []string) (res *registry.Resource, dryRun bool, err error) {
+	if res, err = s.resolve(ref, true); err != nil {
+		return nil, false, err
+	}
+	if dryRun, err = isDryRun(dryRunParam); err != nil {
+		return nil, false, err
+	}
+	return res, dryRun, nil
+}
+
 // decodeBody decodes a create or update body into a new object of res,
-// handling unknown and duplicate fields as fieldValidation says.
-func (s *Server) decodeBody(ctx context.Context, res *registry.Resource, body *httpbody.HttpBody, fieldValidation string) (runtime.Object, metav1.Object, error) {
+// handling unknown and duplicate fields as fieldValidation says, and
+// gives it the namespace ns of the URL (see checkNamespace).
+func (s *Server) decodeBody(ctx context.Context, res *registry.Resource, ns string, body *httpbody.HttpBody, fieldValidation string) (runtime.Object, metav1.Object, error) {
 	fv, err := parseFieldValidation(fieldValidation)
 	if err != nil {
 		return nil, nil, err
@@ -81,6 +94,9 @@ func (s *Server) decodeBody(ctx context.Context, res *registry.Resource, body *h
 	acc, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, nil, apierrors.NewInternalError(err)
+	}
+	if err := checkNamespace(res, acc, ns); err != nil {
+		return nil, nil, err
 	}
 	return obj, acc, nil
 }
@@ -123,11 +139,8 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	obj, acc, err := s.decodeBody(ctx, res, req.GetBody(), req.GetFieldValidation())
+	obj, acc, err := s.decodeBody(ctx, res, ref.GetNamespace(), req.GetBody(), req.GetFieldValidation())
 	if err != nil {
-		return nil, err
-	}
-	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
 		return nil, err
 	}
 	if obj, acc, err = s.trackCreate(ctx, res, obj, req.GetFieldManager()); err != nil {
@@ -222,19 +235,12 @@ func (s *Server) Update(ctx context.Context, req *apiv1.UpdateRequest) (*httpbod
 
 func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, err := s.resolve(ref, true)
+	res, dryRun, err := s.resolveWrite(ref, req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}
-	dryRun, err := isDryRun(req.GetDryRun())
+	obj, acc, err := s.decodeBody(ctx, res, ref.GetNamespace(), req.GetBody(), req.GetFieldValidation())
 	if err != nil {
-		return nil, err
-	}
-	obj, acc, err := s.decodeBody(ctx, res, req.GetBody(), req.GetFieldValidation())
-	if err != nil {
-		return nil, err
-	}
-	if err := checkNamespace(res, acc, ref.GetNamespace()); err != nil {
 		return nil, err
 	}
 	if acc.GetName() != ref.GetName() {
