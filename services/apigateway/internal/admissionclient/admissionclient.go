@@ -24,6 +24,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
 // Client is an admission service client that knows the service's scope.
@@ -78,25 +79,17 @@ func (c *Client) Run(ctx context.Context) {
 // follow opens one scope stream and applies every scope it receives until
 // it ends. established reports whether a scope arrived.
 func (c *Client) follow(ctx context.Context) (established bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.WatchScope(ctx, &admissionv1.WatchScopeRequest{})
-	if err != nil {
-		return false, err
+	open := func(ctx context.Context) (grpc.ServerStreamingClient[admissionv1.WatchScopeResponse], error) {
+		return c.WatchScope(ctx, &admissionv1.WatchScopeRequest{})
 	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return established, err
-		}
+	return follow.Receive(ctx, open, func(resp *admissionv1.WatchScopeResponse, first bool) {
 		m := compile(resp.GetScope())
 		c.scope.Store(m)
 		c.metrics.synced.Set(1)
-		if !established {
+		if first {
 			c.log.Info("admission scope synced", "everything", m.everything, "rules", len(m.rules))
 		}
-		established = true
-	}
+	})
 }
 
 func (c *Client) unsync() {

@@ -28,6 +28,7 @@ import (
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -180,17 +181,10 @@ func (c *Client) ExemptionsSynced() bool { return c != nil && c.exemptions.Load(
 // followExemptions opens one exemptions stream and applies every list it
 // receives until it ends.
 func (c *Client) followExemptions(ctx context.Context) (established bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.fc.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
-	if err != nil {
-		return false, err
+	open := func(ctx context.Context) (grpc.ServerStreamingClient[flowcontrolv1.WatchExemptionsResponse], error) {
+		return c.fc.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
 	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return established, err
-		}
+	return follow.Receive(ctx, open, func(resp *flowcontrolv1.WatchExemptionsResponse, first bool) {
 		list := make([]exemption, 0, len(resp.GetExemptions()))
 		for _, e := range resp.GetExemptions() {
 			list = append(list, exemption{
@@ -199,11 +193,10 @@ func (c *Client) followExemptions(ctx context.Context) (established bool, err er
 			})
 		}
 		c.exemptions.Store(&list)
-		if !established {
+		if first {
 			c.log.Info("flow-control exemptions synced", "exemptions", len(list))
 		}
-		established = true
-	}
+	})
 }
 
 // release queues a grant for the sender, or, when the queue is full,
@@ -255,17 +248,22 @@ func (c *Client) sendReleases(ctx context.Context) {
 			c.drain()
 			return
 		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case id := <-c.queue:
-				batch = append(batch, id)
-			default:
-				break more
-			}
-		}
-		c.send(context.WithoutCancel(ctx), batch, releaseAttempts)
+		c.send(context.WithoutCancel(ctx), c.fill(batch), releaseAttempts)
 	}
+}
+
+// fill appends to batch the grants queued now, without waiting, until it
+// holds maxBatch.
+func (c *Client) fill(batch []string) []string {
+	for len(batch) < maxBatch {
+		select {
+		case id := <-c.queue:
+			batch = append(batch, id)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // drain releases what is queued, at shutdown, with one attempt per batch:
@@ -273,16 +271,7 @@ func (c *Client) sendReleases(ctx context.Context) {
 // release expires with its lease.
 func (c *Client) drain() {
 	for {
-		batch := make([]string, 0, maxBatch)
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case id := <-c.queue:
-				batch = append(batch, id)
-			default:
-				break more
-			}
-		}
+		batch := c.fill(make([]string, 0, maxBatch))
 		if len(batch) == 0 {
 			return
 		}

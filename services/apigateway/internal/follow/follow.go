@@ -6,10 +6,12 @@
 package follow
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -51,9 +53,9 @@ func Run(ctx context.Context, cfg Config) {
 	if log == nil {
 		log = slog.Default()
 	}
-	minRetry := cmpOr(cfg.MinRetry, DefaultMinRetry)
-	maxRetry := cmpOr(cfg.MaxRetry, DefaultMaxRetry)
-	unimplemented := cmpOr(cfg.UnimplementedRetry, DefaultUnimplementedRetry)
+	minRetry := cmp.Or(cfg.MinRetry, DefaultMinRetry)
+	maxRetry := cmp.Or(cfg.MaxRetry, DefaultMaxRetry)
+	unimplemented := cmp.Or(cfg.UnimplementedRetry, DefaultUnimplementedRetry)
 	backoff := minRetry
 	for {
 		established, err := cfg.Open(ctx)
@@ -81,9 +83,23 @@ func Run(ctx context.Context, cfg Config) {
 	}
 }
 
-func cmpOr(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
+// Receive is the body of a Config.Open: it opens one stream with open and
+// calls apply with every message it receives (first is true for the first
+// one) until the stream ends. It returns whether a message arrived and
+// why the stream ended; the stream's context is cancelled on return.
+func Receive[M any](ctx context.Context, open func(context.Context) (grpc.ServerStreamingClient[M], error), apply func(msg *M, first bool)) (established bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := open(ctx)
+	if err != nil {
+		return false, err
 	}
-	return v
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return established, err
+		}
+		apply(msg, !established)
+		established = true
+	}
 }
