@@ -6,23 +6,13 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/polltest"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 )
 
 const create = admissionv1.Operation_OPERATION_CREATE
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestFollowsScope runs the client against the real admission service:
 // everything is in scope until the first scope arrives, scope changes
@@ -48,12 +38,12 @@ func TestFollowsScope(t *testing.T) {
 	go func() { defer close(done); c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	eventually(t, "synced", c.Synced)
+	polltest.Until(t, 20*time.Second, "synced", c.Synced)
 	if c.InScope(create, "", "configmaps", "") {
 		t.Fatal("in the empty scope")
 	}
 	policies.SetScope(admissiontest.Scope{Rules: []admissiontest.Rule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}})
-	eventually(t, "configmaps in scope", func() bool { return c.InScope(create, "", "configmaps", "") })
+	polltest.Until(t, 20*time.Second, "configmaps in scope", func() bool { return c.InScope(create, "", "configmaps", "") })
 	if c.InScope(create, "", "secrets", "") {
 		t.Fatal("secrets in scope")
 	}
@@ -61,12 +51,12 @@ func TestFollowsScope(t *testing.T) {
 	if err := svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "unsynced", func() bool { return !c.Synced() })
+	polltest.Until(t, 20*time.Second, "unsynced", func() bool { return !c.Synced() })
 	if !c.InScope(create, "", "secrets", "") {
 		t.Fatal("out of scope while unsynced")
 	}
 	svc = admissiontest.Start(t, svc.Addr, policies, admissiontest.Options{})
-	eventually(t, "resynced", c.Synced)
+	polltest.Until(t, 20*time.Second, "resynced", c.Synced)
 	if c.InScope(create, "", "secrets", "") || !c.InScope(create, "", "configmaps", "") {
 		t.Fatal("scope not restored after the restart")
 	}
@@ -75,7 +65,7 @@ func TestFollowsScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	admissiontest.Start(t, svc.Addr, policies, admissiontest.Options{Older: true})
-	eventually(t, "unsynced", func() bool { return !c.Synced() })
+	polltest.Until(t, 20*time.Second, "unsynced", func() bool { return !c.Synced() })
 	time.Sleep(200 * time.Millisecond) // the client has asked again, and been refused
 	if c.Synced() || !c.InScope(create, "", "secrets", "") {
 		t.Fatal("synced with an older service")

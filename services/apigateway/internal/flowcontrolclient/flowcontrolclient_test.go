@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/polltest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -167,17 +168,6 @@ func acquireN(t *testing.T, c *Client, n int) []Grant {
 	return gs
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestReleaseDoesNotWait: Release returns while the service is stuck, and
 // every grant is released exactly once when it answers, in fewer calls
 // than grants (the queued ones go together).
@@ -198,7 +188,7 @@ func TestReleaseDoesNotWait(t *testing.T) {
 	close(f.gate)
 	f.gate = nil
 	f.mu.Unlock()
-	waitFor(t, "50 releases", func() bool { r, _ := f.snapshot(); return len(r) == 50 })
+	polltest.Until(t, 10*time.Second, "50 releases", func() bool { r, _ := f.snapshot(); return len(r) == 50 })
 	r, calls := f.snapshot()
 	for id, n := range r {
 		if n != 1 {
@@ -244,7 +234,7 @@ func TestOlderServiceReleasesOneByOne(t *testing.T) {
 	for _, g := range acquireN(t, c, 10) {
 		g.Release()
 	}
-	waitFor(t, "10 releases", func() bool { r, _ := f.snapshot(); return len(r) == 10 })
+	polltest.Until(t, 10*time.Second, "10 releases", func() bool { r, _ := f.snapshot(); return len(r) == 10 })
 	if r, _ := f.snapshot(); len(r) != 10 {
 		t.Fatalf("released %v", r)
 	}
@@ -308,7 +298,7 @@ func TestExemptCallersSkipAcquire(t *testing.T) {
 		}
 		return g
 	}
-	waitFor(t, "exemptions synced", c.ExemptionsSynced)
+	polltest.Until(t, 10*time.Second, "exemptions synced", c.ExemptionsSynced)
 	before := f.acquires.Load()
 	for _, tc := range []struct {
 		user   string
@@ -336,7 +326,7 @@ func TestExemptCallersSkipAcquire(t *testing.T) {
 
 	// The stream breaks (and stays broken): every request asks again.
 	close(f.breakStreams)
-	waitFor(t, "exemptions lost", func() bool { return !c.ExemptionsSynced() })
+	polltest.Until(t, 10*time.Second, "exemptions lost", func() bool { return !c.ExemptionsSynced() })
 	before = f.acquires.Load()
 	acquire("root", "system:masters").Release()
 	if n := f.acquires.Load() - before; n != 1 {

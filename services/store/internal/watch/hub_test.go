@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/meridian-cp/meridian/lib/polltest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 )
@@ -123,18 +124,6 @@ func (s *stream) events() []*storev1.Event {
 	return evs
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestWatchFromPastRevisionInOrderWithPrevKV(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.apply(put("a", "1"))                // 1
@@ -150,7 +139,7 @@ func TestWatchFromPastRevisionInOrderWithPrevKV(t *testing.T) {
 	s := run(t, w)
 	f.apply(put("a", "4")) // 6, live
 	f.apply(put("z", "x")) // 7, not watched
-	waitFor(t, "4 events", func() bool { return len(s.events()) == 4 })
+	polltest.Until(t, 10*time.Second, "4 events", func() bool { return len(s.events()) == 4 })
 	var got []string
 	for _, ev := range s.events() {
 		prev := "-"
@@ -171,7 +160,7 @@ func TestWatchFromPastRevisionInOrderWithPrevKV(t *testing.T) {
 	}
 	s2 := run(t, w2)
 	f.apply(put("a", "5"))
-	waitFor(t, "live event", func() bool { return len(s2.events()) == 1 })
+	polltest.Until(t, 10*time.Second, "live event", func() bool { return len(s2.events()) == 1 })
 	if ev := s2.events()[0]; ev.PrevKv != nil || ev.Kv.ModRevision != 8 {
 		t.Fatalf("live event without prev_kv: %v", ev)
 	}
@@ -222,7 +211,7 @@ func TestCatchUpToLiveTransition(t *testing.T) {
 	wg.Wait()
 	for i, w := range ws {
 		want := writes - w.start + 1
-		waitFor(t, fmt.Sprintf("watcher %d events", i), func() bool { return int64(len(w.s.events())) >= want })
+		polltest.Until(t, 10*time.Second, fmt.Sprintf("watcher %d events", i), func() bool { return int64(len(w.s.events())) >= want })
 		evs := w.s.events()
 		if int64(len(evs)) != want {
 			t.Fatalf("watcher %d from %d: %d events, want %d", i, w.start, len(evs), want)
@@ -262,7 +251,7 @@ func TestSlowWatcherIsCancelledOthersContinue(t *testing.T) {
 		f.apply(put("k", fmt.Sprint(i)))
 		// A reader that keeps up: it has consumed each write before the
 		// next, so only the blocked watcher's queue can overflow.
-		waitFor(t, "fast watcher keeps up", func() bool { return len(fs.events()) == i+1 })
+		polltest.Until(t, 10*time.Second, "fast watcher keeps up", func() bool { return len(fs.events()) == i+1 })
 	}
 	select {
 	case <-slow.Canceled():
@@ -276,7 +265,7 @@ func TestSlowWatcherIsCancelledOthersContinue(t *testing.T) {
 	if !last.Canceled || last.CancelReason != ReasonTooSlow {
 		t.Fatalf("last response of the slow watcher: %v", last)
 	}
-	waitFor(t, "fast watcher events", func() bool { return len(fs.events()) == 50 })
+	polltest.Until(t, 10*time.Second, "fast watcher events", func() bool { return len(fs.events()) == 50 })
 	if f.hub.Count() != 1 {
 		t.Fatalf("%d watchers registered, want 1", f.hub.Count())
 	}
@@ -301,7 +290,7 @@ func TestProgressNotify(t *testing.T) {
 		}
 		return false
 	}
-	waitFor(t, "periodic progress notification", func() bool { return progress(2) })
+	polltest.Until(t, 10*time.Second, "periodic progress notification", func() bool { return progress(2) })
 
 	// On request, without progress_notify.
 	w2, err := f.hub.Watch(&storev1.WatchCreateRequest{Key: []byte("a")})
@@ -311,7 +300,7 @@ func TestProgressNotify(t *testing.T) {
 	s2 := run(t, w2)
 	f.apply(put("other", "3"))
 	w2.RequestProgress()
-	waitFor(t, "requested progress notification", func() bool {
+	polltest.Until(t, 10*time.Second, "requested progress notification", func() bool {
 		s2.mu.Lock()
 		defer s2.mu.Unlock()
 		return len(s2.resps) == 1 && s2.resps[0].ProgressNotify && s2.resps[0].Header.Revision == 3
@@ -334,7 +323,7 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := run(t, w)
-	waitFor(t, "events from the compacted revision", func() bool { return len(s.events()) == 5 })
+	polltest.Until(t, 10*time.Second, "events from the compacted revision", func() bool { return len(s.events()) == 5 })
 	if _, err := f.hub.Watch(&storev1.WatchCreateRequest{}); !errors.Is(err, mvcc.ErrInvalidArgument) {
 		t.Fatalf("watch with empty key: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
@@ -229,24 +230,12 @@ func TestRunFollowsTheStore(t *testing.T) {
 	o := e.Create("configmaps", "ns", `{"metadata":{"name":"owner"}}`)
 	e.Create("configmaps", "ns", `{"metadata":{"name":"dep","ownerReferences":[`+ownerRef("v1", "ConfigMap", "owner", o)+`]}}`)
 	e.Delete("configmaps", "ns", "owner", "")
-	waitFor(t, "the dependent to be collected", func() bool { return e.Stored("configmaps", "ns", "dep") == nil })
+	polltest.Until(t, 20*time.Second, "the dependent to be collected", func() bool { return e.Stored("configmaps", "ns", "dep") == nil })
 	// The collector deletes the dependent after its watch started, so the
 	// watch sees the deletion.
-	waitFor(t, "the observer to see the deletion", func() bool { seen, _ := obs.saw("/registry/configmaps/ns/dep"); return seen })
+	polltest.Until(t, 20*time.Second, "the observer to see the deletion", func() bool { seen, _ := obs.saw("/registry/configmaps/ns/dep"); return seen })
 	if _, resyncs := obs.saw(""); resyncs == 0 {
 		t.Error("the observer was not told of the resync")
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20 s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

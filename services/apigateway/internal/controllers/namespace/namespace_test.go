@@ -7,6 +7,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
@@ -130,13 +131,7 @@ func TestRun(t *testing.T) {
 	e.Create("namespaces", "", `{"metadata":{"name":"doomed"}}`)
 	e.Create("configmaps", "doomed", `{"metadata":{"name":"a"}}`)
 	e.Delete("namespaces", "", "doomed", "")
-	deadline := time.Now().Add(20 * time.Second)
-	for e.exists("namespaces", "", "doomed") {
-		if time.Now().After(deadline) {
-			t.Fatal("the namespace is still there after 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(t, 20*time.Second, "the namespace to go", func() bool { return !e.exists("namespaces", "", "doomed") })
 	if e.exists("configmaps", "doomed", "a") {
 		t.Error("the namespace went before what it held")
 	}
