@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
@@ -449,11 +450,9 @@ func TestCalls(t *testing.T) {
 	}
 }
 
+// hasStatus reports whether st carries the Kubernetes Status of code and
+// reason.
 func hasStatus(st *status.Status, code int32, reason string) bool {
-	for _, d := range st.Details() {
-		if s, ok := d.(*apiv1.Status); ok {
-			return s.GetCode() == code && s.GetReason() == reason
-		}
-	}
-	return false
+	s, ok := apistatus.Detail(st)
+	return ok && s.GetCode() == code && s.GetReason() == reason
 }

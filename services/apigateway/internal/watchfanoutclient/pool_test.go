@@ -80,13 +80,12 @@ func serveReplica(t *testing.T, r *replica) (*grpc.Server, string) {
 	return srv, lis.Addr().String()
 }
 
-// TestPoolMovesToHealthyReplica: calls spread over the replicas; when one
-// goes away, every later call reaches the one that is left.
-func TestPoolMovesToHealthyReplica(t *testing.T) {
-	a, addrA := serve(t, "a")
-	_, addrB := serve(t, "b")
+// dial returns a plaintext connection to each address, closed when the
+// test ends.
+func dial(t *testing.T, addrs ...string) []*grpc.ClientConn {
+	t.Helper()
 	var conns []*grpc.ClientConn
-	for _, addr := range []string{addrA, addrB} {
+	for _, addr := range addrs {
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -94,6 +93,15 @@ func TestPoolMovesToHealthyReplica(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		conns = append(conns, c)
 	}
+	return conns
+}
+
+// TestPoolMovesToHealthyReplica: calls spread over the replicas; when one
+// goes away, every later call reaches the one that is left.
+func TestPoolMovesToHealthyReplica(t *testing.T) {
+	a, addrA := serve(t, "a")
+	_, addrB := serve(t, "b")
+	conns := dial(t, addrA, addrB)
 	p := New(conns)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -137,15 +145,7 @@ func TestPoolSkipsReplicaThatIsGoneOrNotSynced(t *testing.T) {
 	gone, addrGone := serve(t, "gone")
 	_, addrSyncing := serveReplica(t, &replica{name: "syncing", unavailable: true})
 	_, addrOK := serve(t, "ok")
-	var conns []*grpc.ClientConn
-	for _, addr := range []string{addrGone, addrSyncing, addrOK} {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		conns = append(conns, c)
-	}
+	conns := dial(t, addrGone, addrSyncing, addrOK)
 	p := New(conns)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
