@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,7 +234,7 @@ func newAuthenticator(cfg Config) (*authn.Authenticator, error) {
 
 // dialStore connects to the store's members; Close closes the connection.
 func (a *App) dialStore() (*storeclient.Client, error) {
-	conn, err := storeclient.Dial(splitList(a.cfg.StoreAddress), a.cfg.ClientTLS)
+	conn, err := storeclient.Dial(storeclient.Endpoints(a.cfg.StoreAddress), a.cfg.ClientTLS)
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: store: %w", err)
 	}
@@ -550,17 +549,6 @@ func storeCheck(c grpc.ClientConnInterface) healthz.Check {
 		_, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte{0}, CountOnly: true})
 		return err
 	}}
-}
-
-// splitList splits a comma-separated list, dropping empty entries.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // watchfanoutCheck passes when some replica of watchfanout serves
