@@ -209,9 +209,23 @@ func checkPatchError(t *testing.T, mediaType string, body []byte, err error) {
 
 var fieldValidations = []fieldValidation{validationWarn, validationStrict, validationIgnore}
 
+// fuzzPatch fuzzes patches of mediaType, seeded with each body as a patch
+// of each of the objects in which.
+func fuzzPatch(f *testing.F, mediaType string, which []uint8, bodies ...string) {
+	for _, b := range bodies {
+		for _, w := range which {
+			f.Add(w, uint8(0), []byte(b))
+		}
+	}
+	pf := newPatchFuzzer(f)
+	f.Fuzz(func(t *testing.T, which, fv uint8, body []byte) {
+		pf.patch(t, mediaType, which, fv, body)
+	})
+}
+
 // FuzzJSONPatch: `go test -fuzz FuzzJSONPatch`.
 func FuzzJSONPatch(f *testing.F) {
-	for _, s := range []string{
+	fuzzPatch(f, negotiation.JSONPatch, []uint8{0},
 		`[{"op":"add","path":"/data/new","value":"v"}]`,
 		`[{"op":"replace","path":"/data/greeting","value":"hi"},{"op":"remove","path":"/data/empty"}]`,
 		`[{"op":"test","path":"/data/greeting","value":"nope"}]`,
@@ -225,18 +239,12 @@ func FuzzJSONPatch(f *testing.F) {
 		`[{"op":"copy","from":"/metadata","path":"/metadata/labels"}]`,
 		`[{"op":"add","path":"/x","value":[0]},{"op":"copy","from":"/x","path":"/x/-"},{"op":"copy","from":"/x","path":"/x/-"}]`,
 		`[]`, `{}`, `[{"op":"nope"}]`,
-	} {
-		f.Add(uint8(0), uint8(0), []byte(s))
-	}
-	pf := newPatchFuzzer(f)
-	f.Fuzz(func(t *testing.T, which, fv uint8, body []byte) {
-		pf.patch(t, negotiation.JSONPatch, which, fv, body)
-	})
+	)
 }
 
 // FuzzMergePatch: `go test -fuzz FuzzMergePatch`.
 func FuzzMergePatch(f *testing.F) {
-	for _, s := range []string{
+	fuzzPatch(f, negotiation.MergePatch, []uint8{0},
 		`{}`,
 		`{"data":{"greeting":"hi","empty":null,"new":"v"}}`,
 		`{"metadata":{"labels":null,"finalizers":[]}}`,
@@ -245,18 +253,12 @@ func FuzzMergePatch(f *testing.F) {
 		`{"secrets":[{"name":"only"}],"automountServiceAccountToken":null}`,
 		`{"data":{"n":1}}`,
 		`{"kind":"Secret"}`,
-	} {
-		f.Add(uint8(0), uint8(0), []byte(s))
-	}
-	pf := newPatchFuzzer(f)
-	f.Fuzz(func(t *testing.T, which, fv uint8, body []byte) {
-		pf.patch(t, negotiation.MergePatch, which, fv, body)
-	})
+	)
 }
 
 // FuzzStrategicMergePatch: `go test -fuzz FuzzStrategicMergePatch`.
 func FuzzStrategicMergePatch(f *testing.F) {
-	for _, s := range []string{
+	fuzzPatch(f, negotiation.StrategicMergePatch, []uint8{0, 1},
 		`{"data":{"greeting":"hi"}}`,
 		`{"$patch":"replace"}`,
 		`{"data":{"$patch":"delete"}}`,
@@ -267,14 +269,7 @@ func FuzzStrategicMergePatch(f *testing.F) {
 		`{"secrets":[{"name":"token-d"},{"name":"token-a","$patch":"delete"}]}`,
 		`{"$setElementOrder/secrets":[{"name":"token-c"},{"name":"token-a"}],"secrets":[{"name":"token-c","namespace":"x"}]}`,
 		`{"imagePullSecrets":[{"$patch":"replace"},{"name":"only"}]}`,
-	} {
-		f.Add(uint8(0), uint8(0), []byte(s))
-		f.Add(uint8(1), uint8(0), []byte(s))
-	}
-	pf := newPatchFuzzer(f)
-	f.Fuzz(func(t *testing.T, which, fv uint8, body []byte) {
-		pf.patch(t, negotiation.StrategicMergePatch, which, fv, body)
-	})
+	)
 }
 
 // FuzzApply: `go test -fuzz FuzzApply`. flags: bit 0 force, bit 1 into
