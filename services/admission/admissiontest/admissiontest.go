@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -109,20 +110,23 @@ type Options struct {
 	// Older makes the service answer WatchScope UNIMPLEMENTED, as a
 	// version older than that call does.
 	Older bool
+	// Registerer receives the service's metrics; nil means none.
+	Registerer prometheus.Registerer
 }
 
-// Start serves the admission service with policies on addr ("127.0.0.1:0"
-// picks a port; a stopped Service's Addr starts it again there) until Stop
-// or the end of the test. It is the service's own gRPC server (lib's
-// interceptors, the policy pipeline, Close ending the scope streams)
-// without TLS.
-func Start(t testing.TB, addr string, policies *Policies, opts Options) *Service {
+// Start serves the admission service with a policy set on addr
+// ("127.0.0.1:0" picks a port; a stopped Service's Addr starts it again
+// there) until Stop or the end of the test. It is the service's own gRPC
+// server (lib's interceptors, the policy pipeline, Close ending the scope
+// streams) without TLS. The set is a *Policies; the service's own tests
+// pass any policy.Set.
+func Start(t testing.TB, addr string, set policy.Set, opts Options) *Service {
 	t.Helper()
 	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(policies, nil)
+	s, err := server.New(set, opts.Registerer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +148,11 @@ func Start(t testing.TB, addr string, policies *Policies, opts Options) *Service
 	})
 	return svc
 }
+
+// CloseStreams ends every scope stream with UNAVAILABLE, and each one
+// opened later at once, while Admit is still served: what app.Close does
+// before the gRPC server stops.
+func (s *Service) CloseStreams() { s.admit.Close() }
 
 // Stop closes the service as app.Close does (scope streams end with
 // UNAVAILABLE, Admit calls in flight finish) and waits until it no longer

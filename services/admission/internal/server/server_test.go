@@ -12,12 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
-	"github.com/meridian-cp/meridian/lib/grpcserver"
-	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/admissiontest"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
-	"github.com/meridian-cp/meridian/services/admission/internal/server"
 )
 
 // noSecretsInDefault denies creating secrets in namespace "default" and
@@ -53,24 +50,17 @@ func (testSet) Matching(*admissionv1.AdmitRequest) []policy.Policy {
 func (testSet) Scope() (policy.Scope, <-chan struct{}) { return policy.Scope{Everything: true}, nil }
 
 // start serves the policies of set through a server.Server on loopback
-// and returns a client of it and the server.
-func start(t *testing.T, set policy.Set, reg prometheus.Registerer) (admissionv1.AdmissionServiceClient, *server.Server) {
+// (admissiontest's service, metrics to reg) and returns a client of it
+// and the service.
+func start(t *testing.T, set policy.Set, reg prometheus.Registerer) (admissionv1.AdmissionServiceClient, *admissiontest.Service) {
 	t.Helper()
-	srv, _, err := grpcserver.New(grpcserver.Options{Service: "admission"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(set, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admissionv1.RegisterAdmissionServiceServer(srv, s)
-	conn, err := grpcclient.Dial(grpcservertest.Serve(t, srv), nil)
+	svc := admissiontest.Start(t, "127.0.0.1:0", set, admissiontest.Options{Registerer: reg})
+	conn, err := grpcclient.Dial(svc.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return admissionv1.NewAdmissionServiceClient(conn), s
+	return admissionv1.NewAdmissionServiceClient(conn), svc
 }
 
 func req(resource, ns string) *admissionv1.AdmitRequest {
@@ -196,7 +186,7 @@ func TestWatchScope(t *testing.T) {
 
 	// Close ends the stream with UNAVAILABLE, so that GracefulStop does
 	// not wait for it, and new streams end at once.
-	s.Close()
+	s.CloseStreams()
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("after Close: %v, want Unavailable", err)
 	}
@@ -207,5 +197,5 @@ func TestWatchScope(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("new stream after Close: %v, want Unavailable", err)
 	}
-	s.Close()
+	s.CloseStreams()
 }
