@@ -61,7 +61,9 @@ func Calls(t Target) []Call {
 			if err != nil {
 				return err
 			}
-			if err := w.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{Key: []byte(t.Key)}}}); err != nil {
+			// A Send to a stream the member has already ended (a refusal)
+			// is io.EOF; Recv then returns the stream's status.
+			if err := w.Send(&storev1.WatchRequest{RequestUnion: &storev1.WatchRequest_CreateRequest{CreateRequest: &storev1.WatchCreateRequest{Key: []byte(t.Key)}}}); err != nil && !errors.Is(err, io.EOF) {
 				return err
 			}
 			_, err = w.Recv()
