@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
@@ -139,28 +139,11 @@ func single(t *testing.T, tune func(*Config)) *member {
 	return m
 }
 
-// freePorts returns n distinct free loopback addresses, all held open
-// until every one is picked (closing each before picking the next can
-// return one twice).
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
-	}
-	return out
-}
-
 // cluster starts n members bootstrapped together over TCP on loopback and
 // waits until each is ready.
 func cluster(t *testing.T, n int, tune func(*Config)) []*member {
 	t.Helper()
-	addrs := freePorts(t, n)
+	addrs := daemontest.FreeAddrs(t, n)
 	var initial []Peer
 	for i := range n {
 		initial = append(initial, Peer{ID: fmt.Sprintf("s%d", i), Address: addrs[i]})

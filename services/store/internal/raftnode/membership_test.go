@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 )
 
 // suffrage returns whether id is a member of the leader's configuration
@@ -78,7 +80,7 @@ func TestMembershipChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	cfg := Config{ID: "s3", PeerAddress: freePorts(t, 1)[0]}
+	cfg := Config{ID: "s3", PeerAddress: daemontest.FreeAddrs(t, 1)[0]}
 	fastTimeouts(&cfg)
 	joiner := newMember(t, cfg)
 	if !joiner.node.Fresh() {

@@ -6,13 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 )
 
 // TestStartFailureReleasesWhatItOpened: a Start that fails at a late step
 // (raft's configuration, after the log and the transport are open) leaves
 // nothing open: the peer port is free, and the same directories start.
 func TestStartFailureReleasesWhatItOpened(t *testing.T) {
-	addr := freePorts(t, 1)[0]
+	addr := daemontest.FreeAddrs(t, 1)[0]
 	cfg := Config{ID: "s0", PeerAddress: addr, Bootstrap: true,
 		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second / 2} // raft refuses an election timeout below the heartbeat's
 	m := &member{t: t, cfg: cfg, dir: t.TempDir()}
