@@ -4,11 +4,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc/mvcctest"
 )
 
 type recorder struct {
@@ -25,15 +25,7 @@ func (r *recorder) Reset(int64, string) { r.resets++ }
 
 func newFSM(t *testing.T) (*FSM, *mvcc.Store, *recorder) {
 	t.Helper()
-	db, err := pebble.Open(t.TempDir(), &pebble.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := mvcc.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mvcctest.Open(t)
 	rec := &recorder{}
 	f, err := New(s, rec, Options{})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/polltest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
+	"github.com/meridian-cp/meridian/services/store/internal/mvcc/mvcctest"
 )
 
 // fixture is a store plus hub, with writes published the way the FSM does:
@@ -27,15 +28,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
-	db, err := pebble.Open(t.TempDir(), &pebble.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := mvcc.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mvcctest.Open(t)
 	h, err := New(s, s.Rev(), opts)
 	if err != nil {
 		t.Fatal(err)
