@@ -24,12 +24,21 @@ type Served struct {
 // closed and Serve's return awaited, so that no server outlives its test;
 // what they return is not checked there: tests that check it call Close
 // themselves (every service's Close is safe to call twice) and Wait.
+// When no listener can be opened, s is closed and the test fails.
 func Serve(t testing.TB, s daemon.Server) *Served {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		_ = s.Close()
 		t.Fatal(err)
 	}
+	return ServeListener(t, s, lis)
+}
+
+// ServeListener is Serve on a listener the caller opened: one whose
+// address s was configured with before it was built (a store member's
+// client address, say). It may be called from any goroutine.
+func ServeListener(t testing.TB, s daemon.Server, lis net.Listener) *Served {
 	sv := &Served{Addr: lis.Addr().String(), srv: s, done: make(chan struct{})}
 	go func() {
 		sv.err = s.Serve(lis)

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 )
 
@@ -27,7 +27,7 @@ type member struct {
 	kv     storev1.KVServiceClient
 	watch  storev1.WatchServiceClient
 	maint  storev1.MaintenanceServiceClient
-	served chan error
+	served *daemontest.Served
 }
 
 func start(t *testing.T, cfg Config) *member {
@@ -38,13 +38,8 @@ func start(t *testing.T, cfg Config) *member {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &member{app: a, served: make(chan error, 1)}
-	go func() { m.served <- a.Serve(lis) }()
-	m.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	m := &member{app: a, served: daemontest.Serve(t, a)}
+	m.conn, err = grpc.NewClient(m.served.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +64,7 @@ func (m *member) stop(t *testing.T) {
 	if err := m.app.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := <-m.served; err != nil {
+	if err := m.served.Wait(); err != nil {
 		t.Errorf("Serve returned %v after Close", err)
 	}
 }

@@ -19,9 +19,8 @@ import (
 // node is an in-process member of a TLS cluster on loopback.
 type node struct {
 	cfg    Config
-	app    *App
-	lis    net.Listener
-	served chan error
+	app    *App // nil once stopped
+	served *daemontest.Served
 }
 
 // clusterConfigs returns configs of n voters with mTLS everywhere.
@@ -44,7 +43,8 @@ func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
 	return cfgs
 }
 
-// startNodes starts members concurrently (they wait for each other).
+// startNodes starts members concurrently (they wait for each other); each
+// serves on its client address until stop or the end of the test.
 func startNodes(t *testing.T, cfgs ...Config) []*node {
 	t.Helper()
 	nodes := make([]*node, len(cfgs))
@@ -67,17 +67,10 @@ func startNodes(t *testing.T, cfgs ...Config) []*node {
 				_ = a.Close()
 				return
 			}
-			nd := &node{cfg: cfg, app: a, lis: lis, served: make(chan error, 1)}
-			go func() { nd.served <- a.Serve(lis) }()
-			nodes[i] = nd
+			nodes[i] = &node{cfg: cfg, app: a, served: daemontest.ServeListener(t, a, lis)}
 		}()
 	}
 	wg.Wait()
-	for _, nd := range nodes {
-		if nd != nil {
-			t.Cleanup(func() { nd.stop() })
-		}
-	}
 	for _, err := range errs {
 		if err != nil {
 			t.Fatalf("start: %v", err)
@@ -89,7 +82,7 @@ func startNodes(t *testing.T, cfgs ...Config) []*node {
 func (nd *node) stop() {
 	if nd.app != nil {
 		_ = nd.app.Close()
-		<-nd.served
+		_ = nd.served.Wait()
 		nd.app = nil
 	}
 }

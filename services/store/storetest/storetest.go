@@ -4,11 +4,11 @@
 package storetest
 
 import (
-	"io"
 	"log/slog"
 	"net"
 	"testing"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 )
 
@@ -16,44 +16,41 @@ import (
 type Member struct {
 	// Addr is the member's gRPC address.
 	Addr string
-	// App is the member.
+	// App is the member; nil once stopped.
 	App    *storeapp.App
-	served chan error
+	served *daemontest.Served
 }
 
 // Start starts a single-member store with cfg, whose DataDir (default: a
 // temporary directory of t), Bootstrap (true) and Logger (default: none)
-// it fills in, serving plaintext gRPC on a loopback port. The member stops
-// when the test ends, if it has not been stopped before.
+// it fills in, serving gRPC (plaintext unless cfg.TLS is set) on a
+// loopback port. The member stops when the test ends, if it has not been
+// stopped before.
 func Start(t testing.TB, cfg storeapp.Config) *Member {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Bootstrap = true
 	st, err := storeapp.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	m := Serve(st, lis)
-	t.Cleanup(m.Stop)
-	return m
+	return member(daemontest.Serve(t, st), st)
 }
 
 // Serve serves a member the caller started (a cluster's, say, whose
-// listeners are opened first) on lis until Stop.
-func Serve(st *storeapp.App, lis net.Listener) *Member {
-	m := &Member{Addr: lis.Addr().String(), App: st, served: make(chan error, 1)}
-	go func() { m.served <- st.Serve(lis) }()
-	return m
+// listeners are opened first) on lis until Stop or the end of the test.
+// It may be called from any goroutine.
+func Serve(t testing.TB, st *storeapp.App, lis net.Listener) *Member {
+	return member(daemontest.ServeListener(t, st, lis), st)
+}
+
+func member(served *daemontest.Served, st *storeapp.App) *Member {
+	return &Member{Addr: served.Addr, App: st, served: served}
 }
 
 // Stop closes the member and waits until it has stopped serving; it is
@@ -61,7 +58,7 @@ func Serve(st *storeapp.App, lis net.Listener) *Member {
 func (m *Member) Stop() {
 	if m.App != nil {
 		m.App.Close()
-		<-m.served
+		_ = m.served.Wait()
 		m.App = nil
 	}
 }

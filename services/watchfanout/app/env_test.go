@@ -141,7 +141,7 @@ func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
 				return
 			}
 			members[i] = &storeMember{id: cfgs[i].ID, addr: cfgs[i].ClientAddress, reg: cfgs[i].Registerer.(*prometheus.Registry), app: st,
-				member: storetest.Serve(st, listeners[i])}
+				member: storetest.Serve(t, st, listeners[i])}
 		}()
 	}
 	wg.Wait()
