@@ -26,6 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	store "github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 	watchfanout "github.com/meridian-cp/meridian/services/watchfanout/app"
 )
 
@@ -134,11 +135,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 
-	st, err := store.New(ctx, store.Config{ID: "store-0", DataDir: t.TempDir(), Bootstrap: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	storeAddr := daemontest.Serve(t, st).Addr
+	storeAddr := storetest.Start(t, store.Config{ID: "store-0", Logger: quiet}).Addr
 
 	e := &replicaEnv{gateway: prometheus.NewRegistry()}
 	for i := range e.replicas {

@@ -2,17 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"io"
-	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
 // runCommandLine runs a command line as main does and returns the exit code (-1
@@ -30,20 +26,7 @@ func runCommandLine(args ...string) (code int, stdout, stderr string) {
 // certificates of p and returns its address.
 func serveTLS(t *testing.T, p *testPKI) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), Bootstrap: true, CompactionRetention: -1, TLS: p.serverTLS(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Serve(lis) }()
-	t.Cleanup(func() { _ = a.Close() })
-	return lis.Addr().String()
+	return storetest.Start(t, app.Config{CompactionRetention: -1, TLS: p.serverTLS()}).Addr
 }
 
 // TestFlagsBeforeOrAfterTheCommand: the connection flags (endpoints, TLS,
