@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/services/store/client"
 )
 
@@ -47,26 +48,17 @@ func (c *connection) check() string {
 	return ""
 }
 
-// tlsConfig is the TLS configuration the flags ask for; nil (plaintext)
-// when neither --cert nor --cacert is set.
+// tlsConfig is the TLS configuration the flags ask for, as every client of
+// the store builds it (pki.LoadClientTLS: the certificate is read again
+// when its files change); nil (plaintext) when neither --cert nor
+// --cacert is set.
 func (c *connection) tlsConfig() (*tls.Config, error) {
 	if c.cert == "" && c.cacert == "" {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.cert != "" {
-		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
-		if err != nil {
-			return nil, fmt.Errorf("load --cert/--key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	if c.cacert != "" {
-		pool, err := loadPool(c.cacert)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RootCAs = pool
+	cfg, err := pki.LoadClientTLS(c.cert, c.key, c.cacert, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("load --cert, --key and --cacert: %w", err)
 	}
 	return cfg, nil
 }
@@ -145,7 +137,7 @@ func (inv *invocation) exec(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.Dial(strings.Split(inv.conn.endpoints, ","), tlsCfg)
+	c, err := client.Dial(client.Endpoints(inv.conn.endpoints), tlsCfg)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -241,16 +240,4 @@ func peerClientTLS(f flags, log *slog.Logger) (*tls.Config, error) {
 		caFile = f.clientCA
 	}
 	return pki.LoadClientTLS(f.tlsCert, f.tlsKey, caFile, "", log)
-}
-
-func loadPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("read CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA %s holds no PEM certificate", file)
-	}
-	return pool, nil
 }
