@@ -233,23 +233,15 @@ func (c *Config) Validate() error {
 
 // withDefaults returns c with defaults filled in.
 func (c Config) withDefaults() Config {
-	if c.ID == "" {
-		c.ID = DefaultID
-	}
+	c.ID = cmp.Or(c.ID, DefaultID)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = DefaultCacheBytes
 	}
-	if c.MaxValueBytes == 0 {
-		c.MaxValueBytes = DefaultMaxValueBytes
-	}
-	if c.ProgressInterval == 0 {
-		c.ProgressInterval = DefaultProgressInterval
-	}
-	if c.CompactionRetention == 0 {
-		c.CompactionRetention = DefaultCompactionRetention
-	}
+	c.MaxValueBytes = cmp.Or(c.MaxValueBytes, DefaultMaxValueBytes)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
+	c.CompactionRetention = cmp.Or(c.CompactionRetention, DefaultCompactionRetention)
 	return c
 }

@@ -33,6 +33,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,30 +125,14 @@ func (o *Options) Validate() error {
 
 // EnsureDefaults fills in zero fields.
 func (o *Options) EnsureDefaults() {
-	if o.HistoryWindow == 0 {
-		o.HistoryWindow = DefaultHistoryWindow
-	}
-	if o.HistoryMaxEvents == 0 {
-		o.HistoryMaxEvents = DefaultHistoryMaxEvents
-	}
-	if o.WatcherBuffer == 0 {
-		o.WatcherBuffer = DefaultWatcherBuffer
-	}
-	if o.BookmarkInterval == 0 {
-		o.BookmarkInterval = DefaultBookmarkInterval
-	}
-	if o.SnapshotTTL == 0 {
-		o.SnapshotTTL = o.HistoryWindow
-	}
-	if o.MaxSnapshots == 0 {
-		o.MaxSnapshots = DefaultMaxSnapshots
-	}
-	if o.StartupReplay == 0 {
-		o.StartupReplay = DefaultStartupReplay
-	}
-	if o.ListPageSize == 0 {
-		o.ListPageSize = DefaultListPageSize
-	}
+	o.HistoryWindow = cmp.Or(o.HistoryWindow, DefaultHistoryWindow)
+	o.HistoryMaxEvents = cmp.Or(o.HistoryMaxEvents, DefaultHistoryMaxEvents)
+	o.WatcherBuffer = cmp.Or(o.WatcherBuffer, DefaultWatcherBuffer)
+	o.BookmarkInterval = cmp.Or(o.BookmarkInterval, DefaultBookmarkInterval)
+	o.SnapshotTTL = cmp.Or(o.SnapshotTTL, o.HistoryWindow)
+	o.MaxSnapshots = cmp.Or(o.MaxSnapshots, DefaultMaxSnapshots)
+	o.StartupReplay = cmp.Or(o.StartupReplay, DefaultStartupReplay)
+	o.ListPageSize = cmp.Or(o.ListPageSize, DefaultListPageSize)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
