@@ -3,8 +3,10 @@
 // Replicas are independent (each follows the store on its own), so any
 // healthy one serves any request: calls go round-robin over the replicas
 // whose connections are not failing, and a call that a replica cannot take
-// moves on to the next, which moves a client's next watch to a healthy
-// replica when one goes away.
+// moves on to the next. A watch (Pool.Watch) goes on across replicas: when
+// the replica serving it goes away, drains, or cannot serve its
+// resourceVersion, it resumes on another from the last resourceVersion it
+// delivered.
 package watchfanoutclient
 
 import (
@@ -88,23 +90,27 @@ func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grp
 // the caller see UNAVAILABLE (and serve from the store).
 func (p *Pool) Client() watchv1.WatchServiceClient {
 	order := p.order()
-	return failover{WatchServiceClient: order[0], clients: order}
+	clients := make([]watchv1.WatchServiceClient, len(order))
+	for i, j := range order {
+		clients[i] = p.clients[j]
+	}
+	return failover{WatchServiceClient: clients[0], clients: clients}
 }
 
-// order returns the clients to try, in round-robin order from the next
-// start, healthy replicas first.
-func (p *Pool) order() []watchv1.WatchServiceClient {
+// order returns the indexes of the replicas to try, in round-robin order
+// from the next start, healthy replicas first.
+func (p *Pool) order() []int {
 	n := len(p.conns)
 	start := int(p.next.Add(1) % uint64(n))
-	out := make([]watchv1.WatchServiceClient, 0, n)
-	var failing []watchv1.WatchServiceClient
+	out := make([]int, 0, n)
+	var failing []int
 	for i := range n {
 		j := (start + i) % n
 		switch p.conns[j].GetState() {
 		case connectivity.Ready, connectivity.Idle:
-			out = append(out, p.clients[j])
+			out = append(out, j)
 		default:
-			failing = append(failing, p.clients[j])
+			failing = append(failing, j)
 		}
 	}
 	return append(out, failing...)
