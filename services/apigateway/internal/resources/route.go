@@ -12,9 +12,12 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -84,9 +87,20 @@ func lagged(ctx context.Context, err error) bool {
 }
 
 // relayWatch serves a watch from watchfanout, relaying its pre-encoded
-// frames untouched. The response headers have been sent. handled is false
-// when watchfanout could not take the watch and the store must serve it.
-func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (handled bool, err error) {
+// frames untouched. The response headers have been sent.
+//
+// The watch goes on across replicas (watchfanoutclient.Watch): when the
+// replica serving it goes away, drains, or cannot serve its
+// resourceVersion, it resumes on another from the resourceVersion of the
+// last event delivered, and the client sees no gap, no duplicate and no
+// error. When no replica can serve it, handled is false and from is the
+// request the store serves the rest of the watch with: the original one
+// when nothing was delivered yet, else the changes after the last event
+// delivered. A watch whose initial events were cut short ends with a 410
+// Expired, as the client must list again. err is what the watch ended
+// with (nil, the client's context's error, or one to report as an ERROR
+// event).
+func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (from *apiv1.WatchRequest, handled bool, err error) {
 	fieldSel := req.GetFieldSelector()
 	if name := req.GetRef().GetName(); name != "" {
 		if fieldSel != "" {
@@ -94,7 +108,8 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		}
 		fieldSel += "metadata.name=" + name
 	}
-	ws, err := s.cfg.Watchfanout.Client().Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
+	resource := w.res.GVR.Resource
+	ws := s.cfg.Watchfanout.Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
 		Resource:             cacheResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),
@@ -106,33 +121,40 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		TimeoutSeconds:       req.GetTimeoutSeconds(),
 		Encoding:             enc,
 		IncludeObject:        req.GetIncludeObject(),
-	})
-	if err != nil {
-		return !fallBack(err), err
-	}
-	first := true
+	}, func() { s.m.watchResumed(resource, resumedOnReplica) })
+	defer ws.Close()
 	for {
 		msg, err := ws.Recv()
-		if err != nil {
-			if first && fallBack(err) {
-				return false, err
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF) || ctx.Err() != nil:
+			return nil, true, nil
+		case errors.Is(err, watchfanoutclient.ErrNoReplica):
+			if ws.Served() {
+				s.m.watchResumed(resource, resumedOnStore)
 			}
-			if errors.Is(err, io.EOF) || ctx.Err() != nil {
-				return true, nil
+			if rv, ok := ws.ResumeFrom(); ok {
+				return resumeRequest(req, rv), false, nil
 			}
-			// A replica that went away mid-watch: end the stream; the
-			// client re-watches from its last resourceVersion, and its
-			// next watch goes to a healthy replica.
-			return true, nil
-		}
-		first = false
-		if len(msg.GetFrames()) == 0 {
-			continue
+			return req, false, nil
+		case errors.Is(err, watchfanoutclient.ErrInitialEventsCut):
+			s.m.watchResumed(resource, resumeExpired)
+			return nil, true, apierrors.NewResourceExpired("the watch cache replica serving the initial events went away before it had sent them all: list again")
+		default:
+			return nil, true, err
 		}
 		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: msg.GetFrames()}); err != nil {
-			return true, err
+			return nil, true, err
 		}
 	}
+}
+
+// resumeRequest is req going on after resourceVersion rv: the changes
+// after it, without initial events.
+func resumeRequest(req *apiv1.WatchRequest, rv string) *apiv1.WatchRequest {
+	from := proto.Clone(req).(*apiv1.WatchRequest)
+	from.ResourceVersion, from.ResourceVersionMatch, from.SendInitialEvents = rv, "", nil
+	return from
 }
 
 // cachedGet serves a get from watchfanout. handled is false when the store

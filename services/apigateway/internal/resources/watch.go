@@ -38,6 +38,12 @@ const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 // annotated k8s.io/initial-events-end. The first message is empty: it makes
 // the REST front end send the response headers before any event, as
 // kube-apiserver does, so clients return from their Watch call at once.
+//
+// watchfanout serves the watch when it serves its format (relayWatch),
+// moving it to another replica when its replica goes away; when no
+// replica can, the store serves it (runWatch), from the start or from the
+// last event watchfanout delivered. The watch lasts until the client's
+// timeoutSeconds (or WatchTimeout) across those moves.
 func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
 	ctx := stream.Context()
 	w, err := s.newWatch(req)
@@ -55,15 +61,28 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 		return err
 	}
 	if enc, ok := cacheEncoding(w.out); ok && s.cfg.Watchfanout != nil {
-		if handled, err := s.relayWatch(ctx, w, req, enc, stream); handled {
-			return err
+		from, handled, err := s.relayWatch(ctx, w, req, enc, stream)
+		if handled {
+			return w.end(stream, err)
+		}
+		if from != req {
+			// The store goes on with a watch watchfanout served so far.
+			if w.start, err = parseWatch(from); err != nil {
+				return w.end(stream, err)
+			}
+			req = from
 		}
 	}
-	err = s.runWatch(ctx, w, req, stream)
+	return w.end(stream, s.runWatch(ctx, w, req, stream))
+}
+
+// end ends a watch that ended with err: quietly at its timeout, when the
+// client went away or the stream ended; else with an ERROR event carrying
+// err's Status (the headers are sent).
+func (w *watchState) end(stream apiv1.ResourceService_WatchServer, err error) error {
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}
-	// Headers are sent: report the failure in the stream, as an ERROR event.
 	st := apistatus.FromError(err)
 	frame, ferr := w.frame(watch.Error, &st)
 	if ferr != nil {
