@@ -33,13 +33,16 @@ import (
 // replica is one watchfanout replica serving on a loopback address, with
 // its own metrics registry (to tell which replica served what).
 type replica struct {
-	t      *testing.T
-	name   string
-	addr   string
-	store  string
-	reg    *prometheus.Registry
-	app    *watchfanout.App
-	served chan error
+	t       *testing.T
+	name    string
+	addr    string
+	store   string
+	history int // HistoryMaxEvents; 0 for the default
+	reg     *prometheus.Registry
+	app     *watchfanout.App
+	served  chan error
+	// proxy, when set, is where the gateway reaches the replica.
+	proxy *proxy
 }
 
 // start starts the replica on its address (a free port the first time,
@@ -49,7 +52,7 @@ func (r *replica) start() {
 	r.reg = prometheus.NewRegistry()
 	a, err := watchfanout.New(r.t.Context(), watchfanout.Config{
 		StoreAddress: r.store, Registry: registry.New(registry.Standard()...),
-		Registerer: r.reg, Logger: slog.New(slog.DiscardHandler),
+		Registerer: r.reg, Logger: slog.New(slog.DiscardHandler), HistoryMaxEvents: r.history,
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -127,22 +130,45 @@ type replicaEnv struct {
 	// metrics.
 	config  *rest.Config
 	gateway *prometheus.Registry
+	// storeAddr is the store's address (plaintext).
+	storeAddr string
 }
 
-func newReplicaEnv(t *testing.T) *replicaEnv {
+// replicaSetup tunes a replicaEnv.
+type replicaSetup struct {
+	// proxied puts a TCP proxy in front of each replica, which the
+	// gateway dials: cutting it is the replica dying.
+	proxied bool
+	// history caps each replica's history (HistoryMaxEvents); 0 for the
+	// default.
+	history int
+}
+
+func newReplicaEnv(t *testing.T, tune ...func(*replicaSetup)) *replicaEnv {
 	t.Helper()
+	var setup replicaSetup
+	for _, f := range tune {
+		f(&setup)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 
 	storeAddr := storetest.Start(t, store.Config{ID: "store-0", Logger: quiet}).Addr
 
-	e := &replicaEnv{gateway: prometheus.NewRegistry()}
+	e := &replicaEnv{gateway: prometheus.NewRegistry(), storeAddr: storeAddr}
+	var dial []string
 	for i := range e.replicas {
-		r := &replica{t: t, name: fmt.Sprintf("r%d", i), store: storeAddr}
+		r := &replica{t: t, name: fmt.Sprintf("r%d", i), store: storeAddr, history: setup.history}
 		r.start()
 		t.Cleanup(r.stop)
 		e.replicas[i] = r
+		if setup.proxied {
+			r.proxy = newProxy(t, r.addr)
+			dial = append(dial, r.proxy.addr())
+		} else {
+			dial = append(dial, r.addr)
+		}
 	}
 
 	ca := pkitest.NewCA(t, "test-ca")
@@ -150,7 +176,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	admin := pkitest.Issue(t, ca, pki.CertSpec{CommonName: "admin", Organizations: []string{"system:masters"}, Client: true})
 	gw, err := gateway.New(ctx, gateway.Config{
 		StoreAddress:         storeAddr,
-		WatchFanoutAddresses: []string{e.replicas[0].addr, e.replicas[1].addr},
+		WatchFanoutAddresses: dial,
 		Registry:             registry.New(registry.Standard()...),
 		ServingTLS:           pki.ServerTLS(serving, nil, tls.NoClientCert),
 		ClientCAs:            ca.Pool(),
@@ -183,10 +209,11 @@ type seen struct {
 
 // TestWatchMovesToHealthyReplica: two watchfanout replicas behind the
 // gateway, writes flowing. A client watches configmaps through the gateway
-// and re-watches from its last resourceVersion whenever its watch ends.
-// The replica serving the watch stops: the re-watch is served by the
-// other replica, and cached lists (resourceVersion=0) keep being served by
-// it. The stopped replica restarts on its address and the other one
+// and re-watches from its last resourceVersion whenever its watch ends (as
+// client-go does; the gateway resumes the watch itself, see
+// failover_test.go). The replica serving the watch stops: the watch is
+// served by the other replica, and cached lists (resourceVersion=0) keep
+// being served by it. The stopped replica restarts on its address and the other one
 // stops: the watch moves back. Across both moves the client receives every
 // write exactly once, in order.
 func TestWatchMovesToHealthyReplica(t *testing.T) {
