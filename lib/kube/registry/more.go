@@ -105,7 +105,9 @@ func Leases() *Resource {
 
 // Standard is every built-in resource meridian serves.
 func Standard() []*Resource {
-	return append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases())
+	standard := append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases())
+	standard = append(standard, RBAC()...)
+	return standard
 }
 
 // metaOnlyStrategy validates only metadata: for kinds whose spec

@@ -1,0 +1,152 @@
+package authz
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+)
+
+// Attributes are what an authorization decision is made on, the fields
+// of k8s.io/apiserver's authorizer.Attributes as a value: who asks, the
+// verb, and either the resource (group, resource, subresource, namespace,
+// name) or the non-resource path.
+type Attributes struct {
+	// User is who asks.
+	User identity.User
+	// Verb is the Kubernetes verb (get, list, watch, create, update,
+	// patch, delete, deletecollection, impersonate, bind, escalate, ...)
+	// of a resource request, the lower-case HTTP method of a non-resource
+	// request.
+	Verb string
+	// ResourceRequest distinguishes resource requests from non-resource
+	// ones (discovery, health, /version, /metrics).
+	ResourceRequest bool
+	// APIGroup, APIVersion, Resource, Subresource, Namespace and Name
+	// describe a resource request.
+	APIGroup, APIVersion, Resource, Subresource, Namespace, Name string
+	// Path is the path of a non-resource request.
+	Path string
+}
+
+// FromRequest returns the attributes of a REST request as kube-apiserver
+// derives them: a namespace's own requests (/api/v1/namespaces/{name} and
+// its subresources) are in that namespace, and a list or watch whose field
+// selector names one object (metadata.name=x, as `kubectl get cm x -w`
+// sends) is about that object, so that rules with resourceNames apply.
+func FromRequest(u identity.User, info requestinfo.Info, query url.Values) Attributes {
+	a := Attributes{User: u, Verb: info.Verb, Path: info.Path}
+	if !info.IsResourceRequest {
+		return a
+	}
+	a.ResourceRequest = true
+	a.APIGroup, a.APIVersion, a.Resource, a.Subresource = info.APIGroup, info.APIVersion, info.Resource, info.Subresource
+	a.Namespace, a.Name = info.Namespace, info.Name
+	a.inNamespaceItself()
+	if a.Name == "" && (a.Verb == "list" || a.Verb == "watch" || a.Verb == "deletecollection") {
+		if fs := query.Get("fieldSelector"); fs != "" {
+			if sel, err := fields.ParseSelector(fs); err == nil {
+				if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
+					a.Name = name
+				}
+			}
+		}
+	}
+	return a
+}
+
+// ForResource returns the attributes of a request on a resource made
+// other than through REST (the gRPC API): verb on group/resource
+// [/subresource] named name in namespace.
+func ForResource(u identity.User, verb, group, version, resource, subresource, namespace, name string) Attributes {
+	a := Attributes{User: u, Verb: verb, ResourceRequest: true, APIGroup: group, APIVersion: version,
+		Resource: resource, Subresource: subresource, Namespace: namespace, Name: name}
+	a.inNamespaceItself()
+	return a
+}
+
+// inNamespaceItself puts a request on a namespace object in that
+// namespace, as kube-apiserver's request info does: a Role granting "get
+// namespaces" in namespace x lets its subjects read namespace x.
+func (a *Attributes) inNamespaceItself() {
+	if a.APIGroup == "" && a.Resource == "namespaces" && a.Name != "" {
+		a.Namespace = a.Name
+	}
+}
+
+// Forbidden is kube-apiserver's 403 for a request its authorizer did not
+// allow, word for word:
+//
+//	configmaps is forbidden: User "x" cannot list resource "configmaps" in API group "" in the namespace "y"
+//	namespaces "y" is forbidden: User "x" cannot delete resource "namespaces" in API group "" in the namespace "y"
+//	clusterroles.rbac.authorization.k8s.io is forbidden: User "x" cannot list resource "clusterroles" in API group "rbac.authorization.k8s.io" at the cluster scope
+//	forbidden: User "x" cannot get path "/metrics"
+//
+// reason, when not empty, follows after ": " (resolution errors, such as a
+// binding whose role does not exist). As kube-apiserver does, &, < and >
+// of the description are escaped, so that no name a client chose can put
+// markup in the message.
+func Forbidden(a Attributes, reason string) *apierrors.StatusError {
+	msg := sanitizer.Replace(forbiddenMessage(a))
+	if reason != "" {
+		msg += ": " + reason
+	}
+	gr := schema.GroupResource{Group: a.APIGroup, Resource: a.Resource}
+	return apierrors.NewForbidden(gr, a.Name, forbiddenReason(msg))
+}
+
+var sanitizer = strings.NewReplacer(`&`, "&amp;", `<`, "&lt;", `>`, "&gt;")
+
+// forbiddenReason is an error whose message is exactly its text (a
+// fmt.Errorf would read % in names as verbs).
+type forbiddenReason string
+
+func (r forbiddenReason) Error() string { return string(r) }
+
+func forbiddenMessage(a Attributes) string {
+	if !a.ResourceRequest {
+		return fmt.Sprintf("User %q cannot %s path %q", a.User.Name, a.Verb, a.Path)
+	}
+	resource := a.Resource
+	if a.Subresource != "" {
+		resource += "/" + a.Subresource
+	}
+	if a.Namespace != "" {
+		return fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", a.User.Name, a.Verb, resource, a.APIGroup, a.Namespace)
+	}
+	return fmt.Sprintf("User %q cannot %s resource %q in API group %q at the cluster scope", a.User.Name, a.Verb, resource, a.APIGroup)
+}
+
+// record returns a as k8s.io/apiserver's attributes.
+func (a Attributes) record() authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{
+		User: userInfo(a.User), Verb: a.Verb, ResourceRequest: a.ResourceRequest,
+		APIGroup: a.APIGroup, APIVersion: a.APIVersion, Resource: a.Resource, Subresource: a.Subresource,
+		Namespace: a.Namespace, Name: a.Name, Path: a.Path,
+	}
+}
+
+// fromRecord reads k8s.io/apiserver's attributes.
+func fromRecord(a authorizer.Attributes) Attributes {
+	var u identity.User
+	if info := a.GetUser(); info != nil {
+		u = identity.User{Name: info.GetName(), UID: info.GetUID(), Groups: info.GetGroups(), Extra: info.GetExtra()}
+	}
+	return Attributes{
+		User: u, Verb: a.GetVerb(), ResourceRequest: a.IsResourceRequest(),
+		APIGroup: a.GetAPIGroup(), APIVersion: a.GetAPIVersion(), Resource: a.GetResource(), Subresource: a.GetSubresource(),
+		Namespace: a.GetNamespace(), Name: a.GetName(), Path: a.GetPath(),
+	}
+}
+
+func userInfo(u identity.User) user.Info {
+	return &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra}
+}
