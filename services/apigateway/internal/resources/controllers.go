@@ -5,15 +5,33 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// The gateway's controllers (internal/controllers/gc and
-// internal/controllers/namespace) write through the methods below, so that
+// The gateway's controllers (internal/controllers/...) and its start
+// (the bootstrap RBAC policy) write through the methods below, so that
 // what they do is a write with the API's semantics, made as the user in
 // ctx, and the garbage collector's watch of the whole registry keeps the
 // update hints (objhints.go) current.
+
+// CreateObject stores obj, a new object of res, as a create without dry
+// run does: server-owned metadata, defaults, the write guard, validation,
+// admission, the namespace's lifecycle. Its errors are Kubernetes errors
+// (AlreadyExists when an object of its name exists).
+func (s *Server) CreateObject(ctx context.Context, res *registry.Resource, obj runtime.Object) (runtime.Object, error) {
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if err := checkNamespace(res, acc, acc.GetNamespace()); err != nil {
+		return nil, err
+	}
+	ref := &apiv1.ResourceRef{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource, Namespace: acc.GetNamespace()}
+	return s.insert(ctx, res, ref, obj, acc, false)
+}
 
 // DeleteObject deletes, or starts deleting, the object ref names, as a
 // DELETE with opts does: preconditions, admission, finalizers and

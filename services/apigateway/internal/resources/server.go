@@ -52,6 +52,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Admission admits writes; nil admits everything.
 	Admission admissionv1.AdmissionServiceClient
+	// WriteGuard checks creates and updates before they are validated
+	// (RBAC's escalation prevention); nil checks nothing.
+	WriteGuard WriteGuard
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -63,6 +66,17 @@ type Config struct {
 	// resourceVersion the store has not reached waits for it, before a 504
 	// "Too large resource version"; 0 means 3 seconds.
 	ResourceVersionWait time.Duration
+}
+
+// WriteGuard checks a write before anything else looks at it: kube-apiserver
+// refuses roles and bindings that escalate their author's permissions
+// this way (authz.RBAC implements it).
+type WriteGuard interface {
+	// GuardWrite checks a create (old nil) or an update of obj, an object
+	// of res written through a request on namespace/name (name empty for
+	// a create), by the user in ctx. Its errors are Kubernetes errors and
+	// end the write.
+	GuardWrite(ctx context.Context, res *registry.Resource, namespace, name string, obj, old runtime.Object) error
 }
 
 // Server implements apiv1.ResourceServiceServer.

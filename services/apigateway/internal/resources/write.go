@@ -153,6 +153,9 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 // validation, admission, then a store create (retried over generated names).
 func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj runtime.Object, acc metav1.Object, dryRun bool) (runtime.Object, error) {
 	s.prepareCreate(res, obj, acc)
+	if err := s.guard(ctx, res, ref, obj, nil); err != nil {
+		return nil, err
+	}
 	parent, err := s.namespaceGuard(ctx, res, acc.GetNamespace(), acc.GetName(), dryRun)
 	if err != nil {
 		return nil, err
@@ -436,6 +439,9 @@ func (s *Server) prepareUpdate(ctx context.Context, res *registry.Resource, ref 
 	} else {
 		res.Strategy.PrepareForUpdate(obj, old)
 	}
+	if err := s.guard(ctx, res, ref, obj, old); err != nil {
+		return nil, err
+	}
 	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
 	}
@@ -444,6 +450,14 @@ func (s *Server) prepareUpdate(ctx context.Context, res *registry.Resource, ref 
 		return nil, err
 	}
 	return obj, nil
+}
+
+// guard runs the configured WriteGuard on a create (old nil) or an update.
+func (s *Server) guard(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, obj, old runtime.Object) error {
+	if s.cfg.WriteGuard == nil {
+		return nil
+	}
+	return s.cfg.WriteGuard.GuardWrite(ctx, res, ref.GetNamespace(), ref.GetName(), obj, old)
 }
 
 // readLatest is a linearizable read.
