@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		listen    = flag.String("listen", ports.API, "address of the HTTPS Kubernetes API")
 		grpcAddr  = flag.String("grpc-listen", ports.APIGRPC, "address of the gRPC API (meridian.api.v1.ResourceService); empty: none")
 		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
+		authzMode = flag.String("authorization-mode", "RBAC", "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
@@ -68,7 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
-	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile, Logger: logger})
+	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile, AuthorizationMode: *authzMode, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	GRPCListen string
 	// TokenAuthFile is a kube-apiserver static token file; empty: none.
 	TokenAuthFile string
+	// AuthorizationMode is the gateway's: RBAC (empty) or AlwaysAllow.
+	AuthorizationMode string
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -253,6 +255,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			ServingTLS:           pki.ServerTLS(sh.certs.apiserver, nil, tls.NoClientCert),
 			ClientCAs:            sh.certs.apiCA.Pool(),
 			TokenAuthFile:        cfg.TokenAuthFile,
+			AuthorizationMode:    cfg.AuthorizationMode,
 			Registerer:           sh.registerer("apigateway"),
 			Gatherer:             sh.metrics,
 			Logger:               sh.logger("apigateway"),

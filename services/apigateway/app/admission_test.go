@@ -44,7 +44,7 @@ func startGateway(t *testing.T, admissionAddr string) *gateway {
 	ca := pkitest.NewCA(t, "test")
 	cert := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("apiserver"))
 	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(`secret,alice,1001,"team"`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`secret,alice,1001,"team"`+"\n"+`root-secret,admin,1000,"system:masters"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -56,9 +56,40 @@ func startGateway(t *testing.T, admissionAddr string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gateway{
+	g := &gateway{
 		t: t, url: "https://" + daemontest.Serve(t, gw).Addr, reg: reg,
 		client: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(nil, ca.Pool(), "127.0.0.1")}},
+	}
+	// alice may write the config maps and secrets of "default", all the
+	// test's writes: a 403 is admission's.
+	g.post("root-secret", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+		`{"metadata":{"name":"writer"},"rules":[{"apiGroups":[""],"resources":["configmaps","secrets"],"verbs":["create","update"]}]}`)
+	g.post("root-secret", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+		`{"metadata":{"name":"alice-writes"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"writer"},"subjects":[{"kind":"User","name":"alice"}]}`)
+	eventually(t, "alice's grant to apply", func() bool {
+		code, _ := g.write(http.MethodPost, "configmaps", "granted")
+		return code == http.StatusCreated
+	})
+	return g
+}
+
+// post creates an object from a JSON body as the user of token.
+func (g *gateway) post(token, path, body string) {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		data, _ := io.ReadAll(resp.Body)
+		g.t.Fatalf("POST %s: %d %s", path, resp.StatusCode, data)
 	}
 }
 

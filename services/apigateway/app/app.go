@@ -29,7 +29,9 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/clusterroleaggregation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/gc"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/namespace"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
@@ -87,6 +89,9 @@ type Config struct {
 	// Registry is the set of served resources; nil means every standard
 	// kind (registry.Standard). watchfanout must serve the same set.
 	Registry *registry.Registry
+	// AuthorizationMode is AuthorizationRBAC (the default when empty) or
+	// AuthorizationAlwaysAllow.
+	AuthorizationMode string
 	// ShutdownDelay is how long the gateway keeps serving once shutdown
 	// has begun, with /readyz failing ("shutdown"), so that load balancers
 	// stop sending it requests before its listeners close
@@ -107,6 +112,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientCAs == nil && c.TokenAuthFile == "" {
 		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
+	}
+	if c.AuthorizationMode != "" && c.AuthorizationMode != AuthorizationRBAC && c.AuthorizationMode != AuthorizationAlwaysAllow {
+		errs = append(errs, fmt.Errorf("apigateway: AuthorizationMode %q is neither %s nor %s", c.AuthorizationMode, AuthorizationRBAC, AuthorizationAlwaysAllow))
 	}
 	if c.ShutdownDelay < 0 {
 		errs = append(errs, fmt.Errorf("apigateway: ShutdownDelay %v is negative", c.ShutdownDelay))
@@ -172,10 +180,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	resourceServer, err := resources.New(resources.Config{
+	authorizer, rbac, err := a.newAuthorizer(store, c)
+	if err != nil {
+		return nil, err
+	}
+	rsCfg := resources.Config{
 		Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Admission: svc.admission, Watchfanout: svc.watchfanout,
-	})
+	}
+	if rbac != nil {
+		rsCfg.WriteGuard = rbac
+	}
+	resourceServer, err := resources.New(rsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: %w", err)
 	}
@@ -183,11 +199,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := a.newHandler(bg, reg, authenticator, resourceServer, svc.flowControl, health)
+	handler, err := a.newHandler(bg, reg, authenticator, authorizer, resourceServer, svc.flowControl, health)
 	if err != nil {
 		return nil, err
 	}
 	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
+		return nil, err
+	}
+	if err := a.startAuthorization(ctx, bg, reg, resourceServer, rbac); err != nil {
 		return nil, err
 	}
 	if err := a.startControllers(bg, reg, c, store, resourceServer); err != nil {
@@ -198,6 +217,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.grpc, err = grpcapi.New(grpcapi.Config{
 		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		Authenticator: authenticator,
+		Authorizer:    authorizer,
 		FlowControl:   svc.flowControl,
 		Resources:     resourceServer,
 	})
@@ -365,7 +385,7 @@ func (a *App) shutdownCheck() healthz.Check {
 }
 
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
@@ -373,6 +393,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	return frontend.New(bg, frontend.Config{
 		Registry:       reg,
 		Authenticator:  authenticator,
+		Authorizer:     authorizer,
 		LocalResources: rs,
 		FlowControl:    fc,
 		Readyz:         health.readyz,
@@ -383,8 +404,8 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	})
 }
 
-// startControllers runs the namespace controller and the garbage
-// collector until bg ends.
+// startControllers runs the namespace controller, the garbage collector
+// and the ClusterRole aggregation controller until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
 	if err != nil {
@@ -394,8 +415,13 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	if err != nil {
 		return fmt.Errorf("apigateway: %w", err)
 	}
+	aggregation, err := clusterroleaggregation.New(clusterroleaggregation.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
+	a.background(bg, aggregation.Run)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -8,17 +9,16 @@ import (
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Users and groups with a meaning of their own, as kube-apiserver names
 // them.
 const (
-	// MastersGroup is the group whose members may do anything:
-	// impersonation is refused to everyone else.
+	// MastersGroup is the group whose members may do anything.
 	MastersGroup = "system:masters"
 	// AnonymousUser is the user of a request that presented no
 	// credentials.
@@ -38,6 +38,12 @@ func Anonymous() identity.User {
 	return identity.User{Name: AnonymousUser, Groups: []string{UnauthenticatedGroup}}
 }
 
+// Authorizer decides whether a requestor may impersonate someone:
+// authz.RBAC asks its policy for the "impersonate" verb.
+type Authorizer interface {
+	Allowed(ctx context.Context, a authz.Attributes) (allowed bool, reason string)
+}
+
 // Impersonate returns the user a request acts as, read from its
 // Impersonate-* headers with kube-apiserver's rules:
 //
@@ -53,11 +59,13 @@ func Anonymous() identity.User {
 //     anonymous user gets system:unauthenticated instead).
 //
 // ok is false when h asks for no impersonation: the request acts as
-// requestor. Only members of system:masters may impersonate, as RBAC's
-// "impersonate" verb would decide it for a cluster whose only privileged
-// role is system:masters; anyone else gets kube-apiserver's 403 Forbidden,
-// naming the impersonated user. Errors are StatusErrors.
-func Impersonate(requestor identity.User, h http.Header) (u identity.User, ok bool, err error) {
+// requestor. Each thing impersonated needs the "impersonate" verb, asked
+// of az in kube-apiserver's order: the user (resource "users") or service
+// account ("serviceaccounts" in its namespace), each group ("groups"),
+// each extra value ("userextras/<key>" in authentication.k8s.io) and the
+// uid ("uids" in authentication.k8s.io). The first refused gets
+// kube-apiserver's 403 Forbidden, naming it. Errors are StatusErrors.
+func Impersonate(ctx context.Context, az Authorizer, requestor identity.User, h http.Header) (u identity.User, ok bool, err error) {
 	name := h.Get(authenticationv1.ImpersonateUserHeader)
 	groups := h.Values(authenticationv1.ImpersonateGroupHeader)
 	uid := h.Get(authenticationv1.ImpersonateUIDHeader)
@@ -70,8 +78,11 @@ func Impersonate(requestor identity.User, h http.Header) (u identity.User, ok bo
 			"requested %s without impersonating a user", describeImpersonation(groups, extra, uid)))
 	}
 	ns, sa, isServiceAccount := splitServiceAccount(name)
-	if !slices.Contains(requestor.Groups, MastersGroup) {
-		return identity.User{}, false, forbidden(requestor.Name, name, ns, sa, isServiceAccount)
+	for _, target := range impersonationTargets(name, ns, sa, isServiceAccount, groups, extra, uid) {
+		target.User, target.Verb, target.ResourceRequest = requestor, "impersonate", true
+		if allowed, reason := az.Allowed(ctx, target); !allowed {
+			return identity.User{}, false, authz.Forbidden(target, reason)
+		}
 	}
 	u = identity.User{Name: name, UID: uid, Extra: extra}
 	if len(groups) > 0 {
@@ -86,6 +97,34 @@ func Impersonate(requestor identity.User, h http.Header) (u identity.User, ok bo
 		u.Groups = append(u.Groups, AuthenticatedGroup)
 	}
 	return u, true, nil
+}
+
+// impersonationTargets are what a request impersonates, each as the
+// resource its "impersonate" permission is on, in kube-apiserver's order.
+func impersonationTargets(name, ns, sa string, isServiceAccount bool, groups []string, extra map[string][]string, uid string) []authz.Attributes {
+	var targets []authz.Attributes
+	if isServiceAccount {
+		targets = append(targets, authz.Attributes{Resource: "serviceaccounts", Namespace: ns, Name: sa})
+	} else {
+		targets = append(targets, authz.Attributes{Resource: "users", Name: name})
+	}
+	for _, g := range groups {
+		targets = append(targets, authz.Attributes{Resource: "groups", Name: g})
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, v := range extra[k] {
+			targets = append(targets, authz.Attributes{APIGroup: authenticationv1.GroupName, APIVersion: "v1", Resource: "userextras", Subresource: k, Name: v})
+		}
+	}
+	if uid != "" {
+		targets = append(targets, authz.Attributes{APIGroup: authenticationv1.GroupName, APIVersion: "v1", Resource: "uids", Name: uid})
+	}
+	return targets
 }
 
 // impersonatedExtra reads the Impersonate-Extra-<key> headers; nil when
@@ -144,16 +183,4 @@ func splitServiceAccount(user string) (namespace, name string, ok bool) {
 		return "", "", false
 	}
 	return namespace, name, true
-}
-
-// forbidden is kube-apiserver's 403 for a requestor that may not
-// impersonate user: the first thing a request impersonates is its user (or
-// service account), so that is what the refusal names.
-func forbidden(requestor, user, ns, sa string, isServiceAccount bool) error {
-	if isServiceAccount {
-		return apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, sa,
-			fmt.Errorf("User %q cannot impersonate resource %q in API group %q in the namespace %q", requestor, "serviceaccounts", "", ns))
-	}
-	return apierrors.NewForbidden(schema.GroupResource{Resource: "users"}, user,
-		fmt.Errorf("User %q cannot impersonate resource %q in API group %q at the cluster scope", requestor, "users", ""))
 }

@@ -7,12 +7,34 @@ import (
 	"testing"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// TestImpersonate: the user a request acts as, with kube-apiserver's
+// rules; each thing impersonated (user or service account, groups, extra
+// values, uid) needs the "impersonate" verb on it, which members of
+// system:masters hold and carol holds for some things only.
 func TestImpersonate(t *testing.T) {
 	admin := identity.User{Name: "admin", Groups: []string{MastersGroup, AuthenticatedGroup}}
 	alice := identity.User{Name: "alice", Groups: []string{"dev", AuthenticatedGroup}}
+	carol := identity.User{Name: "carol", Groups: []string{AuthenticatedGroup}}
+	az := authz.NewStatic(
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "impersonator"}, Rules: []rbacv1.PolicyRule{
+			{Verbs: []string{"impersonate"}, APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"bob"}},
+			{Verbs: []string{"impersonate"}, APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{"ops"}},
+			{Verbs: []string{"impersonate"}, APIGroups: []string{""}, Resources: []string{"serviceaccounts"}},
+			{Verbs: []string{"impersonate"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/scopes"}, ResourceNames: []string{"view"}},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "carol"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "impersonator"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "carol"}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "impersonator"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "carol"}}},
+	)
 	header := func(kv ...string) http.Header {
 		h := http.Header{}
 		for i := 0; i < len(kv); i += 2 {
@@ -59,9 +81,22 @@ func TestImpersonate(t *testing.T) {
 			message: `serviceaccounts "builder" is forbidden: User "alice" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "ns"`},
 		{name: "anonymous", requestor: Anonymous(), h: header("Impersonate-User", "bob"), code: 403,
 			message: `users "bob" is forbidden: User "system:anonymous" cannot impersonate resource "users" in API group "" at the cluster scope`},
+		{name: "granted a user, a group and an extra value", requestor: carol, ok: true,
+			h:    header("Impersonate-User", "bob", "Impersonate-Group", "ops", "Impersonate-Extra-Scopes", "view"),
+			want: identity.User{Name: "bob", Groups: []string{"ops", AuthenticatedGroup}, Extra: map[string][]string{"scopes": {"view"}}}},
+		{name: "granted service accounts", requestor: carol, ok: true, h: header("Impersonate-User", "system:serviceaccount:ns:builder"),
+			want: identity.User{Name: "system:serviceaccount:ns:builder", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ns", AuthenticatedGroup}}},
+		{name: "a user not granted", requestor: carol, h: header("Impersonate-User", "dave"), code: 403,
+			message: `users "dave" is forbidden: User "carol" cannot impersonate resource "users" in API group "" at the cluster scope`},
+		{name: "a group not granted", requestor: carol, h: header("Impersonate-User", "bob", "Impersonate-Group", "ops", "Impersonate-Group", MastersGroup), code: 403,
+			message: `groups "system:masters" is forbidden: User "carol" cannot impersonate resource "groups" in API group "" at the cluster scope`},
+		{name: "an extra value not granted", requestor: carol, h: header("Impersonate-User", "bob", "Impersonate-Extra-Scopes", "edit"), code: 403,
+			message: `userextras.authentication.k8s.io "edit" is forbidden: User "carol" cannot impersonate resource "userextras/scopes" in API group "authentication.k8s.io" at the cluster scope`},
+		{name: "a uid not granted", requestor: carol, h: header("Impersonate-User", "bob", "Impersonate-Uid", "uid-bob"), code: 403,
+			message: `uids.authentication.k8s.io "uid-bob" is forbidden: User "carol" cannot impersonate resource "uids" in API group "authentication.k8s.io" at the cluster scope`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok, err := Impersonate(tc.requestor, tc.h)
+			got, ok, err := Impersonate(t.Context(), az, tc.requestor, tc.h)
 			if tc.code != 0 {
 				var se *apierrors.StatusError
 				if !errors.As(err, &se) || se.ErrStatus.Code != tc.code || se.ErrStatus.Message != tc.message || ok {

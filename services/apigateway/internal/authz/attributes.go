@@ -42,7 +42,10 @@ type Attributes struct {
 // its subresources) are in that namespace, and a list or watch whose field
 // selector names one object (metadata.name=x, as `kubectl get cm x -w`
 // sends) is about that object, so that rules with resourceNames apply.
-func FromRequest(u identity.User, info requestinfo.Info, query url.Values) Attributes {
+//
+// rawQuery is the request's query, parsed only for a list or watch of a
+// collection.
+func FromRequest(u identity.User, info requestinfo.Info, rawQuery string) Attributes {
 	a := Attributes{User: u, Verb: info.Verb, Path: info.Path}
 	if !info.IsResourceRequest {
 		return a
@@ -51,25 +54,40 @@ func FromRequest(u identity.User, info requestinfo.Info, query url.Values) Attri
 	a.APIGroup, a.APIVersion, a.Resource, a.Subresource = info.APIGroup, info.APIVersion, info.Resource, info.Subresource
 	a.Namespace, a.Name = info.Namespace, info.Name
 	a.inNamespaceItself()
-	if a.Name == "" && (a.Verb == "list" || a.Verb == "watch" || a.Verb == "deletecollection") {
-		if fs := query.Get("fieldSelector"); fs != "" {
-			if sel, err := fields.ParseSelector(fs); err == nil {
-				if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
-					a.Name = name
-				}
-			}
-		}
+	if a.Name == "" && rawQuery != "" && (a.Verb == "list" || a.Verb == "watch") {
+		query, _ := url.ParseQuery(rawQuery)
+		a.Name = selectedName(query.Get("fieldSelector"))
 	}
 	return a
 }
 
+// selectedName is the object a field selector names with
+// metadata.name=x (or ==), or "".
+func selectedName(fieldSelector string) string {
+	if fieldSelector == "" {
+		return ""
+	}
+	sel, err := fields.ParseSelector(fieldSelector)
+	if err != nil {
+		return ""
+	}
+	if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
+		return name
+	}
+	return ""
+}
+
 // ForResource returns the attributes of a request on a resource made
 // other than through REST (the gRPC API): verb on group/resource
-// [/subresource] named name in namespace.
-func ForResource(u identity.User, verb, group, version, resource, subresource, namespace, name string) Attributes {
+// [/subresource] named name in namespace. fieldSelector is the list or watch's field selector, whose
+// metadata.name=x makes the request one about x, as FromRequest's.
+func ForResource(u identity.User, verb, group, version, resource, subresource, namespace, name, fieldSelector string) Attributes {
 	a := Attributes{User: u, Verb: verb, ResourceRequest: true, APIGroup: group, APIVersion: version,
 		Resource: resource, Subresource: subresource, Namespace: namespace, Name: name}
 	a.inNamespaceItself()
+	if a.Name == "" && (verb == "list" || verb == "watch") {
+		a.Name = selectedName(fieldSelector)
+	}
 	return a
 }
 
@@ -125,8 +143,8 @@ func forbiddenMessage(a Attributes) string {
 	return fmt.Sprintf("User %q cannot %s resource %q in API group %q at the cluster scope", a.User.Name, a.Verb, resource, a.APIGroup)
 }
 
-// record returns a as k8s.io/apiserver's attributes.
-func (a Attributes) record() authorizer.AttributesRecord {
+// Record returns a as k8s.io/apiserver's attributes.
+func (a Attributes) Record() authorizer.AttributesRecord {
 	return authorizer.AttributesRecord{
 		User: userInfo(a.User), Verb: a.Verb, ResourceRequest: a.ResourceRequest,
 		APIGroup: a.APIGroup, APIVersion: a.APIVersion, Resource: a.Resource, Subresource: a.Subresource,

@@ -50,7 +50,9 @@ func roleBinding(namespace, name, kind, roleName string, subs ...string) *rbacv1
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: roleName}, Subjects: subjects(subs...)}
 }
 
-func who(name string, groups ...string) identity.User { return identity.User{Name: name, Groups: groups} }
+func who(name string, groups ...string) identity.User {
+	return identity.User{Name: name, Groups: groups}
+}
 
 func in(a Attributes, u identity.User, namespace string) Attributes {
 	a.User, a.Namespace = u, namespace
@@ -201,7 +203,7 @@ func TestAuthorizer(t *testing.T) {
 				if ok, reason := r.Allowed(t.Context(), a); !ok {
 					t.Errorf("refused %+v: %s", a, reason)
 				}
-				if d, _, err := r.Authorize(t.Context(), a.record()); d != authorizer.DecisionAllow || err != nil {
+				if d, _, err := r.Authorize(t.Context(), a.Record()); d != authorizer.DecisionAllow || err != nil {
 					t.Errorf("Authorize refused %+v: %v %v", a, d, err)
 				}
 			}
@@ -209,7 +211,7 @@ func TestAuthorizer(t *testing.T) {
 				if ok, _ := r.Allowed(t.Context(), a); ok {
 					t.Errorf("allowed %+v", a)
 				}
-				if d, _, _ := r.Authorize(t.Context(), a.record()); d == authorizer.DecisionAllow {
+				if d, _, _ := r.Authorize(t.Context(), a.Record()); d == authorizer.DecisionAllow {
 					t.Errorf("Authorize allowed %+v", a)
 				}
 			}
@@ -245,7 +247,7 @@ func TestReasons(t *testing.T) {
 		{in(resourceRequest("get", "", "configmaps", "", "x"), who("carol"), "ns2"), authorizer.DecisionNoOpinion,
 			`RBAC: [clusterrole.rbac.authorization.k8s.io "absent" not found, role.rbac.authorization.k8s.io "gone" not found]`},
 	} {
-		d, reason, err := r.Authorize(ctx, tc.a.record())
+		d, reason, err := r.Authorize(ctx, tc.a.Record())
 		if d != tc.decision || reason != tc.reason || err != nil {
 			t.Errorf("%s in %q: %v %q %v, want %v %q", tc.a.User.Name, tc.a.Namespace, d, reason, err, tc.decision, tc.reason)
 		}

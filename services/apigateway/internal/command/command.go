@@ -25,6 +25,7 @@ import (
 type flags struct {
 	listen, grpcListen                         string
 	certFile, keyFile, clientCAFile, tokenFile string
+	authorizationMode                          string
 	storeAddr, admissionAddr, flowAddr         string
 	watchAddrs                                 string
 	svcCert, svcKey, svcCA                     string
@@ -43,6 +44,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.keyFile, "tls-key-file", "", "key of the serving certificate (required)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O): the API client CA, never the internal CA")
 	fs.StringVar(&f.tokenFile, "token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
+	fs.StringVar(&f.authorizationMode, "authorization-mode", app.AuthorizationRBAC, "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
 	fs.StringVar(&f.storeAddr, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port): give every member, so that calls move to another member when one goes away (writes reach the leader from any member)")
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
 	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service; empty: no flow control")
@@ -107,7 +109,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg := app.Config{
 		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr,
-		ServingTLS: serving, TokenAuthFile: f.tokenFile, Logger: logger, ShutdownDelay: f.shutdownDelay,
+		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 	}
 	if f.clientCAFile != "" {
 		if cfg.ClientCAs, err = pki.LoadPool(f.clientCAFile); err != nil {

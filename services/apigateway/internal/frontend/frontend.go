@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
@@ -46,6 +47,10 @@ type Config struct {
 	Registry *registry.Registry
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
+	// Authorizer decides every request, impersonation included, before
+	// flow control admits it (authz.RBAC; authz.AlwaysAllow for none).
+	// Required.
+	Authorizer authz.Authorizer
 	// Resources is a client of a remote ResourceService. Required unless
 	// LocalResources is set.
 	Resources apiv1.ResourceServiceClient
@@ -84,6 +89,7 @@ type Handler struct {
 	metrics   *metrics
 	authn     *authn.Metrics
 	gzip      gzipWriters
+	reviews   *reviewCodec
 }
 
 // New builds the front end and registers the ResourceService routes.
@@ -91,8 +97,8 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.LocalResources != nil {
 		cfg.Resources = localClient{srv: cfg.LocalResources}
 	}
-	if cfg.Registry == nil || cfg.Authenticator == nil || cfg.Resources == nil {
-		return nil, errors.New("frontend: Registry, Authenticator and Resources or LocalResources are required")
+	if cfg.Registry == nil || cfg.Authenticator == nil || cfg.Authorizer == nil || cfg.Resources == nil {
+		return nil, errors.New("frontend: Registry, Authenticator, Authorizer and Resources or LocalResources are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -118,6 +124,9 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h.openapi = oa
+	if h.reviews, err = newReviewCodec(); err != nil {
+		return nil, err
+	}
 	if h.openapiV2, err = openapi.NewV2(cfg.Registry, discovery.Version.GitVersion); err != nil {
 		return nil, err
 	}
@@ -191,7 +200,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	// The Authorization and Impersonate-* headers have done their work;
 	// they go no further.
 	r.Header.Del("Authorization")
-	as, impersonated, err := authn.Impersonate(requestor, r.Header)
+	as, impersonated, err := authn.Impersonate(r.Context(), h.cfg.Authorizer, requestor, r.Header)
 	for k := range r.Header {
 		if strings.HasPrefix(k, "Impersonate-") {
 			r.Header.Del(k)
@@ -202,13 +211,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		return
 	}
 	if impersonated {
-		u, ok = as, true
+		u, ok, requestor = as, true, as
 	}
 	ctx := fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent"))
 	if ok {
 		ctx = identity.WithUser(ctx, u)
 	}
 	r = r.WithContext(ctx)
+	if !h.authorize(w, r, info, requestor) {
+		return
+	}
 
 	path := r.URL.Path
 	for prefix, hh := range h.health {
@@ -221,6 +233,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		}
 	}
 	switch {
+	case isAccessReview(info):
+		h.serveAccessReview(w, r, info, requestor)
+		return
 	case path == selfSubjectReviewPath:
 		*rt = selfSubjectReviewRoute
 		serveSelfSubjectReview(w, r, u)

@@ -17,13 +17,17 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz/bootstrap"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -55,9 +59,11 @@ func (s *recordingService) Get(_ context.Context, req *apiv1.GetRequest) (*httpb
 	return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap"}`)}, nil
 }
 
-// newTestHandler returns a front end over svc with two token users, alice
-// ("good-token") and admin ("admin-token", in system:masters); tune adjusts
-// its configuration.
+// newTestHandler returns a front end over svc with three token users:
+// alice ("good-token"), admin ("admin-token", in system:masters) and
+// prometheus ("monitor-token", in system:monitoring). Its RBAC policy is
+// kube-apiserver's bootstrap policy and testPolicy; tune adjusts its
+// configuration.
 func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr error, tune ...func(*Config)) http.Handler {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
@@ -72,13 +78,14 @@ func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr erro
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	tokens, err := authn.ParseTokenFile(strings.NewReader("good-token,alice,uid-1\nadmin-token,admin,uid-0,system:masters\n"))
+	tokens, err := authn.ParseTokenFile(strings.NewReader("good-token,alice,uid-1\nadmin-token,admin,uid-0,system:masters\nmonitor-token,prometheus,uid-2,system:monitoring\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{
 		Registry:      registry.New(registry.Core()...),
 		Authenticator: authn.New(nil, tokens),
+		Authorizer:    authz.NewStatic(testPolicy()...),
 		Resources:     apiv1.NewResourceServiceClient(conn),
 		Readyz:        []healthz.Check{{Name: "store", Run: func(context.Context) error { return readyErr }}},
 	}
@@ -90,6 +97,30 @@ func newTestHandler(t *testing.T, svc apiv1.ResourceServiceServer, readyErr erro
 		t.Fatal(err)
 	}
 	return h
+}
+
+// testPolicy is the bootstrap policy and what alice is granted: the
+// config maps of "demo" (all the verbs the tests use) and reading those of
+// "default".
+func testPolicy() []runtime.Object {
+	var objs []runtime.Object
+	for _, r := range bootstrap.ClusterRoles() {
+		objs = append(objs, &r)
+	}
+	for _, b := range bootstrap.ClusterRoleBindings() {
+		objs = append(objs, &b)
+	}
+	grant := func(ns string, verbs ...string) {
+		objs = append(objs,
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "configmaps"},
+				Rules: []rbacv1.PolicyRule{{Verbs: verbs, APIGroups: []string{""}, Resources: []string{"configmaps"}}}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+				Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "alice"}}})
+	}
+	grant("demo", "get", "list", "watch", "create", "patch", "delete", "deletecollection")
+	grant("default", "get")
+	return objs
 }
 
 func do(t *testing.T, h http.Handler, method, path, token string, hdr map[string]string) (*http.Response, string) {
@@ -152,10 +183,10 @@ func TestHealth(t *testing.T) {
 	if body != "[+]ping ok\n[+]store ok\nreadyz check passed\n" {
 		t.Errorf("/readyz?verbose: %q", body)
 	}
-	if _, body := do(t, h, "GET", "/readyz/store", "", nil); body != "ok" {
+	if _, body := do(t, h, "GET", "/readyz/store", "monitor-token", nil); body != "ok" {
 		t.Errorf("/readyz/store: %q", body)
 	}
-	if resp, _ := do(t, h, "GET", "/readyz/nope", "", nil); resp.StatusCode != 404 {
+	if resp, _ := do(t, h, "GET", "/readyz/nope", "monitor-token", nil); resp.StatusCode != 404 {
 		t.Errorf("/readyz/nope: %d", resp.StatusCode)
 	}
 
@@ -241,7 +272,7 @@ func TestRoutingAndErrors(t *testing.T) {
 		{"DELETE", "/api/v1/namespaces", nil, 405, metav1.StatusReasonMethodNotAllowed},
 		{"GET", "/api/v1/namespaces/demo/configmaps/app", map[string]string{"Accept": "text/html"}, 406, metav1.StatusReasonNotAcceptable},
 	} {
-		resp, body := do(t, h, tc.method, tc.path, "good-token", tc.hdr)
+		resp, body := do(t, h, tc.method, tc.path, "admin-token", tc.hdr)
 		st := decodeStatus(t, body)
 		if resp.StatusCode != tc.code || st.Code != int32(tc.code) || st.Reason != tc.reason {
 			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, resp.StatusCode, st.Reason, tc.code, tc.reason)

@@ -1,8 +1,9 @@
 // Package grpcapi is the gateway's gRPC front door: meridian.api.v1.
 // ResourceService for gRPC clients, with the same authentication (a client
 // certificate, or a bearer token in the "authorization" metadata), the same
-// impersonation (Impersonate-* metadata), the same request size limit and
-// the same flow control as the REST surface, and the gRPC health service.
+// impersonation (Impersonate-* metadata), the same authorization, the same
+// request size limit and the same flow control as the REST surface, and
+// the gRPC health service.
 //
 // A call is authenticated when its headers arrive (see tap), and a call
 // that fails is ended before anything reads its request message (see
@@ -13,6 +14,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -24,6 +26,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"google.golang.org/grpc"
@@ -53,6 +56,9 @@ type Config struct {
 	Server grpcserver.Options
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
+	// Authorizer decides every call, impersonation included, before flow
+	// control admits it. Required.
+	Authorizer authz.Authorizer
 	// FlowControl hands out seats; nil serves every call at once.
 	FlowControl *flowcontrolclient.Client
 	// Resources is the ResourceService implementation. Required.
@@ -64,6 +70,9 @@ type Config struct {
 
 // New returns the gRPC server, not yet serving.
 func New(cfg Config) (*Server, error) {
+	if cfg.Authenticator == nil || cfg.Authorizer == nil || cfg.Resources == nil {
+		return nil, errors.New("grpcapi: Authenticator, Authorizer and Resources are required")
+	}
 	cfg.Server.MaxRecvMsgSize = resources.MaxRequestBytes
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
@@ -76,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{authn: cfg.Authenticator, fc: cfg.FlowControl, metrics: m}
+	g := &gate{authn: cfg.Authenticator, authz: cfg.Authorizer, fc: cfg.FlowControl, metrics: m}
 	opts = append(opts,
 		grpc.InTapHandle(g.tap),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -107,6 +116,7 @@ func (s *Server) Drain() { s.health.Shutdown() }
 // interceptors).
 type gate struct {
 	authn   *authn.Authenticator
+	authz   authz.Authorizer
 	fc      *flowcontrolclient.Client
 	metrics *authn.Metrics
 }
@@ -177,7 +187,7 @@ func (g *gate) authenticate(ctx context.Context, md metadata.MD) (identity.User,
 	if err != nil || !ok {
 		return identity.User{}, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
 	}
-	as, impersonated, err := authn.Impersonate(u, impersonationHeaders(md))
+	as, impersonated, err := authn.Impersonate(ctx, g.authz, u, impersonationHeaders(md))
 	if err != nil {
 		return identity.User{}, apistatus.ToGRPC(err)
 	}
@@ -242,9 +252,11 @@ func guard(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
 	return &d
 }
 
-// admit puts the caller tap established into ctx and takes seats for the
-// call. req is the call's request message, whose ref describes the call to
-// flow control.
+// admit puts the caller tap established into ctx, authorizes the call
+// and takes seats for it. req is the call's request message, whose ref
+// describes the call to the authorizer and to flow control; a refused
+// call is PermissionDenied with kube-apiserver's 403 Status, and takes no
+// seats.
 func (g *gate) admit(ctx context.Context, method string, req any) (context.Context, func(), error) {
 	if exempt(method) {
 		return ctx, func() {}, nil
@@ -257,10 +269,20 @@ func (g *gate) admit(ctx context.Context, method string, req any) (context.Conte
 	}
 	ctx = identity.WithUser(ctx, c.user)
 	digest := &flowcontrolv1.RequestDigest{Verb: verb(method), IsResourceRequest: true, Path: method}
+	var ref *apiv1.ResourceRef
 	if r, ok := req.(interface{ GetRef() *apiv1.ResourceRef }); ok {
-		ref := r.GetRef()
+		ref = r.GetRef()
 		digest.ApiGroup, digest.Resource, digest.Subresource = ref.GetGroup(), ref.GetResource(), ref.GetSubresource()
 		digest.Namespace, digest.Name = ref.GetNamespace(), ref.GetName()
+	}
+	fieldSelector := ""
+	if r, ok := req.(interface{ GetFieldSelector() string }); ok {
+		fieldSelector = r.GetFieldSelector()
+	}
+	a := authz.ForResource(c.user, digest.Verb, ref.GetGroup(), ref.GetVersion(), ref.GetResource(), ref.GetSubresource(),
+		ref.GetNamespace(), ref.GetName(), fieldSelector)
+	if ok, reason := g.authz.Allowed(ctx, a); !ok {
+		return nil, nil, apistatus.ToGRPC(authz.Forbidden(a, reason))
 	}
 	grant, err := g.fc.Acquire(ctx, digest)
 	if err != nil {

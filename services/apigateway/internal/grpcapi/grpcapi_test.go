@@ -18,6 +18,8 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -28,6 +30,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // recordingService is a ResourceService whose Create records who called
@@ -88,15 +92,33 @@ func (s *recordingService) calls() []created {
 
 const tokenFile = "alice-token,alice,uid-alice,\"dev\"\nadmin-token,admin,uid-admin,\"system:masters\"\n"
 
+// testPolicy lets alice, and the group ops (whom admin impersonates), read
+// and create the config maps of "default"; admin, in system:masters, may
+// do anything.
+func testPolicy() *authz.RBAC {
+	return authz.NewStatic(
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "configmaps"},
+			Rules: []rbacv1.PolicyRule{{Verbs: []string{"get", "list", "watch", "create"}, APIGroups: []string{""}, Resources: []string{"configmaps"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "alice"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "alice"}, {Kind: "Group", APIGroup: rbacv1.GroupName, Name: "ops"}}},
+	)
+}
+
 // serve starts the front door on a loopback port, over plaintext (tokens
 // authenticate), and returns its address.
 func serve(t *testing.T, svc apiv1.ResourceServiceServer) string {
+	return serveWith(t, svc, nil)
+}
+
+// serveWith is serve with flow control (fc, nil: none).
+func serveWith(t *testing.T, svc apiv1.ResourceServiceServer, fc *flowcontrolclient.Client) string {
 	t.Helper()
 	tokens, err := authn.ParseTokenFile(strings.NewReader(tokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Authenticator: authn.New(nil, tokens), Resources: svc})
+	srv, err := New(Config{Authenticator: authn.New(nil, tokens), Authorizer: testPolicy(), Resources: svc, FlowControl: fc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,13 +71,22 @@ func newRule(verbs ...string) *ruleBuilder {
 	return &ruleBuilder{r: rbacv1.PolicyRule{Verbs: slices.Clone(verbs)}}
 }
 
-func (b *ruleBuilder) groups(g ...string) *ruleBuilder { b.r.APIGroups = append(b.r.APIGroups, g...); return b }
+func (b *ruleBuilder) groups(g ...string) *ruleBuilder {
+	b.r.APIGroups = append(b.r.APIGroups, g...)
+	return b
+}
 func (b *ruleBuilder) resources(r ...string) *ruleBuilder {
 	b.r.Resources = append(b.r.Resources, r...)
 	return b
 }
-func (b *ruleBuilder) names(n ...string) *ruleBuilder { b.r.ResourceNames = append(b.r.ResourceNames, n...); return b }
-func (b *ruleBuilder) urls(u ...string) *ruleBuilder  { b.r.NonResourceURLs = append(b.r.NonResourceURLs, u...); return b }
+func (b *ruleBuilder) names(n ...string) *ruleBuilder {
+	b.r.ResourceNames = append(b.r.ResourceNames, n...)
+	return b
+}
+func (b *ruleBuilder) urls(u ...string) *ruleBuilder {
+	b.r.NonResourceURLs = append(b.r.NonResourceURLs, u...)
+	return b
+}
 
 func (b *ruleBuilder) rule() rbacv1.PolicyRule {
 	for _, l := range [][]string{b.r.Verbs, b.r.APIGroups, b.r.Resources, b.r.ResourceNames, b.r.NonResourceURLs} {

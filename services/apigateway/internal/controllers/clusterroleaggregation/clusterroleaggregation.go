@@ -1,0 +1,284 @@
+// Package clusterroleaggregation is the gateway's ClusterRole aggregation
+// controller, as kube-controller-manager's: the rules of a ClusterRole
+// with an aggregationRule are the rules of every other ClusterRole its
+// label selectors match, kept current as those roles change. admin, edit
+// and view are aggregated this way, so a chart's ClusterRole labelled
+// rbac.authorization.k8s.io/aggregate-to-view=true adds to view.
+//
+// It reads ClusterRoles through one store watch and writes through the
+// API's own update (resources.Server.UpdateObject), as
+// system:serviceaccount:kube-system:clusterrole-aggregation-controller,
+// whom the bootstrap policy lets "escalate" ClusterRoles. Every gateway
+// runs it; the replicas compute the same rules, and an update that would
+// store what is stored writes nothing.
+package clusterroleaggregation
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Store is what the controller reads of the store (package storage
+// describes each call). *storage.Store implements it.
+type Store interface {
+	// List reads the keys under prefix.
+	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
+	// Watch follows the changes under prefix from startRevision.
+	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
+}
+
+var _ Store = (*storage.Store)(nil)
+
+// Objects writes ClusterRoles as the API does, for the user in ctx.
+// *resources.Server implements it.
+type Objects interface {
+	// UpdateObject replaces the object ref names with mutate's result
+	// from the stored one, retried over concurrent writes; nothing is
+	// written when the result is what is stored. mutate must not modify
+	// old.
+	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+}
+
+// Config configures a Controller.
+type Config struct {
+	// Registry serves ClusterRoles. Required.
+	Registry *registry.Registry
+	// Codec decodes stored ClusterRoles. Required.
+	Codec *codec.Codec
+	// Store holds them. Required.
+	Store Store
+	// Objects carries out the updates. Required.
+	Objects Objects
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Retry is how often failed updates are tried again, and how long a
+	// failed watch waits before the roles are read again; 0 means 1
+	// second.
+	Retry time.Duration
+}
+
+// Controller keeps aggregated ClusterRoles' rules; Run runs it.
+type Controller struct {
+	cfg Config
+	res *registry.Resource
+}
+
+// User is the identity the controller writes as.
+var User = identity.User{
+	Name:   "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+}
+
+// New returns a Controller, or an error naming every required field cfg
+// lacks.
+func New(cfg Config) (*Controller, error) {
+	var errs []error
+	if cfg.Registry == nil {
+		errs = append(errs, errors.New("clusterroleaggregation: a Registry is required"))
+	}
+	if cfg.Codec == nil {
+		errs = append(errs, errors.New("clusterroleaggregation: a Codec is required"))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("clusterroleaggregation: a Store is required"))
+	}
+	if cfg.Objects == nil {
+		errs = append(errs, errors.New("clusterroleaggregation: Objects are required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res, ok := cfg.Registry.Lookup(rbacv1.SchemeGroupVersion.WithResource("clusterroles"))
+	if !ok {
+		return nil, errors.New("clusterroleaggregation: the registry serves no ClusterRoles")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
+	}
+	return &Controller{cfg: cfg, res: res}, nil
+}
+
+// Run aggregates until ctx ends: it reads every ClusterRole, brings the
+// aggregated ones up to date, then does so again after every change the
+// store's watch reports, and every Retry while an update failed. A
+// failed watch is replaced by a new read after Retry.
+func (c *Controller) Run(ctx context.Context) {
+	ctx = identity.WithUser(ctx, User)
+	for ctx.Err() == nil {
+		err := c.run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.cfg.Logger.Warn("clusterrole aggregation: reading the roles again", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.Retry):
+		}
+	}
+}
+
+func (c *Controller) run(ctx context.Context) error {
+	prefix := c.res.KeyPrefix("")
+	list, err := c.cfg.Store.List(ctx, prefix, storage.ListOptions{})
+	if err != nil {
+		return err
+	}
+	roles := map[string]*rbacv1.ClusterRole{}
+	for _, kv := range list.KVs {
+		c.apply(roles, kv.Key, kv.Value, kv.ModRevision)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := c.cfg.Store.Watch(ctx, prefix, list.Revision+1, false)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	batches := make(chan storage.WatchBatch)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			b, err := w.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	pending := !c.syncAll(ctx, roles)
+	for {
+		var retry <-chan time.Time
+		if pending {
+			retry = time.After(c.cfg.Retry)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return err
+		case b := <-batches:
+			for _, ev := range b.Events {
+				value := ev.KV.Value
+				if ev.Type == storage.Delete {
+					value = nil
+				}
+				c.apply(roles, ev.KV.Key, value, ev.KV.ModRevision)
+			}
+			pending = !c.syncAll(ctx, roles)
+		case <-retry:
+			pending = !c.syncAll(ctx, roles)
+		}
+	}
+}
+
+// apply records the ClusterRole stored under key (nil value: deleted).
+func (c *Controller) apply(roles map[string]*rbacv1.ClusterRole, key string, value []byte, rev int64) {
+	name := strings.TrimPrefix(key, c.res.KeyPrefix(""))
+	if value == nil {
+		delete(roles, name)
+		return
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := c.cfg.Codec.DecodeStorage(value, rev, role); err != nil {
+		c.cfg.Logger.Error("clusterrole aggregation: a ClusterRole does not decode", "key", key, "error", err)
+		delete(roles, name)
+		return
+	}
+	roles[name] = role
+}
+
+// syncAll updates every aggregated role whose rules are not its
+// aggregate, and reports whether all of them are up to date.
+func (c *Controller) syncAll(ctx context.Context, roles map[string]*rbacv1.ClusterRole) bool {
+	ok := true
+	for name, role := range roles {
+		if role.AggregationRule == nil {
+			continue
+		}
+		rules, err := Aggregate(role, roles)
+		if err != nil {
+			c.cfg.Logger.Warn("clusterrole aggregation: an aggregation rule does not parse", "clusterrole", name, "error", err)
+			continue
+		}
+		if equality.Semantic.DeepEqual(rules, role.Rules) {
+			continue
+		}
+		if err := c.update(ctx, name, rules); err != nil {
+			c.cfg.Logger.Warn("clusterrole aggregation: update failed; retrying", "clusterrole", name, "error", err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// update sets the rules of the aggregated role name, unless it is no
+// longer aggregated.
+func (c *Controller) update(ctx context.Context, name string, rules []rbacv1.PolicyRule) error {
+	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: name}
+	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+		role := old.(*rbacv1.ClusterRole)
+		if role.AggregationRule == nil {
+			return old, nil
+		}
+		updated := role.DeepCopy()
+		updated.Rules = rules
+		return updated, nil
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Aggregate returns the rules of the ClusterRoles of roles that role's
+// aggregation rule selects, as kube-controller-manager gathers them:
+// selector by selector, the selected roles by name (role itself left
+// out), each rule once.
+func Aggregate(role *rbacv1.ClusterRole, roles map[string]*rbacv1.ClusterRole) ([]rbacv1.PolicyRule, error) {
+	rules := []rbacv1.PolicyRule{}
+	for i := range role.AggregationRule.ClusterRoleSelectors {
+		sel, err := metav1.LabelSelectorAsSelector(&role.AggregationRule.ClusterRoleSelectors[i])
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for name, r := range roles {
+			if name != role.Name && sel.Matches(labels.Set(r.Labels)) {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			for _, rule := range roles[name].Rules {
+				if !slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(r, rule) }) {
+					rules = append(rules, rule)
+				}
+			}
+		}
+	}
+	return rules, nil
+}
