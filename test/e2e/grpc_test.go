@@ -99,7 +99,9 @@ func TestGRPCAPI(t *testing.T) {
 		t.Errorf("the refused create stored its object: %v", err)
 	}
 
-	// A bearer token works; no credentials is Unauthenticated.
+	// A bearer token works (alice may read config maps in default); no
+	// credentials is Unauthenticated.
+	cp.grant("default", "alice-reads", "alice", "get", "configmaps")
 	anon := dial(nil)
 	tokCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer e2e-token-alice")
 	if _, err := anon.Get(tokCtx, &apiv1.GetRequest{Ref: getRef}); err != nil {

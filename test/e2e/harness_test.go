@@ -49,8 +49,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// tokens is the static token file every test control plane is started with.
+// tokens is the static token file every test control plane is started
+// with: users with no permission but what they are granted (besides the
+// bootstrap policy's discovery and self reviews).
 const tokens = `e2e-token-alice,alice,uid-alice,"dev"
+e2e-token-carol,carol,uid-carol
+e2e-token-dave,dave,uid-dave
 `
 
 // controlPlane is a running meridian process.
@@ -274,3 +278,25 @@ func (cp *controlPlane) anonymousHTTP() *http.Client {
 }
 
 func (cp *controlPlane) url(path string) string { return "https://" + cp.addr + path }
+
+// grant gives user the verbs on resources (kubectl's resource[.group]
+// names) in namespace with a Role and a RoleBinding named name, created
+// by the admin with kubectl, and waits until the user may use the first
+// of them (a bound that catches a hang).
+func (cp *controlPlane) grant(namespace, name, user, verbs string, resources ...string) {
+	cp.t.Helper()
+	cp.kubectl("-n", namespace, "create", "role", name, "--verb="+verbs, "--resource="+strings.Join(resources, ","))
+	cp.kubectl("-n", namespace, "create", "rolebinding", name, "--role="+name, "--user="+user)
+	verb, _, _ := strings.Cut(verbs, ",")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := cp.kubectlErr("-n", namespace, "auth", "can-i", verb, resources[0], "--as="+user)
+		if strings.TrimSpace(out) == "yes" {
+			return
+		}
+		if time.Now().After(deadline) {
+			cp.t.Fatalf("%s's grant %s did not apply in 30s", user, name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

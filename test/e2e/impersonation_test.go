@@ -74,7 +74,9 @@ func TestKubectlImpersonation(t *testing.T) {
 		t.Errorf("alice's whoami: %+v", u)
 	}
 
-	// The admin's impersonated writes are served.
+	// The admin's impersonated writes are served, as bob, whom a Role
+	// lets create config maps.
+	cp.grant("default", "bob-writes", "bob", "create", "configmaps")
 	cp.kubectl("--as=bob", "-n", "default", "create", "configmap", "by-bob", "--from-literal=k=v")
 	cp.kubectl("-n", "default", "get", "configmap", "by-bob")
 }

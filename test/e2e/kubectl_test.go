@@ -94,7 +94,10 @@ func TestKubectlRoundTrip(t *testing.T) {
 		t.Errorf("anonymous list: %d %s", resp.StatusCode, body)
 	}
 	caFile := filepath.Join(cp.dataDir, "pki", "api-ca.crt")
-	// A known bearer token works; an unknown one is 401.
+	// A known bearer token works (alice may read namespace demo: a Role in
+	// demo granting "get namespaces" is about demo itself); an unknown one
+	// is 401.
+	cp.grant("demo", "alice-reads", "alice", "get", "namespaces")
 	if out, err := exec.Command("kubectl", "--server", cp.url(""), "--certificate-authority", caFile, "--token", "e2e-token-alice", "get", "namespaces", "demo", "-o", "name").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "namespace/demo" {
 		t.Errorf("kubectl with a token: %v %s", err, out)
 	}

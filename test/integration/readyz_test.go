@@ -52,7 +52,7 @@ func startAPIGateway(t *testing.T, cfg gateway.Config) *apiGateway {
 	ca := pkitest.NewCA(t, "test")
 	cert := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("apiserver"))
 	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(`secret,alice,1001,"team"`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`secret,alice,1001,"team"`+"\n"+`root-secret,admin,1000,"system:masters"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -64,10 +64,43 @@ func startAPIGateway(t *testing.T, cfg gateway.Config) *apiGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiGateway{
+	g := &apiGateway{
 		t: t, app: gw, url: "https://" + daemontest.Serve(t, gw).Addr, reg: reg,
 		client: &http.Client{Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(nil, ca.Pool(), "127.0.0.1")}},
 	}
+	g.grantConfigMaps()
+	return g
+}
+
+// grantConfigMaps lets alice create and read the config maps of
+// "default", what the tests of this file do as her, with a Role and a
+// RoleBinding the admin creates, and waits until the grant applies.
+func (g *apiGateway) grantConfigMaps() {
+	g.t.Helper()
+	for path, body := range map[string]string{
+		"/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles":        `{"metadata":{"name":"configmaps"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["create","get","list","watch"]}]}`,
+		"/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings": `{"metadata":{"name":"alice"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"configmaps"},"subjects":[{"kind":"User","name":"alice"}]}`,
+	} {
+		req, err := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer root-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := g.client.Do(req)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			g.t.Fatalf("POST %s: %d %s", path, resp.StatusCode, data)
+		}
+	}
+	polltest.Until(g.t, 30*time.Second, "alice's grant to apply", func() bool {
+		code, _ := g.must(http.MethodGet, "/api/v1/namespaces/default/configmaps", "")
+		return code == http.StatusOK
+	})
 }
 
 // do sends a request as alice and returns the status and body; err is
