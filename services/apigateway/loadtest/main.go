@@ -10,7 +10,9 @@
 // each at several client concurrencies for a fixed duration. With
 // --grpc-cpu it measures instead the server CPU time per Get over the gRPC
 // API of gateways built from different commits, run side by side (see
-// grpcCPU). Start meridian
+// grpcCPU); with --rest-cpu, the server CPU time per REST GET and create
+// of gateways run side by side, say with and without RBAC (see restCPU).
+// Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -64,11 +66,16 @@ func main() {
 		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both")
 		token    = flag.String("token", "", "send this bearer token (a user of meridian's --token-auth-file) instead of acting as the admin")
 		grpcCPU  = flag.String("grpc-cpu", "", "measure only the server CPU per gRPC API Get of these meridians, name=grpc-addr@pid,... (sharing --data-dir's certificates)")
-		rounds   = flag.Int("rounds", 6, "with --grpc-cpu: slices of --duration per meridian and concurrency")
+		rounds   = flag.Int("rounds", 6, "with --grpc-cpu or --rest-cpu: slices of --duration per meridian, operation and concurrency")
+		restCPU  = flag.String("rest-cpu", "", "measure only the server CPU per REST GET and create, as --token's user, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
+		user     = flag.String("token-user", "loadtest", "with --rest-cpu: the user of --token, whom a Role lets get and create config maps")
+		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
 	)
 	flag.Parse()
 	var err error
-	if *grpcCPU != "" {
+	if *restCPU != "" {
+		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *bindings, *duration, *levels, *rounds)
+	} else if *grpcCPU != "" {
 		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *duration, *levels, *rounds)
 	} else {
 		err = run(*dataDir, *api, *store, *token, *objects, *duration, *levels, *only)
@@ -172,6 +179,29 @@ func runGRPCCPU(dataDir, token, spec string, d time.Duration, levels string, rou
 	}
 	for _, cc := range concurrencies(levels) {
 		if err := grpcCPU(context.Background(), tlsConf, token, spec, d, cc, rounds); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runRESTCPU runs restCPU at each concurrency of levels, as token's
+// user, preparing the targets as the data dir's admin.
+func runRESTCPU(dataDir, token, user, spec, bindings string, d time.Duration, levels string, rounds int) error {
+	if token == "" {
+		return fmt.Errorf("--rest-cpu needs --token: the admin, in system:masters, is never asked about")
+	}
+	var rb, crb int
+	if _, err := fmt.Sscanf(bindings, "%d,%d", &rb, &crb); err != nil {
+		return fmt.Errorf("--rbac-bindings %q: %w", bindings, err)
+	}
+	pdir := filepath.Join(dataDir, "pki")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
+	if err != nil {
+		return err
+	}
+	for _, cc := range concurrencies(levels) {
+		if err := restCPU(tlsConf, token, user, spec, d, cc, rounds, rb, crb); err != nil {
 			return err
 		}
 	}
