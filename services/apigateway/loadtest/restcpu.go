@@ -54,6 +54,8 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc,
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Created names are unique across runs and concurrencies.
+	run := time.Now().UnixNano()
 	var created atomic.Int64
 	ops := map[string]func(api string) func() (int, error){
 		"GET": func(api string) func() (int, error) {
@@ -63,7 +65,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc,
 		},
 		"create": func(api string) func() (int, error) {
 			return func() (int, error) {
-				body := []byte(fmt.Sprintf(cm, fmt.Sprintf("loadtest-%d", created.Add(1))))
+				body := []byte(fmt.Sprintf(cm, fmt.Sprintf("loadtest-%d-%d", run, created.Add(1))))
 				return send(caller, http.MethodPost, api+"/api/v1/namespaces/"+ns+"/configmaps", "application/json", body, http.StatusCreated)
 			}
 		},

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/polltest"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -169,6 +172,24 @@ func BenchmarkAllowed(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r.Allowed(ctx, bc.a)
+			}
+		})
+	}
+	// What the front end pays per request: the attributes from the
+	// resolved request, then the decision.
+	for _, rc := range []struct{ name, target string }{
+		{"REST get", "/api/v1/namespaces/ns-5/configmaps/app"},
+		{"REST watch of one name", "/api/v1/namespaces/ns-5/configmaps?watch=1&fieldSelector=metadata.name%3Dapp"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, rc.target, nil)
+		info := requestinfo.New(req.Method, req.URL)
+		if ok, _ := r.Allowed(ctx, FromRequest(u, info, req.URL.RawQuery)); !ok {
+			b.Fatalf("%s: refused", rc.name)
+		}
+		b.Run(rc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Allowed(ctx, FromRequest(u, info, req.URL.RawQuery))
 			}
 		})
 	}
