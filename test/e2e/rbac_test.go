@@ -140,6 +140,71 @@ func TestKubectlRBAC(t *testing.T) {
 	}
 }
 
+// TestKubectlDefaultRolesAndImpersonation: the bootstrap roles exist and
+// admin, edit and view aggregate the roles labelled for them, a chart's
+// role included; a user granted the impersonate verb on one user may act
+// as that user, and only that one.
+func TestKubectlDefaultRolesAndImpersonation(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	carol := cp.tokenKubeconfig("e2e-token-carol")
+	for _, name := range []string{"cluster-admin", "admin", "edit", "view", "system:discovery", "system:basic-user", "system:public-info-viewer", "system:service-account-issuer-discovery"} {
+		cp.kubectl("get", "clusterrole", name)
+	}
+	for _, name := range []string{"cluster-admin", "system:discovery", "system:basic-user", "system:public-info-viewer"} {
+		cp.kubectl("get", "clusterrolebinding", name)
+	}
+	widgets := manifest(t, "widgets.yaml", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: widgets-view
+  labels:
+    rbac.authorization.k8s.io/aggregate-to-view: "true"
+rules:
+- apiGroups: ["example.com"]
+  resources: ["widgets"]
+  verbs: ["get", "list", "watch"]
+`)
+	cp.kubectl("apply", "-f", widgets)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		view := cp.kubectl("get", "clusterrole", "view", "-o", "jsonpath={.rules[*].resources}")
+		admin := cp.kubectl("get", "clusterrole", "admin", "-o", "jsonpath={.rules[*].resources}")
+		if strings.Contains(view, "widgets") && strings.Contains(view, "configmaps") && strings.Contains(admin, "widgets") && strings.Contains(admin, "rolebindings") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("view and admin did not aggregate: view %s, admin %s", view, admin)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cp.kubectl("create", "clusterrole", "impersonate-bob", "--verb=impersonate", "--resource=users", "--resource-name=bob")
+	cp.kubectl("create", "clusterrolebinding", "carol-as-bob", "--clusterrole=impersonate-bob", "--user=carol")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, _, _ := cp.kubectlErr("auth", "can-i", "impersonate", "users/bob", "--as=carol")
+		if strings.TrimSpace(out) == "yes" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("carol's impersonation grant did not apply")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, errOut, err := kubectlWith(carol, "--as=bob", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if err != nil || out != "bob" {
+		t.Errorf("carol as bob: %v %q %s", err, out, errOut)
+	}
+	_, errOut, err = kubectlWith(carol, "--as=dave", "get", "--raw", "/api")
+	if want := `users "dave" is forbidden: User "carol" cannot impersonate resource "users" in API group "" at the cluster scope`; err == nil || !strings.Contains(errOut, want) {
+		t.Errorf("carol as dave: %v %s, want %s", err, errOut, want)
+	}
+	_, errOut, err = kubectlWith(carol, "--as=bob", "--as-group=system:masters", "get", "--raw", "/api")
+	if want := `groups "system:masters" is forbidden: User "carol" cannot impersonate resource "groups" in API group "" at the cluster scope`; err == nil || !strings.Contains(errOut, want) {
+		t.Errorf("carol as bob in system:masters: %v %s, want %s", err, errOut, want)
+	}
+}
+
 // hasRow reports whether a table kubectl printed has a row whose first
 // cell is first and whose last cell is last ("" for any).
 func hasRow(table, first, last string) bool {

@@ -75,14 +75,17 @@ func (b *ruleBuilder) groups(g ...string) *ruleBuilder {
 	b.r.APIGroups = append(b.r.APIGroups, g...)
 	return b
 }
+
 func (b *ruleBuilder) resources(r ...string) *ruleBuilder {
 	b.r.Resources = append(b.r.Resources, r...)
 	return b
 }
+
 func (b *ruleBuilder) names(n ...string) *ruleBuilder {
 	b.r.ResourceNames = append(b.r.ResourceNames, n...)
 	return b
 }
+
 func (b *ruleBuilder) urls(u ...string) *ruleBuilder {
 	b.r.NonResourceURLs = append(b.r.NonResourceURLs, u...)
 	return b
