@@ -23,6 +23,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
@@ -92,6 +93,12 @@ type Config struct {
 	// AuthorizationMode is AuthorizationRBAC (the default when empty) or
 	// AuthorizationAlwaysAllow.
 	AuthorizationMode string
+	// EncryptionProviderConfig is the path of an apiserver.config.k8s.io/v1
+	// EncryptionConfiguration (kube-apiserver's
+	// --encryption-provider-config): the resources it names are encrypted
+	// before they are written to the store and decrypted when read. Empty:
+	// values are stored as they are. watchfanout must read the same file.
+	EncryptionProviderConfig string
 	// ShutdownDelay is how long the gateway keeps serving once shutdown
 	// has begun, with /readyz failing ("shutdown"), so that load balancers
 	// stop sending it requests before its listeners close
@@ -163,16 +170,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	reg, err := prepareRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	crypt, err := a.loadEncryption(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
 	storeConn, err := a.dialStore()
 	if err != nil {
 		return nil, err
 	}
-	store := storage.New(storeConn)
+	store := storage.New(storeConn, storage.WithTransformer(crypt))
 	c, err := codec.New()
-	if err != nil {
-		return nil, err
-	}
-	reg, err := prepareRegistry(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: %w", err)
 	}
-	health, err := a.newHealthChecks(bg, storeConn, svc.dependencies)
+	health, err := a.newHealthChecks(bg, storeConn, crypt, svc.dependencies)
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +261,20 @@ func newAuthenticator(cfg Config) (*authn.Authenticator, error) {
 		}
 	}
 	return authn.New(cfg.ClientCAs, tokens), nil
+}
+
+// loadEncryption builds the transformer of EncryptionProviderConfig;
+// Close closes it (its KMS connections).
+func (a *App) loadEncryption(ctx context.Context, reg *registry.Registry) (*storagecrypt.Transformer, error) {
+	t, err := storagecrypt.Load(ctx, a.cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: reg, Logger: a.cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: encryption at rest: %w", err)
+	}
+	a.closers = append(a.closers, t.Close)
+	if n := len(t.Resources()); n > 0 {
+		a.log.Info("encryption at rest configured", "config", a.cfg.EncryptionProviderConfig, "resources", n)
+	}
+	return t, nil
 }
 
 // dialStore connects to the store's members; Close closes the connection.
@@ -343,12 +368,13 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 // kube-apiserver's meanings. /livez has only "ping": it fails only when the
 // process must be restarted, and a restart mends no dependency. /readyz
 // fails only when the gateway cannot serve: the store does not answer
-// ("store"), or shutdown has begun ("shutdown"). The other services'
+// ("store"), a configured KMS plugin does not ("kms-providers"), or
+// shutdown has begun ("shutdown"). The other services'
 // checks (dependencies) are optional: a failure shows as degraded. They
 // run in the background (healthz.Monitor) until bg ends, so that a
 // service that does not answer does not hold /readyz up. /healthz is
 // /readyz without "shutdown".
-func (a *App) newHealthChecks(bg context.Context, store grpc.ClientConnInterface, dependencies []healthz.Check) (healthChecks, error) {
+func (a *App) newHealthChecks(bg context.Context, store grpc.ClientConnInterface, crypt *storagecrypt.Transformer, dependencies []healthz.Check) (healthChecks, error) {
 	monitor, err := healthz.NewMonitor(healthz.MonitorConfig{
 		Checks: dependencies, Registerer: a.cfg.Registerer, Logger: a.cfg.Logger,
 	})
@@ -356,7 +382,13 @@ func (a *App) newHealthChecks(bg context.Context, store grpc.ClientConnInterface
 		return healthChecks{}, fmt.Errorf("apigateway: %w", err)
 	}
 	a.background(bg, monitor.Run)
-	healthzChecks := append([]healthz.Check{storeCheck(store)}, monitor.Checks()...)
+	healthzChecks := []healthz.Check{storeCheck(store)}
+	if crypt.HasKMS() {
+		// As kube-apiserver's: without its KMS plugin the gateway can
+		// neither write nor newly read what the plugin encrypts.
+		healthzChecks = append(healthzChecks, healthz.Check{Name: "kms-providers", Run: crypt.Check})
+	}
+	healthzChecks = append(healthzChecks, monitor.Checks()...)
 	return healthChecks{
 		healthz: healthzChecks,
 		readyz:  append(slices.Clip(healthzChecks), a.shutdownCheck()),

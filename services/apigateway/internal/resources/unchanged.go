@@ -18,6 +18,12 @@ import (
 // store). Controllers replace objects with what they read all the time;
 // each needless write would reach every watcher.
 //
+// The exception, also upstream's: an object whose stored value was
+// decrypted with a key other than the one new writes use (a rotated
+// encryption key, storage.KV.Stale) is written again even unchanged, so
+// that replacing every object with itself (kubectl get -o json | kubectl
+// replace -f -) re-encrypts them.
+//
 // managedFields decide whether such an update is unchanged, as upstream:
 //
 //   - An Update entry's time moves only when its manager changed a field

@@ -241,6 +241,11 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 // new one is not the watch's to show). The watch's key range holds its
 // namespace only.
 func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
+	if ev.Err != nil {
+		// A state of the object does not decrypt: the watch cannot say
+		// what changed, and ends with the reason, as kube-apiserver's.
+		return nil, apierrors.NewInternalError(ev.Err)
+	}
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
 		cur = w.res.New()

@@ -284,7 +284,7 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		var old runtime.Object
 		var stored []byte
-		speculative := false
+		speculative, stale := false, false
 		if hinted {
 			hinted = false
 			o := res.New()
@@ -294,11 +294,11 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		}
 		if old == nil {
 			var err error
-			if old, stored, err = s.readStored(ctx, res, ref.GetNamespace(), ref.GetName()); err != nil {
+			if old, stored, stale, err = s.readStored(ctx, res, ref.GetNamespace(), ref.GetName()); err != nil {
 				return nil, err
 			}
 		}
-		from := current{obj: old, stored: stored, read: !speculative}
+		from := current{obj: old, stored: stored, read: !speculative, stale: stale}
 		obj, retry, err := s.updateFrom(ctx, res, ref, key, from, precondition, dryRun, mutate)
 		if speculative && (err != nil || retry) {
 			s.objHints.forget(key)
@@ -325,20 +325,24 @@ type current struct {
 	// hint, so an attempt that would store the same bytes may answer
 	// without writing.
 	read bool
+	// stale: stored was decrypted with anything but the key new writes
+	// use, so even an unchanged object is written again, re-encrypted,
+	// as kube-apiserver's storage does (storage.KV.Stale).
+	stale bool
 }
 
 // readStored reads the object stored under ns/name linearizably and
-// returns it decoded and as stored.
-func (s *Server) readStored(ctx context.Context, res *registry.Resource, ns, name string) (runtime.Object, []byte, error) {
+// returns it decoded and as stored, and whether it is stale.
+func (s *Server) readStored(ctx context.Context, res *registry.Resource, ns, name string) (runtime.Object, []byte, bool, error) {
 	kv, _, err := s.cfg.Store.Get(ctx, res.Key(ns, name), readLatest)
 	if err != nil {
-		return nil, nil, storageError(err, res, ns, name)
+		return nil, nil, false, storageError(err, res, ns, name)
 	}
 	obj := res.New()
 	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-		return nil, nil, apierrors.NewInternalError(err)
+		return nil, nil, false, apierrors.NewInternalError(err)
 	}
-	return obj, kv.Value, nil
+	return obj, kv.Value, kv.Stale, nil
 }
 
 // updateFrom is one attempt of updateLoop, from cur, the object stored at
@@ -378,7 +382,7 @@ func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *ap
 	if err != nil {
 		return nil, false, apierrors.NewInternalError(err)
 	}
-	if bytes.Equal(data, cur.stored) {
+	if bytes.Equal(data, cur.stored) && !cur.stale {
 		if !cur.read {
 			return nil, true, nil
 		}

@@ -3,6 +3,12 @@
 // whole objects under string keys, with mod revisions as resourceVersions.
 // It translates to store.v1 Range/Txn/Watch over gRPC and turns the store's
 // gRPC errors into this package's errors.
+//
+// Values pass through a Transformer (encryption at rest, package
+// storagecrypt): every value is encrypted before it is sent to the store
+// and decrypted once when it is read, so callers see only plain values
+// and the store, its files and its raft log only what the Transformer
+// wrote.
 package storage
 
 import (
@@ -67,13 +73,36 @@ type KV struct {
 	ModRevision int64
 	// CreateRevision is the revision that created it.
 	CreateRevision int64
+	// Stale reports a value decrypted with anything but the key new
+	// writes use: writing it again, even unchanged, encrypts it with that
+	// key (how a key rotation reaches stored objects).
+	Stale bool
 }
+
+// Transformer encrypts values before they are stored and decrypts them
+// when they are read. *storagecrypt.Transformer implements it.
+type Transformer interface {
+	// Encrypt returns what to store under key for plain.
+	Encrypt(ctx context.Context, key string, plain []byte) ([]byte, error)
+	// Decrypt returns the plain value of what is stored under key, and
+	// whether it is stale.
+	Decrypt(ctx context.Context, key string, stored []byte) (plain []byte, stale bool, err error)
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTransformer makes the Store encrypt and decrypt values with t;
+// without it values are stored as they are.
+func WithTransformer(t Transformer) Option { return func(s *Store) { s.crypt = t } }
 
 // Store talks to the store service.
 type Store struct {
 	kv     storev1.KVServiceClient
 	watch  storev1.WatchServiceClient
 	leases storev1.LeaseServiceClient
+	// crypt encrypts and decrypts values; nil stores them as they are.
+	crypt Transformer
 
 	// gets batches consistent reads of single keys (Get).
 	gets getBatcher
@@ -95,9 +124,13 @@ type Store struct {
 const leaseReuse = time.Minute
 
 // New returns a Store over a connection to the store service.
-func New(conn grpc.ClientConnInterface) *Store {
+func New(conn grpc.ClientConnInterface, opts ...Option) *Store {
 	kv := storev1.NewKVServiceClient(conn)
-	return &Store{kv: kv, watch: storev1.NewWatchServiceClient(conn), leases: storev1.NewLeaseServiceClient(conn), gets: getBatcher{kv: kv}}
+	s := &Store{kv: kv, watch: storev1.NewWatchServiceClient(conn), leases: storev1.NewLeaseServiceClient(conn), gets: getBatcher{kv: kv}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Lease returns a store lease that expires between ttl and
@@ -126,7 +159,8 @@ type ReadOptions struct {
 }
 
 // Get reads one key. It returns ErrNotFound (with the read revision) when
-// the key does not exist.
+// the key does not exist, the Transformer's error when its value does not
+// decrypt.
 func (s *Store) Get(ctx context.Context, key string, opts ReadOptions) (KV, int64, error) {
 	var resp *storev1.RangeResponse
 	var err error
@@ -142,7 +176,11 @@ func (s *Store) Get(ctx context.Context, key string, opts ReadOptions) (KV, int6
 	if len(resp.Kvs) == 0 {
 		return KV{}, rev, ErrNotFound
 	}
-	return fromProto(resp.Kvs[0]), rev, nil
+	kv, err := s.fromProto(ctx, resp.Kvs[0])
+	if err != nil {
+		return KV{}, rev, err
+	}
+	return kv, rev, nil
 }
 
 // Revision returns the store's current revision: linearizable, or the
@@ -182,7 +220,9 @@ type ListResult struct {
 	Count int64
 }
 
-// List reads the keys under prefix. A reply over gRPC's message limit (a
+// List reads the keys under prefix; a value that does not decrypt fails
+// the whole list with the Transformer's error, as kube-apiserver's. A
+// reply over gRPC's message limit (a
 // collection of more than 64 MiB) is read in smaller pieces: all of it, in
 // pages at one revision, when opts.Limit is 0; otherwise a shorter page
 // (More set), which callers paging through continue from.
@@ -215,7 +255,11 @@ func (s *Store) list(ctx context.Context, prefix string, opts ListOptions) (List
 	}
 	out := ListResult{Revision: resp.GetHeader().GetRevision(), More: resp.More, Count: resp.Count, KVs: make([]KV, 0, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
-		out.KVs = append(out.KVs, fromProto(kv))
+		kv, err := s.fromProto(ctx, kv)
+		if err != nil {
+			return ListResult{}, err
+		}
+		out.KVs = append(out.KVs, kv)
 	}
 	return out, nil
 }
@@ -281,6 +325,10 @@ func (e *ParentChangedError) Error() string {
 // (zero: none): the check and the write are one transaction. It returns
 // the new revision, ErrExists, ErrParentMissing or a *ParentChangedError.
 func (s *Store) Create(ctx context.Context, key string, value []byte, parent Parent, lease int64) (int64, error) {
+	value, err := s.encrypt(ctx, key, value)
+	if err != nil {
+		return 0, err
+	}
 	cmp := []*storev1.Compare{{
 		Key: []byte(key), Target: storev1.Compare_TARGET_CREATE, Result: storev1.Compare_RESULT_EQUAL,
 		TargetUnion: &storev1.Compare_CreateRevision{CreateRevision: 0},
@@ -311,13 +359,21 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, parent Par
 	if len(rs) < 2 || len(rs[1].GetResponseRange().GetKvs()) == 0 {
 		return 0, ErrParentMissing
 	}
-	return 0, &ParentChangedError{KV: fromProto(rs[1].GetResponseRange().GetKvs()[0])}
+	pkv, err := s.fromProto(ctx, rs[1].GetResponseRange().GetKvs()[0])
+	if err != nil {
+		return 0, err
+	}
+	return 0, &ParentChangedError{KV: pkv}
 }
 
 // Update replaces a key whose mod revision is modRevision, attached to
 // lease (0: none). It returns the new revision, ErrConflict when the key
 // changed, or ErrNotFound.
 func (s *Store) Update(ctx context.Context, key string, value []byte, modRevision, lease int64) (int64, error) {
+	value, err := s.encrypt(ctx, key, value)
+	if err != nil {
+		return 0, err
+	}
 	return s.guarded(ctx, key, modRevision, putOp(key, value, lease))
 }
 
@@ -358,11 +414,27 @@ func rangeOp(key string, keysOnly bool) *storev1.RequestOp {
 	return &storev1.RequestOp{Request: &storev1.RequestOp_RequestRange{RequestRange: &storev1.RangeRequest{Key: []byte(key), KeysOnly: keysOnly}}}
 }
 
-func fromProto(kv *storev1.KeyValue) KV {
+// fromProto is kv with its value decrypted.
+func (s *Store) fromProto(ctx context.Context, kv *storev1.KeyValue) (KV, error) {
 	if kv == nil {
-		return KV{}
+		return KV{}, nil
 	}
-	return KV{Key: string(kv.Key), Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+	out := KV{Key: string(kv.Key), Value: kv.Value, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+	if s.crypt != nil && len(kv.Value) > 0 {
+		var err error
+		if out.Value, out.Stale, err = s.crypt.Decrypt(ctx, out.Key, kv.Value); err != nil {
+			return KV{}, err
+		}
+	}
+	return out, nil
+}
+
+// encrypt is what to store under key for value.
+func (s *Store) encrypt(ctx context.Context, key string, value []byte) ([]byte, error) {
+	if s.crypt == nil {
+		return value, nil
+	}
+	return s.crypt.Encrypt(ctx, key, value)
 }
 
 // convert turns the store's gRPC errors into this package's errors; others

@@ -31,6 +31,10 @@ type Event struct {
 	KV KV
 	// PrevKV is the key before the change; empty when it did not exist.
 	PrevKV KV
+	// Err is set when KV's or PrevKV's value did not decrypt (the
+	// Transformer's error); that value is nil then. The watch goes on:
+	// the caller decides what the object it cannot read means.
+	Err error
 }
 
 // WatchBatch is what one Recv returns: events in revision order, or a
@@ -46,6 +50,7 @@ type WatchBatch struct {
 
 // Watcher is an open watch. Recv is not safe for concurrent use.
 type Watcher struct {
+	store  *Store
 	stream storev1.WatchService_WatchClient
 	cancel context.CancelFunc
 	start  int64
@@ -69,7 +74,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, startRevision int64, p
 		cancel()
 		return nil, convert(err, startRevision)
 	}
-	return &Watcher{stream: stream, cancel: cancel, start: startRevision}, nil
+	return &Watcher{store: s, stream: stream, cancel: cancel, start: startRevision}, nil
 }
 
 // Recv returns the next batch. It returns *CompactedError when the start
@@ -94,7 +99,7 @@ func (w *Watcher) Recv() (WatchBatch, error) {
 		}
 		b := WatchBatch{Revision: resp.GetHeader().GetRevision(), Progress: len(resp.Events) == 0}
 		for _, ev := range resp.Events {
-			e := Event{KV: fromProto(ev.Kv), PrevKV: fromProto(ev.PrevKv)}
+			e := w.event(ev)
 			switch ev.Type {
 			case storev1.Event_TYPE_PUT:
 				e.Type = Put
@@ -107,6 +112,26 @@ func (w *Watcher) Recv() (WatchBatch, error) {
 		}
 		return b, nil
 	}
+}
+
+// event is ev with its values decrypted; a value that does not decrypt
+// leaves its KV without a value and sets Err.
+func (w *Watcher) event(ev *storev1.Event) Event {
+	ctx := w.stream.Context()
+	kv, err := w.store.fromProto(ctx, ev.Kv)
+	if err != nil {
+		kv = withoutValue(ev.Kv)
+	}
+	prev, prevErr := w.store.fromProto(ctx, ev.PrevKv)
+	if prevErr != nil {
+		prev = withoutValue(ev.PrevKv)
+	}
+	return Event{KV: kv, PrevKV: prev, Err: errors.Join(err, prevErr)}
+}
+
+// withoutValue is kv's key and revisions.
+func withoutValue(kv *storev1.KeyValue) KV {
+	return KV{Key: string(kv.GetKey()), ModRevision: kv.GetModRevision(), CreateRevision: kv.GetCreateRevision()}
 }
 
 // Close ends the watch. It is safe to call more than once.

@@ -310,6 +310,12 @@ func (c *collector) apply(ev storage.Event) {
 	}
 	switch ev.Type {
 	case storage.Put:
+		if ev.Err != nil {
+			// Its metadata cannot be read (a value that does not
+			// decrypt): the graph keeps what it knew of the object.
+			c.cfg.Logger.Warn("garbage collector: unreadable object", "key", ev.KV.Key, "error", ev.Err)
+			return
+		}
 		m, err := readMeta(res, ev.KV.Value)
 		if err != nil {
 			c.cfg.Logger.Warn("garbage collector: unreadable object", "key", ev.KV.Key, "error", err)
