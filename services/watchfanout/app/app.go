@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
@@ -72,6 +73,10 @@ type Config struct {
 	// what the gateway serves by default: the two must agree, or watches
 	// of the kinds only one serves fail.
 	Registry *registry.Registry
+	// EncryptionProviderConfig is the path of the apiserver.config.k8s.io/v1
+	// EncryptionConfiguration the gateways encrypt with: the cache decrypts
+	// what the store holds with it. Empty: values are stored as they are.
+	EncryptionProviderConfig string
 	// HistoryWindow is how long events stay in each resource's history
 	// (watches from an older resourceVersion get 410); default 5m.
 	HistoryWindow time.Duration
@@ -141,6 +146,7 @@ type App struct {
 	cfg    Config
 	conn   *storeclient.Client
 	cache  *cache.Cache
+	crypt  *storagecrypt.Transformer
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the cache's Run returned
@@ -167,6 +173,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
+	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: reg, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: encryption at rest: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = crypt.Close()
+		}
+	}()
 	so, err := grpcserver.ServerOptions(grpcserver.Options{
 		Service:    "watchfanout",
 		TLS:        cfg.TLS,
@@ -204,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registry: reg, Codec: cdc,
 		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
 		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
-		Registerer: cfg.Registerer, Logger: logger,
+		Registerer: cfg.Registerer, Logger: logger, Decrypter: crypt,
 	}, conn)
 	if err != nil {
 		conn.Close()
@@ -224,7 +240,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	a := &App{srv: srv, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, cancel: cancel, done: make(chan struct{})}
+	a := &App{srv: srv, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
+	ok = true
 	go func() {
 		defer close(a.done)
 		_ = c.Run(runCtx)
@@ -266,6 +283,7 @@ func (a *App) Close() error {
 			<-stopped
 		}
 		a.conn.Close()
+		_ = a.crypt.Close()
 	})
 	return nil
 }

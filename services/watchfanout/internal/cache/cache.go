@@ -95,6 +95,9 @@ type Options struct {
 	StartupReplay int64
 	// ListPageSize is the page size of lists from the store; default 1000.
 	ListPageSize int64
+	// Decrypter decrypts stored values (encryption at rest); nil: values
+	// are stored as they are.
+	Decrypter Decrypter
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
@@ -136,6 +139,13 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+}
+
+// Decrypter decrypts the values the store holds. *storagecrypt.Transformer
+// implements it.
+type Decrypter interface {
+	// Decrypt returns the plain value of what is stored under key.
+	Decrypt(ctx context.Context, key string, stored []byte) (plain []byte, stale bool, err error)
 }
 
 // Cache is the watch cache of every served resource. Run follows the
@@ -383,7 +393,7 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 			if r == nil {
 				continue
 			}
-			obj, err := newObject(r.enc, kv.GetValue(), kv.GetModRevision(), &c.scratch)
+			obj, err := c.newObject(ctx, r, kv)
 			if err != nil {
 				c.logger.Error("skipping undecodable object", "key", string(kv.GetKey()), "err", err)
 				continue
@@ -485,7 +495,7 @@ func (c *Cache) follow(ctx context.Context) error {
 			}
 			var obj *object
 			if ev.GetType() == storev1.Event_TYPE_PUT {
-				if obj, err = newObject(r.enc, kv.GetValue(), kv.GetModRevision(), &c.scratch); err != nil {
+				if obj, err = c.newObject(ctx, r, kv); err != nil {
 					c.logger.Error("skipping undecodable object", "key", key, "rev", kv.GetModRevision(), "err", err)
 					continue
 				}
@@ -504,6 +514,30 @@ func (c *Cache) follow(ctx context.Context) error {
 		// Learn soon that lastEvent is complete too.
 		c.requestProgress(false)
 	}
+}
+
+// newObject is the object of a stored value of r, decrypted once here: a
+// value that does not decrypt is kept as an unreadable object, whose
+// reads fail with the reason (the object is there; the cache cannot show
+// it).
+func (c *Cache) newObject(ctx context.Context, r *Resource, kv *storev1.KeyValue) (*object, error) {
+	value, err := c.Plain(ctx, string(kv.GetKey()), kv.GetValue())
+	if err != nil {
+		c.logger.Error("a stored value does not decrypt", "key", string(kv.GetKey()), "rev", kv.GetModRevision(), "err", err)
+		c.m.undecryptable.Inc()
+		return unreadable(kv.GetModRevision(), err), nil
+	}
+	return newObject(r.enc, value, kv.GetModRevision(), &c.scratch)
+}
+
+// Plain returns the plain value of what the store holds under key
+// (Options.Decrypter).
+func (c *Cache) Plain(ctx context.Context, key string, stored []byte) ([]byte, error) {
+	if c.opts.Decrypter == nil {
+		return stored, nil
+	}
+	plain, _, err := c.opts.Decrypter.Decrypt(ctx, key, stored)
+	return plain, err
 }
 
 // bookmarks sends periodic bookmarks until ctx ends.

@@ -222,6 +222,9 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 		}
 		obj, err := o.decode(e.enc, e.Rev)
 		if err != nil {
+			if o.err != nil {
+				return nil, err // unreadable: the error names the key
+			}
 			return nil, fmt.Errorf("cache: decode %s: %w", e.Key, err)
 		}
 		if data, err = e.enc.f[f].Frame(kind.eventType(), obj); err != nil {

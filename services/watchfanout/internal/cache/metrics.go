@@ -16,6 +16,8 @@ type metrics struct {
 	history    *prometheus.GaugeVec
 	revision   prometheus.Gauge
 	relists    prometheus.Counter
+	// undecryptable counts stored values that did not decrypt.
+	undecryptable prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,9 +47,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		relists: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "watchfanout_cache_lists_total", Help: "Lists of the whole state from the store (start and re-lists after compaction).",
 		}),
+		undecryptable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "watchfanout_cache_undecryptable_values_total", Help: "Stored values the cache could not decrypt (encryption at rest); reads of those objects fail.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.history, m.revision, m.relists} {
+		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.history, m.revision, m.relists, m.undecryptable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -35,7 +35,16 @@ type object struct {
 	// fixed is a bookmark's object, with its resourceVersion; it is
 	// never modified either.
 	fixed runtime.Object
+	// err is why the stored value could not be read (it did not
+	// decrypt): every read of the object fails with it, so that a list
+	// or watch that includes the object fails rather than leaving it
+	// out. value is nil then.
+	err error
 }
+
+// unreadable is the object of a stored value that could not be
+// decrypted.
+func unreadable(rev int64, err error) *object { return &object{rev: rev, err: err} }
 
 // newObject builds the object of a stored value of res written at
 // revision rev; it takes value over (and may write to it). It is decoded
@@ -90,6 +99,9 @@ func ownEnvelope(o *object, rev int64) []byte {
 func (o *object) decode(enc *encoders, rev int64) (runtime.Object, error) {
 	if o.fixed != nil {
 		return o.fixed, nil
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	obj := enc.res.New()
 	if err := enc.codec.DecodeStorage(o.value, rev, obj); err != nil {

@@ -62,6 +62,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		Name: "watchfanout", Listen: ports.WatchFanout, MetricsListen: ports.WatchFanoutMetrics,
 		Flags: func(fs *flag.FlagSet) {
 			store.register(fs)
+			fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", "", "file with the apiserver.config.k8s.io/v1 EncryptionConfiguration the gateways are given (--encryption-provider-config): the cache decrypts the values the store holds with it")
 			fs.DurationVar(&cfg.HistoryWindow, "history-window", 0, "how long events stay in each resource's history (watches from older resourceVersions get 410); 0: 5m")
 			fs.IntVar(&cfg.HistoryMaxEvents, "history-max-events", 0, "cap on each resource's history; 0: 10000")
 			fs.IntVar(&cfg.WatcherBuffer, "watcher-buffer", 0, "events that may wait for one watcher before it is cut off; 0: 1000")

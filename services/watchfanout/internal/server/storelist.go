@@ -63,8 +63,12 @@ func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start
 		}
 		kvs := resp.GetKvs()
 		for _, kv := range kvs {
+			value, err := s.cfg.Cache.Plain(ctx, string(kv.GetKey()), kv.GetValue())
+			if err != nil {
+				return p, apierrors.NewInternalError(err)
+			}
 			obj := r.Registry().New()
-			if err := s.cfg.Codec.DecodeStorage(kv.GetValue(), kv.GetModRevision(), obj); err != nil {
+			if err := s.cfg.Codec.DecodeStorage(value, kv.GetModRevision(), obj); err != nil {
 				return p, apierrors.NewInternalError(err)
 			}
 			if flt.Matches(obj) {
