@@ -4,7 +4,9 @@
 // kubectl with it.
 //
 // `meridian pki ...` instead creates the CAs and certificates of a
-// deployment of the services as separate processes (see internal/pkicmd).
+// deployment of the services as separate processes (see internal/pkicmd);
+// `meridian storage-migrate ...` rewrites stored objects with the current
+// encryption key (see internal/storagemigrate).
 package main
 
 import (
@@ -15,10 +17,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/meridian-cp/meridian/internal/allinone"
 	"github.com/meridian-cp/meridian/internal/pkicmd"
+	"github.com/meridian-cp/meridian/internal/storagemigrate"
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -30,6 +35,16 @@ func main() {
 			if !errors.Is(err, pkicmd.ErrUsage) {
 				fmt.Fprintln(os.Stderr, "meridian pki:", err)
 			}
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "storage-migrate" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := storagemigrate.Command(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meridian storage-migrate:", err)
 			os.Exit(1)
 		}
 		return
@@ -46,13 +61,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		grpcAddr  = flag.String("grpc-listen", ports.APIGRPC, "address of the gRPC API (meridian.api.v1.ResourceService); empty: none")
 		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
 		authzMode = flag.String("authorization-mode", "RBAC", "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
+		encConfig = flag.String("encryption-provider-config", "", "file with an apiserver.config.k8s.io/v1 EncryptionConfiguration, as kube-apiserver's: the resources it names are encrypted in the store")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
-			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n\nflags:\n")
+			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n"+
+			"       meridian storage-migrate ...  re-encrypt stored objects with the current key (meridian storage-migrate --help)\n\nflags:\n")
 		flag.PrintDefaults()
 	}
 	_ = flag.CommandLine.Parse(args) // flag.ExitOnError: never returns an error
@@ -69,7 +86,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
-	cp, err := allinone.Start(ctx, allinone.Config{DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile, AuthorizationMode: *authzMode, Logger: logger})
+	cp, err := allinone.Start(ctx, allinone.Config{
+		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
+		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,12 @@ type Config struct {
 	TokenAuthFile string
 	// AuthorizationMode is the gateway's: RBAC (empty) or AlwaysAllow.
 	AuthorizationMode string
+	// EncryptionProviderConfig is an apiserver.config.k8s.io/v1
+	// EncryptionConfiguration file (kube-apiserver's
+	// --encryption-provider-config), given to the gateway and
+	// watchfanout: the resources it names are encrypted in the store.
+	// Empty: none.
+	EncryptionProviderConfig string
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -230,7 +236,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""),
 			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
 			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
-			Registry: sh.resources,
+			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 		})
 	}); err != nil {
 		return addrs, err
@@ -249,16 +255,17 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	gw, _, err := startService(cp, "apigateway", func() (net.Listener, error) { return apiLis, nil }, func() (*gateway.App, error) {
 		return gateway.New(ctx, gateway.Config{
 			StoreAddress: addrs.store, AdmissionAddress: addrs.admission, FlowControlAddress: addrs.flowcontrol,
-			WatchFanoutAddresses: watchAddrs,
-			Registry:             sh.resources,
-			ClientTLS:            pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),
-			ServingTLS:           pki.ServerTLS(sh.certs.apiserver, nil, tls.NoClientCert),
-			ClientCAs:            sh.certs.apiCA.Pool(),
-			TokenAuthFile:        cfg.TokenAuthFile,
-			AuthorizationMode:    cfg.AuthorizationMode,
-			Registerer:           sh.registerer("apigateway"),
-			Gatherer:             sh.metrics,
-			Logger:               sh.logger("apigateway"),
+			WatchFanoutAddresses:     watchAddrs,
+			Registry:                 sh.resources,
+			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),
+			ServingTLS:               pki.ServerTLS(sh.certs.apiserver, nil, tls.NoClientCert),
+			ClientCAs:                sh.certs.apiCA.Pool(),
+			TokenAuthFile:            cfg.TokenAuthFile,
+			AuthorizationMode:        cfg.AuthorizationMode,
+			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
+			Registerer:               sh.registerer("apigateway"),
+			Gatherer:                 sh.metrics,
+			Logger:                   sh.logger("apigateway"),
 		})
 	})
 	if err != nil {
