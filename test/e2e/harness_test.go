@@ -69,9 +69,9 @@ type controlPlane struct {
 	done       chan struct{}
 }
 
-// start runs meridian on dataDir (a new temp dir when empty) and waits
-// until it is ready.
-func start(t *testing.T, dataDir string) *controlPlane {
+// start runs meridian on dataDir (a new temp dir when empty), with extra
+// flags, and waits until it is ready.
+func start(t *testing.T, dataDir string, extra ...string) *controlPlane {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
@@ -84,7 +84,7 @@ func start(t *testing.T, dataDir string) *controlPlane {
 	// ready line (a port reserved here and released could be taken by
 	// another test's listener before meridian binds it).
 	cp := &controlPlane{t: t, dataDir: dataDir, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), logs: &telemetrytest.Buffer{}, done: make(chan struct{})}
-	cp.cmd = exec.Command(binary, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--token-auth-file", tokenFile, "--log-level", "info")
+	cp.cmd = exec.Command(binary, append([]string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--token-auth-file", tokenFile, "--log-level", "info"}, extra...)...)
 	cp.cmd.Stdout, cp.cmd.Stderr = cp.logs, cp.logs
 	if err := cp.cmd.Start(); err != nil {
 		t.Fatal(err)
