@@ -414,7 +414,7 @@ func TestEncryptionKeyRotation(t *testing.T) {
 // the key's bytes changed, or the configuration lost the provider, or
 // the gateway runs with no configuration at all — is a 500 whose message
 // names the key and why, on a get, a list (watchfanout's and the
-// store's), an update, and an ERROR event on a watch; nothing panics and
+// store's), an update, a delete, and an ERROR event on a watch; nothing panics and
 // the rest of the API serves on.
 func TestEncryptionWrongKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -452,6 +452,7 @@ func TestEncryptionWrongKey(t *testing.T) {
 			is500("list at an exact resourceVersion (the store)", err)
 			_, err = secrets.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s-0"}}, metav1.UpdateOptions{})
 			is500("update", err)
+			is500("delete", secrets.Delete(ctx, "s-0", metav1.DeleteOptions{}))
 			yes := true
 			w, err := secrets.Watch(ctx, metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
 			if err != nil {

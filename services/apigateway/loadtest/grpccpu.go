@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -64,23 +65,49 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
-// grpcCPU measures the server CPU time per authenticated unary Get of one
-// ConfigMap over the gRPC API of each target — gateways built from
-// different commits, run side by side on the same machine — in rounds of
+// cpuOps are the operations grpcCPU measures (--grpc-cpu-op): a Get of
+// one 1 KiB ConfigMap or Secret, or Creates of 1 KiB Secrets (each a new
+// object), over the gRPC API.
+var cpuOps = map[string]func(ctx context.Context, c apiv1.ResourceServiceClient, seq *atomic.Int64) func() (int, error){
+	"configmap-get": func(ctx context.Context, c apiv1.ResourceServiceClient, _ *atomic.Int64) func() (int, error) {
+		return getOp(ctx, c, "configmaps", "ConfigMap", `"data":{"v":"`+strings.Repeat("x", 1000)+`"}`)
+	},
+	"secret-get": func(ctx context.Context, c apiv1.ResourceServiceClient, _ *atomic.Int64) func() (int, error) {
+		return getOp(ctx, c, "secrets", "Secret", `"stringData":{"v":"`+strings.Repeat("x", 1000)+`"}`)
+	},
+	"secret-create": func(ctx context.Context, c apiv1.ResourceServiceClient, seq *atomic.Int64) func() (int, error) {
+		collection := &apiv1.ResourceRef{Version: "v1", Resource: "secrets", Namespace: "default"}
+		return func() (int, error) {
+			body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"loadtest-%d"},"stringData":{"v":"%s"}}`, seq.Add(1), strings.Repeat("x", 1000))
+			b, err := c.Create(ctx, &apiv1.CreateRequest{Ref: collection, Body: &httpbody.HttpBody{ContentType: "application/json", Data: []byte(body)}, Accept: "application/json"})
+			return len(b.GetData()), err
+		}
+	},
+}
+
+// grpcCPU measures the server CPU time per authenticated unary call of
+// operation opName (cpuOps) over the gRPC API of each target — gateways
+// built from different commits, or run with different configurations
+// (encryption at rest), side by side on the same machine — in rounds of
 // slices of d, the targets' order alternating from one round to the next,
-// so that every build sees the same load from the rest of the machine. The
-// CPU is the whole server process's (gateway, store and the rest of the
-// all-in-one), read from /proc before and after each slice.
-func grpcCPU(ctx context.Context, tlsConf *tls.Config, token, spec string, d time.Duration, cc, rounds int) error {
+// so that every target sees the same load from the rest of the machine.
+// The CPU is the whole server process's (gateway, store and the rest of
+// the all-in-one), read from /proc before and after each slice.
+func grpcCPU(ctx context.Context, tlsConf *tls.Config, token, spec, opName string, d time.Duration, cc, rounds int) error {
 	targets, err := parseCPUTargets(spec)
 	if err != nil {
 		return err
 	}
+	newOp := cpuOps[opName]
+	if newOp == nil {
+		return fmt.Errorf("--grpc-cpu-op: no operation %q", opName)
+	}
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
-	ref := &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default", Name: "loadtest-grpc-get"}
-	body := &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"loadtest-grpc-get"},"data":{"v":"` + strings.Repeat("x", 1000) + `"}}`)}
+	ops := map[*cpuTarget]func() (int, error){}
+	var seq atomic.Int64
+	seq.Store(time.Now().UnixNano())
 	for _, t := range targets {
 		conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)))
 		if err != nil {
@@ -88,13 +115,10 @@ func grpcCPU(ctx context.Context, tlsConf *tls.Config, token, spec string, d tim
 		}
 		defer conn.Close()
 		t.c = apiv1.NewResourceServiceClient(conn)
-		collection := &apiv1.ResourceRef{Version: ref.Version, Resource: ref.Resource, Namespace: ref.Namespace}
-		if _, err := t.c.Create(ctx, &apiv1.CreateRequest{Ref: collection, Body: body}); err != nil && status.Code(err) != codes.AlreadyExists {
-			return fmt.Errorf("%s: create: %w", t.name, err)
-		}
+		ops[t] = newOp(ctx, t.c, &seq)
 		// Warm up: connections, caches, grown stacks.
-		if r := measure(time.Second, cc, getOp(ctx, t.c, ref)); r.err != nil {
-			return fmt.Errorf("%s: get: %w", t.name, r.err)
+		if r := measure(time.Second, cc, ops[t]); r.err != nil {
+			return fmt.Errorf("%s: %s: %w", t.name, opName, r.err)
 		}
 	}
 	fmt.Printf("%-10s %6s %6s %10s %10s %14s\n", "gateway", "round", "conc", "ops/s", "p50", "CPU µs/op")
@@ -109,13 +133,13 @@ func grpcCPU(ctx context.Context, tlsConf *tls.Config, token, spec string, d tim
 			if err != nil {
 				return err
 			}
-			r := measure(d, cc, getOp(ctx, t.c, ref))
+			r := measure(d, cc, ops[t])
 			after, err := processCPU(t.pid)
 			if err != nil {
 				return err
 			}
 			if r.err != nil {
-				return fmt.Errorf("%s: get: %w", t.name, r.err)
+				return fmt.Errorf("%s: %s: %w", t.name, opName, r.err)
 			}
 			us := float64((after - before).Microseconds()) / float64(r.ops)
 			perOp[t.name] = append(perOp[t.name], us)
@@ -124,13 +148,22 @@ func grpcCPU(ctx context.Context, tlsConf *tls.Config, token, spec string, d tim
 	}
 	for _, t := range targets {
 		v := slices.Sorted(slices.Values(perOp[t.name]))
-		fmt.Printf("%-10s median CPU per Get %.0f µs (rounds: min %.0f, max %.0f), concurrency %d\n", t.name, v[len(v)/2], v[0], v[len(v)-1], cc)
+		fmt.Printf("%-10s %s: median CPU per call %.0f µs (rounds: min %.0f, max %.0f), concurrency %d\n", t.name, opName, v[len(v)/2], v[0], v[len(v)-1], cc)
 	}
 	return nil
 }
 
-func getOp(ctx context.Context, c apiv1.ResourceServiceClient, ref *apiv1.ResourceRef) func() (int, error) {
+// getOp creates an object of resource (kind) with fields and returns a
+// Get of it.
+func getOp(ctx context.Context, c apiv1.ResourceServiceClient, resource, kind, fields string) func() (int, error) {
+	ref := &apiv1.ResourceRef{Version: "v1", Resource: resource, Namespace: "default", Name: "loadtest-grpc-get"}
+	collection := &apiv1.ResourceRef{Version: ref.Version, Resource: ref.Resource, Namespace: ref.Namespace}
+	body := &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"apiVersion":"v1","kind":"` + kind + `","metadata":{"name":"loadtest-grpc-get"},` + fields + `}`)}
+	_, createErr := c.Create(ctx, &apiv1.CreateRequest{Ref: collection, Body: body})
 	return func() (int, error) {
+		if createErr != nil && status.Code(createErr) != codes.AlreadyExists {
+			return 0, fmt.Errorf("create: %w", createErr)
+		}
 		b, err := c.Get(ctx, &apiv1.GetRequest{Ref: ref, Accept: "application/json"})
 		return len(b.GetData()), err
 	}

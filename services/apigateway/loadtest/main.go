@@ -9,10 +9,11 @@
 //
 // each at several client concurrencies for a fixed duration. With
 // --grpc-cpu it measures instead the server CPU time per Get over the gRPC
-// API of gateways built from different commits, run side by side (see
-// grpcCPU); with --rest-cpu, the server CPU time per REST GET and create
-// of gateways run side by side, say with and without RBAC (see restCPU).
-// Start meridian
+// API (or a Create or Get of a Secret, --grpc-cpu-op) of gateways built
+// from different commits or run with different configurations, side by
+// side (see grpcCPU); with --rest-cpu, the server CPU time per REST GET
+// and create of gateways run side by side, say with and without RBAC (see
+// restCPU). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -67,6 +68,7 @@ func main() {
 		token    = flag.String("token", "", "send this bearer token (a user of meridian's --token-auth-file) instead of acting as the admin")
 		grpcCPU  = flag.String("grpc-cpu", "", "measure only the server CPU per gRPC API Get of these meridians, name=grpc-addr@pid,... (sharing --data-dir's certificates)")
 		rounds   = flag.Int("rounds", 6, "with --grpc-cpu or --rest-cpu: slices of --duration per meridian, operation and concurrency")
+		cpuOp    = flag.String("grpc-cpu-op", "configmap-get", "with --grpc-cpu: the operations measured, comma-separated: configmap-get, secret-get, secret-create (1 KiB objects)")
 		restCPU  = flag.String("rest-cpu", "", "measure only the server CPU per REST GET and create, as --token's user, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
 		user     = flag.String("token-user", "loadtest", "with --rest-cpu: the user of --token, whom a Role lets get and create config maps")
 		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
@@ -76,7 +78,7 @@ func main() {
 	if *restCPU != "" {
 		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *bindings, *duration, *levels, *rounds)
 	} else if *grpcCPU != "" {
-		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *duration, *levels, *rounds)
+		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *cpuOp, *duration, *levels, *rounds)
 	} else {
 		err = run(*dataDir, *api, *store, *token, *objects, *duration, *levels, *only)
 	}
@@ -169,17 +171,19 @@ func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, 
 	return nil
 }
 
-// runGRPCCPU runs grpcCPU at each concurrency of levels, as the data dir's
-// admin or token's user.
-func runGRPCCPU(dataDir, token, spec string, d time.Duration, levels string, rounds int) error {
+// runGRPCCPU runs grpcCPU for each of ops at each concurrency of levels,
+// as the data dir's admin or token's user.
+func runGRPCCPU(dataDir, token, spec, ops string, d time.Duration, levels string, rounds int) error {
 	pdir := filepath.Join(dataDir, "pki")
 	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
 	if err != nil {
 		return err
 	}
-	for _, cc := range concurrencies(levels) {
-		if err := grpcCPU(context.Background(), tlsConf, token, spec, d, cc, rounds); err != nil {
-			return err
+	for _, op := range strings.Split(ops, ",") {
+		for _, cc := range concurrencies(levels) {
+			if err := grpcCPU(context.Background(), tlsConf, token, spec, op, d, cc, rounds); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
