@@ -447,6 +447,13 @@ func TestEncryptionWrongKey(t *testing.T) {
 			if list != nil && len(list.Items) > 0 {
 				t.Errorf("the list returned %d Secrets", len(list.Items))
 			}
+			_, err = secrets.List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+			is500("list with a label selector (watchfanout)", err)
+			_, err = secrets.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=s-0"})
+			is500("list of s-0 by name (watchfanout)", err)
+			if l, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=other"}); err != nil || len(l.Items) != 0 {
+				t.Errorf("list of another name: %v, %v", l, err)
+			}
 			rv := e.storedValue(ctx, t, "/registry/secrets/default/s-0").GetModRevision()
 			_, err = secrets.List(ctx, metav1.ListOptions{ResourceVersion: fmt.Sprint(rv), ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 			is500("list at an exact resourceVersion (the store)", err)
@@ -454,14 +461,16 @@ func TestEncryptionWrongKey(t *testing.T) {
 			is500("update", err)
 			is500("delete", secrets.Delete(ctx, "s-0", metav1.DeleteOptions{}))
 			yes := true
-			w, err := secrets.Watch(ctx, metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ev := next(t, w)
-			w.Stop()
-			if st, ok := ev.Object.(*metav1.Status); ev.Type != watch.Error || !ok || st.Code != 500 || !strings.Contains(st.Message, msg) {
-				t.Errorf("watch: %s %+v; want an ERROR event with a 500 saying %q", ev.Type, ev.Object, msg)
+			for _, selector := range []string{"", "app=db"} {
+				w, err := secrets.Watch(ctx, metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true, LabelSelector: selector})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev := next(t, w)
+				w.Stop()
+				if st, ok := ev.Object.(*metav1.Status); ev.Type != watch.Error || !ok || st.Code != 500 || !strings.Contains(st.Message, msg) {
+					t.Errorf("watch (selector %q): %s %+v; want an ERROR event with a 500 saying %q", selector, ev.Type, ev.Object, msg)
+				}
 			}
 			// The rest serves.
 			if _, err := e.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strings.ReplaceAll(tc.name, " ", "-")}}, metav1.CreateOptions{}); err != nil {

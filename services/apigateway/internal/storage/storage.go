@@ -222,10 +222,10 @@ type ListResult struct {
 
 // List reads the keys under prefix; a value that does not decrypt fails
 // the whole list with the Transformer's error, as kube-apiserver's. A
-// reply over gRPC's message limit (a
-// collection of more than 64 MiB) is read in smaller pieces: all of it, in
-// pages at one revision, when opts.Limit is 0; otherwise a shorter page
-// (More set), which callers paging through continue from.
+// reply over gRPC's message limit (a collection of more than 64 MiB) is
+// read in smaller pieces: all of it, in pages at one revision, when
+// opts.Limit is 0; otherwise a shorter page (More set), which callers
+// paging through continue from.
 func (s *Store) List(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
 	res, err := s.list(ctx, prefix, opts)
 	if !tooLarge(err) {

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"strings"
+
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +59,14 @@ func (s *state) matches(e *Event, f *selection.Filter) bool {
 	if f.Empty() {
 		return true
 	}
+	if s.o != nil && s.o.err != nil {
+		// Unreadable (it did not decrypt): of what selectors look at,
+		// only its name is known, from its key. Whatever else f asks,
+		// the object is selected, so that the read fails with the
+		// reason rather than leaving the object out.
+		name, ok := f.Name()
+		return !ok || name == nameOfKey(e.Key)
+	}
 	if f.MetadataOnly() {
 		name, ns, labels, ok := s.meta(e)
 		return ok && f.MatchesMetadata(name, ns, labels)
@@ -73,3 +83,6 @@ type view struct {
 }
 
 func newView(ev *Event) view { return view{ev: ev, cur: state{o: ev.obj}, prev: state{o: ev.prev}} }
+
+// nameOfKey is the object name of a store key, its last segment.
+func nameOfKey(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }

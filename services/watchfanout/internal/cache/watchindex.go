@@ -166,6 +166,20 @@ func (s *watcherSet) forNamespace(ns *nsWatchers, v *view, fn func(*Watcher)) {
 	}
 	name, _, curLabels, ok := v.cur.meta(v.ev)
 	if !ok {
+		if v.cur.o != nil && v.cur.o.err != nil {
+			// Unreadable: its labels are unknown, so every label
+			// watcher may be concerned (state.matches).
+			for w := range ns.byName[nameOfKey(v.ev.Key)] {
+				fn(w)
+			}
+			for _, vals := range ns.byLabel {
+				for _, set := range vals {
+					for w := range set {
+						fn(w)
+					}
+				}
+			}
+		}
 		return
 	}
 	for w := range ns.byName[name] {
