@@ -182,13 +182,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	auditor, err := audit.New(cfg.Audit, cfg.Logger, cfg.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("apigateway: %w", err)
-	}
-	// The auditor closes (flushing the webhook's buffer) after the
-	// servers have stopped: no request is left to audit.
-	a.closers = append(a.closers, auditor.Close)
 	reg, err := prepareRegistry(cfg)
 	if err != nil {
 		return nil, err
@@ -206,6 +199,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	auditor, err := audit.New(cfg.Audit, protobufToJSON(c), cfg.Logger, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: %w", err)
+	}
+	// The auditor closes (flushing the webhook's buffer) after the
+	// servers have stopped: no request is left to audit.
+	a.closers = append(a.closers, auditor.Close)
 	svc, err := a.connectServices(bg)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ type Sink interface {
 type Auditor struct {
 	policy  *Policy
 	sinks   []Sink
+	convert Converter
 	log     *slog.Logger
 	metrics *metrics
 	// lastErrorLog is when a sink's failure was last logged (Unix
@@ -32,9 +33,14 @@ type Auditor struct {
 	lastErrorLog atomic.Int64
 }
 
+// Converter returns the JSON form of a protobuf-encoded Kubernetes
+// object, for the request and response objects of events.
+type Converter func(protobuf []byte) ([]byte, error)
+
 // NewAuditor returns an auditor of policy writing to sinks; Close closes
-// the sinks. reg may be nil.
-func NewAuditor(policy *Policy, log *slog.Logger, reg prometheus.Registerer, sinks ...Sink) (*Auditor, error) {
+// the sinks. convert, when not nil, records protobuf bodies (as JSON);
+// without it they are left out of events. reg may be nil.
+func NewAuditor(policy *Policy, convert Converter, log *slog.Logger, reg prometheus.Registerer, sinks ...Sink) (*Auditor, error) {
 	if policy == nil || len(sinks) == 0 {
 		return nil, errors.New("audit: an auditor needs a policy and a sink")
 	}
@@ -45,7 +51,7 @@ func NewAuditor(policy *Policy, log *slog.Logger, reg prometheus.Registerer, sin
 	if err != nil {
 		return nil, err
 	}
-	a := &Auditor{policy: policy, sinks: sinks, log: log, metrics: m}
+	a := &Auditor{policy: policy, sinks: sinks, convert: convert, log: log, metrics: m}
 	for _, s := range sinks {
 		if r, ok := s.(failureReporter); ok {
 			r.reportFailures(a.failed)

@@ -59,9 +59,10 @@ type Request struct {
 	code    int
 	started bool
 	// capture: the response body is kept in body (for the response
-	// object, or for the Status of an error); bodyJSON: it is JSON.
-	capture, bodyJSON bool
-	body              []byte
+	// object, or for the Status of an error), of media type bodyType.
+	capture  bool
+	body     []byte
+	bodyType string
 	done              bool
 }
 
@@ -141,14 +142,14 @@ func (r *Request) AddAnnotation(key, value string) {
 // SetRequestObject records the request's body, of media type
 // contentType. At Metadata and above the object reference takes the
 // name, namespace, uid and resourceVersion of a created or updated
-// object; at Request and above the body becomes the requestObject. Only
-// JSON and YAML bodies (converted to JSON) are recorded. data must not be
-// changed afterwards.
+// object; at Request and above the body becomes the requestObject. JSON
+// bodies are recorded as they are, YAML and protobuf ones converted to
+// JSON. data must not be changed afterwards.
 func (r *Request) SetRequestObject(data []byte, contentType string) {
 	if r == nil || len(data) == 0 {
 		return
 	}
-	js := toJSON(data, contentType)
+	js := r.a.toJSON(data, contentType)
 	if js == nil {
 		return
 	}
@@ -182,9 +183,9 @@ func fill(dst *string, v string) {
 	}
 }
 
-// toJSON returns a JSON or YAML body as JSON; nil for another media
-// type.
-func toJSON(data []byte, contentType string) []byte {
+// toJSON returns a JSON, YAML or (with a Converter) protobuf body as
+// JSON; nil for another media type or a body that does not decode.
+func (a *Auditor) toJSON(data []byte, contentType string) []byte {
 	mt, _, _ := strings.Cut(contentType, ";")
 	switch mt = strings.TrimSpace(mt); {
 	case mt == "" || strings.HasSuffix(mt, "json"):
@@ -195,8 +196,20 @@ func toJSON(data []byte, contentType string) []byte {
 		if js, err := yaml.YAMLToJSON(data); err == nil {
 			return js
 		}
+	case strings.HasSuffix(mt, "protobuf") && a.convert != nil:
+		if js, err := a.convert(data); err == nil {
+			return js
+		}
 	}
 	return nil
+}
+
+// recordable reports whether a body of media type contentType can be
+// recorded (toJSON).
+func (a *Auditor) recordable(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
+	return strings.HasSuffix(mt, "json") || (strings.HasSuffix(mt, "protobuf") && a.convert != nil)
 }
 
 // ResponseHeader notes the response's status code and media type when
@@ -210,10 +223,8 @@ func (r *Request) ResponseHeader(code int, contentType string) {
 	if r.started {
 		return
 	}
-	r.started, r.code = true, code
-	mt, _, _ := strings.Cut(contentType, ";")
-	r.bodyJSON = strings.HasSuffix(strings.TrimSpace(mt), "json")
-	r.capture = r.bodyJSON && ((!r.longRunning && r.d.Level == auditv1.LevelRequestResponse) || code >= 400)
+	r.started, r.code, r.bodyType = true, code, contentType
+	r.capture = r.a.recordable(contentType) && ((!r.longRunning && r.d.Level == auditv1.LevelRequestResponse) || code >= 400)
 	if r.longRunning {
 		r.ev.ResponseStatus = &metav1.Status{Code: int32(code)}
 		r.emit(auditv1.StageResponseStarted, time.Now())
@@ -257,15 +268,18 @@ func (r *Request) Complete(code int) {
 	}
 	r.done = true
 	st := &metav1.Status{Code: int32(code)}
-	if code >= 400 && r.body != nil {
+	var body []byte
+	if r.body != nil {
+		body = r.a.toJSON(r.body, r.bodyType)
+	}
+	if code >= 400 && body != nil {
 		var s metav1.Status
-		if json.Unmarshal(r.body, &s) == nil && s.Kind == "Status" {
+		if json.Unmarshal(body, &s) == nil && s.Kind == "Status" {
 			st = &metav1.Status{Status: s.Status, Message: s.Message, Reason: s.Reason, Details: s.Details, Code: int32(code)}
 		}
 	}
 	r.ev.ResponseStatus = st
-	if r.d.Level == auditv1.LevelRequestResponse && !r.longRunning && r.body != nil {
-		body := r.body
+	if r.d.Level == auditv1.LevelRequestResponse && !r.longRunning && body != nil {
 		if r.d.OmitManagedFields {
 			body = withoutManagedFields(body)
 		}

@@ -59,8 +59,9 @@ func (o *Options) Validate() error {
 }
 
 // New builds the auditor o configures: nil (no auditing) without a policy
-// file. Close the auditor to flush and close its backends.
-func New(o Options, log *slog.Logger, reg prometheus.Registerer) (*Auditor, error) {
+// file. convert records protobuf bodies (see NewAuditor). Close the
+// auditor to flush and close its backends.
+func New(o Options, convert Converter, log *slog.Logger, reg prometheus.Registerer) (*Auditor, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func New(o Options, log *slog.Logger, reg prometheus.Registerer) (*Auditor, erro
 		}
 		sinks = append(sinks, s)
 	}
-	a, err := NewAuditor(policy, log, reg, sinks...)
+	a, err := NewAuditor(policy, convert, log, reg, sinks...)
 	if err != nil {
 		for _, s := range sinks {
 			_ = s.Close()
