@@ -63,7 +63,7 @@ type Request struct {
 	capture  bool
 	body     []byte
 	bodyType string
-	done              bool
+	done     bool
 }
 
 // Level is the level the request is audited at; None for nil.
