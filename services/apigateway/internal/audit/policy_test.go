@@ -10,7 +10,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
 
-func mustPolicy(t *testing.T, doc string) *Policy {
+func mustPolicy(t testing.TB, doc string) *Policy {
 	t.Helper()
 	p, err := ParsePolicy([]byte(doc))
 	if err != nil {
