@@ -7,7 +7,7 @@ import (
 
 type discardSink struct{}
 
-func (discardSink) Write([]byte)  {}
+func (discardSink) Write([]byte) {}
 func (discardSink) Close() error { return nil }
 
 // BenchmarkMetadataEvent is the gateway's audit work for a GET at
