@@ -129,7 +129,8 @@ rules:
 	ev := completed(t, events(), createID)
 	if ev.Verb != "create" || ev.User.Username != "alice" || ev.ObjectRef.Name != "cm" || ev.ObjectRef.Namespace != "demo" ||
 		ev.ResponseStatus.Code != int32(rec.Code) || ev.SourceIPs[0] != "10.1.2.3" ||
-		!strings.Contains(string(ev.RequestObject.Raw), `"k":"v"`) || string(ev.ResponseObject.Raw) != `{"kind":"ConfigMap"}` {
+		!strings.Contains(string(ev.RequestObject.Raw), `"k":"v"`) || string(ev.ResponseObject.Raw) != `{"kind":"ConfigMap"}` ||
+		!strings.HasPrefix(ev.Annotations[audit.ReasonAnnotation], `RBAC: allowed by RoleBinding "alice/demo"`) {
 		t.Errorf("create: %d, event %+v", rec.Code, ev)
 	}
 

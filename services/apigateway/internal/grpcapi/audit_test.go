@@ -100,7 +100,8 @@ func TestAuditedCalls(t *testing.T) {
 	if strings.Join(stages, ",") != "RequestReceived,ResponseComplete" || ev.Verb != "create" || ev.User.Username != "alice" ||
 		ev.ObjectRef.Name != "cm" || ev.ObjectRef.Resource != "configmaps" || ev.ResponseStatus.Code != 201 ||
 		!strings.Contains(string(ev.RequestObject.Raw), `"k":"v"`) || string(ev.ResponseObject.Raw) != "{}" ||
-		ev.Annotations[audit.DecisionAnnotation] != "allow" || ev.RequestURI != apiv1.ResourceService_Create_FullMethodName {
+		ev.Annotations[audit.DecisionAnnotation] != "allow" || ev.RequestURI != apiv1.ResourceService_Create_FullMethodName ||
+		!strings.HasPrefix(ev.Annotations[audit.ReasonAnnotation], `RBAC: allowed by RoleBinding "alice/default"`) {
 		t.Errorf("create: stages %v, event %+v", stages, ev)
 	}
 

@@ -317,11 +317,20 @@ func (g *gate) authorize(ctx context.Context, method string, req any) (context.C
 	}
 	a := authz.ForResource(c.user, digest.Verb, ref.GetGroup(), ref.GetVersion(), ref.GetResource(), ref.GetSubresource(),
 		ref.GetNamespace(), ref.GetName(), fieldSelector)
-	ok, reason := g.authz.Allowed(ctx, a)
+	var ev *audit.Request
 	if g.auditor != nil {
-		audit.AnnotateDecision(audit.FromContext(ctx), ok, reason)
+		ev = audit.FromContext(ctx)
 	}
-	if !ok {
+	var allowed bool
+	var reason string
+	if ev != nil {
+		// An audited call's event names the grant that allowed it.
+		allowed, reason = authz.Explain(ctx, g.authz, a)
+		audit.AnnotateDecision(ev, allowed, reason)
+	} else {
+		allowed, reason = g.authz.Allowed(ctx, a)
+	}
+	if !allowed {
 		return nil, nil, apistatus.ToGRPC(authz.Forbidden(a, reason))
 	}
 	grant, err := g.fc.Acquire(ctx, digest)
