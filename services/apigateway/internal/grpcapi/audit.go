@@ -23,7 +23,11 @@ const auditIDKey = "audit-id"
 // auditIDCtxKey carries the call's Audit-Id from guard to admit.
 type auditIDCtxKey struct{}
 
-// auditID is the Audit-Id the client sent, or a new UUID.
+// auditID is a call's Audit-Id: the one the client sent, or a new UUID.
+// Every call of the ResourceService gets it as audit-id metadata: in the
+// response header (guard for unary calls, the stream interceptor for
+// streams), or, for a call tap refused, which ends in a trailers-only
+// response, with its status in the trailer.
 func auditID(ctx context.Context) string {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(auditIDKey); len(v) > 0 && v[0] != "" {
@@ -83,7 +87,9 @@ func (g *gate) auditRefusal(ctx context.Context, method, id string, err error) {
 	}
 	c, _ := ctx.Value(callerKey{}).(caller)
 	attrs := audit.Attributes{User: c.authenticated, Verb: verb(method), ResourceRequest: true}
-	ev := g.auditor.Begin(&attrs, meta(ctx, method, false))
+	m := meta(ctx, method, false)
+	m.AuditID = id
+	ev := g.auditor.Begin(&attrs, m)
 	ev.CompleteStatus(apistatus.FromError(err))
 }
 

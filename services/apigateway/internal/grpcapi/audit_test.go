@@ -114,6 +114,16 @@ func TestAuditedCalls(t *testing.T) {
 	if _, ev := stagesOf(events(), trailer.Get("audit-id")[0]); ev.ResponseStatus == nil || ev.ResponseStatus.Code != 401 || ev.User.Username != "" {
 		t.Errorf("401: %+v", ev)
 	}
+	anon, err := c.Watch(context.Background(), &apiv1.WatchRequest{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anon.Recv(); err == nil || len(anon.Trailer().Get("audit-id")) != 1 {
+		t.Fatalf("anonymous watch: %v, trailer %v", err, anon.Trailer())
+	}
+	if _, ev := stagesOf(events(), anon.Trailer().Get("audit-id")[0]); ev.ResponseStatus == nil || ev.ResponseStatus.Code != 401 || ev.Verb != "watch" {
+		t.Errorf("anonymous watch's 401: %+v", ev)
+	}
 	header = nil
 	other := &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "kube-system", Name: "x"}
 	if _, err := c.Get(withToken("alice-token"), &apiv1.GetRequest{Ref: other}, grpc.Header(&header)); err == nil || len(header.Get("audit-id")) != 1 {

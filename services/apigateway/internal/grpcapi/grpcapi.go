@@ -226,11 +226,11 @@ func refusal(ctx context.Context) error {
 	return c.refused
 }
 
-// guard returns a copy of desc whose handlers first give the call its
-// Audit-Id (the "audit-id" response header: the client's own, else a new
-// UUID), then end a call tap refused, with tap's status (audited): a unary handler before it decodes the
-// request message (the unary interceptors, which run after decoding,
-// never see the call), a streaming one before it receives anything (the
+// guard returns a copy of desc whose handlers end a call tap refused,
+// with tap's status (audited, and with its audit-id; see auditID): a
+// unary handler before it decodes the request message (the unary
+// interceptors, which run after decoding, never see the call), a
+// streaming one before it receives anything (the
 // stream interceptors, which run before it, read nothing; grpcserver's
 // metrics count the call with its code). grpc-go writes the status (a
 // trailers-only response, and RST_STREAM if the client is still sending),
