@@ -15,6 +15,7 @@ require (
 	google.golang.org/grpc v1.84.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	k8s.io/apiserver v0.37.2
 )
 
 require (

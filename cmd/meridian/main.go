@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 )
 
 func main() {
@@ -65,7 +66,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
+		audit     gateway.AuditOptions
 	)
+	audit.AddFlags(flag.CommandLine)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
 			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n"+
@@ -88,7 +91,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	cp, err := allinone.Start(ctx, allinone.Config{
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
-		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Logger: logger,
+		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 	})
 	if err != nil {
 		return err

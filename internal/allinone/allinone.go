@@ -51,6 +51,9 @@ type Config struct {
 	// watchfanout: the resources it names are encrypted in the store.
 	// Empty: none.
 	EncryptionProviderConfig string
+	// Audit are the gateway's audit settings (kube-apiserver's
+	// --audit-* flags); without a policy file nothing is audited.
+	Audit gateway.AuditOptions
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -263,6 +266,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			TokenAuthFile:            cfg.TokenAuthFile,
 			AuthorizationMode:        cfg.AuthorizationMode,
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
+			Audit:                    cfg.Audit,
 			Registerer:               sh.registerer("apigateway"),
 			Gatherer:                 sh.metrics,
 			Logger:                   sh.logger("apigateway"),

@@ -29,6 +29,7 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
@@ -99,12 +100,20 @@ type Config struct {
 	// before they are written to the store and decrypted when read. Empty:
 	// values are stored as they are. watchfanout must read the same file.
 	EncryptionProviderConfig string
+	// Audit are kube-apiserver's audit settings (--audit-policy-file,
+	// --audit-log-*, --audit-webhook-*); without a policy file nothing is
+	// audited.
+	Audit AuditOptions
 	// ShutdownDelay is how long the gateway keeps serving once shutdown
 	// has begun, with /readyz failing ("shutdown"), so that load balancers
 	// stop sending it requests before its listeners close
 	// (kube-apiserver's --shutdown-delay-duration); 0: they close at once.
 	ShutdownDelay time.Duration
 }
+
+// AuditOptions configure auditing; AddFlags defines kube-apiserver's
+// audit flags for them.
+type AuditOptions = audit.Options
 
 // Validate reports every problem with the configuration.
 func (c *Config) Validate() error {
@@ -122,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthorizationMode != "" && c.AuthorizationMode != AuthorizationRBAC && c.AuthorizationMode != AuthorizationAlwaysAllow {
 		errs = append(errs, fmt.Errorf("apigateway: AuthorizationMode %q is neither %s nor %s", c.AuthorizationMode, AuthorizationRBAC, AuthorizationAlwaysAllow))
+	}
+	if err := c.Audit.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("apigateway: %w", err))
 	}
 	if c.ShutdownDelay < 0 {
 		errs = append(errs, fmt.Errorf("apigateway: ShutdownDelay %v is negative", c.ShutdownDelay))
@@ -187,6 +199,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	auditor, err := audit.New(cfg.Audit, protobufToJSON(c), cfg.Logger, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("apigateway: %w", err)
+	}
+	// The auditor closes (flushing the webhook's buffer) after the
+	// servers have stopped: no request is left to audit.
+	a.closers = append(a.closers, auditor.Close)
 	svc, err := a.connectServices(bg)
 	if err != nil {
 		return nil, err
@@ -210,7 +229,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := a.newHandler(bg, reg, authenticator, authorizer, resourceServer, svc.flowControl, health)
+	handler, err := a.newHandler(bg, reg, authenticator, authorizer, auditor, resourceServer, svc.flowControl, health)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +248,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		Authenticator: authenticator,
 		Authorizer:    authorizer,
+		Auditor:       auditor,
 		FlowControl:   svc.flowControl,
 		Resources:     resourceServer,
 	})
@@ -417,7 +437,7 @@ func (a *App) shutdownCheck() healthz.Check {
 }
 
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, auditor *audit.Auditor, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
@@ -426,6 +446,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		Registry:       reg,
 		Authenticator:  authenticator,
 		Authorizer:     authorizer,
+		Auditor:        auditor,
 		LocalResources: rs,
 		FlowControl:    fc,
 		Readyz:         health.readyz,

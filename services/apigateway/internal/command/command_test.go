@@ -72,6 +72,26 @@ func TestBadCommandLines(t *testing.T) {
 			t.Errorf("%q: %v; want it to say %q", tc.args, err, tc.want)
 		}
 	}
+	// Audit settings are refused before any service is contacted.
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  verb: [get]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--store-address", "127.0.0.1:1"}, files...)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--audit-policy-file", policy}, "--audit-policy-file needs a backend"},
+		{[]string{"--audit-policy-file", policy, "--audit-log-path", "-"}, `unknown field "verb"`},
+		{[]string{"--audit-policy-file", policy, "--audit-log-path", "-", "--audit-log-format", "legacy"}, "only json is supported"},
+		{[]string{"--audit-policy-file", policy, "--audit-log-path", "-", "--audit-webhook-mode", "blocking"}, "only batch is supported"},
+	} {
+		if err := Run(t.Context(), append(tc.args, local...), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want it to say %q", tc.args, err, tc.want)
+		}
+	}
+
 	var usage strings.Builder
 	if err := Run(t.Context(), []string{"-h"}, &usage); err != nil {
 		t.Fatalf("-h: %v", err)

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/growstack"
@@ -26,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
@@ -75,6 +77,9 @@ type Config struct {
 	MaxRequestBytes int64
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Auditor writes audit events; nil audits nothing (and costs a nil
+	// check per request).
+	Auditor *audit.Auditor
 }
 
 // Handler is the REST front end. It is safe for concurrent use.
@@ -164,11 +169,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		growstack.Grow()
 	}
 	rec := &recorder{ResponseWriter: w}
+	id := setAuditID(w, r)
 	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
 	var rt route
+	var ev *audit.Request
 	defer func() {
 		if p := recover(); p != nil {
+			ev.Panic(fmt.Sprintf("APIServer panic'd on %s %s: %v", r.Method, r.URL.Path, p))
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
@@ -177,18 +185,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeStatus(rec, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)).ErrStatus)
 			}
 		}
+		ev.Complete(rec.code())
 		h.metrics.observe(labels, rt, rec.code())
 	}()
-	h.serve(rec, r, info, &rt)
+	h.serve(rec, r, info, &rt, id, &ev)
 }
 
 // serve serves a request; it sets *rt to the route the request reached,
-// for the metrics. Nothing reads the request's body before the caller is
-// authenticated.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route) {
+// for the metrics, and *ev to the request's audit event when the audit
+// policy audits it (id is its Audit-Id). Nothing reads the request's body
+// before the caller is authenticated.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route, id string, ev **audit.Request) {
+	var received time.Time
+	if h.cfg.Auditor != nil {
+		received = time.Now()
+	}
 	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
 	if err != nil || (!ok && !publicPath(r.URL.Path)) {
 		h.authn.Observe(ok, err)
+		if h.cfg.Auditor != nil {
+			// As kube-apiserver audits a failed authentication: no user.
+			if *ev = h.beginAudit(r, info, identity.User{}, id, received); *ev != nil {
+				w = &auditWriter{ResponseWriter: w, ev: *ev}
+			}
+		}
 		writeStatus(w, metav1.Status{Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"})
 		return
 	}
@@ -196,6 +216,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	if ok {
 		h.authn.Observe(ok, err)
 		requestor = u
+	}
+	if h.cfg.Auditor != nil {
+		if *ev = h.beginAudit(r, info, requestor, id, received); *ev != nil {
+			w = &auditWriter{ResponseWriter: w, ev: *ev}
+			r = r.WithContext(audit.WithRequest(r.Context(), *ev))
+		}
 	}
 	// The Authorization and Impersonate-* headers have done their work;
 	// they go no further.
@@ -212,6 +238,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	if impersonated {
 		u, ok, requestor = as, true, as
+		(*ev).SetImpersonatedUser(as)
 	}
 	ctx := fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent"))
 	if ok {
@@ -345,9 +372,12 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// round trip never holds the end of the response.
 	defer release()
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
-		gz := &gzipWriter{ResponseWriter: w, writers: &h.gzip}
+		var gz *gzipWriter
+		w = wrapInsideAudit(w, func(inner http.ResponseWriter) http.ResponseWriter {
+			gz = &gzipWriter{ResponseWriter: inner, writers: &h.gzip}
+			return gz
+		})
 		defer gz.Close()
-		w = gz
 	}
 	if info.Verb == "list" || info.Verb == "watch" {
 		// Server streams: only the client mux streams.
@@ -461,6 +491,9 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 			return apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
 		}
 		r.Body = &typedBody{ReadCloser: io.NopCloser(bytes.NewReader(data)), contentType: ct}
+		if h.cfg.Auditor != nil {
+			audit.FromContext(r.Context()).SetRequestObject(data, ct)
+		}
 	}
 	// grpc-gateway must not parse the body as a form.
 	r.Header.Del("Content-Type")

@@ -25,6 +25,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
@@ -59,6 +60,9 @@ type Config struct {
 	// Authorizer decides every call, impersonation included, before flow
 	// control admits it. Required.
 	Authorizer authz.Authorizer
+	// Auditor writes the calls' audit events, as the REST surface's; nil
+	// audits nothing.
+	Auditor *audit.Auditor
 	// FlowControl hands out seats; nil serves every call at once.
 	FlowControl *flowcontrolclient.Client
 	// Resources is the ResourceService implementation. Required.
@@ -85,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{authn: cfg.Authenticator, authz: cfg.Authorizer, fc: cfg.FlowControl, metrics: m}
+	g := &gate{authn: cfg.Authenticator, authz: cfg.Authorizer, auditor: cfg.Auditor, fc: cfg.FlowControl, metrics: m}
 	opts = append(opts,
 		grpc.InTapHandle(g.tap),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -93,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(g.stream),
 	)
 	srv := grpc.NewServer(opts...)
-	srv.RegisterService(guard(&apiv1.ResourceService_ServiceDesc), cfg.Resources)
+	srv.RegisterService(g.guard(&apiv1.ResourceService_ServiceDesc), cfg.Resources)
 	hs := health.NewServer()
 	hs.SetServingStatus(apiv1.ResourceService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
@@ -117,6 +121,7 @@ func (s *Server) Drain() { s.health.Shutdown() }
 type gate struct {
 	authn   *authn.Authenticator
 	authz   authz.Authorizer
+	auditor *audit.Auditor
 	fc      *flowcontrolclient.Client
 	metrics *authn.Metrics
 }
@@ -130,10 +135,13 @@ type gate struct {
 type callerKey struct{}
 
 // caller is tap's decision on a call: the user it acts as, or why it is
-// refused.
+// refused; for the audit event, the user it authenticated as and whether
+// it impersonates user.
 type caller struct {
-	user    identity.User
-	refused error
+	user          identity.User
+	authenticated identity.User
+	impersonated  bool
+	refused       error
 }
 
 // exempt are the methods open to anyone: those of the health service.
@@ -163,16 +171,15 @@ func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if exempt(info.FullMethodName) {
 		return ctx, nil
 	}
-	u, err := g.authenticate(ctx, info.Header)
-	return context.WithValue(ctx, callerKey{}, caller{user: u, refused: err}), nil
+	return context.WithValue(ctx, callerKey{}, g.authenticate(ctx, info.Header)), nil
 }
 
 // authenticate returns the user a call acts as: its caller, from the
 // certificate its connection's TLS handshake presented or the bearer
 // token of its authorization metadata, or the user its Impersonate-*
-// metadata names. Errors are gRPC status errors: Unauthenticated without
-// valid credentials, and authn.Impersonate's 400 and 403.
-func (g *gate) authenticate(ctx context.Context, md metadata.MD) (identity.User, error) {
+// metadata names. Refusals are gRPC status errors: Unauthenticated
+// without valid credentials, and authn.Impersonate's 400 and 403.
+func (g *gate) authenticate(ctx context.Context, md metadata.MD) caller {
 	creds := authn.Credentials{}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
@@ -185,16 +192,17 @@ func (g *gate) authenticate(ctx context.Context, md metadata.MD) (identity.User,
 	u, ok, err := g.authn.Authenticate(creds)
 	g.metrics.Observe(ok, err)
 	if err != nil || !ok {
-		return identity.User{}, apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))
+		return caller{refused: apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))}
 	}
 	as, impersonated, err := authn.Impersonate(ctx, g.authz, u, impersonationHeaders(md))
 	if err != nil {
-		return identity.User{}, apistatus.ToGRPC(err)
+		return caller{authenticated: u, refused: apistatus.ToGRPC(err)}
 	}
+	c := caller{user: u, authenticated: u}
 	if impersonated {
-		u = as
+		c.user, c.impersonated = as, true
 	}
-	return u, nil
+	return c
 }
 
 // impersonationHeaders returns the Impersonate-* entries of gRPC metadata
@@ -218,32 +226,45 @@ func refusal(ctx context.Context) error {
 	return c.refused
 }
 
-// guard returns a copy of desc whose handlers first end a call tap
-// refused, with tap's status: a unary handler before it decodes the
-// request message (the unary interceptors, which run after decoding,
-// never see the call), a streaming one before it receives anything (the
+// guard returns a copy of desc whose handlers end a call tap refused,
+// with tap's status (audited, and with its audit-id; see auditID): a
+// unary handler before it decodes the request message (the unary
+// interceptors, which run after decoding, never see the call), a
+// streaming one before it receives anything (the
 // stream interceptors, which run before it, read nothing; grpcserver's
 // metrics count the call with its code). grpc-go writes the status (a
 // trailers-only response, and RST_STREAM if the client is still sending),
 // drops the part of the message that had arrived, and ends the call's
 // context.
-func guard(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+func (g *gate) guard(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = slices.Clone(desc.Methods)
 	for i, m := range d.Methods {
-		h := m.Handler
+		h, method := m.Handler, "/"+desc.ServiceName+"/"+m.MethodName
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			id := auditID(ctx)
+			ctx = context.WithValue(ctx, auditIDCtxKey{}, id)
 			if err := refusal(ctx); err != nil {
+				// A refusal is a trailers-only response: the
+				// Audit-Id goes with its status.
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(auditIDKey, id))
+				g.auditRefusal(ctx, method, id, err)
 				return nil, err
 			}
+			_ = grpc.SetHeader(ctx, metadata.Pairs(auditIDKey, id))
 			return h(srv, ctx, dec, ic)
 		}
 	}
 	d.Streams = slices.Clone(desc.Streams)
 	for i, s := range d.Streams {
-		h := s.Handler
+		h, method := s.Handler, "/"+desc.ServiceName+"/"+s.StreamName
 		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
 			if err := refusal(ss.Context()); err != nil {
+				// The stream interceptor, which runs first, gave
+				// the call its Audit-Id.
+				if gs, ok := ss.(*gatedStream); ok {
+					g.auditRefusal(ss.Context(), method, gs.auditID, err)
+				}
 				return err
 			}
 			return h(srv, ss)
@@ -256,11 +277,26 @@ func guard(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
 // and takes seats for it. req is the call's request message, whose ref
 // describes the call to the authorizer and to flow control; a refused
 // call is PermissionDenied with kube-apiserver's 403 Status, and takes no
-// seats.
+// seats. When the audit policy audits the call, its event is begun here
+// and is in the returned context; a call refused here is audited.
 func (g *gate) admit(ctx context.Context, method string, req any) (context.Context, func(), error) {
 	if exempt(method) {
 		return ctx, func() {}, nil
 	}
+	var ev *audit.Request
+	if g.auditor != nil {
+		ev = g.beginAudit(ctx, method, req)
+		ctx = audit.WithRequest(ctx, ev)
+	}
+	ctx, release, err := g.authorize(ctx, method, req)
+	if err != nil {
+		ev.CompleteStatus(apistatus.FromError(err))
+	}
+	return ctx, release, err
+}
+
+// authorize is admit's work once the call's audit event has begun.
+func (g *gate) authorize(ctx context.Context, method string, req any) (context.Context, func(), error) {
 	c, ok := ctx.Value(callerKey{}).(caller)
 	if !ok || c.refused != nil {
 		// tap decides on every call that is not exempt, and guard ends
@@ -281,7 +317,20 @@ func (g *gate) admit(ctx context.Context, method string, req any) (context.Conte
 	}
 	a := authz.ForResource(c.user, digest.Verb, ref.GetGroup(), ref.GetVersion(), ref.GetResource(), ref.GetSubresource(),
 		ref.GetNamespace(), ref.GetName(), fieldSelector)
-	if ok, reason := g.authz.Allowed(ctx, a); !ok {
+	var ev *audit.Request
+	if g.auditor != nil {
+		ev = audit.FromContext(ctx)
+	}
+	var allowed bool
+	var reason string
+	if ev != nil {
+		// An audited call's event names the grant that allowed it.
+		allowed, reason = authz.Explain(ctx, g.authz, a)
+		audit.AnnotateDecision(ev, allowed, reason)
+	} else {
+		allowed, reason = g.authz.Allowed(ctx, a)
+	}
+	if !allowed {
 		return nil, nil, apistatus.ToGRPC(authz.Forbidden(a, reason))
 	}
 	grant, err := g.fc.Acquire(ctx, digest)
@@ -303,7 +352,11 @@ func (g *gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		return nil, err
 	}
 	defer release()
-	return h(ctx, req)
+	resp, err := h(ctx, req)
+	if g.auditor != nil {
+		completeAudit(audit.FromContext(ctx), resp, err)
+	}
+	return resp, err
 }
 
 // stream admits a stream on its first message (the request of a
@@ -312,7 +365,19 @@ func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if exempt(info.FullMethod) {
 		return h(srv, ss)
 	}
-	return h(srv, &gatedStream{ServerStream: ss, gate: g, method: info.FullMethod})
+	gs := &gatedStream{ServerStream: ss, gate: g, method: info.FullMethod, auditID: auditID(ss.Context())}
+	md := metadata.Pairs(auditIDKey, gs.auditID)
+	if refusal(ss.Context()) != nil {
+		// guard refuses the call: a trailers-only response.
+		ss.SetTrailer(md)
+	} else {
+		_ = ss.SetHeader(md)
+	}
+	err := h(srv, gs)
+	if gs.admitted && g.auditor != nil {
+		completeAudit(audit.FromContext(gs.ctx), nil, err)
+	}
+	return err
 }
 
 type gatedStream struct {
@@ -321,6 +386,7 @@ type gatedStream struct {
 	method   string
 	ctx      context.Context
 	admitted bool
+	auditID  string
 }
 
 func (s *gatedStream) Context() context.Context {
@@ -337,11 +403,25 @@ func (s *gatedStream) RecvMsg(m any) error {
 	if s.admitted {
 		return nil
 	}
-	ctx, release, err := s.gate.admit(s.ServerStream.Context(), s.method, m)
+	ctx, release, err := s.gate.admit(context.WithValue(s.ServerStream.Context(), auditIDCtxKey{}, s.auditID), s.method, m)
 	if err != nil {
 		return err
 	}
 	release()
 	s.ctx, s.admitted = ctx, true
+	if s.gate.auditor != nil && verb(s.method) == "watch" {
+		// A watch's response starts once it is admitted: its
+		// ResponseStarted stage.
+		audit.FromContext(ctx).ResponseHeader(http.StatusOK, "")
+	}
 	return nil
+}
+
+// SendMsg sends a message of the stream, recording it for the audit
+// event (a list's response object at RequestResponse).
+func (s *gatedStream) SendMsg(m any) error {
+	if s.admitted && s.gate.auditor != nil {
+		recordResponse(audit.FromContext(s.ctx), m)
+	}
+	return s.ServerStream.SendMsg(m)
 }

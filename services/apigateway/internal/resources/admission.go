@@ -10,6 +10,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,6 +73,9 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	if err != nil {
 		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
 	}
+	// The policies' audit annotations go on the request's audit event,
+	// whether they admitted it or not.
+	audit.AddAnnotations(ctx, resp.GetAuditAnnotations())
 	if resp.GetAllowed() {
 		return nil
 	}
