@@ -134,8 +134,9 @@ func badIssuer(iss string) bool {
 // Tokens issues and verifies service account tokens. It is safe for
 // concurrent use.
 type Tokens struct {
-	cfg  Config
-	keys *keyFiles
+	cfg      Config
+	keys     *keyFiles
+	verified verifiedTokens
 }
 
 // New reads the key files and returns Tokens.

@@ -44,7 +44,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.U
 
 // fixture is Tokens over a real store, with the Index following it.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	store    *storage.Store
 	codec    *codec.Codec
 	reg      *registry.Registry
@@ -53,7 +53,7 @@ type fixture struct {
 	key, pub string
 }
 
-func newFixture(t *testing.T, mutate func(*Config)) *fixture {
+func newFixture(t testing.TB, mutate func(*Config)) *fixture {
 	t.Helper()
 	c, err := codec.New()
 	if err != nil {

@@ -1,6 +1,7 @@
 package serviceaccount
 
 import (
+	"crypto/sha256"
 	"errors"
 	"strings"
 
@@ -38,24 +39,33 @@ var (
 // pod and node in its extra. It also returns the audiences the token is
 // valid for among those asked.
 func (t *Tokens) AuthenticateToken(token string, audiences []string) (u identity.User, valid []string, ok bool, err error) {
-	if strings.Count(token, ".") != 2 {
-		return identity.User{}, nil, false, nil
+	ks := t.keys.current()
+	sum := sha256.Sum256([]byte(token))
+	v, hit := t.verified.get(sum, ks)
+	if !hit {
+		if strings.Count(token, ".") != 2 {
+			return identity.User{}, nil, false, nil
+		}
+		tok, err := jwt.ParseSigned(token, signatureAlgorithms)
+		if err != nil {
+			return identity.User{}, nil, false, nil
+		}
+		var unverified jwt.Claims
+		if err := tok.UnsafeClaimsWithoutVerification(&unverified); err != nil || unverified.Issuer != t.cfg.Issuer {
+			return identity.User{}, nil, false, nil
+		}
+		if !verify(ks, tok, &v.public, &v.private) {
+			return identity.User{}, nil, false, errSignature
+		}
+		t.verified.put(sum, ks, v)
 	}
-	tok, err := jwt.ParseSigned(token, signatureAlgorithms)
-	if err != nil {
-		return identity.User{}, nil, false, nil
-	}
-	var unverified jwt.Claims
-	if err := tok.UnsafeClaimsWithoutVerification(&unverified); err != nil || unverified.Issuer != t.cfg.Issuer {
-		return identity.User{}, nil, false, nil
-	}
+	return t.check(v, audiences)
+}
 
-	var public jwt.Claims
-	var private privateClaims
-	if !t.verify(tok, &public, &private) {
-		return identity.User{}, nil, false, errSignature
-	}
-	switch err := public.Validate(jwt.Expected{Issuer: t.cfg.Issuer, Time: t.cfg.Now()}); {
+// check decides a token whose signature verified: its times, its
+// audiences, and the objects it names, as they are now.
+func (t *Tokens) check(v verifiedToken, audiences []string) (identity.User, []string, bool, error) {
+	switch err := v.public.Validate(jwt.Expected{Issuer: t.cfg.Issuer, Time: t.cfg.Now()}); {
 	case errors.Is(err, jwt.ErrExpired):
 		return identity.User{}, nil, false, ErrExpired
 	case errors.Is(err, jwt.ErrNotValidYet), errors.Is(err, jwt.ErrIssuedInTheFuture):
@@ -66,26 +76,27 @@ func (t *Tokens) AuthenticateToken(token string, audiences []string) (u identity
 	if len(audiences) == 0 {
 		audiences = t.cfg.APIAudiences
 	}
+	var valid []string
 	for _, a := range audiences {
-		if public.Audience.Contains(a) {
+		if v.public.Audience.Contains(a) {
 			valid = append(valid, a)
 		}
 	}
 	if len(valid) == 0 {
 		return identity.User{}, nil, false, errAudience
 	}
-	u, err = t.user(public, private.Kubernetes)
+	u, err := t.user(v.public, v.private.Kubernetes)
 	if err != nil {
 		return identity.User{}, nil, false, err
 	}
 	return u, valid, true, nil
 }
 
-// verify checks the token's signature with the key its header names, or
-// with every key when it names none that is known, and decodes its
-// claims.
-func (t *Tokens) verify(tok *jwt.JSONWebToken, public *jwt.Claims, private *privateClaims) bool {
-	keys := t.keys.current().verify
+// verify checks the token's signature with the key of ks its header
+// names, or with every key when it names none that is known, and decodes
+// its claims.
+func verify(ks *keySet, tok *jwt.JSONWebToken, public *jwt.Claims, private *privateClaims) bool {
+	keys := ks.verify
 	kid := ""
 	if len(tok.Headers) == 1 {
 		kid = tok.Headers[0].KeyID
