@@ -40,11 +40,10 @@ var indexedKinds = map[string]string{
 // again (a new UID), is refused as soon as the watch delivers the change,
 // within milliseconds. It is safe for concurrent use.
 type Index struct {
-	store  storewatch.Store
-	codec  *codec.Codec
-	log    *slog.Logger
-	kinds  map[string]*kindIndex
-	synced sync.WaitGroup
+	store storewatch.Store
+	codec *codec.Codec
+	log   *slog.Logger
+	kinds map[string]*kindIndex
 }
 
 // kindIndex holds the UIDs of one kind by "namespace/name" (or "name").
@@ -101,16 +100,17 @@ func (ix *Index) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// WaitSynced waits until every kind was read once, or ctx ends.
+// WaitSynced waits until the ServiceAccounts were read once, or ctx
+// ends. The kinds tokens may be bound to are not waited for: a Secret that
+// cannot be read (its encryption key is missing, say) must not keep the
+// gateway from serving; until they are read, bound tokens are refused.
 func (ix *Index) WaitSynced(ctx context.Context) error {
-	for _, k := range ix.kinds {
-		select {
-		case <-k.synced:
-		case <-ctx.Done():
-			return errors.New("serviceaccount: the token index has not been read from the store yet")
-		}
+	select {
+	case <-ix.kinds[kindServiceAccount].synced:
+		return nil
+	case <-ctx.Done():
+		return errors.New("serviceaccount: the ServiceAccounts have not been read from the store yet")
 	}
-	return nil
 }
 
 // UID returns the UID of the object of kind namespace/name; ok is false
