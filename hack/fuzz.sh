@@ -17,6 +17,7 @@ targets=(
   "services/apigateway ./internal/resources FuzzMergePatch"
   "services/apigateway ./internal/resources FuzzStrategicMergePatch"
   "services/apigateway ./internal/resources FuzzApply"
+  "services/apigateway ./internal/authn/serviceaccount FuzzServiceAccountToken"
 )
 
 fail=0

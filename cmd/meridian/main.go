@@ -63,6 +63,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		tokenFile = flag.String("token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
 		authzMode = flag.String("authorization-mode", "RBAC", "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
 		encConfig = flag.String("encryption-provider-config", "", "file with an apiserver.config.k8s.io/v1 EncryptionConfiguration, as kube-apiserver's: the resources it names are encrypted in the store")
+		saIssuer  = flag.String("service-account-issuer", "", "the \"iss\" of service account tokens; empty: the API's URL (https://<listen address>)")
+		saMaxExp  = flag.Duration("service-account-max-token-expiration", 0, "the longest lifetime a TokenRequest gets (longer requests are cut to it); 0: 2^32 seconds")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
@@ -92,6 +94,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cp, err := allinone.Start(ctx, allinone.Config{
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
+		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 	})
 	if err != nil {
 		return err

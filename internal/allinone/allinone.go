@@ -54,6 +54,14 @@ type Config struct {
 	// Audit are the gateway's audit settings (kube-apiserver's
 	// --audit-* flags); without a policy file nothing is audited.
 	Audit gateway.AuditOptions
+	// ServiceAccountIssuer is the "iss" of service account tokens; empty
+	// means the API's URL (https://<Listen's address>), where the
+	// discovery documents are served. The signing key is made in
+	// DataDir/pki/sa.key (sa.pub: its public keys), once.
+	ServiceAccountIssuer string
+	// ServiceAccountMaxTokenExpiration caps the lifetime of new tokens;
+	// 0: none but 2^32 seconds.
+	ServiceAccountMaxTokenExpiration time.Duration
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -255,9 +263,14 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	if cfg.DisableWatchfanout {
 		watchAddrs = nil
 	}
+	sa, err := serviceAccounts(cfg, apiLis.Addr())
+	if err != nil {
+		return err
+	}
 	gw, _, err := startService(cp, "apigateway", func() (net.Listener, error) { return apiLis, nil }, func() (*gateway.App, error) {
 		return gateway.New(ctx, gateway.Config{
-			StoreAddress: addrs.store, AdmissionAddress: addrs.admission, FlowControlAddress: addrs.flowcontrol,
+			ServiceAccounts: sa,
+			StoreAddress:    addrs.store, AdmissionAddress: addrs.admission, FlowControlAddress: addrs.flowcontrol,
 			WatchFanoutAddresses:     watchAddrs,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

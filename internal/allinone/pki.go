@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
+	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 )
 
 // The PKI of an all-in-one control plane is lib/pkiplan's plan for one
@@ -140,4 +141,22 @@ func retireSingleCA(dir string, log *slog.Logger) error {
 			"ca", filepath.Join(dir, "ca.crt"))
 	}
 	return nil
+}
+
+// serviceAccounts makes the service account token signing key in the
+// data directory when missing and returns the gateway's configuration of
+// service account tokens: issued by the API's URL (apiAddr) unless
+// cfg names an issuer.
+func serviceAccounts(cfg Config, apiAddr net.Addr) (gateway.ServiceAccountConfig, error) {
+	key, pub := pkiplan.ServiceAccountKeyFile(cfg.DataDir), pkiplan.ServiceAccountPublicKeysFile(cfg.DataDir)
+	if _, err := pki.LoadOrCreateSigningKey(key, pub); err != nil {
+		return gateway.ServiceAccountConfig{}, fmt.Errorf("allinone: %w", err)
+	}
+	issuer := cfg.ServiceAccountIssuer
+	if issuer == "" {
+		issuer = "https://" + apiAddr.String()
+	}
+	return gateway.ServiceAccountConfig{
+		Issuer: issuer, SigningKeyFile: key, KeyFiles: []string{pub}, MaxTokenExpiration: cfg.ServiceAccountMaxTokenExpiration,
+	}, nil
 }

@@ -40,6 +40,8 @@ commands:
   issue       issue one certificate (--service, --name, --hosts)
   all         create the CAs and every certificate a deployment on --hosts needs
   kubeconfig  issue an API user's client certificate and write a kubeconfig
+  sa-key      create the service account token signing key (kept when present)
+  rotate-sa-key  replace the service account token signing key, keeping the old public keys
 
 Run "meridian pki <command> --help" for a command's flags.
 See docs/certificates.md.
@@ -57,6 +59,7 @@ func Run(args []string, stdout, stderr io.Writer) error {
 	}
 	cmds := map[string]func([]string, io.Writer, io.Writer) error{
 		"init": runInit, "issue": runIssue, "all": runAll, "kubeconfig": runKubeconfig,
+		"sa-key": runSAKey, "rotate-sa-key": runRotateSAKey,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -208,6 +211,10 @@ func runAll(args []string, stdout, stderr io.Writer) error {
 		if c.Kind == pkiplan.User {
 			admin = kp
 		}
+	}
+	fmt.Fprintln(stdout)
+	if err := ensureSAKey(*dir, stdout); err != nil {
+		return err
 	}
 	if *server == "" {
 		return nil

@@ -141,12 +141,43 @@ func (r *KeyPairReloader) reloadLocked() {
 }
 
 func (r *KeyPairReloader) stat() (cert, key os.FileInfo, err error) {
-	cs, cerr := os.Stat(r.certFile)
-	ks, kerr := os.Stat(r.keyFile)
-	if err := errors.Join(cerr, kerr); err != nil {
-		return nil, nil, fmt.Errorf("pki: %w", err)
+	st, err := StatFiles(r.certFile, r.keyFile)
+	if err != nil {
+		return nil, nil, err
 	}
-	return cs, ks, nil
+	return st[0], st[1], nil
+}
+
+// StatFiles describes files as SameFiles compares them: a reloader keeps
+// what it saw when it last read them, and reads them again when
+// SameFiles reports a change. Every file must exist.
+func StatFiles(paths ...string) ([]os.FileInfo, error) {
+	st := make([]os.FileInfo, len(paths))
+	var errs []error
+	for i, p := range paths {
+		fi, err := os.Stat(p)
+		errs = append(errs, err)
+		st[i] = fi
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	return st, nil
+}
+
+// SameFiles reports whether a and b (from StatFiles) describe the same,
+// unchanged files: same inodes, sizes and modification times. Files
+// replaced by rename, as `meridian pki` writes them, are never the same.
+func SameFiles(a, b []os.FileInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameFile(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameFile reports whether a and b describe the same, unchanged file.

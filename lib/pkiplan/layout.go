@@ -132,3 +132,25 @@ func (c CAs) Renew(root string, cert Cert) (pki.KeyPair, error) {
 	}
 	return kp, nil
 }
+
+// The service account issuer's token signing key (see
+// pki.LoadOrCreateSigningKey): the gateway's
+// --service-account-signing-key-file and --service-account-key-file.
+const (
+	// ServiceAccountKeyName is the private key's file under CertDir.
+	ServiceAccountKeyName = "sa.key"
+	// ServiceAccountPublicKeysName is the public keys' file under CertDir:
+	// the current key's first, then the replaced keys'.
+	ServiceAccountPublicKeysName = "sa.pub"
+)
+
+// ServiceAccountKeyFile is the token signing key's file under root.
+func ServiceAccountKeyFile(root string) string {
+	return filepath.Join(root, CertDir, ServiceAccountKeyName)
+}
+
+// ServiceAccountPublicKeysFile is the token verification keys' file under
+// root.
+func ServiceAccountPublicKeysFile(root string) string {
+	return filepath.Join(root, CertDir, ServiceAccountPublicKeysName)
+}

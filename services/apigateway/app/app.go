@@ -31,6 +31,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/serviceaccount"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/clusterroleaggregation"
@@ -80,6 +81,9 @@ type Config struct {
 	ClientCAs *x509.CertPool
 	// TokenAuthFile is a kube-apiserver static token file; empty: none.
 	TokenAuthFile string
+	// ServiceAccounts configures service account tokens; the zero value
+	// turns them off.
+	ServiceAccounts ServiceAccountConfig
 	// Registerer receives metrics; Gatherer serves them on /metrics. Either
 	// may be nil.
 	Registerer prometheus.Registerer
@@ -128,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientCAs == nil && c.TokenAuthFile == "" {
 		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
+	}
+	if err := c.ServiceAccounts.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.AuthorizationMode != "" && c.AuthorizationMode != AuthorizationRBAC && c.AuthorizationMode != AuthorizationAlwaysAllow {
 		errs = append(errs, fmt.Errorf("apigateway: AuthorizationMode %q is neither %s nor %s", c.AuthorizationMode, AuthorizationRBAC, AuthorizationAlwaysAllow))
@@ -178,10 +185,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 
-	authenticator, err := newAuthenticator(cfg)
-	if err != nil {
-		return nil, err
-	}
 	reg, err := prepareRegistry(cfg)
 	if err != nil {
 		return nil, err
@@ -210,6 +213,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	saTokens, err := a.newServiceAccountTokens(ctx, bg, store, c, reg)
+	if err != nil {
+		return nil, err
+	}
+	authenticator, err := newAuthenticator(cfg, saTokens)
+	if err != nil {
+		return nil, err
+	}
 	authorizer, rbac, err := a.newAuthorizer(store, c)
 	if err != nil {
 		return nil, err
@@ -229,7 +240,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := a.newHandler(bg, reg, authenticator, authorizer, auditor, resourceServer, svc.flowControl, health)
+	handler, err := a.newHandler(bg, reg, authenticator, authorizer, auditor, resourceServer, svc.flowControl, health, saTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +282,9 @@ func (c *Config) setDefaults() {
 }
 
 // newAuthenticator authenticates API users by client certificate
-// (ClientCAs) and by static token (TokenAuthFile).
-func newAuthenticator(cfg Config) (*authn.Authenticator, error) {
+// (ClientCAs), by static token (TokenAuthFile) and by service account
+// token (sa, nil when off).
+func newAuthenticator(cfg Config, sa *serviceaccount.Tokens) (*authn.Authenticator, error) {
 	var tokens *authn.TokenFile
 	if cfg.TokenAuthFile != "" {
 		var err error
@@ -280,7 +292,11 @@ func newAuthenticator(cfg Config) (*authn.Authenticator, error) {
 			return nil, err
 		}
 	}
-	return authn.New(cfg.ClientCAs, tokens), nil
+	var opts []authn.Option
+	if sa != nil {
+		opts = append(opts, authn.WithTokenAuthenticator(sa), authn.WithAPIAudiences(sa.APIAudiences()))
+	}
+	return authn.New(cfg.ClientCAs, tokens, opts...), nil
 }
 
 // loadEncryption builds the transformer of EncryptionProviderConfig;
@@ -437,23 +453,24 @@ func (a *App) shutdownCheck() healthz.Check {
 }
 
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, auditor *audit.Auditor, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, auditor *audit.Auditor, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks, sa *serviceaccount.Tokens) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
 	}
 	return frontend.New(bg, frontend.Config{
-		Registry:       reg,
-		Authenticator:  authenticator,
-		Authorizer:     authorizer,
-		Auditor:        auditor,
-		LocalResources: rs,
-		FlowControl:    fc,
-		Readyz:         health.readyz,
-		Healthz:        health.healthz,
-		Metrics:        metrics,
-		Registerer:     a.cfg.Registerer,
-		Logger:         a.cfg.Logger,
+		Registry:        reg,
+		Authenticator:   authenticator,
+		Authorizer:      authorizer,
+		Auditor:         auditor,
+		LocalResources:  rs,
+		FlowControl:     fc,
+		ServiceAccounts: sa,
+		Readyz:          health.readyz,
+		Healthz:         health.healthz,
+		Metrics:         metrics,
+		Registerer:      a.cfg.Registerer,
+		Logger:          a.cfg.Logger,
 	})
 }
 

@@ -12,8 +12,9 @@
 // API (or a Create or Get of a Secret, --grpc-cpu-op) of gateways built
 // from different commits or run with different configurations, side by
 // side (see grpcCPU); with --rest-cpu, the server CPU time per REST GET
-// and create of gateways run side by side, say with and without RBAC (see
-// restCPU). Start meridian
+// and create of gateways run side by side, say with and without RBAC, or
+// one gateway called with a static and with a service account token
+// (--rest-cpu-sa; see restCPU). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -71,12 +72,13 @@ func main() {
 		cpuOp    = flag.String("grpc-cpu-op", "configmap-get", "with --grpc-cpu: the operations measured, comma-separated: configmap-get, secret-get, secret-create (1 KiB objects)")
 		restCPU  = flag.String("rest-cpu", "", "measure only the server CPU per REST GET and create, as --token's user, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
 		user     = flag.String("token-user", "loadtest", "with --rest-cpu: the user of --token, whom a Role lets get and create config maps")
+		restSA   = flag.String("rest-cpu-sa", "", "with --rest-cpu: comma-separated names of targets called with a service account token (requested for loadtest-rbac/loadtest) instead of --token")
 		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
 	)
 	flag.Parse()
 	var err error
 	if *restCPU != "" {
-		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *bindings, *duration, *levels, *rounds)
+		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds)
 	} else if *grpcCPU != "" {
 		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *cpuOp, *duration, *levels, *rounds)
 	} else {
@@ -190,8 +192,15 @@ func runGRPCCPU(dataDir, token, spec, ops string, d time.Duration, levels string
 }
 
 // runRESTCPU runs restCPU at each concurrency of levels, as token's
-// user, preparing the targets as the data dir's admin.
-func runRESTCPU(dataDir, token, user, spec, bindings string, d time.Duration, levels string, rounds int) error {
+// user (or, on the targets named in saSpec, a service account's),
+// preparing the targets as the data dir's admin.
+func runRESTCPU(dataDir, token, user, spec, saSpec, bindings string, d time.Duration, levels string, rounds int) error {
+	saTargets := map[string]bool{}
+	for _, n := range strings.Split(saSpec, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			saTargets[n] = true
+		}
+	}
 	if token == "" {
 		return fmt.Errorf("--rest-cpu needs --token: the admin, in system:masters, is never asked about")
 	}
@@ -205,7 +214,7 @@ func runRESTCPU(dataDir, token, user, spec, bindings string, d time.Duration, le
 		return err
 	}
 	for _, cc := range concurrencies(levels) {
-		if err := restCPU(tlsConf, token, user, spec, d, cc, rounds, rb, crb); err != nil {
+		if err := restCPU(tlsConf, token, user, spec, saTargets, d, cc, rounds, rb, crb); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -25,17 +26,31 @@ import (
 // RoleBindings (ten in each of bindings/10 namespaces) and clusterBindings
 // ClusterRoleBindings naming other users and groups, so that the
 // authorizer decides among as many bindings as a cluster would hold.
-func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc, rounds, bindings, clusterBindings int) error {
+//
+// The targets named in saTargets are called instead as the service
+// account loadtest-rbac/loadtest, with a token restCPU requests for it
+// (TokenRequest) and the same grant: name one gateway twice, once there,
+// to compare the CPU of a request with a service account token to one
+// with token.
+func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string]bool, d time.Duration, cc, rounds, bindings, clusterBindings int) error {
 	targets, err := parseCPUTargets(spec)
 	if err != nil {
 		return err
 	}
 	admin := &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
-	caller := &http.Client{Transport: bearer{token: token, next: &http2.Transport{TLSClientConfig: tlsConf}}}
 	const ns = "loadtest-rbac"
+	callers := map[string]*http.Client{}
 	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q},"data":{"v":"` + strings.Repeat("x", 1000) + `"}}`
 	for _, t := range targets {
 		api := "https://" + t.addr
+		user, token := user, token
+		if saTargets[t.name] {
+			if user, token, err = serviceAccountToken(admin, api, ns, "loadtest"); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+		caller := &http.Client{Transport: bearer{token: token, next: &http2.Transport{TLSClientConfig: tlsConf}}}
+		callers[t.name] = caller
 		if err := prepareRBAC(admin, api, ns, user, bindings, clusterBindings); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -57,13 +72,13 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc,
 	// Created names are unique across runs and concurrencies.
 	run := time.Now().UnixNano()
 	var created atomic.Int64
-	ops := map[string]func(api string) func() (int, error){
-		"GET": func(api string) func() (int, error) {
+	ops := map[string]func(caller *http.Client, api string) func() (int, error){
+		"GET": func(caller *http.Client, api string) func() (int, error) {
 			return func() (int, error) {
 				return get(caller, api+"/api/v1/namespaces/"+ns+"/configmaps/loadtest-get", "application/json")
 			}
 		},
-		"create": func(api string) func() (int, error) {
+		"create": func(caller *http.Client, api string) func() (int, error) {
 			return func() (int, error) {
 				body := []byte(fmt.Sprintf(cm, fmt.Sprintf("loadtest-%d-%d", run, created.Add(1))))
 				return send(caller, http.MethodPost, api+"/api/v1/namespaces/"+ns+"/configmaps", "application/json", body, http.StatusCreated)
@@ -72,7 +87,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc,
 	}
 	for _, t := range targets {
 		for _, op := range []string{"GET", "create"} {
-			if r := measure(time.Second, cc, ops[op]("https://"+t.addr)); r.err != nil {
+			if r := measure(time.Second, cc, ops[op](callers[t.name], "https://"+t.addr)); r.err != nil {
 				return fmt.Errorf("%s: %s: %w", t.name, op, r.err)
 			}
 		}
@@ -90,7 +105,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, d time.Duration, cc,
 				if err != nil {
 					return err
 				}
-				r := measure(d, cc, ops[op]("https://"+t.addr))
+				r := measure(d, cc, ops[op](callers[t.name], "https://"+t.addr))
 				after, err := processCPU(t.pid)
 				if err != nil {
 					return err
@@ -137,7 +152,9 @@ func prepareRBAC(admin *http.Client, api, ns, user string, bindings, clusterBind
 	if err := post(rbac+"/namespaces/"+ns+"/roles", `{"metadata":{"name":"rw"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","create"]}]}`); err != nil {
 		return err
 	}
-	if err := post(rbac+"/namespaces/"+ns+"/rolebindings", fmt.Sprintf(`{"metadata":{"name":"rw"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"rw"},"subjects":[{"kind":"User","name":%q}]}`, user)); err != nil {
+	// One binding per user: targets that share a gateway (see saTargets)
+	// each get theirs.
+	if err := post(rbac+"/namespaces/"+ns+"/rolebindings", fmt.Sprintf(`{"metadata":{"name":%q},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"rw"},"subjects":[{"kind":"User","name":%q}]}`, "rw-"+user, user)); err != nil {
 		return err
 	}
 	for i := range bindings {
@@ -153,4 +170,33 @@ func prepareRBAC(admin *http.Client, api, ns, user string, bindings, clusterBind
 		}
 	}
 	return nil
+}
+
+// serviceAccountToken creates, as the admin, the namespace ns and the
+// service account ns/name (both kept when they exist) and requests a
+// token for it; it returns the account's user name and the token.
+func serviceAccountToken(admin *http.Client, api, ns, name string) (string, string, error) {
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/namespaces", fmt.Sprintf(`{"metadata":{"name":%q}}`, ns)},
+		{"/api/v1/namespaces/" + ns + "/serviceaccounts", fmt.Sprintf(`{"metadata":{"name":%q}}`, name)},
+	} {
+		if _, err := send(admin, http.MethodPost, api+c.path, "application/json", []byte(c.body), http.StatusCreated); err != nil && !strings.Contains(err.Error(), "409") {
+			return "", "", err
+		}
+	}
+	resp, err := admin.Post(api+"/api/v1/namespaces/"+ns+"/serviceaccounts/"+name+"/token", "application/json",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":86400}}`))
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || resp.StatusCode != http.StatusCreated || tr.Status.Token == "" {
+		return "", "", fmt.Errorf("token request for %s/%s: %s %v", ns, name, resp.Status, err)
+	}
+	return "system:serviceaccount:" + ns + ":" + name, tr.Status.Token, nil
 }

@@ -1,6 +1,8 @@
 // Package authn establishes who is calling the gateway: from a TLS client
 // certificate signed by the API's client CA (user = CN, groups = O, as
-// kube-apiserver reads them) or a bearer token from a static token file.
+// kube-apiserver reads them) or a bearer token: from a static token file,
+// or one a TokenAuthenticator knows (ServiceAccount tokens, package
+// serviceaccount).
 // Identity is established here, once, and travels to the other services in
 // gRPC metadata.
 //
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,15 +39,49 @@ type Authenticator struct {
 	roots    *x509.CertPool
 	tokens   map[string]identity.User
 	verified verifiedCerts
+	// bearers authenticate the bearer tokens the token file does not
+	// hold, in order.
+	bearers []TokenAuthenticator
+	// audiences are the API's audiences (nil: any), which the token file's
+	// tokens, valid for no audience in particular, stand for.
+	audiences []string
+}
+
+// TokenAuthenticator authenticates bearer tokens of one kind (service
+// account tokens, say). audiences are what the request is for; empty
+// means the API's. ok is false with a nil error for a token it does not
+// recognize; an error means the token is its kind but not valid (expired,
+// say). valid are the audiences, among those asked, the token is for.
+type TokenAuthenticator interface {
+	AuthenticateToken(token string, audiences []string) (u identity.User, valid []string, ok bool, err error)
+}
+
+// Option configures an Authenticator.
+type Option func(*Authenticator)
+
+// WithTokenAuthenticator adds an authenticator of bearer tokens, tried
+// after the token file, in the order added.
+func WithTokenAuthenticator(t TokenAuthenticator) Option {
+	return func(a *Authenticator) { a.bearers = append(a.bearers, t) }
+}
+
+// WithAPIAudiences sets the API's audiences (kube-apiserver's
+// --api-audiences): a TokenReview asking for others does not authenticate
+// the token file's tokens.
+func WithAPIAudiences(audiences []string) Option {
+	return func(a *Authenticator) { a.audiences = audiences }
 }
 
 // New returns an Authenticator that accepts client certificates signed by
-// roots (nil: none), which must be the API's client CA alone, and the
-// tokens of a token file (nil: none).
-func New(roots *x509.CertPool, tokens *TokenFile) *Authenticator {
+// roots (nil: none), which must be the API's client CA alone, the tokens
+// of a token file (nil: none), and what opts add.
+func New(roots *x509.CertPool, tokens *TokenFile, opts ...Option) *Authenticator {
 	a := &Authenticator{roots: roots, verified: newVerifiedCerts()}
 	if tokens != nil {
 		a.tokens = tokens.users
+	}
+	for _, o := range opts {
+		o(a)
 	}
 	return a
 }
@@ -62,11 +99,11 @@ type Credentials struct {
 // Authenticate returns the caller. ok is false for an anonymous caller; err
 // is ErrInvalidToken for a bad bearer token.
 func (a *Authenticator) Authenticate(c Credentials) (u identity.User, ok bool, err error) {
+	// A bearer token is tried first, and alone: a client certificate
+	// presented on the same connection, good or bad, plays no part.
 	if token, has := bearer(c.Authorization); has {
-		if u, ok := a.lookupToken(token); ok {
-			return u, true, nil
-		}
-		return identity.User{}, false, ErrInvalidToken
+		u, _, ok, err := a.AuthenticateToken(token, nil)
+		return u, ok, err
 	}
 	if c.TLS != nil && len(c.TLS.PeerCertificates) > 0 && a.roots != nil {
 		return a.certUser(c.TLS.PeerCertificates, time.Now())
@@ -109,6 +146,41 @@ func userFromCert(leaf *x509.Certificate) (identity.User, bool, error) {
 	}
 	groups := append([]string(nil), leaf.Subject.Organization...)
 	return identity.User{Name: leaf.Subject.CommonName, Groups: withAuthenticated(groups)}, true, nil
+}
+
+// AuthenticateToken authenticates a bearer token, as a request carrying
+// it or a TokenReview naming it: the token file's tokens first, then each
+// TokenAuthenticator. audiences are what it must be valid for (a
+// TokenReview's spec.audiences); empty means the API's. The token file's
+// tokens are valid for the API's audiences only. It returns the user and
+// the audiences the token is valid for; the error (ErrInvalidToken
+// wrapped, never quoting the token) when none knows it or one rejects it.
+func (a *Authenticator) AuthenticateToken(token string, audiences []string) (identity.User, []string, bool, error) {
+	if u, ok := a.lookupToken(token); ok {
+		if len(audiences) == 0 || len(a.audiences) == 0 {
+			return u, audiences, true, nil
+		}
+		var valid []string
+		for _, want := range audiences {
+			if slices.Contains(a.audiences, want) {
+				valid = append(valid, want)
+			}
+		}
+		if len(valid) > 0 {
+			return u, valid, true, nil
+		}
+		return identity.User{}, nil, false, fmt.Errorf("%w: not valid for the audiences asked", ErrInvalidToken)
+	}
+	for _, t := range a.bearers {
+		u, valid, ok, err := t.AuthenticateToken(token, audiences)
+		if err != nil {
+			return identity.User{}, nil, false, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		}
+		if ok {
+			return u, valid, true, nil
+		}
+	}
+	return identity.User{}, nil, false, ErrInvalidToken
 }
 
 func (a *Authenticator) lookupToken(token string) (identity.User, bool) {

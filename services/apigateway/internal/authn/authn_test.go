@@ -137,3 +137,59 @@ func TestVerifiedCertsBounded(t *testing.T) {
 		t.Fatal("the newest certificate was dropped")
 	}
 }
+
+// audienceTokens is a TokenAuthenticator knowing one token, valid for the
+// audience "api", and refusing one other.
+type audienceTokens struct{}
+
+func (audienceTokens) AuthenticateToken(token string, audiences []string) (identity.User, []string, bool, error) {
+	switch token {
+	case "refused":
+		return identity.User{}, nil, false, errors.New("expired")
+	case "known":
+		if len(audiences) == 0 || audiences[0] == "api" {
+			return identity.User{Name: "sa"}, []string{"api"}, true, nil
+		}
+		return identity.User{}, nil, false, errors.New("audience")
+	}
+	return identity.User{}, nil, false, nil
+}
+
+// TestTokenAuthenticators: a bearer token is tried with the token file,
+// then each token authenticator, before (and instead of) the client
+// certificate, so a certificate no CA here signed does not stop a valid
+// token; a token file token is valid for the API's audiences only.
+func TestTokenAuthenticators(t *testing.T) {
+	tf, err := ParseTokenFile(strings.NewReader("static,alice,uid-1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := pki.NewCA("test-ca")
+	other, _ := pki.NewCA("other-ca")
+	a := New(ca.Pool(), tf, WithTokenAuthenticator(audienceTokens{}), WithAPIAudiences([]string{"api"}))
+	kp, err := other.Issue(pki.CertSpec{CommonName: "mallory", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := kp.TLSCertificate()
+	leaf, _ := parseLeaf(cert)
+	badCert := &tls.ConnectionState{PeerCertificates: leaf}
+	if _, ok, err := a.Authenticate(Credentials{TLS: badCert}); ok || err == nil {
+		t.Fatalf("foreign certificate alone: %v, %v; want refused", ok, err)
+	}
+	for token, want := range map[string]string{"known": "sa", "static": "alice"} {
+		u, ok, err := a.Authenticate(Credentials{TLS: badCert, Authorization: "Bearer " + token})
+		if !ok || err != nil || u.Name != want {
+			t.Errorf("token %s with a foreign certificate: %+v, %v, %v; want %s", token, u, ok, err, want)
+		}
+	}
+	if _, ok, err := a.Authenticate(Credentials{Authorization: "Bearer refused"}); ok || !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("refused token: %v, %v; want ErrInvalidToken", ok, err)
+	}
+	if _, aud, ok, err := a.AuthenticateToken("static", []string{"vault", "api"}); !ok || err != nil || fmt.Sprint(aud) != "[api]" {
+		t.Errorf("static token for vault,api: %v, %v, %v; want [api]", aud, ok, err)
+	}
+	if _, _, ok, err := a.AuthenticateToken("static", []string{"vault"}); ok || !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("static token for vault: %v, %v; want refused", ok, err)
+	}
+}

@@ -9,21 +9,13 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Store is what RBAC reads of the store (package storage describes each
-// call). *storage.Store implements it.
-type Store interface {
-	// List reads the keys under prefix.
-	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
-	// Watch follows the changes under prefix from startRevision.
-	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
-}
-
-var _ Store = (*storage.Store)(nil)
+// Store is what RBAC reads of the store. *storage.Store implements it.
+type Store = storewatch.Store
 
 // Config configures a store-fed RBAC authorizer.
 type Config struct {
@@ -81,61 +73,34 @@ func NewStatic(objs ...runtime.Object) *RBAC {
 	return r
 }
 
-// Run keeps the policy current until ctx ends: it reads every RBAC object
-// (one paged list at one revision), then follows their changes with one
-// store watch, publishing a new policy after each batch of changes. A
-// watch that fails (a compaction, a store restart) is replaced by a new
-// list after Retry; decisions meanwhile use the last policy.
+// Run keeps the policy current until ctx ends (package storewatch): it
+// reads every RBAC object, then follows their changes with one store
+// watch, publishing a new policy after each batch of changes. A watch that
+// fails is replaced by a new list after Retry; decisions meanwhile use the
+// last policy.
 func (r *RBAC) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := r.follow(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.cfg.Logger.Warn("RBAC policy: reading it again", "error", err, "retry", r.cfg.Retry)
-		select {
-		case <-ctx.Done():
-		case <-time.After(r.cfg.Retry):
-		}
-	}
+	storewatch.Run(ctx, storewatch.Config{
+		Store: r.cfg.Store, Prefix: rbacPrefix, Handler: &policyFollower{r: r},
+		What: "RBAC policy", Logger: r.cfg.Logger, Retry: r.cfg.Retry,
+	})
 }
 
-// follow reads the policy and follows its changes until the watch fails.
-func (r *RBAC) follow(ctx context.Context) error {
-	list, err := r.cfg.Store.List(ctx, rbacPrefix, storage.ListOptions{})
-	if err != nil {
-		return err
-	}
-	o := newObjects()
-	for _, kv := range list.KVs {
-		r.apply(o, kv.Key, kv.Value, kv.ModRevision)
-	}
-	r.publish(o.publish(emptyPolicy(), list.Revision))
+// policyFollower builds the policy from what storewatch reads.
+type policyFollower struct {
+	r *RBAC
+	o *objects
+}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.cfg.Store.Watch(ctx, rbacPrefix, list.Revision+1, false)
-	if err != nil {
-		return err
+func (f *policyFollower) Reset() { f.o = newObjects() }
+
+func (f *policyFollower) Apply(key string, value []byte, rev int64) { f.r.apply(f.o, key, value, rev) }
+
+func (f *policyFollower) Publish(rev int64, listed bool) {
+	base := f.r.policy.Load()
+	if listed || base == nil {
+		base = emptyPolicy()
 	}
-	defer w.Close()
-	for {
-		b, err := w.Recv()
-		if err != nil {
-			return err
-		}
-		if len(b.Events) == 0 {
-			continue
-		}
-		for _, ev := range b.Events {
-			value := ev.KV.Value
-			if ev.Type == storage.Delete {
-				value = nil
-			}
-			r.apply(o, ev.KV.Key, value, ev.KV.ModRevision)
-		}
-		r.publish(o.publish(r.policy.Load(), b.Revision))
-	}
+	f.r.publish(f.o.publish(base, rev))
 }
 
 // apply records the object stored under key (nil value: deleted). A value

@@ -30,6 +30,7 @@ type flags struct {
 	watchAddrs                                 string
 	svcCert, svcKey, svcCA                     string
 	encryptionConfig                           string
+	sa                                         saFlags
 	shutdownDelay                              time.Duration
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
@@ -55,6 +56,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.svcKey, "service-key-file", "", "key of the service client certificate")
 	fs.StringVar(&f.svcCA, "service-ca-file", "", "CA of the other services' serving certificates, the internal CA (empty: plaintext, development only)")
 	fs.StringVar(&f.encryptionConfig, "encryption-provider-config", "", "file with an apiserver.config.k8s.io/v1 EncryptionConfiguration, as kube-apiserver's: the resources it names are encrypted before they reach the store; watchfanout must be given the same file")
+	f.sa.define(fs)
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, how long to keep serving with /readyz failing before the listeners close, so that load balancers stop sending requests (set it above their probe period times failure threshold)")
 	f.audit.AddFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -114,7 +116,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := app.Config{
 		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
-		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit,
+		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 	}
 	if f.clientCAFile != "" {
 		if cfg.ClientCAs, err = pki.LoadPool(f.clientCAFile); err != nil {

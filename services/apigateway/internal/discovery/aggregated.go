@@ -19,7 +19,7 @@ func (d *Documents) Aggregated(core bool) *apidiscoveryv2.APIGroupDiscoveryList 
 		Items:    []apidiscoveryv2.APIGroupDiscovery{},
 	}
 	index := map[string]int{}
-	for _, gv := range d.reg.GroupVersions() {
+	for _, gv := range d.groupVersions() {
 		if (gv.Group == "") != core {
 			continue
 		}
@@ -33,6 +33,7 @@ func (d *Documents) Aggregated(core bool) *apidiscoveryv2.APIGroupDiscoveryList 
 		for _, r := range d.reg.Resources(gv) {
 			v.Resources = append(v.Resources, resourceDiscovery(r))
 		}
+		addServed(&v, gv)
 		list.Items[i].Versions = append(list.Items[i].Versions, v)
 	}
 	return list

@@ -66,7 +66,8 @@ func (d *Documents) Lookup(path string, r *http.Request) (runtime.Object, bool) 
 
 func (d *Documents) resourceList(gv schema.GroupVersion) (runtime.Object, bool) {
 	resources := d.reg.Resources(gv)
-	if len(resources) == 0 {
+	own := servedIn(gv)
+	if len(resources) == 0 && len(own) == 0 {
 		return nil, false
 	}
 	list := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
@@ -78,6 +79,7 @@ func (d *Documents) resourceList(gv schema.GroupVersion) (runtime.Object, bool) 
 			})
 		}
 	}
+	list.APIResources = append(list.APIResources, own...)
 	return list, true
 }
 
@@ -85,7 +87,7 @@ func (d *Documents) resourceList(gv schema.GroupVersion) (runtime.Object, bool) 
 func (d *Documents) groups() []metav1.APIGroup {
 	var out []metav1.APIGroup
 	index := map[string]int{}
-	for _, gv := range d.reg.GroupVersions() {
+	for _, gv := range d.groupVersions() {
 		if gv.Group == "" {
 			continue
 		}

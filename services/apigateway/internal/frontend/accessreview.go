@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,8 @@ var accessReviews = map[string]struct {
 	"selfsubjectrulesreviews":   {"SelfSubjectRulesReview", false, func() runtime.Object { return &authorizationv1.SelfSubjectRulesReview{} }},
 }
 
-// reviewCodec encodes and decodes the review kinds.
+// reviewCodec encodes and decodes the review kinds, and the other
+// authentication.k8s.io objects the gateway answers (TokenRequest).
 type reviewCodec struct {
 	scheme *runtime.Scheme
 	json   *json.Serializer
@@ -59,6 +61,9 @@ type reviewCodec struct {
 func newReviewCodec() (*reviewCodec, error) {
 	s := runtime.NewScheme()
 	if err := authorizationv1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("frontend: %w", err)
+	}
+	if err := authenticationv1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
 	return &reviewCodec{
@@ -126,23 +131,45 @@ func (h *Handler) serveAccessReview(w http.ResponseWriter, r *http.Request, info
 
 // decodeReview reads the request body into into, a review of kind.
 func (h *Handler) decodeReview(r *http.Request, kind string, into runtime.Object) (runtime.Object, error) {
+	ct, data, err := h.readReviewBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return h.decodeBody(data, ct, authorizationv1.SchemeGroupVersion.WithKind(kind), into)
+}
+
+// readReviewBody reads the (bounded) request body and its media type.
+func (h *Handler) readReviewBody(r *http.Request) (string, []byte, error) {
 	ct, ok := negotiation.ContentType(r.Header.Get("Content-Type"))
 	if !ok {
 		ct = negotiation.JSON
 	}
 	if ct != negotiation.JSON && ct != negotiation.YAML && ct != negotiation.Protobuf {
-		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
+		return "", nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
 			"the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf", 0, false)
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, h.cfg.MaxRequestBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", h.cfg.MaxRequestBytes))
+			return "", nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", h.cfg.MaxRequestBytes))
 		}
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+		return "", nil, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
 	}
-	gvk := authorizationv1.SchemeGroupVersion.WithKind(kind)
+	return ct, data, nil
+}
+
+// decodeReviewAs reads the request body into into, an object of gvk.
+func (h *Handler) decodeReviewAs(r *http.Request, gvk schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
+	ct, data, err := h.readReviewBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return h.decodeBody(data, ct, gvk, into)
+}
+
+// decodeBody decodes data, of media type ct, into into, an object of gvk.
+func (h *Handler) decodeBody(data []byte, ct string, gvk schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
 	obj, got, err := h.reviews.serializer(ct).Decode(data, &gvk, into)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the object provided is unrecognized or malformed: %v", err))

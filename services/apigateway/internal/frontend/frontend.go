@@ -29,6 +29,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/serviceaccount"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
@@ -68,6 +69,9 @@ type Config struct {
 	// traffic (a required dependency is unreachable, it is shutting
 	// down), /healthz (deprecated) is /readyz without the shutdown check.
 	Livez, Readyz, Healthz []healthz.Check
+	// ServiceAccounts issues service account tokens (TokenRequest) and
+	// serves the issuer's discovery documents; nil: neither is served.
+	ServiceAccounts *serviceaccount.Tokens
 	// Metrics serves /metrics to authenticated callers; nil: 404.
 	Metrics http.Handler
 	// Registerer receives the request metrics; nil: none.
@@ -262,6 +266,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	switch {
 	case isAccessReview(info):
 		h.serveAccessReview(w, r, info, requestor)
+		return
+	case isTokenRequest(info):
+		*rt = resourceRoute(info)
+		h.serveTokenRequest(w, r, info)
+		return
+	case isTokenReview(info):
+		*rt = resourceRoute(info)
+		h.serveTokenReview(w, r, info)
+		return
+	case path == serviceaccount.OpenIDConfigPath || path == serviceaccount.JWKSPath:
+		*rt = pathRoute(path, "apiserver")
+		h.serveIssuerDiscovery(w, r)
 		return
 	case path == selfSubjectReviewPath:
 		*rt = selfSubjectReviewRoute
