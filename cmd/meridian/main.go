@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 )
 
 func main() {
@@ -65,7 +66,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
+		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
+		oidc      gateway.OIDCOptions
 	)
+	oidc.AddFlags(flag.CommandLine)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
 			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n"+
@@ -89,6 +93,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cp, err := allinone.Start(ctx, allinone.Config{
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Logger: logger,
+		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
 	})
 	if err != nil {
 		return err

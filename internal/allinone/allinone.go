@@ -45,6 +45,10 @@ type Config struct {
 	TokenAuthFile string
 	// AuthorizationMode is the gateway's: RBAC (empty) or AlwaysAllow.
 	AuthorizationMode string
+	// OIDC is the gateway's OIDC authentication (--oidc-*); zero: none.
+	OIDC gateway.OIDCOptions
+	// DisableAnonymousAuth is the gateway's --anonymous-auth=false.
+	DisableAnonymousAuth bool
 	// EncryptionProviderConfig is an apiserver.config.k8s.io/v1
 	// EncryptionConfiguration file (kube-apiserver's
 	// --encryption-provider-config), given to the gateway and
@@ -262,6 +266,8 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			ClientCAs:                sh.certs.apiCA.Pool(),
 			TokenAuthFile:            cfg.TokenAuthFile,
 			AuthorizationMode:        cfg.AuthorizationMode,
+			OIDC:                     cfg.OIDC,
+			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			Registerer:               sh.registerer("apigateway"),
 			Gatherer:                 sh.metrics,

@@ -79,6 +79,13 @@ type Config struct {
 	ClientCAs *x509.CertPool
 	// TokenAuthFile is a kube-apiserver static token file; empty: none.
 	TokenAuthFile string
+	// OIDC authenticates users by the ID tokens of an OpenID issuer
+	// (kube-apiserver's --oidc-* flags); zero: none.
+	OIDC OIDCOptions
+	// DisableAnonymousAuth refuses (401) every request without
+	// credentials (kube-apiserver's --anonymous-auth=false). Otherwise
+	// such requests are system:anonymous (see anonymousPolicy).
+	DisableAnonymousAuth bool
 	// Registerer receives metrics; Gatherer serves them on /metrics. Either
 	// may be nil.
 	Registerer prometheus.Registerer
@@ -117,8 +124,11 @@ func (c *Config) Validate() error {
 	} else if len(c.ServingTLS.Certificates) == 0 && c.ServingTLS.GetCertificate == nil {
 		errs = append(errs, errors.New("apigateway: ServingTLS has no certificate"))
 	}
-	if c.ClientCAs == nil && c.TokenAuthFile == "" {
-		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
+	if c.ClientCAs == nil && c.TokenAuthFile == "" && !c.OIDC.Enabled() {
+		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs, TokenAuthFile and/or OIDC"))
+	}
+	if err := c.OIDC.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("apigateway: %w", err))
 	}
 	if c.AuthorizationMode != "" && c.AuthorizationMode != AuthorizationRBAC && c.AuthorizationMode != AuthorizationAlwaysAllow {
 		errs = append(errs, fmt.Errorf("apigateway: AuthorizationMode %q is neither %s nor %s", c.AuthorizationMode, AuthorizationRBAC, AuthorizationAlwaysAllow))
@@ -168,6 +178,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	authenticator, err := newAuthenticator(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := a.startOIDC(bg, authenticator); err != nil {
 		return nil, err
 	}
 	reg, err := prepareRegistry(cfg)
@@ -228,6 +241,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.grpc, err = grpcapi.New(grpcapi.Config{
 		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		Authenticator: authenticator,
+		Anonymous:     a.anonymousPolicy(),
 		Authorizer:    authorizer,
 		FlowControl:   svc.flowControl,
 		Resources:     resourceServer,
@@ -425,6 +439,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	return frontend.New(bg, frontend.Config{
 		Registry:       reg,
 		Authenticator:  authenticator,
+		Anonymous:      a.anonymousPolicy(),
 		Authorizer:     authorizer,
 		LocalResources: rs,
 		FlowControl:    fc,

@@ -36,6 +36,9 @@ type Authenticator struct {
 	roots    *x509.CertPool
 	tokens   map[string]identity.User
 	verified verifiedCerts
+	// tokenAuthenticators are asked, in order, about the bearer tokens
+	// the token file does not hold (AddTokenAuthenticators).
+	tokenAuthenticators []TokenAuthenticator
 }
 
 // New returns an Authenticator that accepts client certificates signed by
@@ -60,13 +63,14 @@ type Credentials struct {
 }
 
 // Authenticate returns the caller. ok is false for an anonymous caller; err
-// is ErrInvalidToken for a bad bearer token.
+// is (or wraps) ErrInvalidToken for a bad bearer token.
 func (a *Authenticator) Authenticate(c Credentials) (u identity.User, ok bool, err error) {
 	if token, has := bearer(c.Authorization); has {
 		if u, ok := a.lookupToken(token); ok {
 			return u, true, nil
 		}
-		return identity.User{}, false, ErrInvalidToken
+		u, err := a.authenticateToken(token)
+		return u, err == nil, err
 	}
 	if c.TLS != nil && len(c.TLS.PeerCertificates) > 0 && a.roots != nil {
 		return a.certUser(c.TLS.PeerCertificates, time.Now())

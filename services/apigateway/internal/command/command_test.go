@@ -62,7 +62,7 @@ func TestBadCommandLines(t *testing.T) {
 		want string
 	}{
 		{nil, "--tls-cert-file and --tls-key-file are required"},
-		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k"}, "set --client-ca-file and/or --token-auth-file"},
+		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k"}, "set --client-ca-file, --token-auth-file and/or --oidc-issuer-url"},
 		{append([]string{"--service-cert-file", "c"}, files...), "--service-cert-file and --service-key-file must be set together"},
 		{append([]string{"--service-cert-file", "c", "--service-key-file", "k"}, files...), "--service-cert-file needs --service-ca-file"},
 		{append([]string{"--store-address", ""}, files...), "--store-address is required"},
