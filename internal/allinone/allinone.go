@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
@@ -268,6 +269,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			AuthorizationMode:        cfg.AuthorizationMode,
 			OIDC:                     cfg.OIDC,
 			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
+			RootCAFile:               pkiplan.APIAuthority.CertFile(cfg.DataDir),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			Registerer:               sh.registerer("apigateway"),
 			Gatherer:                 sh.metrics,

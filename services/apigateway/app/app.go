@@ -82,6 +82,10 @@ type Config struct {
 	// OIDC authenticates users by the ID tokens of an OpenID issuer
 	// (kube-apiserver's --oidc-* flags); zero: none.
 	OIDC OIDCOptions
+	// RootCAFile is the PEM CA bundle that verifies the API's serving
+	// certificate, published in every namespace as the kube-root-ca.crt
+	// ConfigMap (read again when it changes); empty: none published.
+	RootCAFile string
 	// DisableAnonymousAuth refuses (401) every request without
 	// credentials (kube-apiserver's --anonymous-auth=false). Otherwise
 	// such requests are system:anonymous (see anonymousPolicy).
@@ -451,8 +455,9 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	})
 }
 
-// startControllers runs the namespace controller, the garbage collector
-// and the ClusterRole aggregation controller until bg ends.
+// startControllers runs the namespace controller, the garbage collector,
+// the ClusterRole aggregation controller and the controllers of every
+// namespace's default ServiceAccount and kube-root-ca.crt until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
 	if err != nil {
@@ -469,7 +474,7 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)
-	return nil
+	return a.startNamespaceObjects(bg, reg, c, store, rs)
 }
 
 // background runs f(ctx) in a goroutine that Close waits for.

@@ -32,6 +32,7 @@ type flags struct {
 	encryptionConfig                           string
 	oidc                                       app.OIDCOptions
 	anonymousAuth                              bool
+	rootCAFile                                 string
 	shutdownDelay                              time.Duration
 	logLevel, logFormat                        string
 }
@@ -46,6 +47,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.certFile, "tls-cert-file", "", "serving certificate of the HTTPS and gRPC APIs, signed by the API CA, read again within 5s when it or the key changes (required)")
 	fs.StringVar(&f.keyFile, "tls-key-file", "", "key of the serving certificate (required)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O): the API client CA, never the internal CA")
+	fs.StringVar(&f.rootCAFile, "root-ca-file", "", "CA bundle verifying the serving certificate, published in every namespace as the kube-root-ca.crt ConfigMap (read again within 5s when it changes); empty: --client-ca-file, the API CA")
 	fs.StringVar(&f.tokenFile, "token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
 	fs.BoolVar(&f.anonymousAuth, "anonymous-auth", true, "requests without credentials are system:anonymous (group system:unauthenticated), which RBAC lets read the health endpoints and /version only (under AlwaysAllow: those only, 401 elsewhere); false: 401 for every request without credentials")
 	f.oidc.AddFlags(fs)
@@ -121,6 +123,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig,
 		OIDC:                     f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
+		RootCAFile: f.rootCAFile,
+	}
+	if cfg.RootCAFile == "" {
+		// meridian's API CA signs both the serving certificate and the
+		// users' client certificates (docs/distributed.md).
+		cfg.RootCAFile = f.clientCAFile
 	}
 	if f.clientCAFile != "" {
 		if cfg.ClientCAs, err = pki.LoadPool(f.clientCAFile); err != nil {
