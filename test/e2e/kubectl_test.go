@@ -82,7 +82,8 @@ func TestKubectlRoundTrip(t *testing.T) {
 		t.Errorf("get after delete: err=%v stderr=%s", err, errOut)
 	}
 
-	// No credentials: 401 with a Status.
+	// No credentials: system:anonymous, whom RBAC refuses (403 with
+	// kube-apiserver's Status), as with --anonymous-auth=true.
 	resp, err := cp.anonymousHTTP().Get(cp.url("/api/v1/namespaces"))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +91,8 @@ func TestKubectlRoundTrip(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var st metav1.Status
-	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonUnauthorized || st.Kind != "Status" {
+	if resp.StatusCode != http.StatusForbidden || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonForbidden || st.Kind != "Status" ||
+		st.Message != `namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" at the cluster scope` {
 		t.Errorf("anonymous list: %d %s", resp.StatusCode, body)
 	}
 	caFile := filepath.Join(cp.dataDir, "pki", "api-ca.crt")
