@@ -17,6 +17,9 @@ targets=(
   "services/apigateway ./internal/resources FuzzMergePatch"
   "services/apigateway ./internal/resources FuzzStrategicMergePatch"
   "services/apigateway ./internal/resources FuzzApply"
+  "services/apigateway ./internal/authn FuzzClientCertificate"
+  "services/apigateway ./internal/authn FuzzParseTokenFile"
+  "services/apigateway ./internal/authn/oidc FuzzIDToken"
 )
 
 fail=0
