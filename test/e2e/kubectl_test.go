@@ -31,7 +31,7 @@ func TestKubectlRoundTrip(t *testing.T) {
 		}
 	}
 
-	cp.kubectl("create", "namespace", "demo")
+	cp.createNamespace("demo")
 	cp.kubectl("-n", "demo", "create", "configmap", "app", "--from-literal=k=v")
 	y := cp.kubectl("-n", "demo", "get", "configmap", "app", "-o", "yaml")
 	for _, want := range []string{"k: v", "name: app", "namespace: demo", "resourceVersion:", "uid:", "creationTimestamp:"} {
@@ -58,7 +58,9 @@ func TestKubectlRoundTrip(t *testing.T) {
 			t.Fatalf("no watch event %q within 30s", want)
 		}
 	}
+	// The initial list: app, and the namespace's kube-root-ca.crt.
 	expect("ADDED app v")
+	expect("ADDED kube-root-ca.crt ")
 
 	// Update through PUT (kubectl replace) with the current object.
 	cur := cp.kubectl("-n", "demo", "get", "configmap", "app", "-o", "json")
