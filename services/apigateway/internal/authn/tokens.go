@@ -23,7 +23,10 @@ func (a *Authenticator) AddTokenAuthenticators(ts ...TokenAuthenticator) {
 
 // authenticateToken asks the token authenticators about token: the user
 // of the first that accepts it, or ErrInvalidToken (wrapping why, when
-// one refused it).
+// one refused it). An authenticator may fetch what it needs (the OIDC
+// issuer's keys for a key id it does not know) within its own bound:
+// Authenticate has no context, and its callers (the gRPC tap handle, on
+// a connection's reader goroutine, among them) wait for it.
 func (a *Authenticator) authenticateToken(token string) (identity.User, error) {
 	var refused error
 	for _, t := range a.tokenAuthenticators {
