@@ -63,16 +63,17 @@ func TestGRPCAPI(t *testing.T) {
 	if err := json.Unmarshal(created.GetData(), &cm); err != nil || cm.Data["k"] != "v" || cm.ResourceVersion == "" || created.GetContentType() != "application/json" {
 		t.Fatalf("created: %v %s", err, created.GetData())
 	}
-	// The watch sees the create (after its empty first message).
+	// The watch sees the create (after its empty first message, and the
+	// initial state: default's kube-root-ca.crt).
 	var seen string
-	for !strings.Contains(seen, `"ADDED"`) {
+	for !strings.Contains(seen, `"name":"via-grpc"`) {
 		msg, err := w.Recv()
 		if err != nil {
 			t.Fatalf("watch: %v (seen %q)", err, seen)
 		}
 		seen += string(msg.GetData())
 	}
-	if !strings.Contains(seen, `"name":"via-grpc"`) {
+	if !strings.Contains(seen, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"via-grpc"`) {
 		t.Errorf("watch frames: %s", seen)
 	}
 
