@@ -18,6 +18,9 @@ targets=(
   "services/apigateway ./internal/resources FuzzStrategicMergePatch"
   "services/apigateway ./internal/resources FuzzApply"
   "services/apigateway ./internal/authn/serviceaccount FuzzServiceAccountToken"
+  "services/apigateway ./internal/authn FuzzClientCertificate"
+  "services/apigateway ./internal/authn FuzzParseTokenFile"
+  "services/apigateway ./internal/authn/oidc FuzzIDToken"
 )
 
 fail=0

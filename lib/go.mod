@@ -13,6 +13,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/go-jose/go-jose/v4 v4.1.9
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

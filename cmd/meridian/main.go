@@ -69,8 +69,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 		audit     gateway.AuditOptions
+		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
+		oidc      gateway.OIDCOptions
 	)
 	audit.AddFlags(flag.CommandLine)
+	oidc.AddFlags(flag.CommandLine)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
 			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n"+
@@ -95,6 +98,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
+		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
@@ -45,6 +46,10 @@ type Config struct {
 	TokenAuthFile string
 	// AuthorizationMode is the gateway's: RBAC (empty) or AlwaysAllow.
 	AuthorizationMode string
+	// OIDC is the gateway's OIDC authentication (--oidc-*); zero: none.
+	OIDC gateway.OIDCOptions
+	// DisableAnonymousAuth is the gateway's --anonymous-auth=false.
+	DisableAnonymousAuth bool
 	// EncryptionProviderConfig is an apiserver.config.k8s.io/v1
 	// EncryptionConfiguration file (kube-apiserver's
 	// --encryption-provider-config), given to the gateway and
@@ -278,6 +283,9 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			ClientCAs:                sh.certs.apiCA.Pool(),
 			TokenAuthFile:            cfg.TokenAuthFile,
 			AuthorizationMode:        cfg.AuthorizationMode,
+			OIDC:                     cfg.OIDC,
+			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
+			RootCAFile:               pkiplan.APIAuthority.CertFile(cfg.DataDir),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			Audit:                    cfg.Audit,
 			Registerer:               sh.registerer("apigateway"),

@@ -78,6 +78,17 @@ func roundTrip(t *testing.T, c kubernetes.Interface) {
 	if ns.Status.Phase != corev1.NamespaceActive || ns.UID == "" || ns.ResourceVersion == "" {
 		t.Errorf("namespace: %+v", ns)
 	}
+	// The namespace's kube-root-ca.crt comes first, so that the watch
+	// below sees only this test's changes.
+	for {
+		if _, err := c.CoreV1().ConfigMaps(nsName).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no kube-root-ca.crt in %s", nsName)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cms := c.CoreV1().ConfigMaps(nsName)
 
 	list, err := cms.List(ctx, metav1.ListOptions{})

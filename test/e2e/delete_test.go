@@ -67,20 +67,21 @@ func TestKubectlDeletion(t *testing.T) {
 	}
 
 	// deletecollection with a label selector.
-	cp.kubectl("create", "namespace", "coll")
+	cp.createNamespace("coll")
 	for _, n := range []string{"a", "b", "c"} {
 		cp.kubectl("-n", "coll", "create", "configmap", n)
 	}
 	cp.kubectl("-n", "coll", "label", "configmap", "a", "b", "tier=web")
 	cp.kubectl("-n", "coll", "delete", "configmaps", "-l", "tier=web")
-	if out := cp.kubectl("-n", "coll", "get", "configmaps", "-o", "name"); strings.TrimSpace(out) != "configmap/c" {
+	// kube-root-ca.crt, which every namespace has, stays.
+	if out := cp.kubectl("-n", "coll", "get", "configmaps", "-o", "name"); strings.TrimSpace(out) != "configmap/c\nconfigmap/kube-root-ca.crt" {
 		t.Errorf("after deleting tier=web: %q", out)
 	}
 
 	// Server-side dry runs store nothing.
 	cp.kubectl("-n", "coll", "create", "configmap", "dry", "--from-literal=x=y", "--dry-run=server")
 	cp.kubectl("-n", "coll", "delete", "configmap", "c", "--dry-run=server")
-	if out := cp.kubectl("-n", "coll", "get", "configmaps", "-o", "name"); strings.TrimSpace(out) != "configmap/c" {
+	if out := cp.kubectl("-n", "coll", "get", "configmaps", "-o", "name"); strings.TrimSpace(out) != "configmap/c\nconfigmap/kube-root-ca.crt" {
 		t.Errorf("after dry runs: %q", out)
 	}
 }

@@ -63,16 +63,17 @@ func TestGRPCAPI(t *testing.T) {
 	if err := json.Unmarshal(created.GetData(), &cm); err != nil || cm.Data["k"] != "v" || cm.ResourceVersion == "" || created.GetContentType() != "application/json" {
 		t.Fatalf("created: %v %s", err, created.GetData())
 	}
-	// The watch sees the create (after its empty first message).
+	// The watch sees the create (after its empty first message, and the
+	// initial state: default's kube-root-ca.crt).
 	var seen string
-	for !strings.Contains(seen, `"ADDED"`) {
+	for !strings.Contains(seen, `"name":"via-grpc"`) {
 		msg, err := w.Recv()
 		if err != nil {
 			t.Fatalf("watch: %v (seen %q)", err, seen)
 		}
 		seen += string(msg.GetData())
 	}
-	if !strings.Contains(seen, `"name":"via-grpc"`) {
+	if !strings.Contains(seen, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"via-grpc"`) {
 		t.Errorf("watch frames: %s", seen)
 	}
 
@@ -99,8 +100,9 @@ func TestGRPCAPI(t *testing.T) {
 		t.Errorf("the refused create stored its object: %v", err)
 	}
 
-	// A bearer token works (alice may read config maps in default); no
-	// credentials is Unauthenticated.
+	// A bearer token works (alice may read config maps in default);
+	// without credentials the caller is system:anonymous, whom RBAC
+	// refuses.
 	cp.grant("default", "alice-reads", "alice", "get", "configmaps")
 	anon := dial(nil)
 	tokCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer e2e-token-alice")
@@ -108,19 +110,18 @@ func TestGRPCAPI(t *testing.T) {
 		t.Errorf("get with a token: %v", err)
 	}
 	_, err = anon.Get(ctx, &apiv1.GetRequest{Ref: getRef})
-	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !hasStatus(st, 401, "Unauthorized") {
+	if st := status.Convert(err); st.Code() != codes.PermissionDenied || !hasStatus(st, 403, "Forbidden") || !strings.Contains(st.Message(), `User "system:anonymous" cannot get resource`) {
 		t.Errorf("get without credentials: %v", err)
 	}
-	// A request message may be as large as a REST body (3 MiB); an
-	// anonymous caller is refused before its message is read, whatever
-	// its size.
+	// A request message may be as large as a REST body (3 MiB), for every
+	// caller: an anonymous one is authorized once its message (which names
+	// the resource) is read, and a larger one is refused unread.
 	big := &httpbody.HttpBody{ContentType: "application/json", Data: make([]byte, 4<<20)}
 	if _, err := c.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: big}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("admin's 4 MiB create: %v, want ResourceExhausted", err)
 	}
-	_, err = anon.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: big})
-	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !hasStatus(st, 401, "Unauthorized") {
-		t.Errorf("anonymous 4 MiB create: %v, want Unauthenticated", err)
+	if _, err = anon.Create(ctx, &apiv1.CreateRequest{Ref: ref, Body: big}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("anonymous 4 MiB create: %v, want ResourceExhausted", err)
 	}
 	// Impersonation is refused to a caller outside system:masters.
 	asBob := metadata.AppendToOutgoingContext(tokCtx, "impersonate-user", "bob")

@@ -116,7 +116,40 @@ func start(t *testing.T, dataDir string, extra ...string) *controlPlane {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	cp.waitNamespaceDefaults("default")
 	return cp
+}
+
+// createNamespace creates namespace ns with kubectl and waits for what
+// kube-controller-manager's controllers put in every namespace (see
+// waitNamespaceDefaults), as the Kubernetes e2e framework waits for it.
+func (cp *controlPlane) createNamespace(ns string) {
+	cp.t.Helper()
+	cp.kubectl("create", "namespace", ns)
+	cp.waitNamespaceDefaults(ns)
+}
+
+// waitNamespaceDefaults waits until namespace ns has its "default"
+// ServiceAccount and kube-root-ca.crt ConfigMap, so that a test that
+// counts or watches a namespace's objects starts from them (a bound that
+// catches a hang).
+func (cp *controlPlane) waitNamespaceDefaults(ns string) {
+	cp.t.Helper()
+	c := cp.client()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, saErr := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		_, cmErr := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		cancel()
+		if saErr == nil && cmErr == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			cp.t.Fatalf("namespace %s has no default ServiceAccount or kube-root-ca.crt after 30s: %v, %v", ns, saErr, cmErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -31,7 +31,7 @@ func TestKubectlRoundTrip(t *testing.T) {
 		}
 	}
 
-	cp.kubectl("create", "namespace", "demo")
+	cp.createNamespace("demo")
 	cp.kubectl("-n", "demo", "create", "configmap", "app", "--from-literal=k=v")
 	y := cp.kubectl("-n", "demo", "get", "configmap", "app", "-o", "yaml")
 	for _, want := range []string{"k: v", "name: app", "namespace: demo", "resourceVersion:", "uid:", "creationTimestamp:"} {
@@ -58,7 +58,9 @@ func TestKubectlRoundTrip(t *testing.T) {
 			t.Fatalf("no watch event %q within 30s", want)
 		}
 	}
+	// The initial list: app, and the namespace's kube-root-ca.crt.
 	expect("ADDED app v")
+	expect("ADDED kube-root-ca.crt ")
 
 	// Update through PUT (kubectl replace) with the current object.
 	cur := cp.kubectl("-n", "demo", "get", "configmap", "app", "-o", "json")
@@ -82,7 +84,8 @@ func TestKubectlRoundTrip(t *testing.T) {
 		t.Errorf("get after delete: err=%v stderr=%s", err, errOut)
 	}
 
-	// No credentials: 401 with a Status.
+	// No credentials: system:anonymous, whom RBAC refuses (403 with
+	// kube-apiserver's Status), as with --anonymous-auth=true.
 	resp, err := cp.anonymousHTTP().Get(cp.url("/api/v1/namespaces"))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +93,8 @@ func TestKubectlRoundTrip(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var st metav1.Status
-	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonUnauthorized || st.Kind != "Status" {
+	if resp.StatusCode != http.StatusForbidden || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonForbidden || st.Kind != "Status" ||
+		st.Message != `namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" at the cluster scope` {
 		t.Errorf("anonymous list: %d %s", resp.StatusCode, body)
 	}
 	caFile := filepath.Join(cp.dataDir, "pki", "api-ca.crt")

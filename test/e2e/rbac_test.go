@@ -64,7 +64,7 @@ func TestKubectlRBAC(t *testing.T) {
 	}
 	t.Logf("the RoleBinding applied %v after it was stored", time.Since(stored).Round(time.Millisecond))
 
-	if out, errOut, err := kubectlWith(carol, "-n", "team", "get", "configmaps", "-o", "name"); err != nil || strings.TrimSpace(out) != "configmap/app" {
+	if out, errOut, err := kubectlWith(carol, "-n", "team", "get", "configmaps", "-o", "name"); err != nil || strings.TrimSpace(out) != "configmap/app\nconfigmap/kube-root-ca.crt" {
 		t.Errorf("carol lists team's config maps: %v %s %s", err, out, errOut)
 	}
 	if out, errOut, err := kubectlWith(carol, "-n", "team", "get", "configmap", "app", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {

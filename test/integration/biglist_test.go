@@ -25,9 +25,7 @@ func TestListLargerThanMessageLimit(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "big"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createNamespace("big")
 	const n = 70
 	payload := strings.Repeat("x", 1000*1000)
 	for i := range n {
@@ -41,6 +39,7 @@ func TestListLargerThanMessageLimit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", ct, err)
 		}
+		list.Items = withoutRootCA(t, list.Items)
 		if len(list.Items) != n || list.ResourceVersion == "" {
 			t.Fatalf("%s: %d items at resourceVersion %q, want %d", ct, len(list.Items), list.ResourceVersion, n)
 		}

@@ -18,6 +18,8 @@ import (
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,7 +78,65 @@ func newEnv(t *testing.T, tune ...func(*allinone.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, cp: cp, config: rc, client: c, dataDir: cfg.DataDir}
+	e := &env{t: t, cp: cp, config: rc, client: c, dataDir: cfg.DataDir}
+	e.waitNamespaceDefaults("default")
+	return e
+}
+
+// rootCA is the ConfigMap kube-controller-manager's root CA publisher
+// (the gateway's rootcacert) keeps in every namespace: a namespace's list
+// of ConfigMaps holds it, after the tests' own (their names sort before
+// it).
+const rootCA = "kube-root-ca.crt"
+
+// createNamespace creates namespace ns and waits for its default
+// ServiceAccount and kube-root-ca.crt (waitNamespaceDefaults).
+func (e *env) createNamespace(ns string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitNamespaceDefaults(ns)
+}
+
+// waitNamespaceDefaults waits until namespace ns holds what every
+// namespace gets (the "default" ServiceAccount and kube-root-ca.crt), so
+// that a test that counts or watches its objects starts from them, as the
+// Kubernetes e2e framework waits for them (a bound that catches a hang).
+func (e *env) waitNamespaceDefaults(ns string) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, saErr := e.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		_, cmErr := e.client.CoreV1().ConfigMaps(ns).Get(ctx, rootCA, metav1.GetOptions{})
+		cancel()
+		if saErr == nil && cmErr == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("namespace %s has no default ServiceAccount or %s after 30s: %v, %v", ns, rootCA, saErr, cmErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// withoutRootCA returns items without kube-root-ca.crt, in order, and
+// fails t unless it was there once.
+func withoutRootCA(t testing.TB, items []corev1.ConfigMap) []corev1.ConfigMap {
+	t.Helper()
+	var out []corev1.ConfigMap
+	for _, it := range items {
+		if it.Name != rootCA {
+			out = append(out, it)
+		}
+	}
+	if len(out) != len(items)-1 {
+		t.Errorf("%d of the %d ConfigMaps listed are %s, want 1", len(items)-len(out), len(items), rootCA)
+	}
+	return out
 }
 
 // clientFor returns a clientset that sends and accepts contentType

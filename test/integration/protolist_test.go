@@ -29,6 +29,7 @@ func TestProtobufListsMatchJSON(t *testing.T) {
 	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.waitNamespaceDefaults(ns)
 	const n = 650
 	inParallel(t, n, func(i int) error {
 		name := fmt.Sprintf("cm-%04d", i)
@@ -83,8 +84,9 @@ func TestProtobufListsMatchJSON(t *testing.T) {
 			}
 			pbCont, jsCont = p.Continue, j.Continue
 		}
-		if len(pbItems) != n {
-			t.Fatalf("limit %d: %d items, want %d", limit, len(pbItems), n)
+		// The namespace's kube-root-ca.crt comes after the cm-*.
+		if len(pbItems) != n+1 || pbItems[n].Name != rootCA {
+			t.Fatalf("limit %d: %d items, want %d and %s", limit, len(pbItems), n, rootCA)
 		}
 		for i := range pbItems {
 			// JSON items carry their kind, protobuf items cannot.

@@ -181,7 +181,8 @@ func TestChunkedListIsOneSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Continue == "" || first.RemainingItemCount == nil || *first.RemainingItemCount != n-25 {
+	// The chunks hold default's kube-root-ca.crt too.
+	if first.Continue == "" || first.RemainingItemCount == nil || *first.RemainingItemCount != n+1-25 {
 		t.Fatalf("first chunk: continue=%q remaining=%v", first.Continue, first.RemainingItemCount)
 	}
 	// Writers change the collection between chunks.
@@ -219,8 +220,8 @@ func TestChunkedListIsOneSnapshot(t *testing.T) {
 	}
 	close(stop)
 	<-done
-	if len(names) != n {
-		t.Errorf("chunks held %d objects, want the %d that existed at the first chunk", len(names), n)
+	if len(names) != n+1 || !names[rootCA] {
+		t.Errorf("chunks held %d objects, want the %d that existed at the first chunk and %s", len(names), n, rootCA)
 	}
 	for i := 0; i < n; i++ {
 		if !names[fmt.Sprintf("cm-%03d", i)] {

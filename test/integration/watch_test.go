@@ -72,12 +72,13 @@ func watchSemantics(t *testing.T, e *env, watchfanout bool) {
 			t.Fatal(err)
 		}
 		defer w.Stop()
+		// a, b and default's kube-root-ca.crt.
 		got := map[string]watch.EventType{}
-		for len(got) < 2 {
+		for len(got) < 3 {
 			ev := next(t, w)
 			got[nameOf(ev)] = ev.Type
 		}
-		if got["a"] != watch.Added || got["b"] != watch.Added {
+		if got["a"] != watch.Added || got["b"] != watch.Added || got[rootCA] != watch.Added {
 			t.Errorf("initial events %v", got)
 		}
 		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{}); err != nil {
@@ -147,8 +148,8 @@ func watchSemantics(t *testing.T, e *env, watchfanout bool) {
 			}
 			added++
 		}
-		if added != 3 {
-			t.Errorf("%d initial events, want 3", added)
+		if added != 4 {
+			t.Errorf("%d initial events, want 4 (a, b, c and %s)", added, rootCA)
 		}
 	})
 
@@ -216,9 +217,7 @@ func TestInformers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			ns := fmt.Sprintf("inf-%v", watchList)
-			if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			e.createNamespace(ns)
 			cms := e.client.CoreV1().ConfigMaps(ns)
 			for i := 0; i < 20; i++ {
 				if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pre-%d", i)}}, metav1.CreateOptions{}); err != nil {
@@ -263,14 +262,15 @@ func TestInformers(t *testing.T) {
 			err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 				mu.Lock()
 				defer mu.Unlock()
-				return len(seen) == 21 && seen["later"] == "1" && deleted["pre-0"], nil
+				// pre-*, later and the namespace's kube-root-ca.crt.
+				return len(seen) == 22 && seen["later"] == "1" && deleted["pre-0"], nil
 			})
 			if err != nil {
 				mu.Lock()
 				t.Fatalf("informer saw %d objects, deleted %v", len(seen), deleted)
 			}
-			if n := len(inf.GetStore().List()); n != 20 {
-				t.Errorf("informer cache holds %d objects, want 20", n)
+			if n := len(inf.GetStore().List()); n != 21 {
+				t.Errorf("informer cache holds %d objects, want 21", n)
 			}
 			cancel()
 			f.Shutdown()

@@ -31,6 +31,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/admissionclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/oidc"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/serviceaccount"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
@@ -84,6 +85,17 @@ type Config struct {
 	// ServiceAccounts configures service account tokens; the zero value
 	// turns them off.
 	ServiceAccounts ServiceAccountConfig
+	// OIDC authenticates users by the ID tokens of an OpenID issuer
+	// (kube-apiserver's --oidc-* flags); zero: none.
+	OIDC OIDCOptions
+	// RootCAFile is the PEM CA bundle that verifies the API's serving
+	// certificate, published in every namespace as the kube-root-ca.crt
+	// ConfigMap (read again when it changes); empty: none published.
+	RootCAFile string
+	// DisableAnonymousAuth refuses (401) every request without
+	// credentials (kube-apiserver's --anonymous-auth=false). Otherwise
+	// such requests are system:anonymous (see anonymousPolicy).
+	DisableAnonymousAuth bool
 	// Registerer receives metrics; Gatherer serves them on /metrics. Either
 	// may be nil.
 	Registerer prometheus.Registerer
@@ -130,8 +142,11 @@ func (c *Config) Validate() error {
 	} else if len(c.ServingTLS.Certificates) == 0 && c.ServingTLS.GetCertificate == nil {
 		errs = append(errs, errors.New("apigateway: ServingTLS has no certificate"))
 	}
-	if c.ClientCAs == nil && c.TokenAuthFile == "" {
-		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs and/or TokenAuthFile"))
+	if c.ClientCAs == nil && c.TokenAuthFile == "" && !c.OIDC.Enabled() {
+		errs = append(errs, errors.New("apigateway: no authentication configured: set ClientCAs, TokenAuthFile and/or OIDC"))
+	}
+	if err := c.OIDC.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("apigateway: %w", err))
 	}
 	if err := c.ServiceAccounts.validate(); err != nil {
 		errs = append(errs, err)
@@ -217,7 +232,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	authenticator, err := newAuthenticator(cfg, saTokens)
+	oidcTokens, err := a.newOIDC(bg)
+	if err != nil {
+		return nil, err
+	}
+	authenticator, err := newAuthenticator(cfg, saTokens, oidcTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +277,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.grpc, err = grpcapi.New(grpcapi.Config{
 		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		Authenticator: authenticator,
+		Anonymous:     a.anonymousPolicy(),
 		Authorizer:    authorizer,
 		Auditor:       auditor,
 		FlowControl:   svc.flowControl,
@@ -282,9 +302,9 @@ func (c *Config) setDefaults() {
 }
 
 // newAuthenticator authenticates API users by client certificate
-// (ClientCAs), by static token (TokenAuthFile) and by service account
-// token (sa, nil when off).
-func newAuthenticator(cfg Config, sa *serviceaccount.Tokens) (*authn.Authenticator, error) {
+// (ClientCAs), by static token (TokenAuthFile), by service account token
+// (sa, nil when off) and by OIDC ID token (oidcTokens, nil when off).
+func newAuthenticator(cfg Config, sa *serviceaccount.Tokens, oidcTokens *oidc.Authenticator) (*authn.Authenticator, error) {
 	var tokens *authn.TokenFile
 	if cfg.TokenAuthFile != "" {
 		var err error
@@ -295,6 +315,9 @@ func newAuthenticator(cfg Config, sa *serviceaccount.Tokens) (*authn.Authenticat
 	var opts []authn.Option
 	if sa != nil {
 		opts = append(opts, authn.WithTokenAuthenticator(sa), authn.WithAPIAudiences(sa.APIAudiences()))
+	}
+	if oidcTokens != nil {
+		opts = append(opts, authn.WithAPITokenAuthenticator(oidcTokens))
 	}
 	return authn.New(cfg.ClientCAs, tokens, opts...), nil
 }
@@ -461,6 +484,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	return frontend.New(bg, frontend.Config{
 		Registry:        reg,
 		Authenticator:   authenticator,
+		Anonymous:       a.anonymousPolicy(),
 		Authorizer:      authorizer,
 		Auditor:         auditor,
 		LocalResources:  rs,
@@ -474,8 +498,9 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	})
 }
 
-// startControllers runs the namespace controller, the garbage collector
-// and the ClusterRole aggregation controller until bg ends.
+// startControllers runs the namespace controller, the garbage collector,
+// the ClusterRole aggregation controller and the controllers of every
+// namespace's default ServiceAccount and kube-root-ca.crt until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
 	if err != nil {
@@ -492,7 +517,7 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)
-	return nil
+	return a.startNamespaceObjects(bg, reg, c, store, rs)
 }
 
 // background runs f(ctx) in a goroutine that Close waits for.

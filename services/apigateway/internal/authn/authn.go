@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -97,7 +96,7 @@ type Credentials struct {
 }
 
 // Authenticate returns the caller. ok is false for an anonymous caller; err
-// is ErrInvalidToken for a bad bearer token.
+// is (or wraps) ErrInvalidToken for a bad bearer token.
 func (a *Authenticator) Authenticate(c Credentials) (u identity.User, ok bool, err error) {
 	// A bearer token is tried first, and alone: a client certificate
 	// presented on the same connection, good or bad, plays no part.
@@ -157,19 +156,11 @@ func userFromCert(leaf *x509.Certificate) (identity.User, bool, error) {
 // wrapped, never quoting the token) when none knows it or one rejects it.
 func (a *Authenticator) AuthenticateToken(token string, audiences []string) (identity.User, []string, bool, error) {
 	if u, ok := a.lookupToken(token); ok {
-		if len(audiences) == 0 || len(a.audiences) == 0 {
-			return u, audiences, true, nil
+		valid, err := a.forAPIAudiences(audiences)
+		if err != nil {
+			return identity.User{}, nil, false, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 		}
-		var valid []string
-		for _, want := range audiences {
-			if slices.Contains(a.audiences, want) {
-				valid = append(valid, want)
-			}
-		}
-		if len(valid) > 0 {
-			return u, valid, true, nil
-		}
-		return identity.User{}, nil, false, fmt.Errorf("%w: not valid for the audiences asked", ErrInvalidToken)
+		return u, valid, true, nil
 	}
 	for _, t := range a.bearers {
 		u, valid, ok, err := t.AuthenticateToken(token, audiences)

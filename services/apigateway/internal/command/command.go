@@ -31,6 +31,9 @@ type flags struct {
 	svcCert, svcKey, svcCA                     string
 	encryptionConfig                           string
 	sa                                         saFlags
+	oidc                                       app.OIDCOptions
+	anonymousAuth                              bool
+	rootCAFile                                 string
 	shutdownDelay                              time.Duration
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
@@ -46,7 +49,10 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.certFile, "tls-cert-file", "", "serving certificate of the HTTPS and gRPC APIs, signed by the API CA, read again within 5s when it or the key changes (required)")
 	fs.StringVar(&f.keyFile, "tls-key-file", "", "key of the serving certificate (required)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "CA that signs client certificates of API users (user = CN, groups = O): the API client CA, never the internal CA")
+	fs.StringVar(&f.rootCAFile, "root-ca-file", "", "CA bundle verifying the serving certificate, published in every namespace as the kube-root-ca.crt ConfigMap (read again within 5s when it changes); empty: --client-ca-file, the API CA")
 	fs.StringVar(&f.tokenFile, "token-auth-file", "", "static bearer tokens, kube-apiserver format: token,user,uid[,\"group1,group2\"]")
+	fs.BoolVar(&f.anonymousAuth, "anonymous-auth", true, "requests without credentials are system:anonymous (group system:unauthenticated), which RBAC lets read the health endpoints and /version only (under AlwaysAllow: those only, 401 elsewhere); false: 401 for every request without credentials")
+	f.oidc.AddFlags(fs)
 	fs.StringVar(&f.authorizationMode, "authorization-mode", app.AuthorizationRBAC, "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
 	fs.StringVar(&f.storeAddr, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port): give every member, so that calls move to another member when one goes away (writes reach the leader from any member)")
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
@@ -70,8 +76,11 @@ func (f *flags) check() error {
 	if f.certFile == "" || f.keyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file are required"))
 	}
-	if f.clientCAFile == "" && f.tokenFile == "" {
-		errs = append(errs, errors.New("no authentication: set --client-ca-file and/or --token-auth-file"))
+	if f.clientCAFile == "" && f.tokenFile == "" && !f.oidc.Enabled() {
+		errs = append(errs, errors.New("no authentication: set --client-ca-file, --token-auth-file and/or --oidc-issuer-url"))
+	}
+	if err := f.oidc.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if f.listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
@@ -117,6 +126,13 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
+		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
+		RootCAFile: f.rootCAFile,
+	}
+	if cfg.RootCAFile == "" {
+		// meridian's API CA signs both the serving certificate and the
+		// users' client certificates (docs/distributed.md).
+		cfg.RootCAFile = f.clientCAFile
 	}
 	if f.clientCAFile != "" {
 		if cfg.ClientCAs, err = pki.LoadPool(f.clientCAFile); err != nil {

@@ -62,11 +62,16 @@ func TestBadCommandLines(t *testing.T) {
 		want string
 	}{
 		{nil, "--tls-cert-file and --tls-key-file are required"},
-		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k"}, "set --client-ca-file and/or --token-auth-file"},
+		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k"}, "set --client-ca-file, --token-auth-file and/or --oidc-issuer-url"},
 		{append([]string{"--service-cert-file", "c"}, files...), "--service-cert-file and --service-key-file must be set together"},
 		{append([]string{"--service-cert-file", "c", "--service-key-file", "k"}, files...), "--service-cert-file needs --service-ca-file"},
 		{append([]string{"--store-address", ""}, files...), "--store-address is required"},
 		{append([]string{"extra"}, files...), "unexpected arguments"},
+		{append([]string{"--oidc-issuer-url", "http://issuer.example", "--oidc-client-id", "k"}, files...), `issuer URL "http://issuer.example" is not an https URL`},
+		{append([]string{"--oidc-issuer-url", "https://issuer.example"}, files...), "a client ID is required"},
+		{append([]string{"--oidc-issuer-url", "https://issuer.example", "--oidc-client-id", "k", "--oidc-signing-algs", "HS256"}, files...), `signing algorithm "HS256" is not supported`},
+		{append([]string{"--oidc-required-claim", "novalue"}, files...), "want key=value"},
+		{append([]string{"--anonymous-auth=maybe"}, files...), "invalid boolean value"},
 	} {
 		if err := Run(t.Context(), tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v; want it to say %q", tc.args, err, tc.want)

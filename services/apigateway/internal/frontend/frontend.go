@@ -50,6 +50,9 @@ type Config struct {
 	Registry *registry.Registry
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
+	// Anonymous is what becomes of requests without credentials; the zero
+	// value admits them to the public paths only.
+	Anonymous authn.AnonymousPolicy
 	// Authorizer decides every request, impersonation included, before
 	// flow control admits it (authz.RBAC; authz.AlwaysAllow for none).
 	// Required.
@@ -205,7 +208,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		received = time.Now()
 	}
 	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
-	if err != nil || (!ok && !publicPath(r.URL.Path)) {
+	if err != nil || (!ok && !h.cfg.Anonymous.Admits(r.URL.Path)) {
 		h.authn.Observe(ok, err)
 		if h.cfg.Auditor != nil {
 			// As kube-apiserver audits a failed authentication: no user.
@@ -241,13 +244,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		return
 	}
 	if impersonated {
-		u, ok, requestor = as, true, as
+		requestor = as
 		(*ev).SetImpersonatedUser(as)
 	}
-	ctx := fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent"))
-	if ok {
-		ctx = identity.WithUser(ctx, u)
-	}
+	// An anonymous request that got this far acts as system:anonymous
+	// from here on, as with kube-apiserver.
+	ctx := identity.WithUser(fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent")), requestor)
 	r = r.WithContext(ctx)
 	if !h.authorize(w, r, info, requestor) {
 		return
@@ -281,7 +283,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		return
 	case path == selfSubjectReviewPath:
 		*rt = selfSubjectReviewRoute
-		serveSelfSubjectReview(w, r, u)
+		serveSelfSubjectReview(w, r, requestor)
 		return
 	case path == "/version" || path == "/version/":
 		writeJSON(w, discovery.Version)
@@ -346,17 +348,6 @@ func wantsAggregated(accept string) bool {
 		},
 	})
 	return ok && mt.Params["as"] == "APIGroupDiscoveryList"
-}
-
-// publicPath lists what anonymous callers may read, as kube-apiserver's
-// system:public-info-viewer role allows: health and version.
-func publicPath(p string) bool {
-	for _, pre := range []string{"/healthz", "/livez", "/readyz"} {
-		if p == pre || strings.HasPrefix(p, pre+"/") {
-			return true
-		}
-	}
-	return p == "/version" || p == "/version/"
 }
 
 // serveResource serves a resource request through the ResourceService; it

@@ -148,29 +148,72 @@ func decodeStatus(t *testing.T, body string) metav1.Status {
 	return st
 }
 
+// TestAuthentication: what becomes of requests without credentials under
+// each anonymous policy, with kube-apiserver's statuses and messages: an
+// invalid token is always 401; with anonymous requests authorized (RBAC,
+// --anonymous-auth=true) system:anonymous reads the health endpoints and
+// /version and is forbidden (403) elsewhere; with the public policy
+// (AlwaysAllow) it reads those and gets 401 elsewhere; refused
+// (--anonymous-auth=false) it gets 401 everywhere.
 func TestAuthentication(t *testing.T) {
-	h := newTestHandler(t, &recordingService{}, nil)
-	for _, tc := range []struct {
+	type req struct {
 		path, token string
 		code        int
+		message     string
+	}
+	valid := []req{
+		{"/api/v1/namespaces/default/configmaps/x", "bad-token", 401, "Unauthorized"},
+		{"/healthz", "bad-token", 401, "Unauthorized"},
+		{"/api/v1/namespaces/default/configmaps/x", "good-token", 200, ""},
+		{"/api", "good-token", 200, ""},
+	}
+	for _, tc := range []struct {
+		name   string
+		policy authn.AnonymousPolicy
+		reqs   []req
 	}{
-		{"/api/v1/namespaces/default/configmaps/x", "", 401},
-		{"/api/v1/namespaces/default/configmaps/x", "bad-token", 401},
-		{"/api", "", 401},
-		{"/healthz", "bad-token", 401},
-		{"/readyz", "", 200},
-		{"/version", "", 200},
-		{"/api/v1/namespaces/default/configmaps/x", "good-token", 200},
+		{"public", authn.AnonymousPublic, []req{
+			{"/api/v1/namespaces/default/configmaps/x", "", 401, "Unauthorized"},
+			{"/api", "", 401, "Unauthorized"},
+			{"/readyz", "", 200, ""},
+			{"/version", "", 200, ""},
+		}},
+		{"authorized", authn.AnonymousAuthorized, []req{
+			{"/api/v1/namespaces/default/configmaps/x", "", 403,
+				`configmaps "x" is forbidden: User "system:anonymous" cannot get resource "configmaps" in API group "" in the namespace "default"`},
+			{"/api", "", 403, `forbidden: User "system:anonymous" cannot get path "/api"`},
+			{"/readyz", "", 200, ""},
+			{"/livez", "", 200, ""},
+			{"/version", "", 200, ""},
+		}},
+		{"refused", authn.AnonymousRefused, []req{
+			{"/api/v1/namespaces/default/configmaps/x", "", 401, "Unauthorized"},
+			{"/api", "", 401, "Unauthorized"},
+			{"/readyz", "", 401, "Unauthorized"},
+			{"/version", "", 401, "Unauthorized"},
+		}},
 	} {
-		resp, body := do(t, h, "GET", tc.path, tc.token, nil)
-		if resp.StatusCode != tc.code {
-			t.Errorf("GET %s token=%q: %d, want %d: %s", tc.path, tc.token, resp.StatusCode, tc.code, body)
-		}
-		if tc.code == 401 {
-			if st := decodeStatus(t, body); st.Reason != metav1.StatusReasonUnauthorized || resp.Header.Get("Content-Type") != "application/json" {
-				t.Errorf("401 body: %+v", st)
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTestHandler(t, &recordingService{}, nil, func(c *Config) { c.Anonymous = tc.policy })
+			for _, r := range append(tc.reqs, valid...) {
+				resp, body := do(t, h, "GET", r.path, r.token, nil)
+				if resp.StatusCode != r.code {
+					t.Errorf("GET %s token=%q: %d, want %d: %s", r.path, r.token, resp.StatusCode, r.code, body)
+					continue
+				}
+				if r.code < 400 {
+					continue
+				}
+				st := decodeStatus(t, body)
+				wantReason := metav1.StatusReasonUnauthorized
+				if r.code == 403 {
+					wantReason = metav1.StatusReasonForbidden
+				}
+				if st.Reason != wantReason || st.Message != r.message || resp.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("GET %s token=%q: %d body %+v, want %s %q", r.path, r.token, r.code, st, wantReason, r.message)
+				}
 			}
-		}
+		})
 	}
 }
 

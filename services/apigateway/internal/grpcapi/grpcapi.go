@@ -57,6 +57,11 @@ type Config struct {
 	Server grpcserver.Options
 	// Authenticator authenticates callers. Required.
 	Authenticator *authn.Authenticator
+	// Anonymous is what becomes of calls without credentials: the
+	// ResourceService has no public path, so only AnonymousAuthorized
+	// lets them reach the authorizer (as system:anonymous); the others
+	// refuse them (Unauthenticated).
+	Anonymous authn.AnonymousPolicy
 	// Authorizer decides every call, impersonation included, before flow
 	// control admits it. Required.
 	Authorizer authz.Authorizer
@@ -89,7 +94,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{authn: cfg.Authenticator, authz: cfg.Authorizer, auditor: cfg.Auditor, fc: cfg.FlowControl, metrics: m}
+	g := &gate{authn: cfg.Authenticator, anonymous: cfg.Anonymous, authz: cfg.Authorizer, auditor: cfg.Auditor, fc: cfg.FlowControl, metrics: m}
 	opts = append(opts,
 		grpc.InTapHandle(g.tap),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -119,11 +124,12 @@ func (s *Server) Drain() { s.health.Shutdown() }
 // gate authenticates every call (tap, guard) and takes seats for it (the
 // interceptors).
 type gate struct {
-	authn   *authn.Authenticator
-	authz   authz.Authorizer
-	auditor *audit.Auditor
-	fc      *flowcontrolclient.Client
-	metrics *authn.Metrics
+	authn     *authn.Authenticator
+	anonymous authn.AnonymousPolicy
+	authz     authz.Authorizer
+	auditor   *audit.Auditor
+	fc        *flowcontrolclient.Client
+	metrics   *authn.Metrics
 }
 
 // callerKey carries tap's decision, a caller, to guard and the
@@ -177,8 +183,10 @@ func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 // authenticate returns the user a call acts as: its caller, from the
 // certificate its connection's TLS handshake presented or the bearer
 // token of its authorization metadata, or the user its Impersonate-*
-// metadata names. Refusals are gRPC status errors: Unauthenticated
-// without valid credentials, and authn.Impersonate's 400 and 403.
+// metadata names, or system:anonymous for a call without credentials
+// where the Anonymous policy lets it reach the authorizer. Refusals are
+// gRPC status errors: Unauthenticated for invalid credentials and refused
+// anonymous calls, and authn.Impersonate's 400 and 403.
 func (g *gate) authenticate(ctx context.Context, md metadata.MD) caller {
 	creds := authn.Credentials{}
 	if p, ok := peer.FromContext(ctx); ok {
@@ -191,8 +199,11 @@ func (g *gate) authenticate(ctx context.Context, md metadata.MD) caller {
 	}
 	u, ok, err := g.authn.Authenticate(creds)
 	g.metrics.Observe(ok, err)
-	if err != nil || !ok {
+	switch {
+	case err != nil || (!ok && g.anonymous != authn.AnonymousAuthorized):
 		return caller{refused: apistatus.ToGRPC(apierrors.NewUnauthorized("Unauthorized"))}
+	case !ok:
+		u = authn.Anonymous()
 	}
 	as, impersonated, err := authn.Impersonate(ctx, g.authz, u, impersonationHeaders(md))
 	if err != nil {

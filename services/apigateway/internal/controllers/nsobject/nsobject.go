@@ -1,0 +1,336 @@
+// Package nsobject keeps one object of one kind, of one name, in every
+// namespace that is not being deleted: the machinery of the gateway's
+// serviceaccount controller (the "default" ServiceAccount) and rootcacert
+// controller (the "kube-root-ca.crt" ConfigMap), as kube-controller-
+// manager's controllers of those names keep them.
+//
+// It follows namespaces and the kept objects through two store watches
+// (no read per namespace), creates a missing object through the API's own
+// create (resources.Server.CreateObject) within a round trip of the
+// namespace's creation or the object's deletion, and, when the Spec says
+// how, brings an object that drifted back with the API's own update. Every
+// gateway runs it; replicas that race get AlreadyExists or write what is
+// stored, and neither changes anything.
+package nsobject
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Store is what the controller reads of the store (package storage
+// describes each call). *storage.Store implements it.
+type Store interface {
+	// List reads the keys under prefix.
+	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
+	// Watch follows the changes under prefix from startRevision.
+	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
+}
+
+var _ Store = (*storage.Store)(nil)
+
+// Objects writes as the API does, for the user in ctx, and returns
+// Kubernetes errors. *resources.Server implements it.
+type Objects interface {
+	// CreateObject stores a new object of res (AlreadyExists when one of
+	// its name exists).
+	CreateObject(ctx context.Context, res *registry.Resource, obj runtime.Object) (runtime.Object, error)
+	// UpdateObject replaces the object ref names with mutate's result
+	// from the stored one, retried over concurrent writes; nothing is
+	// written when the result is what is stored. mutate must not modify
+	// old.
+	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+}
+
+// Spec is the object kept in every namespace.
+type Spec struct {
+	// Resource is the object's resource, a namespaced one. Required.
+	Resource schema.GroupVersionResource
+	// Name is the object's name. Required.
+	Name string
+	// New returns the object to create in namespace ns. Required.
+	New func(ns string) runtime.Object
+	// Repair returns stored brought back to what it must be, and whether
+	// that differs from stored (which it must not modify); nil: an
+	// existing object is left as it is.
+	Repair func(stored runtime.Object) (runtime.Object, bool)
+}
+
+// Config configures a Controller.
+type Config struct {
+	// Registry serves namespaces and Spec.Resource. Required.
+	Registry *registry.Registry
+	// Codec decodes stored objects. Required.
+	Codec *codec.Codec
+	// Store holds them. Required.
+	Store Store
+	// Objects carries out the creates and updates. Required.
+	Objects Objects
+	// Spec is the object kept. Required.
+	Spec Spec
+	// User is whom the controller writes as.
+	User identity.User
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Retry is how often failed writes are tried again, and how long a
+	// failed watch waits before everything is read again; 0 means 1
+	// second.
+	Retry time.Duration
+}
+
+// Controller keeps Spec's object in every active namespace; Run runs it.
+type Controller struct {
+	cfg      Config
+	ns, res  *registry.Resource
+	resyncCh chan struct{}
+}
+
+// New returns a Controller, or an error naming every required field cfg
+// lacks.
+func New(cfg Config) (*Controller, error) {
+	var errs []error
+	if cfg.Registry == nil || cfg.Codec == nil || cfg.Store == nil || cfg.Objects == nil {
+		errs = append(errs, errors.New("nsobject: Registry, Codec, Store and Objects are required"))
+	}
+	if cfg.Spec.Name == "" || cfg.Spec.New == nil {
+		errs = append(errs, errors.New("nsobject: Spec.Name and Spec.New are required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	ns, ok := cfg.Registry.Lookup(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+	if !ok {
+		return nil, errors.New("nsobject: the registry serves no namespaces")
+	}
+	res, ok := cfg.Registry.Lookup(cfg.Spec.Resource)
+	if !ok || !res.Namespaced {
+		return nil, fmt.Errorf("nsobject: the registry serves no namespaced %s", cfg.Spec.Resource)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
+	}
+	return &Controller{cfg: cfg, ns: ns, res: res, resyncCh: make(chan struct{}, 1)}, nil
+}
+
+// Resync makes the controller look at every namespace's object again
+// (Repair may answer differently now: the CA bundle changed). It does
+// not block.
+func (c *Controller) Resync() {
+	select {
+	case c.resyncCh <- struct{}{}:
+	default:
+	}
+}
+
+// state is what the watches have shown: the active namespaces, and the
+// kept object of each namespace that has one.
+type state struct {
+	active  map[string]bool
+	objects map[string]runtime.Object
+	// dirty are the namespaces to look at.
+	dirty map[string]bool
+}
+
+// Run keeps the objects until ctx ends. A failed watch is replaced by a
+// new read of everything after Retry.
+func (c *Controller) Run(ctx context.Context) {
+	ctx = identity.WithUser(ctx, c.cfg.User)
+	for ctx.Err() == nil {
+		err := c.run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.cfg.Logger.Warn("nsobject: reading again", "object", c.cfg.Spec.Name, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.Retry):
+		}
+	}
+}
+
+// source is one followed prefix: its watch's batches, tagged.
+type source struct {
+	ns    bool
+	batch storage.WatchBatch
+}
+
+func (c *Controller) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st := &state{active: map[string]bool{}, objects: map[string]runtime.Object{}, dirty: map[string]bool{}}
+	batches := make(chan source)
+	failed := make(chan error, 2)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, isNS := range []bool{true, false} {
+		prefix := c.res.KeyPrefix("")
+		if isNS {
+			prefix = c.ns.KeyPrefix("")
+		}
+		list, err := c.cfg.Store.List(ctx, prefix, storage.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, kv := range list.KVs {
+			c.apply(st, isNS, kv.Key, kv.Value, kv.ModRevision)
+		}
+		w, err := c.cfg.Store.Watch(ctx, prefix, list.Revision+1, false)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Close()
+			for {
+				b, err := w.Recv()
+				if err != nil {
+					failed <- err
+					return
+				}
+				select {
+				case batches <- source{ns: isNS, batch: b}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	for ns := range st.active {
+		st.dirty[ns] = true
+	}
+	for {
+		c.sync(ctx, st)
+		var retry <-chan time.Time
+		if len(st.dirty) > 0 {
+			retry = time.After(c.cfg.Retry)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return err
+		case s := <-batches:
+			for _, ev := range s.batch.Events {
+				value := ev.KV.Value
+				if ev.Type == storage.Delete {
+					value = nil
+				}
+				c.apply(st, s.ns, ev.KV.Key, value, ev.KV.ModRevision)
+			}
+		case <-c.resyncCh:
+			for ns := range st.active {
+				st.dirty[ns] = true
+			}
+		case <-retry:
+		}
+	}
+}
+
+// apply records a namespace (isNS) or an object of the kept resource
+// stored under key (nil value: deleted), and marks its namespace dirty.
+func (c *Controller) apply(st *state, isNS bool, key string, value []byte, rev int64) {
+	if isNS {
+		name := strings.TrimPrefix(key, c.ns.KeyPrefix(""))
+		ns := &corev1.Namespace{}
+		if value != nil {
+			if err := c.cfg.Codec.DecodeStorage(value, rev, ns); err != nil {
+				c.cfg.Logger.Error("nsobject: a namespace does not decode", "key", key, "error", err)
+				value = nil
+			}
+		}
+		if value == nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+			delete(st.active, name)
+			delete(st.dirty, name)
+			return
+		}
+		st.active[name] = true
+		st.dirty[name] = true
+		return
+	}
+	ns, name, ok := strings.Cut(strings.TrimPrefix(key, c.res.KeyPrefix("")), "/")
+	if !ok || name != c.cfg.Spec.Name {
+		return
+	}
+	if st.active[ns] {
+		st.dirty[ns] = true
+	}
+	if value == nil {
+		delete(st.objects, ns)
+		return
+	}
+	obj := c.res.New()
+	if err := c.cfg.Codec.DecodeStorage(value, rev, obj); err != nil {
+		c.cfg.Logger.Error("nsobject: an object does not decode", "key", key, "error", err)
+		delete(st.objects, ns)
+		return
+	}
+	st.objects[ns] = obj
+}
+
+// sync brings the object of every dirty namespace to what it must be;
+// namespaces whose write failed stay dirty.
+func (c *Controller) sync(ctx context.Context, st *state) {
+	for ns := range st.dirty {
+		if err := c.syncOne(ctx, ns, st.objects[ns]); err != nil {
+			c.cfg.Logger.Warn("nsobject: write failed; retrying", "namespace", ns, "object", c.cfg.Spec.Name, "error", err)
+			continue
+		}
+		delete(st.dirty, ns)
+	}
+}
+
+// syncOne creates the object of namespace ns when stored is nil, or
+// repairs stored.
+func (c *Controller) syncOne(ctx context.Context, ns string, stored runtime.Object) error {
+	if stored == nil {
+		_, err := c.cfg.Objects.CreateObject(ctx, c.res, c.cfg.Spec.New(ns))
+		if apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) || isTerminating(err) {
+			// Another replica created it (the watch brings it), or the
+			// namespace is gone or going (the watch brings that too).
+			return nil
+		}
+		return err
+	}
+	if c.cfg.Spec.Repair == nil {
+		return nil
+	}
+	if _, changed := c.cfg.Spec.Repair(stored); !changed {
+		return nil
+	}
+	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Namespace: ns, Name: c.cfg.Spec.Name}
+	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+		repaired, _ := c.cfg.Spec.Repair(old)
+		return repaired, nil
+	})
+	if apierrors.IsNotFound(err) {
+		// Deleted meanwhile: the watch brings the delete, and a create.
+		return nil
+	}
+	return err
+}
+
+// isTerminating reports a create refused because its namespace is being
+// deleted.
+func isTerminating(err error) bool {
+	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}
