@@ -10,6 +10,11 @@
 {{- define "meridian.labels" -}}
 app.kubernetes.io/name: meridian
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "meridian.extraLabels" . }}
+{{- end -}}
+
+{{/* The labels of meridian.labels beyond a component's selector (pod templates add them to it). */}}
+{{- define "meridian.extraLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
