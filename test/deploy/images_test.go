@@ -17,7 +17,8 @@ import (
 // user with a read-only root, and starts the all-in-one image with a
 // read-only root and a volume for its data directory: kubectl reaches its
 // HTTPS API with the kubeconfig it wrote, and /version reports the
-// version stamped in. Skipped when no Docker engine answers.
+// version stamped in; then runs the chart's pods on Docker
+// (runChartOnDocker). Skipped when no Docker engine answers.
 func TestImages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds six images and starts a container: not in -short")
@@ -92,6 +93,9 @@ func TestImages(t *testing.T) {
 
 	t.Run("all-in-one", func(t *testing.T) {
 		runAllInOne(t, "meridian/meridian:"+version, version)
+	})
+	t.Run("chart-on-docker", func(t *testing.T) {
+		runChartOnDocker(t, version)
 	})
 }
 

@@ -138,9 +138,9 @@ the service's container gets the issued pair from the emptyDir "pki".
     secretName: {{ include "meridian.fullname" .ctx }}-{{ .kind }}-tls
     defaultMode: 0440
     items:
-      - {key: tls.crt, path: pki/{{ .kind }}.crt}
-      - {key: tls.key, path: pki/{{ .kind }}.key}
-      - {key: ca.crt, path: pki/internal-ca.crt}
+      - {key: tls.crt, path: {{ .kind }}.crt}
+      - {key: tls.key, path: {{ .kind }}.key}
+      - {key: ca.crt, path: internal-ca.crt}
 {{- else }}
 - name: pki
   emptyDir: {medium: Memory, sizeLimit: 1Mi}
@@ -154,10 +154,19 @@ the service's container gets the issued pair from the emptyDir "pki".
 {{- end }}
 {{- end -}}
 
+{{/*
+The service container's view of its certificate: /var/run/meridian/pki
+(<kind>.crt, <kind>.key, internal-ca.crt). Mounted there, not above it,
+so that other volumes can be mounted beside it under /var/run/meridian
+(a mount point cannot be made inside a read-only volume).
+*/}}
 {{- define "meridian.certMount" -}}
 - name: pki
-  mountPath: /var/run/meridian
+  mountPath: /var/run/meridian/pki
   readOnly: true
+  {{- if not .Values.certManager.enabled }}
+  subPath: pki
+  {{- end }}
 {{- end -}}
 
 {{/* Spread of a component's replicas over nodes and zones: (dict "ctx" $ "component" "x") */}}
