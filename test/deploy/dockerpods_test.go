@@ -24,8 +24,8 @@ type pod struct {
 	claims []string
 }
 
-// runChartOnDocker renders the chart (3 voters, 2 watchfanout replicas,
-// one of each other tier) with the images just built, and runs its pods
+// runChartOnDocker renders the chart (3 voters and a non-voter, 2
+// watchfanout replicas, one of each other tier) with the images just built, and runs its pods
 // on a Docker network the way a kubelet would: the rendered Secrets as
 // files where the pods mount them, emptyDirs and PVCs as directories,
 // $(POD_NAME) and $(POD_IP) from the downward API, the init containers
@@ -33,11 +33,15 @@ type pod struct {
 // and Service DNS names are /etc/hosts entries (Docker has no cluster
 // DNS). Then kubectl, with the admin kubeconfig the chart rendered,
 // reaches the gateway, finds every dependency healthy in
-// /readyz?verbose, and writes and reads a ConfigMap.
+// /readyz?verbose, and writes and reads a ConfigMap; and the store CLI,
+// with an operator certificate issued from the chart's internal CA as
+// docs/deploy.md says, lists the 3 voters and the non-voter that joined
+// and saves a snapshot.
 func runChartOnDocker(t *testing.T, version string) {
 	const ns = "mrd"
 	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
-		"apigateway.autoscaling.enabled=false,apigateway.replicas=1,admission.replicas=1,store.persistence.size=1Gi")
+		"apigateway.autoscaling.enabled=false,apigateway.replicas=1,admission.replicas=1,store.persistence.size=1Gi,"+
+		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +133,8 @@ func runChartOnDocker(t *testing.T, version string) {
 			if init {
 				args = append(args, "--rm")
 			} else {
-				args = append(args, "-d")
+				// As a kubelet restarts a container that exits.
+				args = append(args, "-d", "--restart", "on-failure")
 				containers = append(containers, name)
 				if c.Name == "apigateway" {
 					args = append(args, "-p", "127.0.0.1::6443")
@@ -195,6 +200,82 @@ func runChartOnDocker(t *testing.T, version string) {
 	}
 	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
 		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
+	}
+	operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
+}
+
+// operate issues an operator certificate from the internal CA's Secret
+// (meridian pki issue, in the all-in-one image) and runs the store CLI
+// (in the store image) on the network: member list must show the 3
+// voters and the joined non-voter, and snapshot save must write a backup.
+func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) {
+	t.Helper()
+	if ca == nil {
+		t.Fatal("no Secret meridian-internal-ca rendered")
+	}
+	ops := t.TempDir()
+	for _, d := range []string{ops, filepath.Join(ops, "ca"), filepath.Join(ops, "ca", "internal")} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o777)
+	}
+	for key, file := range map[string]string{"tls.crt": "ca.crt", "tls.key": "ca.key"} {
+		if err := os.WriteFile(filepath.Join(ops, "ca", "internal", file), ca.Data[key], 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docker := func(args ...string) (string, error) {
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := docker("run", "--rm", "--read-only", "-v", ops+":/ops", "meridian/meridian:"+version,
+		"pki", "issue", "--dir=/ops", "--service=operator"); err != nil {
+		t.Fatalf("meridian pki issue --service operator: %v: %s", err, out)
+	}
+	var endpoints []string
+	for h := range hosts {
+		if strings.HasPrefix(h, "meridian-store-") && strings.Contains(h, ".meridian-store-peers.") {
+			endpoints = append(endpoints, h+":2479")
+		}
+	}
+	cli := func(args ...string) (string, error) {
+		run := append([]string{"run", "--rm", "--read-only", "--network", network, "-v", ops + ":/ops"}, addHosts...)
+		run = append(run, "meridian/store:"+version)
+		run = append(run, args...)
+		return docker(append(run, "--endpoints="+strings.Join(endpoints, ","),
+			"--cert=/ops/pki/operator.crt", "--key=/ops/pki/operator.key", "--cacert=/ops/pki/internal-ca.crt")...)
+	}
+	var list string
+	var err error
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err = cli("member", "list")
+		if err == nil && strings.Count(list, "\n") == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store member list never showed 4 members: %v\n%s", err, list)
+		}
+		time.Sleep(time.Second)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(list, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) == 5 {
+			rows[f[0]] = f[3]
+		}
+	}
+	for id, voter := range map[string]string{"meridian-store-0": "true", "meridian-store-1": "true", "meridian-store-2": "true", "meridian-store-nv-0": "false"} {
+		if rows[id] != voter {
+			t.Errorf("member %s: voter %q, want %s:\n%s", id, rows[id], voter, list)
+		}
+	}
+	if out, err := cli("snapshot", "save", "/ops/backup.snap"); err != nil {
+		t.Fatalf("store snapshot save: %v: %s", err, out)
+	}
+	if st, err := os.Stat(filepath.Join(ops, "backup.snap")); err != nil || st.Size() == 0 {
+		t.Errorf("snapshot file: %v", err)
 	}
 }
 
