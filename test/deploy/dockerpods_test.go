@@ -40,7 +40,7 @@ type pod struct {
 func runChartOnDocker(t *testing.T, version string) {
 	const ns = "mrd"
 	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
-		"apigateway.autoscaling.enabled=false,apigateway.replicas=1,admission.replicas=1,store.persistence.size=1Gi,"+
+		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi,"+
 		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,9 @@ func runChartOnDocker(t *testing.T, version string) {
 				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec, claims: claims})
 			}
 		case *appsv1.Deployment:
-			pods = append(pods, &pod{name: w.Name + "-0", labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
+			for i := range int(*w.Spec.Replicas) {
+				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
+			}
 		}
 	}
 	hosts := map[string]string{}
@@ -111,7 +113,7 @@ func runChartOnDocker(t *testing.T, version string) {
 	}
 
 	// Start the pods in the chart's order: store, then the rest.
-	var gateway string
+	var gateways []string
 	for _, p := range pods {
 		volumes := podVolumes(t, p, secrets)
 		env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
@@ -138,7 +140,7 @@ func runChartOnDocker(t *testing.T, version string) {
 				containers = append(containers, name)
 				if c.Name == "apigateway" {
 					args = append(args, "-p", "127.0.0.1::6443")
-					gateway = name
+					gateways = append(gateways, name)
 				}
 			}
 			args = append(args, c.Image)
@@ -153,12 +155,16 @@ func runChartOnDocker(t *testing.T, version string) {
 			}
 		}
 	}
-	if gateway == "" {
-		t.Fatal("the chart runs no apigateway container")
+	if len(gateways) != 2 {
+		t.Fatalf("the chart runs %d apigateway containers, want 2", len(gateways))
 	}
-	port, err := docker("port", gateway, "6443/tcp")
-	if err != nil {
-		t.Fatalf("docker port: %v: %s", err, port)
+	var servers []string
+	for _, g := range gateways {
+		port, err := docker("port", g, "6443/tcp")
+		if err != nil {
+			t.Fatalf("docker port: %v: %s", err, port)
+		}
+		servers = append(servers, "https://"+strings.Split(port, "\n")[0])
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	ks := secrets["meridian-admin-kubeconfig"]
@@ -168,12 +174,36 @@ func runChartOnDocker(t *testing.T, version string) {
 	if err := os.WriteFile(kubeconfig, []byte(ks.StringData["kubeconfig"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(args ...string) (string, error) {
-		out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig, "--server", "https://" + strings.Split(port, "\n")[0]}, args...)...).CombinedOutput()
+	// kubectlAt runs kubectl against gateway i.
+	kubectlAt := func(i int, args ...string) (string, error) {
+		out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig, "--server", servers[i]}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	// Ready once the store has a leader and every dependency answers.
+	kubectl := func(args ...string) (string, error) { return kubectlAt(0, args...) }
+	for i := range servers {
+		awaitHealthy(t, func(args ...string) (string, error) { return kubectlAt(i, args...) })
+	}
+	for _, args := range [][]string{
+		{"create", "namespace", "demo"},
+		{"-n", "demo", "create", "configmap", "one", "--from-literal=k=v"},
+	} {
+		if out, err := kubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
+		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
+	}
+	cli := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
+	faults(t, network, cli, kubectlAt)
+}
+
+// awaitHealthy waits until a gateway's /readyz?verbose shows the store,
+// watchfanout, admission and flow control healthy (not degraded).
+func awaitHealthy(t *testing.T, kubectl func(args ...string) (string, error)) {
+	t.Helper()
 	var ready string
+	var err error
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ready, err = kubectl("get", "--raw", "/readyz?verbose")
@@ -190,25 +220,13 @@ func runChartOnDocker(t *testing.T, version string) {
 			t.Errorf("/readyz?verbose has no %q:\n%s", check, ready)
 		}
 	}
-	for _, args := range [][]string{
-		{"create", "namespace", "demo"},
-		{"-n", "demo", "create", "configmap", "one", "--from-literal=k=v"},
-	} {
-		if out, err := kubectl(args...); err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-	}
-	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
-		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
-	}
-	operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
 }
 
 // operate issues an operator certificate from the internal CA's Secret
 // (meridian pki issue, in the all-in-one image) and runs the store CLI
 // (in the store image) on the network: member list must show the 3
 // voters and the joined non-voter, and snapshot save must write a backup.
-func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) {
+func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) func(args ...string) (string, error) {
 	t.Helper()
 	if ca == nil {
 		t.Fatal("no Secret meridian-internal-ca rendered")
@@ -277,6 +295,7 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 	if st, err := os.Stat(filepath.Join(ops, "backup.snap")); err != nil || st.Size() == 0 {
 		t.Errorf("snapshot file: %v", err)
 	}
+	return cli
 }
 
 // podVolumes makes the host directory of each of p's volumes: Secrets'
