@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// faults kills (SIGKILL) the store leader, a watchfanout replica and the
-// flow-control instance of the chart's pods on Docker, one at a time,
+// faults kills (SIGKILL) the store leader, a watchfanout replica, the
+// flow-control instance and a gateway of the chart's pods on Docker, one
+// at a time,
 // each started again as a kubelet would, while ConfigMaps are written
-// through both gateways; every acknowledged write must then be readable
+// through both gateways (through the other while one is down); every
+// acknowledged write must then be readable
 // through both, the store must have a leader and its 4 members, and each
 // gateway must see every dependency healthy again. A write that fails
 // while a member is down is retried (an AlreadyExists on the retry means
@@ -41,11 +43,16 @@ func faults(t *testing.T, network string, cli func(args ...string) (string, erro
 		}
 	}
 	written := 0
+	// down is the gateway that is down (-1: none); writes go to the other.
+	down := -1
 	write := func(n int) {
 		t.Helper()
 		for range n {
 			name := fmt.Sprintf("w-%03d", written)
 			gw := written % 2
+			if gw == down {
+				gw = 1 - gw
+			}
 			deadline := time.Now().Add(time.Minute)
 			for {
 				out, err := kubectlAt(gw, "-n", "demo", "create", "configmap", name, "--from-literal=n="+name)
@@ -79,6 +86,9 @@ func faults(t *testing.T, network string, cli func(args ...string) (string, erro
 	}
 	kill(network + "-meridian-watchfanout-0-watchfanout")
 	kill(network + "-meridian-flowcontrol-0-flowcontrol")
+	down = 1
+	kill(network + "-meridian-apigateway-1-apigateway")
+	down = -1
 	write(5)
 
 	for gw := range 2 {
