@@ -162,7 +162,12 @@ func runIssue(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cas, err := loadCAs(*dir)
+	// Only the signer is needed: a pod issuing its own certificate from
+	// the internal CA is never given the API CA's key.
+	cas, err := pkiplan.LoadSigner(*dir, c.Signer)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no %s CA in %s (run `meridian pki init --dir %s` first): %w", c.Signer, filepath.Join(*dir, pkiplan.CADir), *dir, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -231,3 +231,33 @@ func TestKubeconfigAgainstAllInOne(t *testing.T) {
 		t.Fatalf("a kubeconfig of other CAs: %v, want a certificate error", err)
 	}
 }
+
+// TestIssueWithTheSignerOnly: `pki issue` needs only the CA that signs
+// the kind (the Helm chart's init containers hold the internal CA
+// alone): an internal certificate is issued with ca/api absent, with the
+// organization the services authorize by; an API certificate then fails,
+// naming the missing CA.
+func TestIssueWithTheSignerOnly(t *testing.T) {
+	dir := t.TempDir()
+	run(t, "init", "--dir", dir)
+	if err := os.RemoveAll(filepath.Join(dir, "ca", "api")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "issue", "--dir", dir, "--service", "store", "--hosts", "store-0.peers.ns.svc,10.1.2.3")
+	leaf := loadLeaf(t, dir, "store")
+	if got := leaf.Subject.Organization; len(got) != 1 || got[0] != "meridian:store-peers" {
+		t.Errorf("store certificate's organization %v, want [meridian:store-peers]", got)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: loadPool(t, filepath.Join(dir, "pki", "internal-ca.crt")),
+		DNSName: "store-0.peers.ns.svc", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("store certificate does not verify with the internal CA: %v", err)
+	}
+	var errOut bytes.Buffer
+	err := pkicmd.Run([]string{"issue", "--dir", dir, "--service", "apiserver", "--hosts", "api.example"}, io.Discard, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "no api CA in "+filepath.Join(dir, "ca")) {
+		t.Errorf("issuing an API certificate without the API CA: %v, want an error naming the missing api CA", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pki", "apiserver.crt")); !os.IsNotExist(err) {
+		t.Errorf("apiserver.crt written despite the error (stat: %v)", err)
+	}
+}

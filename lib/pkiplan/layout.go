@@ -88,9 +88,22 @@ func LoadCAs(root string) (CAs, error) {
 	return loadCAs(root, func(a Authority) (*pki.CA, error) { return pki.LoadCA(a.Dir(root)) })
 }
 
+// LoadSigner loads only authority a from under root (its key must be
+// there; the other authority's need not be) and copies its certificate
+// into root/pki. It serves `meridian pki issue` in a Helm chart's init
+// containers, which are given only the internal CA: a pod never holds the
+// API CA's key. The other field of the result is nil.
+func LoadSigner(root string, a Authority) (CAs, error) {
+	return loadCAsOf(root, []Authority{a}, func(a Authority) (*pki.CA, error) { return pki.LoadCA(a.Dir(root)) })
+}
+
 func loadCAs(root string, load func(Authority) (*pki.CA, error)) (CAs, error) {
+	return loadCAsOf(root, Authorities(), load)
+}
+
+func loadCAsOf(root string, authorities []Authority, load func(Authority) (*pki.CA, error)) (CAs, error) {
 	var cas CAs
-	for _, a := range Authorities() {
+	for _, a := range authorities {
 		ca, err := load(a)
 		if err != nil {
 			return CAs{}, fmt.Errorf("pkiplan: the %s CA: %w", a, err)
@@ -104,7 +117,7 @@ func loadCAs(root string, load func(Authority) (*pki.CA, error)) (CAs, error) {
 	if err := os.MkdirAll(filepath.Join(root, CertDir), 0o700); err != nil {
 		return CAs{}, fmt.Errorf("pkiplan: %w", err)
 	}
-	for _, a := range Authorities() {
+	for _, a := range authorities {
 		if err := cas.Of(a).WriteCert(a.CertFile(root)); err != nil {
 			return CAs{}, fmt.Errorf("pkiplan: %w", err)
 		}

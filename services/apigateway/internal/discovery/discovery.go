@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/meridian-cp/meridian/lib/buildinfo"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,10 +17,24 @@ import (
 )
 
 // Version is what /version reports: the Kubernetes API version whose
-// types meridian serves.
+// types meridian serves, and in gitCommit the meridian build (its
+// version and commit, as the linker stamped them in lib/buildinfo).
 var Version = version.Info{
 	Major: "1", Minor: "37", GitVersion: "v1.37.2-meridian",
-	GitCommit: "", GitTreeState: "clean", BuildDate: "", GoVersion: "", Compiler: "gc", Platform: "linux/amd64",
+	GitCommit: gitCommit(), GitTreeState: "clean", BuildDate: "", GoVersion: "", Compiler: "gc", Platform: "linux/amd64",
+}
+
+// gitCommit is /version's gitCommit: "<version>" or "<version>+<commit>"
+// when both were stamped; empty for an unstamped (development) build.
+func gitCommit() string {
+	switch {
+	case buildinfo.Version == "dev":
+		return buildinfo.Commit
+	case buildinfo.Commit == "":
+		return buildinfo.Version
+	default:
+		return buildinfo.Version + "+" + buildinfo.Commit
+	}
 }
 
 // Documents computes discovery documents from a registry.

@@ -1,0 +1,359 @@
+package deploy
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// pod is one pod of the rendered chart, as a kubelet would run it.
+type pod struct {
+	name, ip string
+	labels   map[string]string
+	spec     *corev1.PodSpec
+	// claims are the StatefulSet's volumeClaimTemplates' names.
+	claims []string
+}
+
+// runChartOnDocker renders the chart (3 voters and a non-voter, 2
+// watchfanout replicas, one of each other tier) with the images just built, and runs its pods
+// on a Docker network the way a kubelet would: the rendered Secrets as
+// files where the pods mount them, emptyDirs and PVCs as directories,
+// $(POD_NAME) and $(POD_IP) from the downward API, the init containers
+// first, every container with a read-only root as the image's user. Pod
+// and Service DNS names are /etc/hosts entries (Docker has no cluster
+// DNS). Then kubectl, with the admin kubeconfig the chart rendered,
+// reaches the gateway, finds every dependency healthy in
+// /readyz?verbose, and writes and reads a ConfigMap; and the store CLI,
+// with an operator certificate issued from the chart's internal CA as
+// docs/deploy.md says, lists the 3 voters and the non-voter that joined
+// and saves a snapshot.
+func runChartOnDocker(t *testing.T, version string) {
+	const ns = "mrd"
+	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
+		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi,"+
+		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	b := make([]byte, 1)
+	rand.Read(b)
+	subnet := fmt.Sprintf("172.31.%d", 100+int(b[0])%100)
+	network := "meridian-chart-test-" + strings.TrimPrefix(version, "test-")
+	docker := func(args ...string) (string, error) {
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := docker("network", "create", "--subnet", subnet+".0/24", network); err != nil {
+		t.Fatalf("docker network create: %v: %s", err, out)
+	}
+	var containers []string
+	t.Cleanup(func() {
+		for _, c := range containers {
+			if t.Failed() {
+				logs, _ := docker("logs", "--tail", "15", c)
+				t.Logf("%s:\n%s", c, logs)
+			}
+			docker("rm", "-f", c)
+		}
+		docker("network", "rm", network)
+	})
+
+	// The pods, their addresses and names.
+	secrets := map[string]*corev1.Secret{}
+	var services []*corev1.Service
+	var pods []*pod
+	for _, o := range objs {
+		switch w := o.typed.(type) {
+		case *corev1.Secret:
+			secrets[w.Name] = w
+		case *corev1.Service:
+			services = append(services, w)
+		case *appsv1.StatefulSet:
+			var claims []string
+			for _, c := range w.Spec.VolumeClaimTemplates {
+				claims = append(claims, c.Name)
+			}
+			for i := range int(*w.Spec.Replicas) {
+				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec, claims: claims})
+			}
+		case *appsv1.Deployment:
+			for i := range int(*w.Spec.Replicas) {
+				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
+			}
+		}
+	}
+	hosts := map[string]string{}
+	for i, p := range pods {
+		p.ip = fmt.Sprintf("%s.%d", subnet, 10+i)
+		for _, s := range services {
+			if s.Spec.Selector == nil || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(p.labels)) {
+				continue
+			}
+			if s.Spec.ClusterIP == corev1.ClusterIPNone {
+				hosts[fmt.Sprintf("%s.%s.%s.svc.cluster.local", p.name, s.Name, ns)] = p.ip
+			} else {
+				hosts[fmt.Sprintf("%s.%s.svc.cluster.local", s.Name, ns)] = p.ip
+			}
+		}
+	}
+	var addHosts []string
+	for h, ip := range hosts {
+		addHosts = append(addHosts, "--add-host", h+":"+ip)
+	}
+
+	// Start the pods in the chart's order: store, then the rest.
+	var gateways []string
+	for _, p := range pods {
+		volumes := podVolumes(t, p, secrets)
+		env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
+		for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
+			name := network + "-" + p.name + "-" + c.Name
+			args := []string{"run", "--name", name, "--network", network, "--ip", p.ip, "--read-only"}
+			args = append(args, addHosts...)
+			for k, v := range env {
+				args = append(args, "-e", k+"="+v)
+			}
+			for _, m := range c.VolumeMounts {
+				mount := filepath.Join(volumes[m.Name], m.SubPath) + ":" + m.MountPath
+				if m.ReadOnly {
+					mount += ":ro"
+				}
+				args = append(args, "-v", mount)
+			}
+			init := strings.HasPrefix(c.Name, "issue-")
+			if init {
+				args = append(args, "--rm")
+			} else {
+				// As a kubelet restarts a container that exits.
+				args = append(args, "-d", "--restart", "on-failure")
+				containers = append(containers, name)
+				if c.Name == "apigateway" {
+					args = append(args, "-p", "127.0.0.1::6443")
+					gateways = append(gateways, name)
+				}
+			}
+			args = append(args, c.Image)
+			for _, a := range c.Args {
+				for k, v := range env {
+					a = strings.ReplaceAll(a, "$("+k+")", v)
+				}
+				args = append(args, a)
+			}
+			if out, err := docker(args...); err != nil {
+				t.Fatalf("pod %s container %s: %v: %s", p.name, c.Name, err, out)
+			}
+		}
+	}
+	if len(gateways) != 2 {
+		t.Fatalf("the chart runs %d apigateway containers, want 2", len(gateways))
+	}
+	// server is gateway i's published API; Docker publishes it on another
+	// host port whenever the container starts again.
+	server := func(i int) string {
+		port, err := docker("port", gateways[i], "6443/tcp")
+		if err != nil {
+			return "https://127.0.0.1:1" // not running: refused, and retried
+		}
+		return "https://" + strings.Split(port, "\n")[0]
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	ks := secrets["meridian-admin-kubeconfig"]
+	if ks == nil {
+		t.Fatal("no Secret meridian-admin-kubeconfig rendered")
+	}
+	if err := os.WriteFile(kubeconfig, []byte(ks.StringData["kubeconfig"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// kubectlAt runs kubectl against gateway i.
+	kubectlAt := func(i int, args ...string) (string, error) {
+		out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig, "--server", server(i)}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	kubectl := func(args ...string) (string, error) { return kubectlAt(0, args...) }
+	for i := range gateways {
+		awaitHealthy(t, func(args ...string) (string, error) { return kubectlAt(i, args...) })
+	}
+	for _, args := range [][]string{
+		{"create", "namespace", "demo"},
+		{"-n", "demo", "create", "configmap", "one", "--from-literal=k=v"},
+	} {
+		if out, err := kubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
+		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
+	}
+	cli := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
+	faults(t, network, cli, kubectlAt)
+}
+
+// awaitHealthy waits until a gateway's /readyz?verbose shows the store,
+// watchfanout, admission and flow control healthy (not degraded).
+func awaitHealthy(t *testing.T, kubectl func(args ...string) (string, error)) {
+	t.Helper()
+	var ready string
+	var err error
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ready, err = kubectl("get", "--raw", "/readyz?verbose")
+		if err == nil && !strings.Contains(ready, "degraded") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never became ready with every dependency healthy: %v\n%s", err, ready)
+		}
+		time.Sleep(time.Second)
+	}
+	for _, check := range []string{"[+]store ok", "[+]watchfanout ok", "[+]admission ok", "[+]flowcontrol ok"} {
+		if !strings.Contains(ready, check) {
+			t.Errorf("/readyz?verbose has no %q:\n%s", check, ready)
+		}
+	}
+}
+
+// operate issues an operator certificate from the internal CA's Secret
+// (meridian pki issue, in the all-in-one image) and runs the store CLI
+// (in the store image) on the network: member list must show the 3
+// voters and the joined non-voter, and snapshot save must write a backup.
+func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) func(args ...string) (string, error) {
+	t.Helper()
+	if ca == nil {
+		t.Fatal("no Secret meridian-internal-ca rendered")
+	}
+	ops := t.TempDir()
+	for _, d := range []string{ops, filepath.Join(ops, "ca"), filepath.Join(ops, "ca", "internal")} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o777)
+	}
+	for key, file := range map[string]string{"tls.crt": "ca.crt", "tls.key": "ca.key"} {
+		if err := os.WriteFile(filepath.Join(ops, "ca", "internal", file), ca.Data[key], 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docker := func(args ...string) (string, error) {
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := docker("run", "--rm", "--read-only", "-v", ops+":/ops", "meridian/meridian:"+version,
+		"pki", "issue", "--dir=/ops", "--service=operator"); err != nil {
+		t.Fatalf("meridian pki issue --service operator: %v: %s", err, out)
+	}
+	var endpoints []string
+	for h := range hosts {
+		if strings.HasPrefix(h, "meridian-store-") && strings.Contains(h, ".meridian-store-peers.") {
+			endpoints = append(endpoints, h+":2479")
+		}
+	}
+	cli := func(args ...string) (string, error) {
+		run := append([]string{"run", "--rm", "--read-only", "--network", network, "-v", ops + ":/ops"}, addHosts...)
+		run = append(run, "meridian/store:"+version)
+		run = append(run, args...)
+		return docker(append(run, "--endpoints="+strings.Join(endpoints, ","),
+			"--cert=/ops/pki/operator.crt", "--key=/ops/pki/operator.key", "--cacert=/ops/pki/internal-ca.crt")...)
+	}
+	var list string
+	var err error
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err = cli("member", "list")
+		if err == nil && strings.Count(list, "\n") == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store member list never showed 4 members: %v\n%s", err, list)
+		}
+		time.Sleep(time.Second)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(list, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) == 5 {
+			rows[f[0]] = f[3]
+		}
+	}
+	for id, voter := range map[string]string{"meridian-store-0": "true", "meridian-store-1": "true", "meridian-store-2": "true", "meridian-store-nv-0": "false"} {
+		if rows[id] != voter {
+			t.Errorf("member %s: voter %q, want %s:\n%s", id, rows[id], voter, list)
+		}
+	}
+	if out, err := cli("snapshot", "save", "/ops/backup.snap"); err != nil {
+		t.Fatalf("store snapshot save: %v: %s", err, out)
+	}
+	if st, err := os.Stat(filepath.Join(ops, "backup.snap")); err != nil || st.Size() == 0 {
+		t.Errorf("snapshot file: %v", err)
+	}
+	return cli
+}
+
+// podVolumes makes the host directory of each of p's volumes: Secrets'
+// files (their items, or every key), empty directories for emptyDirs and
+// claims. Files are readable by the image's user, as fsGroup makes them.
+func podVolumes(t *testing.T, p *pod, secrets map[string]*corev1.Secret) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	mkdir := func(name string) string {
+		d := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, c := range p.claims {
+		dirs[c] = mkdir(c)
+	}
+	for _, v := range p.spec.Volumes {
+		d := mkdir(v.Name)
+		dirs[v.Name] = d
+		if v.Secret == nil {
+			continue
+		}
+		s := secrets[v.Secret.SecretName]
+		if s == nil {
+			t.Fatalf("pod %s mounts Secret %s, which the chart does not render", p.name, v.Secret.SecretName)
+		}
+		data := map[string][]byte{}
+		for k, b := range s.Data {
+			data[k] = b
+		}
+		for k, str := range s.StringData {
+			data[k] = []byte(str)
+		}
+		items := v.Secret.Items
+		if len(items) == 0 {
+			for k := range data {
+				items = append(items, corev1.KeyToPath{Key: k, Path: k})
+			}
+		}
+		for _, it := range items {
+			b, ok := data[it.Key]
+			if !ok {
+				t.Fatalf("pod %s: Secret %s has no key %s", p.name, s.Name, it.Key)
+			}
+			f := filepath.Join(d, it.Path)
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, b, 0o444); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dirs
+}
