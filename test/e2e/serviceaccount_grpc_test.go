@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -51,8 +52,17 @@ func TestServiceAccountTokenWithForeignCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// foreignTLS presents the foreign certificate whatever CAs the server
+	// names as acceptable (Go's client would otherwise send none, and the
+	// request would be anonymous).
+	foreignTLS := func() *tls.Config {
+		c := pki.ClientTLS(nil, pool, "127.0.0.1")
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &foreign, nil }
+		return c
+	}
+
 	// REST: the foreign certificate alone is 401; with the token, 200.
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientTLS(&foreign, pool, "127.0.0.1")}}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: foreignTLS()}}
 	restStatus := func(withToken bool) int {
 		req, _ := http.NewRequest(http.MethodGet, cp.url("/api/v1/namespaces/team/configmaps/app"), nil)
 		if withToken {
@@ -77,7 +87,7 @@ func TestServiceAccountTokenWithForeignCertificate(t *testing.T) {
 	}
 
 	// gRPC, on a connection with the foreign certificate.
-	conn, err := grpc.NewClient(cp.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(&foreign, pool, "127.0.0.1"))))
+	conn, err := grpc.NewClient(cp.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(foreignTLS())))
 	if err != nil {
 		t.Fatal(err)
 	}
