@@ -63,7 +63,8 @@ type Request struct {
 	capture  bool
 	body     []byte
 	bodyType string
-	done     bool
+	// done: the last stage (Complete or Panic) was written.
+	done bool
 }
 
 // Level is the level the request is audited at; None for nil.
@@ -258,40 +259,44 @@ func (r *Request) ResponseBody(b []byte) {
 // RequestResponse, the response object. code is the status the response
 // was sent with.
 func (r *Request) Complete(code int) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done {
-		return
-	}
-	r.done = true
-	st := &metav1.Status{Code: int32(code)}
-	var body []byte
-	if r.body != nil {
-		body = r.a.toJSON(r.body, r.bodyType)
-	}
-	if code >= 400 && body != nil {
-		var s metav1.Status
-		if json.Unmarshal(body, &s) == nil && s.Kind == "Status" {
-			st = &metav1.Status{Status: s.Status, Message: s.Message, Reason: s.Reason, Details: s.Details, Code: int32(code)}
+	r.finish(func() {
+		st := &metav1.Status{Code: int32(code)}
+		var body []byte
+		if r.body != nil {
+			body = r.a.toJSON(r.body, r.bodyType)
 		}
-	}
-	r.ev.ResponseStatus = st
-	if r.d.Level == auditv1.LevelRequestResponse && !r.longRunning && body != nil {
-		if r.d.OmitManagedFields {
-			body = withoutManagedFields(body)
+		if code >= 400 && body != nil {
+			var s metav1.Status
+			if json.Unmarshal(body, &s) == nil && s.Kind == "Status" {
+				st = &metav1.Status{Status: s.Status, Message: s.Message, Reason: s.Reason, Details: s.Details, Code: int32(code)}
+			}
 		}
-		r.ev.ResponseObject = &runtime.Unknown{Raw: body, ContentType: runtime.ContentTypeJSON}
-	}
-	r.emit(auditv1.StageResponseComplete, time.Now())
-	r.body = nil
+		r.ev.ResponseStatus = st
+		if r.d.Level == auditv1.LevelRequestResponse && !r.longRunning && body != nil {
+			if r.d.OmitManagedFields {
+				body = withoutManagedFields(body)
+			}
+			r.ev.ResponseObject = &runtime.Unknown{Raw: body, ContentType: runtime.ContentTypeJSON}
+		}
+		r.emit(auditv1.StageResponseComplete, time.Now())
+		r.body = nil
+	})
 }
 
 // Panic writes the Panic stage of a request whose handler panicked: a 500
 // with the panic's message.
 func (r *Request) Panic(message string) {
+	r.finish(func() {
+		r.ev.ResponseStatus = &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: message}
+		r.ev.ResponseObject = nil
+		r.emit(auditv1.StagePanic, time.Now())
+	})
+}
+
+// finish runs write, which writes the request's last stage, with r.mu
+// held: once per request (Complete or Panic, whichever comes first), and
+// not at all for a nil r.
+func (r *Request) finish(write func()) {
 	if r == nil {
 		return
 	}
@@ -301,9 +306,7 @@ func (r *Request) Panic(message string) {
 		return
 	}
 	r.done = true
-	r.ev.ResponseStatus = &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: message}
-	r.ev.ResponseObject = nil
-	r.emit(auditv1.StagePanic, time.Now())
+	write()
 }
 
 // emit writes the event at stage s, unless the policy omits s. r.mu is

@@ -96,30 +96,38 @@ func (h *Handler) serveAccessReview(w http.ResponseWriter, r *http.Request, info
 	review := accessReviews[info.Resource]
 	gr := schema.GroupResource{Group: authorizationv1.GroupName, Resource: info.Resource}
 	if info.Name != "" || info.Subresource != "" || review.namespaced != (info.Namespace != "") {
-		writeStatus(w, metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}})
+		writeStatus(w, notFound())
 		return
 	}
 	if r.Method != http.MethodPost {
 		writeStatus(w, apierrors.NewMethodNotSupported(gr, info.Verb).ErrStatus)
 		return
 	}
+	h.serveReview(w, r, authorizationv1.SchemeGroupVersion.WithKind(review.kind), review.new(), func(obj runtime.Object) error {
+		return h.review(r.Context(), obj, info.Namespace, u)
+	})
+}
+
+// serveReview decodes an object of gvk (a review, a TokenRequest) from the
+// body into into, has fill answer it, and writes it back, 201 Created, in
+// the media type the client accepts.
+func (h *Handler) serveReview(w http.ResponseWriter, r *http.Request, gvk schema.GroupVersionKind, into runtime.Object, fill func(runtime.Object) error) {
 	out, ok := negotiation.Negotiate(r.Header.Get("Accept"), negotiation.Writes)
 	if !ok {
 		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
 			"none of the requested media types is served", 0, false).ErrStatus)
 		return
 	}
-	obj, err := h.decodeReview(r, review.kind, review.new())
+	obj, err := h.decodeReview(r, gvk, into)
 	if err == nil {
-		err = h.review(r.Context(), obj, info.Namespace, u)
+		err = fill(obj)
 	}
 	if err != nil {
 		writeStatus(w, toStatus(err))
 		return
 	}
 	var buf bytes.Buffer
-	obj.GetObjectKind().SetGroupVersionKind(authorizationv1.SchemeGroupVersion.WithKind(review.kind))
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	if err := h.reviews.serializer(out.Type).Encode(obj, &buf); err != nil {
 		writeStatus(w, apierrors.NewInternalError(err).ErrStatus)
 		return
@@ -127,15 +135,6 @@ func (h *Handler) serveAccessReview(w http.ResponseWriter, r *http.Request, info
 	w.Header().Set("Content-Type", out.Type)
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(buf.Bytes())
-}
-
-// decodeReview reads the request body into into, a review of kind.
-func (h *Handler) decodeReview(r *http.Request, kind string, into runtime.Object) (runtime.Object, error) {
-	ct, data, err := h.readReviewBody(r)
-	if err != nil {
-		return nil, err
-	}
-	return h.decodeBody(data, ct, authorizationv1.SchemeGroupVersion.WithKind(kind), into)
 }
 
 // readReviewBody reads the (bounded) request body and its media type.
@@ -159,8 +158,8 @@ func (h *Handler) readReviewBody(r *http.Request) (string, []byte, error) {
 	return ct, data, nil
 }
 
-// decodeReviewAs reads the request body into into, an object of gvk.
-func (h *Handler) decodeReviewAs(r *http.Request, gvk schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
+// decodeReview reads the request body into into, an object of gvk.
+func (h *Handler) decodeReview(r *http.Request, gvk schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
 	ct, data, err := h.readReviewBody(r)
 	if err != nil {
 		return nil, err

@@ -1,60 +1,21 @@
 package frontend
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit/audittest"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
-
-// testAuditor audits to a log file in a temp dir with policy; events
-// reads the file.
-func testAuditor(t *testing.T, policy string) (*audit.Auditor, func() []auditv1.Event) {
-	t.Helper()
-	dir := t.TempDir()
-	pf := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(pf, []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "audit.log")
-	a, err := audit.New(audit.Options{PolicyFile: pf, Log: audit.LogOptions{Path: logPath}}, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	return a, func() []auditv1.Event {
-		t.Helper()
-		f, err := os.Open(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		var evs []auditv1.Event
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<22)
-		for sc.Scan() {
-			var ev auditv1.Event
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				t.Fatalf("%v: %s", err, sc.Text())
-			}
-			evs = append(evs, ev)
-		}
-		return evs
-	}
-}
 
 // completed returns the ResponseComplete event of auditID.
 func completed(t *testing.T, evs []auditv1.Event, auditID string) auditv1.Event {
@@ -109,7 +70,7 @@ func (s *bigService) Get(context.Context, *apiv1.GetRequest) (*httpbody.HttpBody
 // impersonated request; a compressed response is recorded as the handler
 // wrote it.
 func TestAuditEvents(t *testing.T) {
-	a, events := testAuditor(t, `apiVersion: audit.k8s.io/v1
+	a, events := audittest.LogFile(t, `apiVersion: audit.k8s.io/v1
 kind: Policy
 rules:
 - level: RequestResponse

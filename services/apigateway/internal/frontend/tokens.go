@@ -1,10 +1,8 @@
 package frontend
 
 import (
-	"bytes"
 	"net/http"
 
-	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/serviceaccount"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -49,7 +47,7 @@ func (h *Handler) serveTokenRequest(w http.ResponseWriter, r *http.Request, info
 		writeStatus(w, apierrors.NewMethodNotSupported(gr, info.Verb).ErrStatus)
 		return
 	}
-	h.serveAuthenticationObject(w, r, "TokenRequest", &authenticationv1.TokenRequest{}, func(obj runtime.Object) error {
+	h.serveReview(w, r, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), &authenticationv1.TokenRequest{}, func(obj runtime.Object) error {
 		return h.cfg.ServiceAccounts.Request(r.Context(), info.Namespace, info.Name, obj.(*authenticationv1.TokenRequest))
 	})
 }
@@ -68,7 +66,7 @@ func (h *Handler) serveTokenReview(w http.ResponseWriter, r *http.Request, info 
 		writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Group: authenticationv1.GroupName, Resource: "tokenreviews"}, info.Verb).ErrStatus)
 		return
 	}
-	h.serveAuthenticationObject(w, r, "TokenReview", &authenticationv1.TokenReview{}, func(obj runtime.Object) error {
+	h.serveReview(w, r, authenticationv1.SchemeGroupVersion.WithKind("TokenReview"), &authenticationv1.TokenReview{}, func(obj runtime.Object) error {
 		review := obj.(*authenticationv1.TokenReview)
 		if review.Spec.Token == "" {
 			return apierrors.NewInvalid(authenticationv1.SchemeGroupVersion.WithKind("TokenReview").GroupKind(), "",
@@ -90,36 +88,6 @@ func (h *Handler) serveTokenReview(w http.ResponseWriter, r *http.Request, info 
 		}
 		return nil
 	})
-}
-
-// serveAuthenticationObject decodes an authentication.k8s.io/v1 object of
-// kind from the body into into, has fill answer it, and writes it back,
-// 201 Created.
-func (h *Handler) serveAuthenticationObject(w http.ResponseWriter, r *http.Request, kind string, into runtime.Object, fill func(runtime.Object) error) {
-	out, ok := negotiation.Negotiate(r.Header.Get("Accept"), negotiation.Writes)
-	if !ok {
-		writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
-			"none of the requested media types is served", 0, false).ErrStatus)
-		return
-	}
-	gvk := authenticationv1.SchemeGroupVersion.WithKind(kind)
-	obj, err := h.decodeReviewAs(r, gvk, into)
-	if err == nil {
-		err = fill(obj)
-	}
-	if err != nil {
-		writeStatus(w, toStatus(err))
-		return
-	}
-	var buf bytes.Buffer
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	if err := h.reviews.serializer(out.Type).Encode(obj, &buf); err != nil {
-		writeStatus(w, apierrors.NewInternalError(err).ErrStatus)
-		return
-	}
-	w.Header().Set("Content-Type", out.Type)
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(buf.Bytes())
 }
 
 // serveIssuerDiscovery serves the OpenID discovery documents of the

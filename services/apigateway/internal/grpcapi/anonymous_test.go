@@ -2,8 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,21 +42,7 @@ func TestAnonymous(t *testing.T) {
 		{"refused", authn.AnonymousRefused, codes.Unauthenticated, codes.Unauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tokens, err := authn.ParseTokenFile(strings.NewReader(tokenFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := New(Config{Authenticator: authn.New(nil, tokens), Anonymous: tc.policy, Authorizer: policy, Resources: &recordingService{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = srv.Serve(lis) }()
-			t.Cleanup(srv.Stop)
-			c := client(t, lis.Addr().String())
+			c := client(t, serveConfig(t, Config{Anonymous: tc.policy, Authorizer: policy, Resources: &recordingService{}}))
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 

@@ -1,18 +1,13 @@
 package grpcapi
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/audit/audittest"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -23,48 +18,8 @@ import (
 // at RequestResponse to a file; events reads it.
 func serveAudited(t *testing.T, svc apiv1.ResourceServiceServer) (addr string, events func() []auditv1.Event) {
 	t.Helper()
-	dir := t.TempDir()
-	pf := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(pf, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "audit.log")
-	a, err := audit.New(audit.Options{PolicyFile: pf, Log: audit.LogOptions{Path: logPath}}, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := authn.ParseTokenFile(strings.NewReader(tokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Authenticator: authn.New(nil, tokens), Authorizer: testPolicy(), Auditor: a, Resources: svc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); _ = a.Close() })
-	return lis.Addr().String(), func() []auditv1.Event {
-		t.Helper()
-		f, err := os.Open(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		var evs []auditv1.Event
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var ev auditv1.Event
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				t.Fatal(err)
-			}
-			evs = append(evs, ev)
-		}
-		return evs
-	}
+	a, events := audittest.LogFile(t, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: RequestResponse\n")
+	return serveConfig(t, Config{Authorizer: testPolicy(), Auditor: a, Resources: svc}), events
 }
 
 func stagesOf(evs []auditv1.Event, id string) (stages []string, last auditv1.Event) {

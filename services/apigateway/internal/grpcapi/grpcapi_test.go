@@ -114,11 +114,20 @@ func serve(t *testing.T, svc apiv1.ResourceServiceServer) string {
 // serveWith is serve with flow control (fc, nil: none).
 func serveWith(t *testing.T, svc apiv1.ResourceServiceServer, fc *flowcontrolclient.Client) string {
 	t.Helper()
+	return serveConfig(t, Config{Authorizer: testPolicy(), Resources: svc, FlowControl: fc})
+}
+
+// serveConfig starts a front door of cfg, its Authenticator the tokens of
+// tokenFile, on a loopback port over plaintext, stopped when t ends, and
+// returns its address.
+func serveConfig(t *testing.T, cfg Config) string {
+	t.Helper()
 	tokens, err := authn.ParseTokenFile(strings.NewReader(tokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Authenticator: authn.New(nil, tokens), Authorizer: testPolicy(), Resources: svc, FlowControl: fc})
+	cfg.Authenticator = authn.New(nil, tokens)
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,11 @@
 // then follows their changes with one store watch, and starts over with a
 // new list when the watch fails (a compaction, a store restart). The
 // gateway's RBAC policy and its ServiceAccount token index are kept this
-// way, so that no request reads the store to decide who may do what.
+// way (Run), so that no request reads the store to decide who may do
+// what. The controllers that act on what they follow (ClusterRole
+// aggregation, the default ServiceAccount and kube-root-ca.crt ones)
+// receive the same reads batch by batch on their own goroutine (Send),
+// where they also retry failed writes.
 package storewatch
 
 import (
@@ -135,5 +139,62 @@ func follow(ctx context.Context, cfg Config) error {
 			h.Apply(ev.KV.Key, value, ev.KV.ModRevision)
 		}
 		h.Publish(b.Revision, false)
+	}
+}
+
+// Batch is what a follower read between two Publishes.
+type Batch struct {
+	// Prefix is the prefix followed (Config.Prefix).
+	Prefix string
+	// Listed is true for a new list: Changes are every object under
+	// Prefix, and the objects of earlier batches are forgotten.
+	Listed bool
+	// Revision is the revision Prefix's objects are at after Changes.
+	Revision int64
+	// Changes are the objects applied, in order.
+	Changes []Change
+}
+
+// Change is one object a Batch applies.
+type Change struct {
+	// Key is the object's store key.
+	Key string
+	// Value is the object stored, nil when it was deleted.
+	Value []byte
+	// Revision is the object's modification revision.
+	Revision int64
+}
+
+// Send runs a follower (Run) whose handler sends each published Batch on
+// out, until ctx ends; cfg.Handler is not used. Call it on its own
+// goroutine. The follower waits for
+// out's receiver, so the receiver sees every batch, in order, and a watch
+// is read no faster than the receiver acts on it.
+func Send(ctx context.Context, cfg Config, out chan<- Batch) {
+	cfg.Handler = &sender{ctx: ctx, prefix: cfg.Prefix, out: out}
+	Run(ctx, cfg)
+}
+
+// sender is the Handler of Send.
+type sender struct {
+	ctx    context.Context
+	prefix string
+	out    chan<- Batch
+	batch  Batch
+}
+
+func (s *sender) Reset() { s.batch = Batch{} }
+
+func (s *sender) Apply(key string, value []byte, rev int64) {
+	s.batch.Changes = append(s.batch.Changes, Change{Key: key, Value: value, Revision: rev})
+}
+
+func (s *sender) Publish(rev int64, listed bool) {
+	b := s.batch
+	b.Prefix, b.Revision, b.Listed = s.prefix, rev, listed
+	s.batch = Batch{}
+	select {
+	case s.out <- b:
+	case <-s.ctx.Done():
 	}
 }

@@ -5,7 +5,8 @@
 // and view are aggregated this way, so a chart's ClusterRole labelled
 // rbac.authorization.k8s.io/aggregate-to-view=true adds to view.
 //
-// It reads ClusterRoles through one store watch and writes through the
+// It reads ClusterRoles through one store watch (package storewatch:
+// list, watch, list again when the watch fails) and writes through the
 // API's own update (resources.Server.UpdateObject), as
 // system:serviceaccount:kube-system:clusterrole-aggregation-controller,
 // whom the bootstrap policy lets "escalate" ClusterRoles. Every gateway
@@ -25,7 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,17 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 )
-
-// Store is what the controller reads of the store (package storage
-// describes each call). *storage.Store implements it.
-type Store interface {
-	// List reads the keys under prefix.
-	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
-	// Watch follows the changes under prefix from startRevision.
-	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
-}
-
-var _ Store = (*storage.Store)(nil)
 
 // Objects writes ClusterRoles as the API does, for the user in ctx.
 // *resources.Server implements it.
@@ -62,7 +52,7 @@ type Config struct {
 	// Codec decodes stored ClusterRoles. Required.
 	Codec *codec.Codec
 	// Store holds them. Required.
-	Store Store
+	Store storewatch.Store
 	// Objects carries out the updates. Required.
 	Objects Objects
 	// Logger logs; nil means slog.Default().
@@ -120,56 +110,22 @@ func New(cfg Config) (*Controller, error) {
 // Run aggregates until ctx ends: it reads every ClusterRole, brings the
 // aggregated ones up to date, then does so again after every change the
 // store's watch reports, and every Retry while an update failed. A
-// failed watch is replaced by a new read after Retry.
+// failed watch is replaced by a new read after Retry (storewatch.Send);
+// the roles last read are kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	ctx = identity.WithUser(ctx, User)
-	for ctx.Err() == nil {
-		err := c.run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		c.cfg.Logger.Warn("clusterrole aggregation: reading the roles again", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(c.cfg.Retry):
-		}
-	}
-}
-
-func (c *Controller) run(ctx context.Context) error {
-	prefix := c.res.KeyPrefix("")
-	list, err := c.cfg.Store.List(ctx, prefix, storage.ListOptions{})
-	if err != nil {
-		return err
-	}
-	roles := map[string]*rbacv1.ClusterRole{}
-	for _, kv := range list.KVs {
-		c.apply(roles, kv.Key, kv.Value, kv.ModRevision)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := c.cfg.Store.Watch(ctx, prefix, list.Revision+1, false)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	batches := make(chan storage.WatchBatch)
-	failed := make(chan error, 1)
+	ctx, cancel := context.WithCancel(identity.WithUser(ctx, User))
+	batches := make(chan storewatch.Batch)
+	followed := make(chan struct{})
 	go func() {
-		for {
-			b, err := w.Recv()
-			if err != nil {
-				failed <- err
-				return
-			}
-			select {
-			case batches <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
+		defer close(followed)
+		storewatch.Send(ctx, storewatch.Config{
+			Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
+			Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+		}, batches)
 	}()
-	pending := !c.syncAll(ctx, roles)
+	defer func() { cancel(); <-followed }()
+	roles := map[string]*rbacv1.ClusterRole{}
+	pending := false
 	for {
 		var retry <-chan time.Time
 		if pending {
@@ -177,21 +133,17 @@ func (c *Controller) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-failed:
-			return err
+			return
 		case b := <-batches:
-			for _, ev := range b.Events {
-				value := ev.KV.Value
-				if ev.Type == storage.Delete {
-					value = nil
-				}
-				c.apply(roles, ev.KV.Key, value, ev.KV.ModRevision)
+			if b.Listed {
+				clear(roles)
 			}
-			pending = !c.syncAll(ctx, roles)
+			for _, ch := range b.Changes {
+				c.apply(roles, ch.Key, ch.Value, ch.Revision)
+			}
 		case <-retry:
-			pending = !c.syncAll(ctx, roles)
 		}
+		pending = !c.syncAll(ctx, roles)
 	}
 }
 

@@ -5,12 +5,14 @@
 // manager's controllers of those names keep them.
 //
 // It follows namespaces and the kept objects through two store watches
-// (no read per namespace), creates a missing object through the API's own
-// create (resources.Server.CreateObject) within a round trip of the
-// namespace's creation or the object's deletion, and, when the Spec says
-// how, brings an object that drifted back with the API's own update. Every
-// gateway runs it; replicas that race get AlreadyExists or write what is
-// stored, and neither changes anything.
+// (package storewatch: each lists, watches, and lists again when its
+// watch fails; no read per namespace). Once both were read, it creates a
+// missing object through the API's own create
+// (resources.Server.CreateObject) within a round trip of the namespace's
+// creation or the object's deletion, and, when the Spec says how, brings
+// an object that drifted back with the API's own update. Every gateway
+// runs it; replicas that race get AlreadyExists or write what is stored,
+// and neither changes anything.
 package nsobject
 
 import (
@@ -26,23 +28,12 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
-
-// Store is what the controller reads of the store (package storage
-// describes each call). *storage.Store implements it.
-type Store interface {
-	// List reads the keys under prefix.
-	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
-	// Watch follows the changes under prefix from startRevision.
-	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
-}
-
-var _ Store = (*storage.Store)(nil)
 
 // Objects writes as the API does, for the user in ctx, and returns
 // Kubernetes errors. *resources.Server implements it.
@@ -78,7 +69,7 @@ type Config struct {
 	// Codec decodes stored objects. Required.
 	Codec *codec.Codec
 	// Store holds them. Required.
-	Store Store
+	Store storewatch.Store
 	// Objects carries out the creates and updates. Required.
 	Objects Objects
 	// Spec is the object kept. Required.
@@ -88,7 +79,7 @@ type Config struct {
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Retry is how often failed writes are tried again, and how long a
-	// failed watch waits before everything is read again; 0 means 1
+	// failed watch waits before its prefix is read again; 0 means 1
 	// second.
 	Retry time.Duration
 }
@@ -149,100 +140,71 @@ type state struct {
 	dirty map[string]bool
 }
 
-// Run keeps the objects until ctx ends. A failed watch is replaced by a
-// new read of everything after Retry.
+// Run keeps the objects until ctx ends. It acts once both namespaces
+// and objects were read, then after every change the watches report, on
+// Resync, and every Retry while a write failed. A failed watch is
+// replaced by a new read of its prefix after Retry (storewatch.Send);
+// what was last read is kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	ctx = identity.WithUser(ctx, c.cfg.User)
-	for ctx.Err() == nil {
-		err := c.run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		c.cfg.Logger.Warn("nsobject: reading again", "object", c.cfg.Spec.Name, "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(c.cfg.Retry):
-		}
-	}
-}
-
-// source is one followed prefix: its watch's batches, tagged.
-type source struct {
-	ns    bool
-	batch storage.WatchBatch
-}
-
-func (c *Controller) run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st := &state{active: map[string]bool{}, objects: map[string]runtime.Object{}, dirty: map[string]bool{}}
-	batches := make(chan source)
-	failed := make(chan error, 2)
+	ctx, cancel := context.WithCancel(identity.WithUser(ctx, c.cfg.User))
+	batches := make(chan storewatch.Batch)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	for _, isNS := range []bool{true, false} {
-		prefix := c.res.KeyPrefix("")
-		if isNS {
-			prefix = c.ns.KeyPrefix("")
-		}
-		list, err := c.cfg.Store.List(ctx, prefix, storage.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, kv := range list.KVs {
-			c.apply(st, isNS, kv.Key, kv.Value, kv.ModRevision)
-		}
-		w, err := c.cfg.Store.Watch(ctx, prefix, list.Revision+1, false)
-		if err != nil {
-			return err
-		}
+	for _, r := range []*registry.Resource{c.ns, c.res} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer w.Close()
-			for {
-				b, err := w.Recv()
-				if err != nil {
-					failed <- err
-					return
-				}
-				select {
-				case batches <- source{ns: isNS, batch: b}:
-				case <-ctx.Done():
-					return
-				}
-			}
+			storewatch.Send(ctx, storewatch.Config{
+				Store: c.cfg.Store, Prefix: r.KeyPrefix(""), What: r.GVR.Resource + " for " + c.cfg.Spec.Name,
+				Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+			}, batches)
 		}()
 	}
-	for ns := range st.active {
-		st.dirty[ns] = true
-	}
+	st := &state{active: map[string]bool{}, objects: map[string]runtime.Object{}, dirty: map[string]bool{}}
+	listed := map[string]bool{}
 	for {
-		c.sync(ctx, st)
+		ready := len(listed) == 2
+		if ready {
+			c.sync(ctx, st)
+		}
 		var retry <-chan time.Time
-		if len(st.dirty) > 0 {
+		if ready && len(st.dirty) > 0 {
 			retry = time.After(c.cfg.Retry)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-failed:
-			return err
-		case s := <-batches:
-			for _, ev := range s.batch.Events {
-				value := ev.KV.Value
-				if ev.Type == storage.Delete {
-					value = nil
+			return
+		case b := <-batches:
+			isNS := b.Prefix == c.ns.KeyPrefix("")
+			if b.Listed {
+				listed[b.Prefix] = true
+				if isNS {
+					clear(st.active)
+					clear(st.dirty)
+				} else {
+					clear(st.objects)
 				}
-				c.apply(st, s.ns, ev.KV.Key, value, ev.KV.ModRevision)
+			}
+			for _, ch := range b.Changes {
+				c.apply(st, isNS, ch.Key, ch.Value, ch.Revision)
+			}
+			if b.Listed {
+				// An object deleted while its watch was down is in
+				// no change: look at every namespace.
+				st.markAll()
 			}
 		case <-c.resyncCh:
-			for ns := range st.active {
-				st.dirty[ns] = true
-			}
+			st.markAll()
 		case <-retry:
 		}
+	}
+}
+
+// markAll marks every active namespace dirty.
+func (st *state) markAll() {
+	for ns := range st.active {
+		st.dirty[ns] = true
 	}
 }
 
