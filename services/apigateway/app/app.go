@@ -32,6 +32,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/apfconfig"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/clusterroleaggregation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/gc"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/namespace"
@@ -436,8 +437,9 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 	})
 }
 
-// startControllers runs the namespace controller, the garbage collector
-// and the ClusterRole aggregation controller until bg ends.
+// startControllers runs the namespace controller, the garbage collector,
+// the ClusterRole aggregation controller and the APF configuration
+// controller until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
 	if err != nil {
@@ -451,6 +453,11 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	if err != nil {
 		return fmt.Errorf("apigateway: %w", err)
 	}
+	apf, err := apfconfig.New(apfconfig.Config{Registry: reg, Codec: c, Store: store, Objects: rs, User: apiserverUser, Logger: a.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
+	a.background(bg, apf.Run)
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)
