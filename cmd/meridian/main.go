@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
+		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
@@ -89,6 +90,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cp, err := allinone.Start(ctx, allinone.Config{
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Logger: logger,
+		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit},
 	})
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 5*time.Second, "how long to run each concurrency level")
 	levels := fs.String("concurrency", "1,16,64", "comma-separated concurrency levels")
 	users := fs.Int("users", 0, "distinct users (flows); 0 means one per worker")
-	seats := fs.Int("seats", 0, "global-default seats of the in-process service; 0 means the default (200)")
+	limit := fs.Int("concurrency-limit", 0, "server concurrency limit of the in-process service (global-default gets 20/245 of it); 0 means the default (600)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -63,8 +63,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	addr := *target
 	if addr == "" {
 		a, err := app.New(ctx, app.Config{
-			GlobalDefaultConcurrencyLimit: *seats,
-			Logger:                        slog.New(slog.NewTextHandler(io.Discard, nil)),
+			ConcurrencyLimit: *limit,
+			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
 			return err

@@ -22,6 +22,9 @@ type Queuing struct {
 // PriorityLevel is the configuration of one priority level.
 type PriorityLevel struct {
 	Name string
+	// UID is the object's metadata.uid, sent to clients in
+	// X-Kubernetes-PF-PriorityLevel-UID.
+	UID string
 	// Exempt levels never queue and hold nothing.
 	Exempt bool
 	// Seats is the concurrency limit of a limited level.
@@ -40,12 +43,15 @@ const (
 // request is one Acquire waiting in, or dispatched from, a level.
 type request struct {
 	schema   string
+	flow     uint64 // flowHash of its schema and distinguisher
 	width    int
 	queue    *queue // nil for a level without queues
 	enqueued time.Time
-	// ready is closed when the request is dispatched.
-	ready chan struct{}
-	state int // guarded by level.mu
+	// ready is closed when the request is dispatched, or rejected while
+	// queued (its state then stateRemoved, reason set).
+	ready  chan struct{}
+	state  int    // guarded by level.mu
+	reason string // why a queued request was rejected; guarded by level.mu
 }
 
 // queue is a FIFO of requests of the flows dealt to it.
@@ -75,6 +81,10 @@ type queue struct {
 // A head that needs more seats than are free blocks dispatch until enough
 // are released (no smaller request overtakes it, so wide requests are not
 // starved).
+//
+// A level is reconfigured in place (reconfigure) when its object changes;
+// cfg.Name, cfg.UID, cfg.Exempt and uid never change, cfg's other fields
+// and dealer are guarded by mu.
 type level struct {
 	cfg     PriorityLevel
 	uid     string
@@ -92,17 +102,17 @@ type level struct {
 }
 
 func newLevel(cfg PriorityLevel, m *metrics) (*level, error) {
-	l := &level{cfg: cfg, uid: ObjectUID("prioritylevelconfigurations", cfg.Name), metrics: m}
+	l := &level{cfg: cfg, uid: cfg.UID, metrics: m}
+	if l.uid == "" {
+		l.uid = ObjectUID("prioritylevelconfigurations", cfg.Name)
+	}
 	if q := cfg.Queuing; q != nil {
 		d, err := newDealer(q.Queues, q.HandSize)
 		if err != nil {
 			return nil, err
 		}
 		l.dealer = d
-		l.mu.queues = make([]*queue, q.Queues)
-		for i := range l.mu.queues {
-			l.mu.queues[i] = &queue{}
-		}
+		l.mu.queues = newQueues(q.Queues)
 	}
 	if !cfg.Exempt {
 		m.nominalLimit.WithLabelValues(cfg.Name).Set(float64(cfg.Seats))
@@ -110,7 +120,62 @@ func newLevel(cfg PriorityLevel, m *metrics) (*level, error) {
 	return l, nil
 }
 
-// width clamps a request's width to [1, Seats].
+func newQueues(n int) []*queue {
+	qs := make([]*queue, n)
+	for i := range qs {
+		qs[i] = &queue{}
+	}
+	return qs
+}
+
+// reconfigure applies a new configuration of the same level (same name,
+// UID and exemptness): its seats and queue length limit change at once;
+// when its queues or hand size change, the waiting requests are dealt
+// again into new queues in their order; when it stops queuing, they are
+// rejected (concurrency-limit). Executing requests keep their seats.
+func (l *level) reconfigure(cfg PriorityLevel) error {
+	var d dealer
+	if q := cfg.Queuing; q != nil {
+		var err error
+		if d, err = newDealer(q.Queues, q.HandSize); err != nil {
+			return err
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.cfg.Queuing
+	l.cfg.Seats, l.cfg.Queuing = cfg.Seats, cfg.Queuing
+	l.metrics.nominalLimit.WithLabelValues(l.cfg.Name).Set(float64(cfg.Seats))
+	if old != nil && cfg.Queuing != nil && old.Queues == cfg.Queuing.Queues && old.HandSize == cfg.Queuing.HandSize {
+		l.dispatchLocked()
+		return nil
+	}
+	var waiting []*request
+	for _, q := range l.mu.queues {
+		waiting = append(waiting, q.reqs...)
+	}
+	l.dealer, l.mu.queues, l.mu.waiting, l.mu.next = d, nil, 0, 0
+	if cfg.Queuing != nil {
+		l.mu.queues = newQueues(cfg.Queuing.Queues)
+	}
+	for _, r := range waiting {
+		if cfg.Queuing == nil {
+			r.state, r.reason = stateRemoved, ReasonConcurrencyLimit
+			l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+			close(r.ready)
+			continue
+		}
+		q := l.chooseQueueLocked(r.flow)
+		r.queue = q
+		q.reqs = append(q.reqs, r)
+		q.seatsWaiting += r.width
+		l.mu.waiting++
+	}
+	l.dispatchLocked()
+	return nil
+}
+
+// width clamps a request's width to [1, Seats]. l.mu is held.
 func (l *level) width(w uint32) int {
 	if w == 0 {
 		w = 1
@@ -127,9 +192,15 @@ func (l *level) width(w uint32) int {
 // *RejectedError, ctx's error, or ErrClosed when closed is closed.
 func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, width uint32, maxWait time.Duration) (*request, time.Duration, error) {
 	start := time.Now()
-	r := &request{schema: schema, width: l.width(width), enqueued: start, ready: make(chan struct{})}
+	r := &request{schema: schema, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
 
 	l.mu.Lock()
+	r.width = l.width(width)
+	if l.cfg.Seats == 0 {
+		// Nothing could ever dispatch it.
+		l.mu.Unlock()
+		return nil, 0, l.reject(schema, ReasonConcurrencyLimit)
+	}
 	if l.cfg.Queuing == nil {
 		if l.mu.seatsInUse+r.width > l.cfg.Seats {
 			l.mu.Unlock()
@@ -140,7 +211,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		l.metrics.observeWait(l.cfg.Name, schema, true, 0)
 		return r, 0, nil
 	}
-	q := l.chooseQueueLocked(flowHash(schema, distinguisher))
+	q := l.chooseQueueLocked(r.flow)
 	if len(q.reqs) >= l.cfg.Queuing.QueueLengthLimit {
 		l.mu.Unlock()
 		return nil, 0, l.reject(schema, ReasonQueueFull)
@@ -164,6 +235,14 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	var cause error
 	select {
 	case <-r.ready:
+		l.mu.Lock()
+		state, reason := r.state, r.reason
+		l.mu.Unlock()
+		if state != stateDispatched {
+			// Rejected while queued: its level stopped queuing.
+			l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+			return nil, 0, l.reject(schema, reason)
+		}
 		wait := time.Since(start)
 		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
 		return r, wait, nil
@@ -176,6 +255,12 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	}
 
 	l.mu.Lock()
+	if r.state == stateRemoved {
+		// Rejected while queued, at the same moment.
+		l.mu.Unlock()
+		l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+		return nil, 0, cause
+	}
 	if r.state == stateDispatched {
 		l.mu.Unlock()
 		wait := time.Since(start)
