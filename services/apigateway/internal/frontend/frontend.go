@@ -331,10 +331,9 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		return
 	}
 	*rt = resourceRoute(info)
-	if err := h.rewrite(r, info); err != nil {
-		writeStatus(w, toStatus(err))
-		return
-	}
+	// Seats are taken before the body is read, as kube-apiserver's flow
+	// control comes before its handlers: a slow upload occupies its own
+	// priority level's seats, not the server.
 	release, err := h.acquire(r.Context(), w, info)
 	if err != nil {
 		writeStatus(w, toStatus(err))
@@ -344,6 +343,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// below included). release only queues the grant: the flow-control
 	// round trip never holds the end of the response.
 	defer release()
+	if err := h.rewrite(r, info); err != nil {
+		writeStatus(w, toStatus(err))
+		return
+	}
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
 		gz := &gzipWriter{ResponseWriter: w, writers: &h.gzip}
 		defer gz.Close()

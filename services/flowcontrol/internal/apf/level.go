@@ -145,7 +145,9 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	defer l.mu.Unlock()
 	old := l.cfg.Queuing
 	l.cfg.Seats, l.cfg.Queuing = cfg.Seats, cfg.Queuing
-	l.metrics.nominalLimit.WithLabelValues(l.cfg.Name).Set(float64(cfg.Seats))
+	if !l.cfg.Exempt {
+		l.metrics.nominalLimit.WithLabelValues(l.cfg.Name).Set(float64(cfg.Seats))
+	}
 	if old != nil && cfg.Queuing != nil && old.Queues == cfg.Queuing.Queues && old.HandSize == cfg.Queuing.HandSize {
 		l.dispatchLocked()
 		return nil

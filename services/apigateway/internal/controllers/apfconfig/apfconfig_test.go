@@ -228,6 +228,3 @@ func TestDangling(t *testing.T) {
 		t.Errorf("defaults: %+v %+v", got, got.LimitResponse.Queuing)
 	}
 }
-
-
-
