@@ -191,61 +191,6 @@ func TestWideRequests(t *testing.T) {
 	}
 }
 
-// TestFairness: a heavy user with a long backlog does not starve a light
-// user; the light user's requests are dispatched before the backlog drains.
-func TestFairness(t *testing.T) {
-	c := newFixed(t, Config{}, levels{globalDefault: 1})
-	first, err := c.Acquire(t.Context(), "gw", user("heavy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		who string
-		g   Grant
-	}
-	results := make(chan result, 100)
-	enqueue := func(who string, n int) {
-		for i := 0; i < n; i++ {
-			go func() {
-				g, err := c.Acquire(t.Context(), "gw", user(who))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				results <- result{who, g}
-			}()
-		}
-	}
-	const heavy, light = 40, 3
-	enqueue("heavy", heavy)
-	waitFor(t, "heavy backlog", func() bool { return stats(t, c, LevelGlobalDefault).Queued == heavy })
-	enqueue("light", light)
-	waitFor(t, "light requests", func() bool { return stats(t, c, LevelGlobalDefault).Queued == heavy+light })
-
-	var order []string
-	c.Release(t.Context(), first.ID)
-	for len(order) < heavy+light {
-		r := <-results
-		order = append(order, r.who)
-		c.Release(t.Context(), r.g.ID)
-	}
-	lastLight, heavyBefore := -1, 0
-	for i, who := range order {
-		if who == "light" {
-			lastLight = i
-		}
-	}
-	for _, who := range order[:lastLight] {
-		if who == "heavy" {
-			heavyBefore++
-		}
-	}
-	t.Logf("dispatch order: %v", order)
-	if heavyBefore > heavy/2 {
-		t.Fatalf("%d of %d heavy requests were dispatched before the light user's %d", heavyBefore, heavy, light)
-	}
-}
-
 func TestQueueFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := newFixed(t, Config{Registerer: reg}, levels{globalDefault: 1, queues: 1, handSize: 1, queueLength: 2})

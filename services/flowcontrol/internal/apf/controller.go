@@ -128,7 +128,6 @@ type held struct {
 	gateway string
 	level   *level
 	req     *request
-	started time.Time
 }
 
 type schema struct {
@@ -319,7 +318,6 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	h.req = r
 	h.grant.Seats = r.width
 	h.grant.QueueWait = wait
-	h.started = time.Now()
 	c.mu.Lock()
 	gw := c.gatewayLocked(gatewayID)
 	c.mu.grants[g.ID] = h
@@ -353,7 +351,7 @@ func (c *Controller) Release(_ context.Context, grantID string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownGrant, grantID)
 	}
-	h.level.release(h.req, time.Since(h.started))
+	h.level.release(h.req, true)
 	return nil
 }
 
@@ -431,7 +429,7 @@ func (c *Controller) expire(now time.Time) {
 	}
 	c.mu.Unlock()
 	for _, h := range expired {
-		h.level.release(h.req, 0)
+		h.level.release(h.req, false)
 	}
 }
 

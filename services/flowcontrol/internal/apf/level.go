@@ -42,11 +42,12 @@ const (
 
 // request is one Acquire waiting in, or dispatched from, a level.
 type request struct {
-	schema   string
-	flow     uint64 // flowHash of its schema and distinguisher
-	width    int
-	queue    *queue // nil for a level without queues
-	enqueued time.Time
+	schema     string
+	flow       uint64 // flowHash of its schema and distinguisher
+	width      int
+	queue      *queue // nil for a level without queues
+	enqueued   time.Time
+	dispatched time.Time // when it took its seats
 	// ready is closed when the request is dispatched, or rejected while
 	// queued (its state then stateRemoved, reason set).
 	ready  chan struct{}
@@ -54,78 +55,59 @@ type request struct {
 	reason string // why a queued request was rejected; guarded by level.mu
 }
 
-// queue is a FIFO of requests of the flows dealt to it.
-type queue struct {
-	reqs         []*request
-	seatsWaiting int
-	seatsInUse   int
-	// virtualFinish is the virtual time at which the last request
-	// dispatched from this queue finishes, in seats.
-	virtualFinish int64
-}
-
-// level is the run-time state of a priority level: its seats and queues.
-//
-// # Fair queuing
-//
-// Dispatch follows start-time fair queuing with cost = seats: the level
-// keeps a virtual time V; a queue's head would start at max(V, the queue's
-// virtualFinish) and finish width seats later, and the non-empty queue
-// whose head finishes first is dispatched next (ties in round-robin
-// order). V then moves to that head's start. A queue that was idle starts
-// at V, without credit for its idleness, so a flow with a long backlog
-// cannot starve a newcomer: the newcomer's head finishes before the
-// backlog's next request. Fairness is in seats dispatched; unlike
-// Kubernetes, actual execution time is not fed back.
-//
-// A head that needs more seats than are free blocks dispatch until enough
-// are released (no smaller request overtakes it, so wide requests are not
-// starved).
+// level is the run-time state of a priority level: its seats and queues,
+// dispatched by fair queuing (fairqueue.go).
 //
 // A level is reconfigured in place (reconfigure) when its object changes;
 // cfg.Name, cfg.UID, cfg.Exempt and uid never change, cfg's other fields
 // and dealer are guarded by mu.
+//
+// Invariants, under mu: 0 <= seatsInUse <= cfg.Seats (after a
+// reconfiguration that lowered Seats, seatsInUse may exceed it until
+// enough are released; nothing is dispatched meanwhile); seatsInUse is
+// the sum of the widths of the dispatched, unreleased requests; waiting
+// and seatsWaiting are the count and the widths of the queued ones;
+// active is the number of live queues with a queued or executing request.
 type level struct {
 	cfg     PriorityLevel
 	uid     string
 	dealer  dealer
 	metrics *metrics
+	// now is the clock of virtual time and execution times (tests set it).
+	now func() time.Time
 
 	mu struct {
 		sync.Mutex
-		seatsInUse  int
-		waiting     int // queued requests in all queues
-		virtualTime int64
-		next        int // queue where the next tie-breaking scan starts
-		queues      []*queue
+		seatsInUse   int
+		waiting      int // queued requests in all queues
+		seatsWaiting int // their widths
+		active       int // live queues with queued or executing requests
+		// vt is the level's virtual time R, in seat-seconds; at syncedAt.
+		vt       float64
+		syncedAt time.Time
+		next     int // queue where the next tie-breaking scan starts
+		queues   []*queue
 	}
 }
 
 func newLevel(cfg PriorityLevel, m *metrics) (*level, error) {
-	l := &level{cfg: cfg, uid: cfg.UID, metrics: m}
+	l := &level{cfg: cfg, uid: cfg.UID, metrics: m, now: time.Now}
 	if l.uid == "" {
 		l.uid = ObjectUID("prioritylevelconfigurations", cfg.Name)
 	}
+	l.mu.syncedAt = l.now()
 	if q := cfg.Queuing; q != nil {
 		d, err := newDealer(q.Queues, q.HandSize)
 		if err != nil {
 			return nil, err
 		}
 		l.dealer = d
-		l.mu.queues = newQueues(q.Queues)
+		l.mu.queues = newQueues(q.Queues, 0)
 	}
 	if !cfg.Exempt {
 		m.nominalLimit.WithLabelValues(cfg.Name).Set(float64(cfg.Seats))
 	}
 	return l, nil
-}
-
-func newQueues(n int) []*queue {
-	qs := make([]*queue, n)
-	for i := range qs {
-		qs[i] = &queue{}
-	}
-	return qs
 }
 
 // reconfigure applies a new configuration of the same level (same name,
@@ -143,22 +125,26 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.now()
+	l.syncTimeLocked(now)
 	old := l.cfg.Queuing
 	l.cfg.Seats, l.cfg.Queuing = cfg.Seats, cfg.Queuing
 	if !l.cfg.Exempt {
 		l.metrics.nominalLimit.WithLabelValues(l.cfg.Name).Set(float64(cfg.Seats))
 	}
 	if old != nil && cfg.Queuing != nil && old.Queues == cfg.Queuing.Queues && old.HandSize == cfg.Queuing.HandSize {
-		l.dispatchLocked()
+		l.dispatchLocked(now)
 		return nil
 	}
 	var waiting []*request
 	for _, q := range l.mu.queues {
+		q.live = false // its executing requests release without it
 		waiting = append(waiting, q.reqs...)
 	}
-	l.dealer, l.mu.queues, l.mu.waiting, l.mu.next = d, nil, 0, 0
+	l.dealer, l.mu.queues, l.mu.next = d, nil, 0
+	l.mu.waiting, l.mu.seatsWaiting, l.mu.active = 0, 0, 0
 	if cfg.Queuing != nil {
-		l.mu.queues = newQueues(cfg.Queuing.Queues)
+		l.mu.queues = newQueues(cfg.Queuing.Queues, l.mu.vt)
 	}
 	for _, r := range waiting {
 		if cfg.Queuing == nil {
@@ -167,13 +153,9 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 			close(r.ready)
 			continue
 		}
-		q := l.chooseQueueLocked(r.flow)
-		r.queue = q
-		q.reqs = append(q.reqs, r)
-		q.seatsWaiting += r.width
-		l.mu.waiting++
+		l.pushLocked(l.chooseQueueLocked(r.flow), r)
 	}
-	l.dispatchLocked()
+	l.dispatchLocked(now)
 	return nil
 }
 
@@ -188,6 +170,33 @@ func (l *level) width(w uint32) int {
 	return int(w)
 }
 
+// enqueueLocked admits r: at once into free seats of a level without
+// queues, or into its flow's queue and then dispatched if its turn has
+// come. It returns the rejection of a request that cannot be admitted.
+func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *RejectedError {
+	r.width = l.width(width)
+	switch {
+	case l.cfg.Seats == 0:
+		return l.reject(r.schema, ReasonConcurrencyLimit) // nothing could ever dispatch it
+	case l.cfg.Queuing == nil:
+		if l.mu.seatsInUse+r.width > l.cfg.Seats {
+			return l.reject(r.schema, ReasonConcurrencyLimit)
+		}
+		r.dispatched = now
+		l.startLocked(r)
+		return nil
+	}
+	l.syncTimeLocked(now)
+	q := l.chooseQueueLocked(r.flow)
+	if len(q.reqs) >= l.cfg.Queuing.QueueLengthLimit {
+		return l.reject(r.schema, ReasonQueueFull)
+	}
+	l.pushLocked(q, r)
+	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Inc()
+	l.dispatchLocked(now)
+	return nil
+}
+
 // acquire waits until the request of flow (schema, distinguisher) is
 // dispatched, for at most maxWait. It returns the dispatched request, which
 // the caller passes to release, and how long it waited. It fails with a
@@ -197,33 +206,10 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	r := &request{schema: schema, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
 
 	l.mu.Lock()
-	r.width = l.width(width)
-	if l.cfg.Seats == 0 {
-		// Nothing could ever dispatch it.
+	if rej := l.enqueueLocked(r, width, l.now()); rej != nil {
 		l.mu.Unlock()
-		return nil, 0, l.reject(schema, ReasonConcurrencyLimit)
+		return nil, 0, rej
 	}
-	if l.cfg.Queuing == nil {
-		if l.mu.seatsInUse+r.width > l.cfg.Seats {
-			l.mu.Unlock()
-			return nil, 0, l.reject(schema, ReasonConcurrencyLimit)
-		}
-		l.startLocked(r)
-		l.mu.Unlock()
-		l.metrics.observeWait(l.cfg.Name, schema, true, 0)
-		return r, 0, nil
-	}
-	q := l.chooseQueueLocked(r.flow)
-	if len(q.reqs) >= l.cfg.Queuing.QueueLengthLimit {
-		l.mu.Unlock()
-		return nil, 0, l.reject(schema, ReasonQueueFull)
-	}
-	r.queue = q
-	q.reqs = append(q.reqs, r)
-	q.seatsWaiting += r.width
-	l.mu.waiting++
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, schema).Inc()
-	l.dispatchLocked()
 	dispatched := r.state == stateDispatched
 	l.mu.Unlock()
 	if dispatched {
@@ -270,12 +256,14 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		if _, timedOut := cause.(*RejectedError); timedOut {
 			return r, wait, nil // dispatched just in time: use it
 		}
-		l.release(r, 0) // nobody will use it
+		l.release(r, false) // nobody will use it
 		return nil, 0, cause
 	}
+	now := l.now()
+	l.syncTimeLocked(now)
 	l.removeLocked(r)
 	// The removed request may have been the head blocking dispatch.
-	l.dispatchLocked()
+	l.dispatchLocked(now)
 	l.mu.Unlock()
 	if _, ok := cause.(*RejectedError); !ok {
 		l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, ReasonCancelled).Inc()
@@ -289,63 +277,31 @@ func (l *level) reject(schema, reason string) *RejectedError {
 	return &RejectedError{PriorityLevel: l.cfg.Name, FlowSchema: schema, Reason: reason}
 }
 
-// release returns r's seats and dispatches waiting requests. executed is
-// how long the request ran; 0 when it never did.
-func (l *level) release(r *request, executed time.Duration) {
+// release returns r's seats, corrects its queue's virtual time by its
+// real execution time, and dispatches waiting requests. ran reports
+// whether the request executed (its execution time is observed).
+func (l *level) release(r *request, ran bool) {
 	l.mu.Lock()
 	if r.state != stateDispatched {
 		l.mu.Unlock()
 		return
 	}
+	now := l.now()
+	executed := now.Sub(r.dispatched)
+	l.syncTimeLocked(now)
 	r.state = stateRemoved
 	l.mu.seatsInUse -= r.width
-	if r.queue != nil {
-		r.queue.seatsInUse -= r.width
+	if q := r.queue; q != nil && q.live {
+		busy := q.busy()
+		q.seatsInUse -= r.width
+		l.correctLocked(q, r, executed)
+		l.activeLocked(q, busy)
 	}
-	l.dispatchLocked()
+	l.dispatchLocked(now)
 	l.mu.Unlock()
 	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Sub(float64(r.width))
-	if executed > 0 {
+	if ran {
 		l.metrics.execution.WithLabelValues(l.cfg.Name, r.schema).Observe(executed.Seconds())
-	}
-}
-
-// chooseQueueLocked deals the flow's hand and picks the queue in it with
-// the fewest seats waiting and executing.
-func (l *level) chooseQueueLocked(hash uint64) *queue {
-	var best *queue
-	bestLoad := 0
-	l.dealer.deal(hash, func(card int) {
-		q := l.mu.queues[card]
-		if load := q.seatsWaiting + q.seatsInUse; best == nil || load < bestLoad {
-			best, bestLoad = q, load
-		}
-	})
-	return best
-}
-
-// dispatchLocked dispatches queued requests while seats allow.
-func (l *level) dispatchLocked() {
-	for l.mu.waiting > 0 {
-		qi, start := l.selectQueueLocked()
-		q := l.mu.queues[qi]
-		r := q.reqs[0]
-		if l.mu.seatsInUse+r.width > l.cfg.Seats {
-			return
-		}
-		q.reqs[0] = nil
-		q.reqs = q.reqs[1:]
-		if len(q.reqs) == 0 {
-			q.reqs = nil // let the backing array go
-		}
-		q.seatsWaiting -= r.width
-		q.seatsInUse += r.width
-		q.virtualFinish = start + int64(r.width)
-		l.mu.virtualTime = start
-		l.mu.waiting--
-		l.mu.next = (qi + 1) % len(l.mu.queues)
-		l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
-		l.startLocked(r)
 	}
 }
 
@@ -356,41 +312,6 @@ func (l *level) startLocked(r *request) {
 	close(r.ready)
 	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Add(float64(r.width))
 	l.metrics.dispatched.WithLabelValues(l.cfg.Name, r.schema).Inc()
-}
-
-// selectQueueLocked returns the non-empty queue whose head finishes first
-// in virtual time, and the head's virtual start. l.mu.waiting must be > 0.
-func (l *level) selectQueueLocked() (int, int64) {
-	n := len(l.mu.queues)
-	best, bestStart, bestFinish := -1, int64(0), int64(0)
-	for k := 0; k < n; k++ {
-		i := (l.mu.next + k) % n
-		q := l.mu.queues[i]
-		if len(q.reqs) == 0 {
-			continue
-		}
-		start := max(l.mu.virtualTime, q.virtualFinish)
-		finish := start + int64(q.reqs[0].width)
-		if best < 0 || finish < bestFinish {
-			best, bestStart, bestFinish = i, start, finish
-		}
-	}
-	return best, bestStart
-}
-
-// removeLocked takes a queued request out of its queue.
-func (l *level) removeLocked(r *request) {
-	q := r.queue
-	for i, x := range q.reqs {
-		if x == r {
-			q.reqs = append(q.reqs[:i], q.reqs[i+1:]...)
-			break
-		}
-	}
-	q.seatsWaiting -= r.width
-	l.mu.waiting--
-	r.state = stateRemoved
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
 }
 
 // seatsInUse returns the seats held, for tests and status.
