@@ -242,6 +242,20 @@ func TestFlowControlRejects(t *testing.T) {
 		t.Errorf("no nominal limit of e2e-one-seat in /metrics")
 	}
 
+	// The debug endpoints show the held request and the rejection.
+	levels := cp.kubectl("get", "--raw", "/debug/api_priority_and_fairness/dump_priority_levels")
+	if !strings.HasPrefix(levels, "PriorityLevelName, ActiveQueues, IsIdle,") || !rowMatches(levels, "e2e-one-seat", 5, "1") || rowMatches(levels, "e2e-one-seat", 7, "0") {
+		t.Errorf("dump_priority_levels (want e2e-one-seat executing 1, rejected > 0):\n%s", levels)
+	}
+	requests := cp.kubectl("get", "--raw", "/debug/api_priority_and_fairness/dump_requests?includeRequestDetails=1")
+	if !strings.Contains(requests, "UserName") || !rowMatches(requests, "e2e-one-seat", 1, "e2e-alice") || !rowMatches(requests, "e2e-one-seat", 10, "alice") ||
+		!rowMatches(requests, "e2e-one-seat", 11, "create") {
+		t.Errorf("dump_requests (want alice's create at e2e-one-seat):\n%s", requests)
+	}
+	if queues := cp.kubectl("get", "--raw", "/debug/api_priority_and_fairness/dump_queues"); !rowMatches(queues, "global-default", 1, "127") {
+		t.Errorf("dump_queues (want global-default's 128 queues):\n%s", queues)
+	}
+
 	// kubectl as alice: client-go retries after Retry-After, then gives up.
 	aliceConfig := cp.tokenKubeconfig("e2e-token-alice")
 	_, errOut, err := kubectlWith(aliceConfig, "get", "configmaps", "-n", "default")
@@ -261,4 +275,19 @@ func TestFlowControlRejects(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// rowMatches reports whether a debug dump has a row starting with first
+// whose column col (0-based) is want.
+func rowMatches(dump, first string, col int, want string) bool {
+	for _, line := range strings.Split(dump, "\n") {
+		cells := strings.Split(line, ",")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if len(cells) > col && cells[0] == first && cells[col] == want {
+			return true
+		}
+	}
+	return false
 }

@@ -18,6 +18,8 @@ package flowcontrolclient
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -99,6 +101,22 @@ type Grant struct {
 	// request's work is done, on every path. It is safe to call more than
 	// once and from several goroutines; only the first call counts.
 	Release func()
+}
+
+// ErrNoFlowControl is Dump's error on a gateway without flow control.
+var ErrNoFlowControl = errors.New("flow control is not configured")
+
+// Dump asks the service for the state of its priority levels, queues and
+// requests.
+func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) {
+	if c == nil {
+		return nil, ErrNoFlowControl
+	}
+	resp, err := c.fc.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("flow control: %w", err)
+	}
+	return resp, nil
 }
 
 // Acquire waits for seats for a request described by digest. A rejection is

@@ -243,6 +243,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	case path == "/version" || path == "/version/":
 		writeJSON(w, discovery.Version)
 		return
+	case strings.HasPrefix(path, apfDebugPrefix) && h.serveAPFDebug(w, r):
+		return
 	case path == "/metrics":
 		if h.cfg.Metrics != nil {
 			h.cfg.Metrics.ServeHTTP(w, r)

@@ -311,7 +311,7 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	}
 	g.ID = newGrantID()
 	h := &held{grant: g, gateway: gatewayID, level: s.level}
-	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), d.Width, c.cfg.MaxWait)
+	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
 	if err != nil {
 		return Grant{}, err
 	}

@@ -3,6 +3,7 @@ package apf
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,8 +43,10 @@ const (
 
 // request is one Acquire waiting in, or dispatched from, a level.
 type request struct {
-	schema     string
-	flow       uint64 // flowHash of its schema and distinguisher
+	schema        string
+	distinguisher string
+	digest        *Digest // for the dumps; nil in tests
+	flow          uint64  // flowHash of its schema and distinguisher
 	width      int
 	queue      *queue // nil for a level without queues
 	enqueued   time.Time
@@ -75,6 +78,8 @@ type level struct {
 	metrics *metrics
 	// now is the clock of virtual time and execution times (tests set it).
 	now func() time.Time
+	// counts of outcomes since the level was made, for the dumps.
+	dispatched, rejected, timedOut, cancelled atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -87,6 +92,8 @@ type level struct {
 		syncedAt time.Time
 		next     int // queue where the next tie-breaking scan starts
 		queues   []*queue
+		// executing are the dispatched, unreleased requests.
+		executing map[*request]struct{}
 	}
 }
 
@@ -96,6 +103,7 @@ func newLevel(cfg PriorityLevel, m *metrics) (*level, error) {
 		l.uid = ObjectUID("prioritylevelconfigurations", cfg.Name)
 	}
 	l.mu.syncedAt = l.now()
+	l.mu.executing = map[*request]struct{}{}
 	if q := cfg.Queuing; q != nil {
 		d, err := newDealer(q.Queues, q.HandSize)
 		if err != nil {
@@ -201,12 +209,12 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 // dispatched, for at most maxWait. It returns the dispatched request, which
 // the caller passes to release, and how long it waited. It fails with a
 // *RejectedError, ctx's error, or ErrClosed when closed is closed.
-func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, width uint32, maxWait time.Duration) (*request, time.Duration, error) {
+func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration) (*request, time.Duration, error) {
 	start := time.Now()
-	r := &request{schema: schema, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
+	r := &request{schema: schema, distinguisher: distinguisher, digest: d, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
 
 	l.mu.Lock()
-	if rej := l.enqueueLocked(r, width, l.now()); rej != nil {
+	if rej := l.enqueueLocked(r, d.Width, l.now()); rej != nil {
 		l.mu.Unlock()
 		return nil, 0, rej
 	}
@@ -266,6 +274,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	l.dispatchLocked(now)
 	l.mu.Unlock()
 	if _, ok := cause.(*RejectedError); !ok {
+		l.cancelled.Add(1)
 		l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, ReasonCancelled).Inc()
 	}
 	l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
@@ -273,6 +282,11 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 }
 
 func (l *level) reject(schema, reason string) *RejectedError {
+	if reason == ReasonTimeout {
+		l.timedOut.Add(1)
+	} else {
+		l.rejected.Add(1)
+	}
 	l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, reason).Inc()
 	return &RejectedError{PriorityLevel: l.cfg.Name, FlowSchema: schema, Reason: reason}
 }
@@ -291,6 +305,7 @@ func (l *level) release(r *request, ran bool) {
 	l.syncTimeLocked(now)
 	r.state = stateRemoved
 	l.mu.seatsInUse -= r.width
+	delete(l.mu.executing, r)
 	if q := r.queue; q != nil && q.live {
 		busy := q.busy()
 		q.seatsInUse -= r.width
@@ -308,6 +323,8 @@ func (l *level) release(r *request, ran bool) {
 // startLocked marks r dispatched and takes its seats.
 func (l *level) startLocked(r *request) {
 	l.mu.seatsInUse += r.width
+	l.mu.executing[r] = struct{}{}
+	l.dispatched.Add(1)
 	r.state = stateDispatched
 	close(r.ready)
 	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Add(float64(r.width))

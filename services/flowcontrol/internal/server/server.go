@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
@@ -116,6 +117,38 @@ func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGr
 		default:
 			return nil, s.toStatus(ctx, err)
 		}
+	}
+	return resp, nil
+}
+
+// Dump returns the state of every priority level.
+func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrolv1.DumpResponse, error) {
+	resp := &flowcontrolv1.DumpResponse{}
+	for _, l := range s.ctrl.Dump() {
+		ps := &flowcontrolv1.PriorityLevelState{
+			Name: l.Name, Exempt: l.Exempt, Seats: uint32(l.Seats), SeatsInUse: uint32(l.SeatsInUse),
+			ActiveQueues: uint32(l.ActiveQueues), Waiting: uint32(l.Waiting), Executing: uint32(l.Executing),
+			Dispatched: l.Dispatched, Rejected: l.Rejected, TimedOut: l.TimedOut, Cancelled: l.Cancel, VirtualTime: l.VirtualTime,
+		}
+		for _, q := range l.Queues {
+			ps.Queues = append(ps.Queues, &flowcontrolv1.QueueState{
+				Waiting: uint32(q.Waiting), SeatsWaiting: uint32(q.SeatsWaiting), Executing: uint32(q.Executing),
+				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR,
+			})
+		}
+		for _, r := range l.Requests {
+			rs := &flowcontrolv1.RequestState{
+				FlowSchema: r.FlowSchema, QueueIndex: int32(r.QueueIndex), IndexInQueue: int32(r.IndexInQueue),
+				FlowDistinguisher: r.FlowDistinguisher, ArriveTime: timestamppb.New(r.Arrived), Seats: uint32(r.Seats),
+				User: r.Digest.User, Verb: r.Digest.Verb, Path: r.Digest.Path, Namespace: r.Digest.Namespace, Name: r.Digest.Name,
+				ApiGroup: r.Digest.APIGroup, Resource: r.Digest.Resource, Subresource: r.Digest.Subresource,
+			}
+			if !r.Started.IsZero() {
+				rs.StartTime = timestamppb.New(r.Started)
+			}
+			ps.Requests = append(ps.Requests, rs)
+		}
+		resp.PriorityLevels = append(resp.PriorityLevels, ps)
 	}
 	return resp, nil
 }
