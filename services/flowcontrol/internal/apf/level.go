@@ -47,10 +47,10 @@ type request struct {
 	distinguisher string
 	digest        *Digest // for the dumps; nil in tests
 	flow          uint64  // flowHash of its schema and distinguisher
-	width      int
-	queue      *queue // nil for a level without queues
-	enqueued   time.Time
-	dispatched time.Time // when it took its seats
+	width         int
+	queue         *queue // nil for a level without queues
+	enqueued      time.Time
+	dispatched    time.Time // when it took its seats
 	// ready is closed when the request is dispatched, or rejected while
 	// queued (its state then stateRemoved, reason set).
 	ready  chan struct{}
