@@ -43,6 +43,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,7 +212,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := a.newHandler(bg, reg, authenticator, authorizer, resourceServer, svc.flowControl, health)
+	var work *worksize.Tracker
+	if svc.flowControl != nil {
+		work = worksize.NewTracker(reg, store, 0, a.cfg.Logger)
+		a.background(bg, work.Run)
+	}
+	handler, err := a.newHandler(bg, reg, authenticator, authorizer, resourceServer, svc.flowControl, work, health)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +424,7 @@ func (a *App) shutdownCheck() healthz.Check {
 }
 
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, rs *resources.Server, fc *flowcontrolclient.Client, work *worksize.Tracker, health healthChecks) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
@@ -429,6 +435,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		Authorizer:     authorizer,
 		LocalResources: rs,
 		FlowControl:    fc,
+		WorkSize:       work,
 		Readyz:         health.readyz,
 		Healthz:        health.healthz,
 		Metrics:        metrics,

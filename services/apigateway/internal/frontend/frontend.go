@@ -35,6 +35,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,9 @@ type Config struct {
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowcontrolclient.Client
+	// WorkSize estimates the seats of lists; nil makes every request one
+	// seat.
+	WorkSize *worksize.Tracker
 	// Livez, Readyz and Healthz are the checks of /livez, /readyz and
 	// /healthz beyond "ping". kube-apiserver's meanings: /livez fails only
 	// when the process must be restarted, /readyz when it should get no
@@ -336,7 +340,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// Seats are taken before the body is read, as kube-apiserver's flow
 	// control comes before its handlers: a slow upload occupies its own
 	// priority level's seats, not the server.
-	release, err := h.acquire(r.Context(), w, info)
+	release, err := h.acquire(w, r, info)
 	if err != nil {
 		writeStatus(w, toStatus(err))
 		return
