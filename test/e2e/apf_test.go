@@ -16,7 +16,8 @@ import (
 )
 
 // aliceToReject routes alice to a priority level of one seat that
-// rejects rather than queues (1 nominal share of a 100-seat server limit).
+// rejects rather than queues (1 nominal share of a 100-seat server limit,
+// and nothing to borrow).
 const aliceToReject = `apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: PriorityLevelConfiguration
 metadata:
@@ -25,6 +26,7 @@ spec:
   type: Limited
   limited:
     nominalConcurrencyShares: 1
+    borrowingLimitPercent: 0
     limitResponse:
       type: Reject
 ---

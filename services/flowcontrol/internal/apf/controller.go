@@ -49,6 +49,9 @@ type Config struct {
 	// SweepInterval is how often expired gateways are looked for; default
 	// Lease/4.
 	SweepInterval time.Duration
+	// BorrowingPeriod is how often the limited levels' limits are
+	// adjusted to their demand (borrow.go); default 10s, negative never.
+	BorrowingPeriod time.Duration
 	// RetryAfter is what rejected clients are told to wait; default 1s.
 	RetryAfter time.Duration
 	// Registerer receives the metrics; nil means none.
@@ -74,6 +77,7 @@ func (c Config) WithDefaults() Config {
 	defDur(&c.Lease, DefaultLease)
 	defDur(&c.SweepInterval, c.Lease/4)
 	defDur(&c.RetryAfter, DefaultRetryAfter)
+	defDur(&c.BorrowingPeriod, DefaultBorrowingPeriod)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -193,7 +197,40 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.wg.Add(1)
 	go c.sweep()
+	if cfg.BorrowingPeriod > 0 {
+		c.wg.Add(1)
+		go c.borrow()
+	}
 	return c, nil
+}
+
+// borrow adjusts the levels' limits every BorrowingPeriod.
+func (c *Controller) borrow() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.BorrowingPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case now := <-t.C:
+			c.AdjustBorrowing(now)
+		}
+	}
+}
+
+// AdjustBorrowing sets the limited levels' current limits from their
+// demand since the last adjustment (borrow.go); the Controller calls it
+// every BorrowingPeriod.
+func (c *Controller) AdjustBorrowing(now time.Time) {
+	c.configMu.Lock()
+	defer c.configMu.Unlock()
+	st := c.cur.Load()
+	levels := make([]*level, 0, len(st.levels))
+	for _, l := range st.levels {
+		levels = append(levels, l)
+	}
+	adjustBorrowing(levels, c.cfg.ServerConcurrencyLimit, now)
 }
 
 // Configure serves the configuration of these objects (Convert, with the
@@ -236,6 +273,7 @@ func (c *Controller) Apply(conf Configuration) error {
 	for name := range old.levels {
 		if _, ok := next.levels[name]; !ok {
 			c.metrics.nominalLimit.DeleteLabelValues(name)
+			c.metrics.currentLimit.DeleteLabelValues(name)
 		}
 	}
 	for _, fs := range conf.Schemas {

@@ -2,6 +2,7 @@ package apf
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
@@ -24,9 +25,13 @@ type Configuration struct {
 //     as apfbootstrap has it, so every request is classified;
 //   - a flow schema whose priority level does not exist (Dangling) is
 //     left out;
-//   - each limited level's seats are its nominal concurrency limit:
+//   - each limited level's nominal concurrency limit is
 //     ceil(serverLimit × its nominalConcurrencyShares / the sum of every
-//     level's shares, the exempt level's included);
+//     level's shares, the exempt level's included); it may lend
+//     round(nominal × lendablePercent / 100) and borrow
+//     round(nominal × borrowingLimitPercent / 100) (unset: serverLimit),
+//     and starts at its nominal limit less half what it may lend
+//     (borrow.go adjusts it);
 //   - UIDs are the objects' metadata.uid, or a stable one (ObjectUID)
 //     for an object without one (the bootstrap objects served before any
 //     is read).
@@ -48,8 +53,16 @@ func Convert(schemas []*flowcontrolv1.FlowSchema, levels []*flowcontrolv1.Priori
 			l.Exempt = true
 		case pl.Spec.Limited != nil:
 			if sum > 0 {
-				l.Seats = int((int64(serverLimit)*int64(shares(pl)) + sum - 1) / sum)
+				l.Nominal = int((int64(serverLimit)*int64(shares(pl)) + sum - 1) / sum)
 			}
+			lim := pl.Spec.Limited
+			lendable := int(math.Round(float64(l.Nominal) * float64(percent(lim.LendablePercent)) / 100))
+			borrowing := serverLimit
+			if lim.BorrowingLimitPercent != nil {
+				borrowing = int(math.Round(float64(l.Nominal) * float64(max(*lim.BorrowingLimitPercent, 0)) / 100))
+			}
+			l.MinSeats, l.MaxSeats = l.Nominal-lendable, l.Nominal+borrowing
+			l.Seats = l.Nominal - lendable/2 // as kube-apiserver starts a level
 			if q := pl.Spec.Limited.LimitResponse.Queuing; pl.Spec.Limited.LimitResponse.Type == flowcontrolv1.LimitResponseTypeQueue && q != nil {
 				l.Queuing = &Queuing{Queues: int(q.Queues), HandSize: int(q.HandSize), QueueLengthLimit: int(q.QueueLengthLimit)}
 			}
@@ -89,6 +102,14 @@ func withMandatory[T any](objs, mandatory []T, name func(T) string) []T {
 		}
 	}
 	return out
+}
+
+// percent is a defaulted percentage: nil counts as 0.
+func percent(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return min(max(*p, 0), 100)
 }
 
 // shares returns a level's nominal concurrency shares (defaulted objects

@@ -59,16 +59,21 @@ func (l *level) activeLocked(q *queue, wasBusy bool) {
 
 // syncTimeLocked advances virtual time to now. Every change of the busy
 // queues or of the seats requested is preceded by it.
+//
+// It also integrates the level's seat demand (borrow.go) over the same
+// interval.
 func (l *level) syncTimeLocked(now time.Time) {
+	requested := float64(l.mu.seatsInUse + l.mu.seatsWaiting)
+	l.mu.demand.max = max(l.mu.demand.max, requested)
 	elapsed := now.Sub(l.mu.syncedAt).Seconds()
 	if elapsed <= 0 {
 		return
 	}
 	l.mu.syncedAt = now
+	l.mu.demand.add(requested, elapsed)
 	if l.mu.active == 0 {
 		return
 	}
-	requested := float64(l.mu.seatsInUse + l.mu.seatsWaiting)
 	l.mu.vt += elapsed * min(requested, float64(l.cfg.Seats)) / float64(l.mu.active)
 }
 

@@ -28,8 +28,14 @@ type PriorityLevel struct {
 	UID string
 	// Exempt levels never queue and hold nothing.
 	Exempt bool
-	// Seats is the concurrency limit of a limited level.
+	// Seats is the concurrency limit of a limited level: at first, and
+	// until borrowing adjusts it (borrow.go), its nominal limit less
+	// half of what it may lend.
 	Seats int
+	// Nominal is its nominal concurrency limit; MinSeats and MaxSeats
+	// bound what borrowing makes of it (nominal − lendable, nominal +
+	// borrowing limit). Zero MaxSeats means Seats, fixed.
+	Nominal, MinSeats, MaxSeats int
 	// Queuing is nil for a level that rejects instead of queuing.
 	Queuing *Queuing
 }
@@ -94,6 +100,10 @@ type level struct {
 		queues   []*queue
 		// executing are the dispatched, unreleased requests.
 		executing map[*request]struct{}
+		// demand integrates seatsInUse + seatsWaiting since the last
+		// borrowing adjustment; smoothed is its smoothed envelope.
+		demand   integrator
+		smoothed float64
 	}
 }
 
@@ -112,9 +122,7 @@ func newLevel(cfg PriorityLevel, m *metrics) (*level, error) {
 		l.dealer = d
 		l.mu.queues = newQueues(q.Queues, 0)
 	}
-	if !cfg.Exempt {
-		m.nominalLimit.WithLabelValues(cfg.Name).Set(float64(cfg.Seats))
-	}
+	l.setLimitGaugesLocked()
 	return l, nil
 }
 
@@ -136,10 +144,14 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	now := l.now()
 	l.syncTimeLocked(now)
 	old := l.cfg.Queuing
-	l.cfg.Seats, l.cfg.Queuing = cfg.Seats, cfg.Queuing
-	if !l.cfg.Exempt {
-		l.metrics.nominalLimit.WithLabelValues(l.cfg.Name).Set(float64(cfg.Seats))
+	seats := cfg.Seats
+	if cfg.MaxSeats > 0 && l.cfg.MaxSeats > 0 {
+		// Borrowing goes on from the current limit, within the new bounds.
+		seats = min(max(l.cfg.Seats, cfg.MinSeats), cfg.MaxSeats)
 	}
+	l.cfg.Seats, l.cfg.Queuing = seats, cfg.Queuing
+	l.cfg.Nominal, l.cfg.MinSeats, l.cfg.MaxSeats = cfg.Nominal, cfg.MinSeats, cfg.MaxSeats
+	l.setLimitGaugesLocked()
 	if old != nil && cfg.Queuing != nil && old.Queues == cfg.Queuing.Queues && old.HandSize == cfg.Queuing.HandSize {
 		l.dispatchLocked(now)
 		return nil
@@ -167,13 +179,14 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	return nil
 }
 
-// width clamps a request's width to [1, Seats]. l.mu is held.
+// width clamps a request's width to [1, Seats] (1 while Seats is 0).
+// l.mu is held.
 func (l *level) width(w uint32) int {
 	if w == 0 {
 		w = 1
 	}
 	if int64(w) > int64(l.cfg.Seats) {
-		return l.cfg.Seats
+		return max(l.cfg.Seats, 1)
 	}
 	return int(w)
 }
@@ -183,8 +196,9 @@ func (l *level) width(w uint32) int {
 // come. It returns the rejection of a request that cannot be admitted.
 func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *RejectedError {
 	r.width = l.width(width)
+	l.syncTimeLocked(now)
 	switch {
-	case l.cfg.Seats == 0:
+	case l.cfg.Seats == 0 && l.cfg.MaxSeats == 0:
 		return l.reject(r.schema, ReasonConcurrencyLimit) // nothing could ever dispatch it
 	case l.cfg.Queuing == nil:
 		if l.mu.seatsInUse+r.width > l.cfg.Seats {
@@ -194,7 +208,6 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 		l.startLocked(r)
 		return nil
 	}
-	l.syncTimeLocked(now)
 	q := l.chooseQueueLocked(r.flow)
 	if len(q.reqs) >= l.cfg.Queuing.QueueLengthLimit {
 		return l.reject(r.schema, ReasonQueueFull)
