@@ -17,7 +17,7 @@ func TestAllocate(t *testing.T) {
 	}{
 		{100, [][3]float64{{10, 100, 30}, {10, 100, 10}}, []float64{75, 25}},
 		{100, [][3]float64{{50, 155, 150}, {0, 50, 0}, {5, 110, 5}}, []float64{95, 0, 5}},
-		{10, [][3]float64{{20, 30, 25}, {5, 5, 5}}, []float64{20, 5}},     // lower bounds exceed the total
+		{10, [][3]float64{{20, 30, 25}, {5, 5, 5}}, []float64{20, 5}},    // lower bounds exceed the total
 		{500, [][3]float64{{0, 30, 25}, {0, 50, 50}}, []float64{30, 50}}, // upper bounds fall short
 	} {
 		got := allocate(tc.total, tc.items)
