@@ -213,3 +213,49 @@ func TestReconfigureQueued(t *testing.T) {
 		t.Fatalf("at the end: %+v", s)
 	}
 }
+
+// TestHealthForStrangers: the spec's example FlowSchema exempts health
+// checks of unauthenticated callers, whatever their verb, and nothing
+// else; with probes left out, an authenticated caller's health check
+// stays in global-default.
+func TestHealthForStrangers(t *testing.T) {
+	c := newController(t, Config{})
+	strangers := &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: "health-for-strangers"}, Spec: flowcontrolv1.FlowSchemaSpec{
+		MatchingPrecedence:         1000,
+		PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "exempt"},
+		Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+			NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{NonResourceURLs: []string{"/healthz", "/livez", "/readyz"}, Verbs: []string{"*"}}},
+			Subjects:         []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: "system:unauthenticated"}}},
+		}},
+	}}
+	schemas := []*flowcontrolv1.FlowSchema{strangers}
+	for _, fs := range apfbootstrap.FlowSchemas() {
+		if fs.Name != apfbootstrap.Probes {
+			schemas = append(schemas, fs)
+		}
+	}
+	if err := c.Configure(schemas, apfbootstrap.PriorityLevels()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		d      Digest
+		schema string
+	}{
+		{Digest{User: UserAnonymous, Groups: []string{GroupUnauthenticated}, Verb: "get", Path: "/livez"}, "health-for-strangers"},
+		{Digest{User: UserAnonymous, Groups: []string{GroupUnauthenticated}, Verb: "head", Path: "/readyz"}, "health-for-strangers"},
+		{Digest{User: UserAnonymous, Groups: []string{GroupUnauthenticated}, Verb: "get", Path: "/version"}, "global-default"},
+		{Digest{User: UserAnonymous, Groups: []string{GroupUnauthenticated}, Verb: "get", Path: "/healthz/etcd"}, "global-default"},
+		{Digest{User: "kubelet", Groups: []string{GroupAuthenticated}, Verb: "get", Path: "/healthz"}, "global-default"},
+	} {
+		g, err := c.Acquire(t.Context(), "gw", tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.FlowSchema != tc.schema || g.Exempt != (tc.schema == "health-for-strangers") {
+			t.Errorf("%s %s by %s: %s (exempt %v), want %s", tc.d.Verb, tc.d.Path, tc.d.User, g.FlowSchema, g.Exempt, tc.schema)
+		}
+		if !g.Exempt {
+			_ = c.Release(t.Context(), g.ID)
+		}
+	}
+}
