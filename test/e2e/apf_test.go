@@ -147,7 +147,8 @@ func holdSeat(t *testing.T, cp *controlPlane, token string) func() {
 
 // TestFlowControlRejects: a FlowSchema routes alice (a token user) to a
 // Reject level of one seat. While one of her requests holds it, her next
-// is a 429 Status with Retry-After, and kubectl as alice fails with
+// is a 429 Status with Retry-After (and the X-Kubernetes-PF-* headers of
+// her FlowSchema and level), and kubectl as alice fails with
 // TooManyRequests; system:masters is never throttled. Once the seat is
 // free, alice's requests run again, classified by her FlowSchema.
 func TestFlowControlRejects(t *testing.T) {
@@ -212,7 +213,8 @@ func TestFlowControlRejects(t *testing.T) {
 	}
 	var st metav1.Status
 	if err := json.Unmarshal(body, &st); err != nil || resp.StatusCode != 429 || st.Kind != "Status" || st.Code != 429 ||
-		st.Reason != metav1.StatusReasonTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		st.Reason != metav1.StatusReasonTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+		resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != uid {
 		t.Fatalf("alice with her seat taken: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 

@@ -180,6 +180,15 @@ func TestOverGRPC(t *testing.T) {
 	if retry == nil || retry.GetRetryDelay().AsDuration() != 3*time.Second {
 		t.Fatalf("RetryInfo %v in %v", retry, st.Details())
 	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			info = ei
+		}
+	}
+	if md := info.GetMetadata(); md["flow_schema_uid"] != "uid-users" || md["priority_level_uid"] != "uid-tiny" || md["reason"] != "queue-full" {
+		t.Fatalf("ErrorInfo %v, want the UIDs of users and tiny", info)
+	}
 
 	cancel()
 	if err := <-errc; status.Code(err) != codes.Canceled {

@@ -120,7 +120,8 @@ func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) 
 }
 
 // Acquire waits for seats for a request described by digest. A rejection is
-// a 429 TooManyRequests with Retry-After. When the flow-control service
+// a 429 TooManyRequests with Retry-After, returned with a Grant that names
+// the flow schema and priority level that rejected it (and holds nothing). When the flow-control service
 // cannot be reached the request is served anyway (and logged): losing the
 // flow-control service must not take the API down.
 func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDigest) (Grant, error) {
@@ -143,15 +144,19 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 		st := status.Convert(err)
 		switch st.Code() {
 		case codes.ResourceExhausted:
-			retry := 1
+			retry, rejected := 1, nop
 			for _, d := range st.Details() {
-				if ri, ok := d.(*errdetails.RetryInfo); ok {
-					if s := int(ri.GetRetryDelay().AsDuration().Round(time.Second) / time.Second); s > retry {
+				switch d := d.(type) {
+				case *errdetails.RetryInfo:
+					if s := int(d.GetRetryDelay().AsDuration().Round(time.Second) / time.Second); s > retry {
 						retry = s
 					}
+				case *errdetails.ErrorInfo:
+					// Who classified it, for the X-Kubernetes-PF-* headers.
+					rejected.FlowSchemaUID, rejected.PriorityLevelUID = d.GetMetadata()["flow_schema_uid"], d.GetMetadata()["priority_level_uid"]
 				}
 			}
-			return nop, apierrors.NewTooManyRequests("too many requests, please try again later", retry)
+			return rejected, apierrors.NewTooManyRequests("too many requests, please try again later", retry)
 		case codes.Canceled, codes.DeadlineExceeded:
 			if ctx.Err() != nil {
 				return nop, apierrors.NewTimeoutError("the request was cancelled while waiting for a seat", 0)

@@ -23,12 +23,13 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 		digest.EstimatedWidth = h.cfg.WorkSize.ListSeats(gvr, r.URL.Query(), info.Name != "")
 	}
 	g, err := h.cfg.FlowControl.Acquire(r.Context(), digest)
-	if err != nil {
-		return nil, err
-	}
 	if g.FlowSchemaUID != "" {
+		// On a rejection too, as kube-apiserver sets them at classification.
 		w.Header().Set("X-Kubernetes-PF-FlowSchema-UID", g.FlowSchemaUID)
 		w.Header().Set("X-Kubernetes-PF-PriorityLevel-UID", g.PriorityLevelUID)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if info.Verb == "watch" {
 		g.Release()

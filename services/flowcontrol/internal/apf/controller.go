@@ -351,6 +351,10 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	h := &held{grant: g, gateway: gatewayID, level: s.level}
 	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
 	if err != nil {
+		var rej *RejectedError
+		if errors.As(err, &rej) {
+			rej.FlowSchemaUID, rej.PriorityLevelUID = s.uid, s.level.uid
+		}
 		return Grant{}, err
 	}
 	h.req = r

@@ -162,14 +162,26 @@ func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequ
 	return &flowcontrolv1.HeartbeatResponse{Interval: durationpb.New(interval)}, nil
 }
 
+// RejectedReason and RejectedDomain name the ErrorInfo of a rejection;
+// its metadata holds flow_schema_uid, priority_level_uid and reason.
+const (
+	RejectedReason = "REQUEST_REJECTED"
+	RejectedDomain = "flowcontrol.meridian-cp.io"
+)
+
 // toStatus maps the controller's errors to gRPC statuses. A rejection
-// carries a RetryInfo detail, which the gateway turns into Retry-After.
+// carries a RetryInfo detail, which the gateway turns into Retry-After,
+// and an ErrorInfo with the UIDs of the flow schema and priority level
+// that classified it, which the gateway sends as X-Kubernetes-PF-*.
 func (s *Server) toStatus(ctx context.Context, err error) error {
 	var rej *apf.RejectedError
 	switch {
 	case errors.As(err, &rej):
 		st := status.New(codes.ResourceExhausted, err.Error())
-		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.ctrl.RetryAfter())}); derr == nil {
+		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.ctrl.RetryAfter())}, &errdetails.ErrorInfo{
+			Reason: RejectedReason, Domain: RejectedDomain,
+			Metadata: map[string]string{"flow_schema_uid": rej.FlowSchemaUID, "priority_level_uid": rej.PriorityLevelUID, "reason": rej.Reason},
+		}); derr == nil {
 			st = ds
 		}
 		return st.Err()
