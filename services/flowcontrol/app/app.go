@@ -62,6 +62,10 @@ type Config struct {
 	GrantLease time.Duration
 	// RetryAfter is sent to rejected clients in RetryInfo; default 1s.
 	RetryAfter time.Duration
+	// BorrowingPeriod is how often the priority levels' limits are
+	// adjusted to their demand; default 10s, negative never (the load
+	// test's fixed-capacity runs).
+	BorrowingPeriod time.Duration
 
 	// TLS is the server's TLS configuration; nil serves plaintext (tests
 	// only).
@@ -85,6 +89,7 @@ func (c *Config) apf() apf.Config {
 		MaxWait:                c.MaxWait,
 		Lease:                  c.GrantLease,
 		RetryAfter:             c.RetryAfter,
+		BorrowingPeriod:        c.BorrowingPeriod,
 		Registerer:             c.Registerer,
 		Logger:                 c.logger(),
 	}

@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	users := fs.Int("users", 0, "distinct users (flows); 0 means one per worker")
 	pid := fs.Int("target-pid", 0, "process id of the --target service: report its CPU time per operation")
 	batch := fs.Bool("batch-release", false, "release grants as the gateway does: queued and sent together in ReleaseGrants calls (up to 512), instead of one Release per grant")
+	scenario := fs.String("scenario", "", "\"mice\": the elephants-and-mice run (--duration per phase, --service-time) instead of the Acquire+Release loops")
+	serviceTime := fs.Duration("service-time", 20*time.Millisecond, "with --scenario mice: how long each request holds its seat")
 	limit := fs.Int("concurrency-limit", 0, "server concurrency limit of the in-process service (global-default gets 20/245 of it); 0 means the default (600)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -66,10 +68,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	addr := *target
 	if addr == "" {
-		a, err := app.New(ctx, app.Config{
-			ConcurrencyLimit: *limit,
-			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		cfg := app.Config{ConcurrencyLimit: *limit, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if *scenario == "mice" {
+			cfg.BorrowingPeriod = -1 // a fixed capacity
+		}
+		a, err := app.New(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -88,6 +91,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer conn.Close()
 	client := flowcontrolv1.NewFlowControlServiceClient(conn)
 
+	if *scenario == "mice" {
+		return miceScenario(ctx, client, out, *duration, *serviceTime)
+	}
 	fmt.Fprintf(out, "flowcontrol Acquire+Release over gRPC on %s, %s per level\n", addr, *duration)
 	fmt.Fprintf(out, "%-12s %12s %12s %12s %12s %10s %14s\n", "concurrency", "ops", "ops/s", "p50", "p99", "rejected", "server CPU/op")
 	for _, n := range conc {
