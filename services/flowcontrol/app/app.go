@@ -25,7 +25,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/configwatch"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/server"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"

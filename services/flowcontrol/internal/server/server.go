@@ -17,7 +17,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 )
 
 // Server implements flowcontrolv1.FlowControlServiceServer. Close ends

@@ -9,7 +9,7 @@ import (
 // classification by the bootstrap configuration, a seat of
 // global-default taken and given back, for 64 users.
 //
-//	go test -run '^$' -bench AcquireRelease -cpu 1 ./internal/apf
+//	go test -run '^$' -bench AcquireRelease -cpu 1 ./flowcontrol/apf (in lib)
 func BenchmarkAcquireRelease(b *testing.B) {
 	c, err := New(Config{})
 	if err != nil {
