@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -128,21 +129,37 @@ func waitKubectl(t *testing.T, cp *controlPlane, what string, ok func(string) bo
 
 // holdSeat starts a create as the token's user and sends its headers but
 // not its body: the request holds its seat (taken before the body is
-// read) until the returned func closes the connection.
+// read) until the returned func closes the connection. A create answered
+// at once (a 429 while the seat of the user's previous request is still
+// being released: gateways release in batches) is tried again.
 func holdSeat(t *testing.T, cp *controlPlane, token string) func() {
 	t.Helper()
-	conn, err := tls.Dial("tcp", cp.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := tls.Dial("tcp", cp.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(conn, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n", cp.addr, token); err != nil {
+			t.Fatal(err)
+		}
+		// No answer within half a second: it waits for its body, seated.
+		_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		var b [1]byte
+		if _, err := conn.Read(b[:]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				var once sync.Once
+				closeIt := func() { once.Do(func() { conn.Close() }) }
+				t.Cleanup(closeIt)
+				return closeIt
+			}
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the create never held a seat")
+		}
 	}
-	if _, err := fmt.Fprintf(conn, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n", cp.addr, token); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	closeIt := func() { once.Do(func() { conn.Close() }) }
-	t.Cleanup(closeIt)
-	return closeIt
 }
 
 // TestFlowControlRejects: a FlowSchema routes alice (a token user) to a

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -26,15 +27,23 @@ import (
 	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
-// TestTwoGatewaysShareOneLimit: two gateways take seats from one
-// flow-control service, which reads its configuration from the store. A
-// FlowSchema sends alice to a Reject level of one seat; while a create of
-// hers through the first gateway holds it (its body never comes), her
-// list through the second gateway is a 429: the budget is the fleet's,
-// not each gateway's.
-func TestTwoGatewaysShareOneLimit(t *testing.T) {
+// apfEnv is a store, a flow-control service reading its configuration
+// from it and gateways taking seats from it, with a FlowSchema that sends
+// alice to a Reject level of one seat (1 share of a 100-seat limit,
+// nothing to borrow), applied.
+type apfEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	addrs []string
+	ca    *pki.CA
+	alice rest.TLSClientConfig
+	http  *http.Client // alice's, without client-go's retries after a 429
+}
+
+func newAPFEnv(t *testing.T, gateways int) *apfEnv {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	quiet := slog.New(slog.DiscardHandler)
 	storeAddr := storetest.Start(t, store.Config{ID: "store-0", Logger: quiet}).Addr
 	fc, err := flowcontrol.New(ctx, flowcontrol.Config{StoreAddress: storeAddr, ConcurrencyLimit: 100, Logger: quiet})
@@ -42,28 +51,30 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	fcAddr := daemontest.Serve(t, fc).Addr
-
-	ca := pkitest.NewCA(t, "test-ca")
-	serving := pkitest.IssueTLS(t, ca, pkitest.LoopbackServer("meridian-apiserver"))
-	var addrs [2]string
-	for i := range addrs {
+	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca")}
+	serving := pkitest.IssueTLS(t, e.ca, pkitest.LoopbackServer("meridian-apiserver"))
+	for i := range gateways {
 		gw, err := gateway.New(ctx, gateway.Config{
 			StoreAddress: storeAddr, FlowControlAddress: fcAddr, GatewayID: fmt.Sprintf("gw-%d", i),
 			Registry:   registry.New(registry.Standard()...),
-			ServingTLS: pki.ServerTLS(serving, nil, tls.NoClientCert), ClientCAs: ca.Pool(), Logger: quiet,
+			ServingTLS: pki.ServerTLS(serving, nil, tls.NoClientCert), ClientCAs: e.ca.Pool(), Logger: quiet,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		addrs[i] = daemontest.Serve(t, gw).Addr
+		e.addrs = append(e.addrs, daemontest.Serve(t, gw).Addr)
 	}
 	certFor := func(user string, groups ...string) rest.TLSClientConfig {
-		kp := pkitest.Issue(t, ca, pki.CertSpec{CommonName: user, Organizations: groups, Client: true})
-		return rest.TLSClientConfig{CAData: ca.CertPEM(), CertData: kp.CertPEM, KeyData: kp.KeyPEM}
+		kp := pkitest.Issue(t, e.ca, pki.CertSpec{CommonName: user, Organizations: groups, Client: true})
+		return rest.TLSClientConfig{CAData: e.ca.CertPEM(), CertData: kp.CertPEM, KeyData: kp.KeyPEM}
 	}
-	adminTLS, aliceTLS := certFor("admin", "system:masters"), certFor("alice", "dev")
-	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + addrs[0], TLSClientConfig: adminTLS})
+	adminTLS := certFor("admin", "system:masters")
+	e.alice = certFor("alice", "dev")
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: adminTLS})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if e.http, err = rest.HTTPClientFor(&rest.Config{TLSClientConfig: e.alice}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,48 +108,74 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
-	// alice's HTTP client, without client-go's retries after a 429.
-	aliceHTTP := func() *http.Client {
-		c, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: aliceTLS})
-		if err != nil {
-			t.Fatal(err)
+	polltest.Until(t, 15*time.Second, "alice classified by her FlowSchema on every gateway", func() bool {
+		for _, addr := range e.addrs {
+			if resp := e.list(e.http, addr); resp.StatusCode != 200 || resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(fs.UID) {
+				return false
+			}
 		}
-		return c
-	}()
-	list := func(addr string) *http.Response {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/api/v1/namespaces/default/configmaps", nil)
-		resp, err := aliceHTTP.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
-	polltest.Until(t, 15*time.Second, "alice classified by her FlowSchema on both gateways", func() bool {
-		a, b := list(addrs[0]), list(addrs[1])
-		return a.StatusCode == 200 && b.StatusCode == 200 &&
-			a.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(fs.UID) && b.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(fs.UID)
+		return true
 	})
+	return e
+}
 
-	// Hold the seat through gateway 0.
-	holder, err := tls.Dial("tcp", addrs[0], &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{clientCert(t, aliceTLS)}})
+// list lists configmaps through the gateway at addr with client c.
+func (e *apfEnv) list(c *http.Client, addr string) *http.Response {
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+addr+"/api/v1/namespaces/default/configmaps", nil)
+	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	defer holder.Close()
-	if _, err := fmt.Fprintf(holder, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"); err != nil {
-		t.Fatal(err)
+	resp.Body.Close()
+	return resp
+}
+
+// hold starts a create of alice's through the gateway at addr and sends
+// no body: it holds her seat until the returned func closes it. A create
+// answered at once (a 429 while the seat of her previous request is
+// still being released: gateways release in batches) is tried again.
+func (e *apfEnv) hold(addr string) func() {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		holder, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{clientCert(e.t, e.alice)}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { holder.Close() })
+		if _, err := fmt.Fprintf(holder, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"); err != nil {
+			e.t.Fatal(err)
+		}
+		// No answer within half a second: it waits for its body, seated.
+		_ = holder.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		var b [1]byte
+		if _, err := holder.Read(b[:]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				return func() { holder.Close() }
+			}
+		}
+		holder.Close()
+		if time.Now().After(deadline) {
+			e.t.Fatal("alice's create never held a seat")
+		}
 	}
+}
+
+// TestTwoGatewaysShareOneLimit: two gateways take seats from one
+// flow-control service. While a create of alice's through the first
+// gateway holds her one seat, her list through the second gateway is a
+// 429: the budget is the fleet's, not each gateway's.
+func TestTwoGatewaysShareOneLimit(t *testing.T) {
+	e := newAPFEnv(t, 2)
+	release := e.hold(e.addrs[0])
 	polltest.Until(t, 10*time.Second, "a 429 from the other gateway", func() bool {
-		resp := list(addrs[1])
+		resp := e.list(e.http, e.addrs[1])
 		return resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != ""
 	})
-	if resp := list(addrs[0]); resp.StatusCode != http.StatusTooManyRequests {
+	if resp := e.list(e.http, e.addrs[0]); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("the holding gateway: %d, want 429", resp.StatusCode)
 	}
-	holder.Close()
-	polltest.Until(t, 10*time.Second, "alice served again once the seat is free", func() bool { return list(addrs[1]).StatusCode == 200 })
+	release()
+	polltest.Until(t, 10*time.Second, "alice served again once the seat is free", func() bool { return e.list(e.http, e.addrs[1]).StatusCode == 200 })
 }
 
 // clientCert is the tls.Certificate of a client configuration.

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/configwatch"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/server"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"

@@ -7,10 +7,10 @@ import (
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
-	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 )
 
 // Run parses args and serves until ctx is done or SIGINT/SIGTERM. Usage

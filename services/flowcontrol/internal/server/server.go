@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 )
 
 // Server implements flowcontrolv1.FlowControlServiceServer. Close ends
