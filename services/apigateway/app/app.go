@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -64,6 +65,11 @@ type Config struct {
 	// FlowControlAddress is the flow-control service's address; empty: no
 	// flow control.
 	FlowControlAddress string
+	// FlowControlFallbackLimit is the server concurrency limit (seats) of
+	// the gateway's own limiter, used with the fleet's FlowSchemas and
+	// PriorityLevelConfigurations while the flow-control service does not
+	// answer: this gateway's share of the service's limit; 0 means 600.
+	FlowControlFallbackLimit int
 	// WatchFanoutAddresses are watchfanout's replicas, which serve
 	// watches and Any/NotOlderThan reads; empty: everything is served from
 	// the store.
@@ -149,6 +155,9 @@ type App struct {
 	stopping atomic.Bool
 	once     sync.Once
 	closeErr error
+	// fallback is the flow-control limiter used while the service does
+	// not answer; nil without flow control.
+	fallback *apf.Controller
 }
 
 // New connects to the services, makes sure the namespaces every cluster
@@ -352,8 +361,18 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			return svc, err
 		}
 		svc.flowControl = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), a.cfg.GatewayID, a.cfg.Logger)
-		// Flow control fails open (flowcontrolclient.Acquire).
-		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are served without flow control"))
+		// Without the service, requests take seats from a limiter of
+		// this gateway's own (flowcontrolclient.Acquire), which follows
+		// the stored configuration (startControllers); its metrics stay
+		// private, the service's names are the service's.
+		local, err := apf.New(apf.Config{ServerConcurrencyLimit: a.cfg.FlowControlFallbackLimit, Logger: a.cfg.Logger})
+		if err != nil {
+			return svc, fmt.Errorf("apigateway: flow-control fallback: %w", err)
+		}
+		a.fallback = local
+		a.closers = append(a.closers, local.Close)
+		svc.flowControl.SetFallback(local)
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are limited by this gateway alone"))
 		a.background(bg, svc.flowControl.Run)
 	}
 	if len(a.cfg.WatchFanoutAddresses) > 0 {
@@ -460,11 +479,15 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	if err != nil {
 		return fmt.Errorf("apigateway: %w", err)
 	}
-	apf, err := apfconfig.New(apfconfig.Config{Registry: reg, Codec: c, Store: store, Objects: rs, User: apiserverUser, Logger: a.cfg.Logger})
+	acfg := apfconfig.Config{Registry: reg, Codec: c, Store: store, Objects: rs, User: apiserverUser, Logger: a.cfg.Logger}
+	if a.fallback != nil {
+		acfg.Sink = a.fallback.Configure
+	}
+	apfCtl, err := apfconfig.New(acfg)
 	if err != nil {
 		return fmt.Errorf("apigateway: %w", err)
 	}
-	a.background(bg, apf.Run)
+	a.background(bg, apfCtl.Run)
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)

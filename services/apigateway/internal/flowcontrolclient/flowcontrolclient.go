@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/identity"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
@@ -71,6 +72,9 @@ type Client struct {
 	noBatchUntil atomic.Int64
 	// exemptions is the service's latest list; nil while not synced.
 	exemptions atomic.Pointer[[]exemption]
+	// fallback limits requests while the service does not answer; nil
+	// serves them without seats.
+	fallback *apf.Controller
 }
 
 // exemption is a WatchExemptions entry: callers whose every request gets an
@@ -121,9 +125,11 @@ func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) 
 
 // Acquire waits for seats for a request described by digest. A rejection is
 // a 429 TooManyRequests with Retry-After, returned with a Grant that names
-// the flow schema and priority level that rejected it (and holds nothing). When the flow-control service
-// cannot be reached the request is served anyway (and logged): losing the
-// flow-control service must not take the API down.
+// the flow schema and priority level that rejected it (and holds nothing).
+// When the flow-control service cannot be reached the request takes seats
+// from the fallback limiter (SetFallback), or without one is served anyway
+// (and logged): losing the flow-control service must not take the API
+// down.
 func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDigest) (Grant, error) {
 	nop := Grant{Release: func() {}}
 	if c == nil {
@@ -161,6 +167,10 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 			if ctx.Err() != nil {
 				return nop, apierrors.NewTimeoutError("the request was cancelled while waiting for a seat", 0)
 			}
+		}
+		if g, ok, lerr := c.acquireLocally(ctx, digest); ok {
+			c.log.Warn("flow control unavailable; limited by this gateway's fallback", "error", err)
+			return g, lerr
 		}
 		c.log.Warn("flow control unavailable; serving without it", "error", err)
 		return nop, nil

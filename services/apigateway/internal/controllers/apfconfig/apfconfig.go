@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +90,9 @@ type Config struct {
 	// Retry is how soon a failed write is tried again and a failed watch
 	// replaced; 0 means 1 second.
 	Retry time.Duration
+	// Sink, when set, is given the stored objects after they are read and
+	// after every change (the gateway's fallback limiter follows them).
+	Sink func(schemas []*flowcontrolv1.FlowSchema, levels []*flowcontrolv1.PriorityLevelConfiguration) error
 }
 
 // Controller maintains the configuration objects; Run runs it.
@@ -197,6 +202,7 @@ func (c *Controller) run(ctx context.Context) error {
 			}
 		}
 	}()
+	c.publish(view)
 	maintained := c.maintainAll(ctx, view)
 	pending := !maintained || !c.statusAll(ctx, view)
 	tick := time.NewTicker(c.cfg.Interval)
@@ -219,6 +225,7 @@ func (c *Controller) run(ctx context.Context) error {
 				}
 				c.apply(&view, ev.KV.Key, value, ev.KV.ModRevision)
 			}
+			c.publish(view)
 			pending = !maintained || !c.statusAll(ctx, view)
 		case <-tick.C:
 			maintained = c.maintainAll(ctx, view)
@@ -227,6 +234,24 @@ func (c *Controller) run(ctx context.Context) error {
 			maintained = maintained || c.maintainAll(ctx, view)
 			pending = !maintained || !c.statusAll(ctx, view)
 		}
+	}
+}
+
+// publish hands the objects to the Sink, by name.
+func (c *Controller) publish(view objects) {
+	if c.cfg.Sink == nil {
+		return
+	}
+	schemas := make([]*flowcontrolv1.FlowSchema, 0, len(view.schemas))
+	for _, name := range slices.Sorted(maps.Keys(view.schemas)) {
+		schemas = append(schemas, view.schemas[name])
+	}
+	levels := make([]*flowcontrolv1.PriorityLevelConfiguration, 0, len(view.levels))
+	for _, name := range slices.Sorted(maps.Keys(view.levels)) {
+		levels = append(levels, view.levels[name])
+	}
+	if err := c.cfg.Sink(schemas, levels); err != nil {
+		c.cfg.Logger.Warn("apf configuration: the fallback limiter refused it", "error", err)
 	}
 }
 
