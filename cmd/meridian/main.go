@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		audit     gateway.AuditOptions
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
 		oidc      gateway.OIDCOptions
+		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
 	audit.AddFlags(flag.CommandLine)
 	oidc.AddFlags(flag.CommandLine)
@@ -99,6 +100,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
+		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit},
 	})
 	if err != nil {
 		return err

@@ -72,6 +72,8 @@ type Config struct {
 
 	// Watchfanout tunes watchfanout; zero values keep its defaults.
 	Watchfanout WatchfanoutConfig
+	// FlowControl tunes flow control; zero values keep its defaults.
+	FlowControl FlowControlConfig
 	// DisableWatchfanout gives the gateway no watchfanout address: it
 	// serves watches and cached reads straight from the store, as when
 	// watchfanout is down. watchfanout itself still runs.
@@ -85,6 +87,14 @@ type WatchfanoutConfig struct {
 	// HistoryMaxEvents caps each resource's event history (default 10000):
 	// watches from before it get 410 Expired.
 	HistoryMaxEvents int
+}
+
+// FlowControlConfig tunes flow control.
+type FlowControlConfig struct {
+	// ConcurrencyLimit is the server concurrency limit (seats) the
+	// limited priority levels share by their nominal concurrency shares
+	// (default 600).
+	ConcurrencyLimit int
 }
 
 // KubeconfigName is the admin kubeconfig's file name in the data dir.
@@ -240,7 +250,10 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		return addrs, err
 	}
 	if _, addrs.flowcontrol, err = startService(cp, "flowcontrol", onLoopback, func() (*flowcontrol.App, error) {
+		fcCert := sh.certs.services["flowcontrol"]
 		return flowcontrol.New(ctx, flowcontrol.Config{
+			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&fcCert, sh.certs.internalCA.Pool(), ""),
+			EncryptionProviderConfig: cfg.EncryptionProviderConfig, ConcurrencyLimit: cfg.FlowControl.ConcurrencyLimit,
 			TLS: sh.serverTLS("flowcontrol"), Registerer: sh.registerer("flowcontrol"), Logger: sh.logger("flowcontrol"), Trust: sh.trust,
 		})
 	}); err != nil {

@@ -42,7 +42,7 @@ import (
 //	pki/store.crt, .key              the store's, O=meridian:store-peers (server and client)
 //	pki/watchfanout.crt, .key        watchfanout's, O=meridian:watchfanout (server and client)
 //	pki/admission.crt, .key          serving only
-//	pki/flowcontrol.crt, .key        serving only
+//	pki/flowcontrol.crt, .key        flow control's, O=meridian:flowcontrol (server and client)
 //	pki/operator.crt, .key           O=meridian:operators, for the store CLI and tests
 //
 // CA keys stay under ca/ (mode 0700): pki/ holds what the services read,

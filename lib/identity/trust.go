@@ -23,6 +23,10 @@ const (
 	// WatchFanoutOrganization is the Organization of watchfanout's client
 	// certificate: it reads and watches the store, and writes nothing.
 	WatchFanoutOrganization = "meridian:watchfanout"
+	// FlowControlOrganization is the Organization of the flow-control
+	// service's client certificate: it reads and watches the store (its
+	// FlowSchemas and PriorityLevelConfigurations), and writes nothing.
+	FlowControlOrganization = "meridian:flowcontrol"
 	// StorePeerOrganization is the Organization of a store member's
 	// certificate: the raft transport, requests forwarded to the leader
 	// and a new member asking to join.

@@ -66,7 +66,8 @@ const (
 	WatchFanout Kind = "watchfanout"
 	// Admission is the admission service's serving certificate.
 	Admission Kind = "admission"
-	// FlowControl is the flow-control service's serving certificate.
+	// FlowControl is the flow-control service's: it serves the gateways
+	// and dials the store (O=meridian:flowcontrol).
 	FlowControl Kind = "flowcontrol"
 	// APIServer is the gateway's serving certificate for the Kubernetes
 	// HTTPS API and the gRPC API, signed by the API CA.
@@ -159,9 +160,11 @@ var kinds = map[Kind]kindInfo{
 		uses:  []Use{serving("admission")},
 	},
 	FlowControl: {
-		signer: InternalAuthority, server: true,
-		about: "the flow-control service: serves the gateways",
-		uses:  []Use{serving("flowcontrol")},
+		signer: InternalAuthority, orgs: []string{identity.FlowControlOrganization}, server: true, client: true,
+		about: "the flow-control service: serves the gateways, reads and watches the store (its configuration objects)",
+		uses: []Use{serving("flowcontrol"), {Command: "flowcontrol", Purpose: "reads and watches the store", Flags: []Flag{
+			{"--store-cert-file", CertFile}, {"--store-key-file", KeyFile}, {"--store-ca-file", InternalCAFile},
+		}}},
 	},
 	APIServer: {
 		signer: APIAuthority, server: true,

@@ -174,7 +174,7 @@ func (g *apiGateway) readyzUntil(what string, cond func(code int, body string) b
 
 // TestReadinessFollowsWhatTheGatewayCanServe: /readyz fails only when the
 // gateway cannot serve. With flow control, watchfanout and admission down
-// it serves (without flow control, from the store, refusing only writes
+// it serves (limited by its own flow control, from the store, refusing only writes
 // that need admission), so /readyz is 200 and ?verbose and
 // meridian_apigateway_dependency_degraded name each as degraded; with the
 // store down it cannot, and /readyz fails. /livez stays 200 throughout.
@@ -199,7 +199,7 @@ func TestReadinessFollowsWhatTheGatewayCanServe(t *testing.T) {
 
 	healthy := func(name string) string { return "[+]" + name + " ok\n" }
 	degradedLine := map[string]string{
-		"flowcontrol": "[+]flowcontrol ok (degraded: requests are served without flow control)\n",
+		"flowcontrol": "[+]flowcontrol ok (degraded: requests are limited by this gateway alone)\n",
 		"watchfanout": "[+]watchfanout ok (degraded: watches and reads are served by the store)\n",
 		"admission":   "[+]admission ok (degraded: writes that need admission fail)\n",
 	}

@@ -107,6 +107,7 @@ func Leases() *Resource {
 func Standard() []*Resource {
 	standard := append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases())
 	standard = append(standard, RBAC()...)
+	standard = append(standard, FlowControl()...)
 	return standard
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -35,6 +36,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn/serviceaccount"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/coalesce"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/apfconfig"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/clusterroleaggregation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/gc"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/namespace"
@@ -46,6 +48,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -65,6 +68,11 @@ type Config struct {
 	// FlowControlAddress is the flow-control service's address; empty: no
 	// flow control.
 	FlowControlAddress string
+	// FlowControlFallbackLimit is the server concurrency limit (seats) of
+	// the gateway's own limiter, used with the fleet's FlowSchemas and
+	// PriorityLevelConfigurations while the flow-control service does not
+	// answer: this gateway's share of the service's limit; 0 means 600.
+	FlowControlFallbackLimit int
 	// WatchFanoutAddresses are watchfanout's replicas, which serve
 	// watches and Any/NotOlderThan reads; empty: everything is served from
 	// the store.
@@ -181,6 +189,9 @@ type App struct {
 	stopping atomic.Bool
 	once     sync.Once
 	closeErr error
+	// fallback is the flow-control limiter used while the service does
+	// not answer; nil without flow control.
+	fallback *apf.Controller
 }
 
 // New connects to the services, makes sure the namespaces every cluster
@@ -259,7 +270,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := a.newHandler(bg, reg, authenticator, authorizer, auditor, resourceServer, svc.flowControl, health, saTokens)
+	var work *worksize.Tracker
+	if svc.flowControl != nil {
+		work = worksize.NewTracker(reg, store, 0, a.cfg.Logger)
+		a.background(bg, work.Run)
+	}
+	handler, err := a.newHandler(bg, reg, authenticator, authorizer, auditor, resourceServer, svc.flowControl, work, health, saTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -404,8 +420,18 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			return svc, err
 		}
 		svc.flowControl = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), a.cfg.GatewayID, a.cfg.Logger)
-		// Flow control fails open (flowcontrolclient.Acquire).
-		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are served without flow control"))
+		// Without the service, requests take seats from a limiter of
+		// this gateway's own (flowcontrolclient.Acquire), which follows
+		// the stored configuration (startControllers); its metrics stay
+		// private, the service's names are the service's.
+		local, err := apf.New(apf.Config{ServerConcurrencyLimit: a.cfg.FlowControlFallbackLimit, Logger: a.cfg.Logger})
+		if err != nil {
+			return svc, fmt.Errorf("apigateway: flow-control fallback: %w", err)
+		}
+		a.fallback = local
+		a.closers = append(a.closers, local.Close)
+		svc.flowControl.SetFallback(local)
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are limited by this gateway alone"))
 		a.background(bg, svc.flowControl.Run)
 	}
 	if len(a.cfg.WatchFanoutAddresses) > 0 {
@@ -476,7 +502,7 @@ func (a *App) shutdownCheck() healthz.Check {
 }
 
 // newHandler builds the REST front end in front of the resource server.
-func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, auditor *audit.Auditor, rs *resources.Server, fc *flowcontrolclient.Client, health healthChecks, sa *serviceaccount.Tokens) (http.Handler, error) {
+func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticator *authn.Authenticator, authorizer authz.Authorizer, auditor *audit.Auditor, rs *resources.Server, fc *flowcontrolclient.Client, work *worksize.Tracker, health healthChecks, sa *serviceaccount.Tokens) (http.Handler, error) {
 	var metrics http.Handler
 	if a.cfg.Gatherer != nil {
 		metrics = promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{})
@@ -490,6 +516,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		LocalResources:  rs,
 		FlowControl:     fc,
 		ServiceAccounts: sa,
+		WorkSize:        work,
 		Readyz:          health.readyz,
 		Healthz:         health.healthz,
 		Metrics:         metrics,
@@ -499,8 +526,9 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 }
 
 // startControllers runs the namespace controller, the garbage collector,
-// the ClusterRole aggregation controller and the controllers of every
-// namespace's default ServiceAccount and kube-root-ca.crt until bg ends.
+// the ClusterRole aggregation controller, the APF configuration
+// controller and the controllers of every namespace's default
+// ServiceAccount and kube-root-ca.crt until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
 	if err != nil {
@@ -514,6 +542,15 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	if err != nil {
 		return fmt.Errorf("apigateway: %w", err)
 	}
+	acfg := apfconfig.Config{Registry: reg, Codec: c, Store: store, Objects: rs, User: apiserverUser, Logger: a.cfg.Logger}
+	if a.fallback != nil {
+		acfg.Sink = a.fallback.Configure
+	}
+	apfCtl, err := apfconfig.New(acfg)
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
+	a.background(bg, apfCtl.Run)
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)

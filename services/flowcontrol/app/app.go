@@ -1,6 +1,8 @@
 // Package app assembles the flow-control service: the apf.Controller
-// behind a gRPC server built by lib/grpcserver. The flowcontrol binary and
-// the all-in-one binary both use it.
+// behind a gRPC server built by lib/grpcserver, configured from the
+// FlowSchema and PriorityLevelConfiguration objects a configwatch.Follower
+// reads from the store. The flowcontrol binary and the all-in-one binary
+// both use it.
 package app
 
 import (
@@ -18,11 +20,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/configwatch"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/server"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
 // ServiceName is the gRPC service served, as reported by the health
@@ -32,20 +38,22 @@ const ServiceName = "meridian.flowcontrol.v1.FlowControlService"
 // Config configures the flow-control service. Zero values mean the
 // defaults stated on each field.
 type Config struct {
-	// ConcurrencyLimit is the concurrency limit, in seats, of priority
-	// level catch-all, which rejects rather than queues; default 200.
+	// ConcurrencyLimit is the server concurrency limit, in seats, of the
+	// whole fleet: the limited priority levels share it by their nominal
+	// concurrency shares; default 600 (kube-apiserver's 400 + 200).
 	ConcurrencyLimit int
-	// GlobalDefaultConcurrencyLimit is the concurrency limit, in seats, of
-	// priority level global-default (authenticated users); default 200.
-	GlobalDefaultConcurrencyLimit int
-	// Queues is the number of global-default's queues; default 128.
-	Queues int
-	// HandSize is the number of queues each flow (user) is dealt by
-	// shuffle sharding; default 6.
-	HandSize int
-	// QueueLengthLimit is the number of requests each queue holds; default
-	// 50.
-	QueueLengthLimit int
+	// StoreAddress is the comma-separated addresses of the store's
+	// members, where the FlowSchema and PriorityLevelConfiguration objects
+	// are read and watched. Empty serves the mandatory and suggested
+	// configuration (apfbootstrap) only (tests, the load test).
+	StoreAddress string
+	// StoreTLS is the store client's TLS configuration, with a client
+	// certificate of O=meridian:flowcontrol; nil dials plaintext (tests).
+	StoreTLS *tls.Config
+	// EncryptionProviderConfig is the path of the EncryptionConfiguration
+	// the gateways use, to read objects encrypted at rest; empty reads
+	// them as stored.
+	EncryptionProviderConfig string
 	// MaxWait is the longest a request waits in its queue before it is
 	// rejected with RESOURCE_EXHAUSTED; default 15s.
 	MaxWait time.Duration
@@ -54,6 +62,10 @@ type Config struct {
 	GrantLease time.Duration
 	// RetryAfter is sent to rejected clients in RetryInfo; default 1s.
 	RetryAfter time.Duration
+	// BorrowingPeriod is how often the priority levels' limits are
+	// adjusted to their demand; default 10s, negative never (the load
+	// test's fixed-capacity runs).
+	BorrowingPeriod time.Duration
 
 	// TLS is the server's TLS configuration; nil serves plaintext (tests
 	// only).
@@ -73,16 +85,13 @@ type Config struct {
 
 func (c *Config) apf() apf.Config {
 	return apf.Config{
-		CatchAllSeats:      c.ConcurrencyLimit,
-		GlobalDefaultSeats: c.GlobalDefaultConcurrencyLimit,
-		Queues:             c.Queues,
-		HandSize:           c.HandSize,
-		QueueLengthLimit:   c.QueueLengthLimit,
-		MaxWait:            c.MaxWait,
-		Lease:              c.GrantLease,
-		RetryAfter:         c.RetryAfter,
-		Registerer:         c.Registerer,
-		Logger:             c.logger(),
+		ServerConcurrencyLimit: c.ConcurrencyLimit,
+		MaxWait:                c.MaxWait,
+		Lease:                  c.GrantLease,
+		RetryAfter:             c.RetryAfter,
+		BorrowingPeriod:        c.BorrowingPeriod,
+		Registerer:             c.Registerer,
+		Logger:                 c.logger(),
 	}
 }
 
@@ -101,10 +110,6 @@ func (c *Config) Validate() error {
 		v    int
 	}{
 		{"ConcurrencyLimit", c.ConcurrencyLimit},
-		{"GlobalDefaultConcurrencyLimit", c.GlobalDefaultConcurrencyLimit},
-		{"Queues", c.Queues},
-		{"HandSize", c.HandSize},
-		{"QueueLengthLimit", c.QueueLengthLimit},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
@@ -138,6 +143,13 @@ type App struct {
 	health *health.Server
 	logger *slog.Logger
 
+	// follow stops the configuration's follower; store and crypt are
+	// what it reads with (nil without a store).
+	follow   context.CancelFunc
+	followed sync.WaitGroup
+	store    *storeclient.Client
+	crypt    *storagecrypt.Transformer
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -167,7 +179,45 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	fc := server.New(ctrl)
 	flowcontrolv1.RegisterFlowControlServiceServer(srv, fc)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &App{ctrl: ctrl, fc: fc, srv: srv, health: hs, logger: cfg.logger()}, nil
+	a := &App{ctrl: ctrl, fc: fc, srv: srv, health: hs, logger: cfg.logger(), follow: func() {}}
+	if cfg.StoreAddress != "" {
+		if err := a.startFollower(ctx, cfg); err != nil {
+			ctrl.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// startFollower reads the configuration objects from the store and
+// follows them until Close.
+func (a *App) startFollower(ctx context.Context, cfg Config) error {
+	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: registry.New(registry.FlowControl()...), Logger: a.logger})
+	if err != nil {
+		return fmt.Errorf("flowcontrol: encryption at rest: %w", err)
+	}
+	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
+	if err != nil {
+		_ = crypt.Close()
+		return fmt.Errorf("flowcontrol: %w", err)
+	}
+	f, err := configwatch.New(configwatch.Config{
+		Store: st, Sink: a.ctrl.Configure, Logger: a.logger,
+		Decrypt: func(ctx context.Context, key string, value []byte) ([]byte, error) {
+			plain, _, err := crypt.Decrypt(ctx, key, value)
+			return plain, err
+		},
+	})
+	if err != nil {
+		_ = st.Close()
+		_ = crypt.Close()
+		return fmt.Errorf("flowcontrol: %w", err)
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.store, a.crypt, a.follow = st, crypt, cancel
+	a.followed.Add(1)
+	go func() { defer a.followed.Done(); f.Run(bg) }()
+	return nil
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
@@ -183,6 +233,12 @@ func (a *App) Serve(lis net.Listener) error {
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
+		a.follow()
+		a.followed.Wait()
+		if a.store != nil {
+			_ = a.store.Close()
+			_ = a.crypt.Close()
+		}
 		a.closeErr = a.ctrl.Close()
 		a.fc.Close()
 		a.srv.GracefulStop()

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	flowcontrolv1api "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -14,10 +18,16 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
+	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
+	"github.com/meridian-cp/meridian/services/store/storetest"
 )
 
 // start serves the service on loopback and returns a plaintext connection
@@ -60,14 +70,71 @@ func acquire(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, user
 	return resp.GetGrant(), err
 }
 
+// tinyStore starts a store holding a FlowSchema "users" that sends
+// every authenticated user to a PriorityLevelConfiguration "tiny" of
+// one queue of one request, and returns its address. With a server
+// concurrency limit of 1, tiny has one seat.
+func tinyStore(t *testing.T) string {
+	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
+	st, err := storeclient.Dial([]string{member.Addr}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	res := registry.FlowControl()
+	for i, obj := range []runtime.Object{
+		&flowcontrolv1api.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: "users", UID: "uid-users"}, Spec: flowcontrolv1api.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1api.PriorityLevelConfigurationReference{Name: "tiny"}, MatchingPrecedence: 500,
+			DistinguisherMethod: &flowcontrolv1api.FlowDistinguisherMethod{Type: flowcontrolv1api.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1api.PolicyRulesWithSubjects{{
+				Subjects:      []flowcontrolv1api.Subject{{Kind: flowcontrolv1api.SubjectKindGroup, Group: &flowcontrolv1api.GroupSubject{Name: "system:authenticated"}}},
+				ResourceRules: []flowcontrolv1api.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}, ClusterScope: true}},
+			}},
+		}},
+		&flowcontrolv1api.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "tiny", UID: "uid-tiny"}, Spec: flowcontrolv1api.PriorityLevelConfigurationSpec{
+			Type: flowcontrolv1api.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1api.LimitedPriorityLevelConfiguration{NominalConcurrencyShares: &one, LimitResponse: flowcontrolv1api.LimitResponse{
+				Type: flowcontrolv1api.LimitResponseTypeQueue, Queuing: &flowcontrolv1api.QueuingConfiguration{Queues: 1, HandSize: 1, QueueLengthLimit: 1},
+			}},
+		}},
+	} {
+		value, err := c.EncodeStorage(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := res[i].Key("", obj.(metav1.Object).GetName())
+		if _, err := st.KV().Txn(t.Context(), &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestPut{
+			RequestPut: &storev1.PutRequest{Key: []byte(key), Value: value},
+		}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return member.Addr
+}
+
+// TestOverGRPC: the service serves the stored configuration (tinyStore)
+// over gRPC: grants with the objects' names and UIDs, queuing, RetryInfo
+// on rejection, cancellation, release, heartbeats, exempt requests.
 func TestOverGRPC(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	conn, _ := start(t, app.Config{
-		GlobalDefaultConcurrencyLimit: 1, Queues: 1, HandSize: 1, QueueLengthLimit: 1,
+		ConcurrencyLimit: 1, StoreAddress: tinyStore(t),
 		RetryAfter: 3 * time.Second, Registerer: reg,
 	})
 	c := flowcontrolv1.NewFlowControlServiceClient(conn)
 	ctx := t.Context()
+	polltest.Until(t, 10*time.Second, "the stored configuration", func() bool {
+		g, err := acquire(ctx, c, "someone")
+		if err == nil {
+			_, err = c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()})
+		}
+		return err == nil && g.GetFlowSchema() == "users"
+	})
 
 	hc := healthpb.NewHealthClient(conn)
 	for _, svc := range []string{"", app.ServiceName} {
@@ -81,8 +148,8 @@ func TestOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.GetFlowSchema() != "global-default" || g.GetPriorityLevel() != "global-default" || g.GetSeats() != 1 ||
-		g.GetId() == "" || g.GetFlowSchemaUid() == "" || g.GetPriorityLevelUid() == "" || g.GetQueueWait() == nil {
+	if g.GetFlowSchema() != "users" || g.GetPriorityLevel() != "tiny" || g.GetSeats() != 1 ||
+		g.GetId() == "" || g.GetFlowSchemaUid() != "uid-users" || g.GetPriorityLevelUid() != "uid-tiny" || g.GetQueueWait() == nil {
 		t.Fatalf("grant %v", g)
 	}
 
@@ -113,6 +180,15 @@ func TestOverGRPC(t *testing.T) {
 	if retry == nil || retry.GetRetryDelay().AsDuration() != 3*time.Second {
 		t.Fatalf("RetryInfo %v in %v", retry, st.Details())
 	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			info = ei
+		}
+	}
+	if md := info.GetMetadata(); md["flow_schema_uid"] != "uid-users" || md["priority_level_uid"] != "uid-tiny" || md["reason"] != "queue-full" {
+		t.Fatalf("ErrorInfo %v, want the UIDs of users and tiny", info)
+	}
 
 	cancel()
 	if err := <-errc; status.Code(err) != codes.Canceled {
@@ -131,7 +207,7 @@ func TestOverGRPC(t *testing.T) {
 		t.Fatalf("heartbeat: %v %v", hb, err)
 	}
 
-	// Exempt requests pass while global-default is full.
+	// Exempt requests pass while tiny is full.
 	if _, err := acquire(ctx, c, "dave"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +232,7 @@ func TestOverGRPC(t *testing.T) {
 }
 
 func TestReleaseGrants(t *testing.T) {
-	conn, _ := start(t, app.Config{GlobalDefaultConcurrencyLimit: 2, Queues: 1, HandSize: 1, QueueLengthLimit: 1})
+	conn, _ := start(t, app.Config{})
 	c := flowcontrolv1.NewFlowControlServiceClient(conn)
 	ctx := t.Context()
 	a, err := acquire(ctx, c, "alice")

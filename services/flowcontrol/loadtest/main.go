@@ -3,7 +3,9 @@
 // level for a bounded time, and prints throughput and latency percentiles.
 //
 // By default it starts the service in process on a loopback listener;
-// --target measures a running service instead (plaintext).
+// --target measures a running service instead (plaintext), and
+// --target-pid names that service's process to report its CPU time per
+// Acquire + Release (read from /proc/<pid>/stat, Linux).
 //
 //	go run ./loadtest --duration 5s --concurrency 1,16,64
 package main
@@ -44,7 +46,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 5*time.Second, "how long to run each concurrency level")
 	levels := fs.String("concurrency", "1,16,64", "comma-separated concurrency levels")
 	users := fs.Int("users", 0, "distinct users (flows); 0 means one per worker")
-	seats := fs.Int("seats", 0, "global-default seats of the in-process service; 0 means the default (200)")
+	pid := fs.Int("target-pid", 0, "process id of the --target service: report its CPU time per operation")
+	batch := fs.Bool("batch-release", false, "release grants as the gateway does: queued and sent together in ReleaseGrants calls (up to 512), instead of one Release per grant")
+	scenario := fs.String("scenario", "", "\"mice\": the elephants-and-mice run (--duration per phase, --service-time) instead of the Acquire+Release loops")
+	serviceTime := fs.Duration("service-time", 20*time.Millisecond, "with --scenario mice: how long each request holds its seat")
+	limit := fs.Int("concurrency-limit", 0, "server concurrency limit of the in-process service (global-default gets 20/245 of it); 0 means the default (600)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -62,10 +68,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	addr := *target
 	if addr == "" {
-		a, err := app.New(ctx, app.Config{
-			GlobalDefaultConcurrencyLimit: *seats,
-			Logger:                        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		cfg := app.Config{ConcurrencyLimit: *limit, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if *scenario == "mice" {
+			cfg.BorrowingPeriod = -1 // a fixed capacity
+		}
+		a, err := app.New(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -84,17 +91,60 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer conn.Close()
 	client := flowcontrolv1.NewFlowControlServiceClient(conn)
 
+	if *scenario == "mice" {
+		return miceScenario(ctx, client, out, *duration, *serviceTime)
+	}
 	fmt.Fprintf(out, "flowcontrol Acquire+Release over gRPC on %s, %s per level\n", addr, *duration)
-	fmt.Fprintf(out, "%-12s %12s %12s %12s %12s %10s\n", "concurrency", "ops", "ops/s", "p50", "p99", "rejected")
+	fmt.Fprintf(out, "%-12s %12s %12s %12s %12s %10s %14s\n", "concurrency", "ops", "ops/s", "p50", "p99", "rejected", "server CPU/op")
 	for _, n := range conc {
-		r, err := measure(ctx, client, n, *users, *duration)
+		cpu0, err := processCPU(*pid)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%-12d %12d %12.0f %12s %12s %10d\n", n, r.ops, float64(r.ops)/r.elapsed.Seconds(),
-			r.percentile(0.50), r.percentile(0.99), r.rejected)
+		r, err := measure(ctx, client, n, *users, *duration, *batch)
+		if err != nil {
+			return err
+		}
+		cpu1, err := processCPU(*pid)
+		if err != nil {
+			return err
+		}
+		perOp := "-"
+		if *pid != 0 && r.ops > 0 {
+			perOp = ((cpu1 - cpu0) / time.Duration(r.ops)).Round(100 * time.Nanosecond).String()
+		}
+		fmt.Fprintf(out, "%-12d %12d %12.0f %12s %12s %10d %14s\n", n, r.ops, float64(r.ops)/r.elapsed.Seconds(),
+			r.percentile(0.50), r.percentile(0.99), r.rejected, perOp)
 	}
 	return nil
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ).
+const clockTicks = 100
+
+// processCPU returns the user + system CPU time process pid has used; 0
+// for pid 0.
+func processCPU(pid int) (time.Duration, error) {
+	if pid == 0 {
+		return 0, nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (in parentheses, which may hold
+	// spaces): state is field 3, utime 14 and stime 15.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad CPU times", pid)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
 type result struct {
@@ -112,8 +162,9 @@ func (r result) percentile(p float64) time.Duration {
 }
 
 // measure runs n workers for d; each loops Acquire + Release and records
-// the round trip of the pair.
-func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, users int, d time.Duration) (result, error) {
+// the round trip of the pair (with batch, of the Acquire: the release is
+// queued for one sender that sends ReleaseGrants of what has queued).
+func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, users int, d time.Duration, batch bool) (result, error) {
 	if users <= 0 {
 		users = n
 	}
@@ -124,7 +175,31 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 		res result
 		wg  sync.WaitGroup
 	)
-	errc := make(chan error, n)
+	errc := make(chan error, n+1)
+	release := func(id string) error {
+		_, err := c.Release(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseRequest{GrantId: id})
+		return err
+	}
+	var sent sync.WaitGroup
+	drain := func() {}
+	if batch {
+		queue := make(chan string, 4096)
+		release = func(id string) error { queue <- id; return nil }
+		sent.Add(1)
+		go func() {
+			defer sent.Done()
+			for id := range queue {
+				ids := []string{id}
+				for len(ids) < 512 && len(queue) > 0 {
+					ids = append(ids, <-queue)
+				}
+				if _, err := c.ReleaseGrants(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids}); err != nil {
+					errc <- err
+				}
+			}
+		}()
+		drain = func() { close(queue); sent.Wait() }
+	}
 	start := time.Now()
 	for w := 0; w < n; w++ {
 		wg.Add(1)
@@ -143,7 +218,8 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 				t0 := time.Now()
 				resp, err := c.Acquire(ctx, req)
 				if err != nil {
-					if ctx.Err() != nil {
+					// gRPC may see the run's deadline pass before ctx does.
+					if ctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded {
 						break
 					}
 					if isRejected(err) {
@@ -154,7 +230,7 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 					return
 				}
 				// Release even when the run's time is up.
-				if _, err := c.Release(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseRequest{GrantId: resp.GetGrant().GetId()}); err != nil {
+				if err := release(resp.GetGrant().GetId()); err != nil {
 					errc <- err
 					return
 				}
@@ -168,6 +244,7 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	drain()
 	close(errc)
 	if err := <-errc; err != nil {
 		return res, err

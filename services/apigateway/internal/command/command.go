@@ -34,6 +34,7 @@ type flags struct {
 	oidc                                       app.OIDCOptions
 	anonymousAuth                              bool
 	rootCAFile                                 string
+	fallbackLimit                              int
 	shutdownDelay                              time.Duration
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
@@ -57,6 +58,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.storeAddr, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port): give every member, so that calls move to another member when one goes away (writes reach the leader from any member)")
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
 	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service; empty: no flow control")
+	fs.IntVar(&f.fallbackLimit, "flowcontrol-fallback-concurrency-limit", 0, "seats of this gateway's own limiter, used with the stored FlowSchemas and PriorityLevelConfigurations while the flow-control service does not answer: its share of the service's --concurrency-limit; 0: 600")
 	fs.StringVar(&f.watchAddrs, "watchfanout-addresses", ports.WatchFanout, "comma-separated gRPC addresses of watchfanout replicas; empty: watches and cached reads from the store")
 	fs.StringVar(&f.svcCert, "service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways, internal CA), read again within 5s when it or the key changes")
 	fs.StringVar(&f.svcKey, "service-key-file", "", "key of the service client certificate")
@@ -123,7 +125,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
 	cfg := app.Config{
-		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr,
+		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr, FlowControlFallbackLimit: f.fallbackLimit,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,

@@ -18,12 +18,15 @@ package flowcontrolclient
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/identity"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
@@ -69,6 +72,9 @@ type Client struct {
 	noBatchUntil atomic.Int64
 	// exemptions is the service's latest list; nil while not synced.
 	exemptions atomic.Pointer[[]exemption]
+	// fallback limits requests while the service does not answer; nil
+	// serves them without seats.
+	fallback *apf.Controller
 }
 
 // exemption is a WatchExemptions entry: callers whose every request gets an
@@ -101,10 +107,29 @@ type Grant struct {
 	Release func()
 }
 
+// ErrNoFlowControl is Dump's error on a gateway without flow control.
+var ErrNoFlowControl = errors.New("flow control is not configured")
+
+// Dump asks the service for the state of its priority levels, queues and
+// requests.
+func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) {
+	if c == nil {
+		return nil, ErrNoFlowControl
+	}
+	resp, err := c.fc.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("flow control: %w", err)
+	}
+	return resp, nil
+}
+
 // Acquire waits for seats for a request described by digest. A rejection is
-// a 429 TooManyRequests with Retry-After. When the flow-control service
-// cannot be reached the request is served anyway (and logged): losing the
-// flow-control service must not take the API down.
+// a 429 TooManyRequests with Retry-After, returned with a Grant that names
+// the flow schema and priority level that rejected it (and holds nothing).
+// When the flow-control service cannot be reached the request takes seats
+// from the fallback limiter (SetFallback), or without one is served anyway
+// (and logged): losing the flow-control service must not take the API
+// down.
 func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDigest) (Grant, error) {
 	nop := Grant{Release: func() {}}
 	if c == nil {
@@ -125,19 +150,27 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 		st := status.Convert(err)
 		switch st.Code() {
 		case codes.ResourceExhausted:
-			retry := 1
+			retry, rejected := 1, nop
 			for _, d := range st.Details() {
-				if ri, ok := d.(*errdetails.RetryInfo); ok {
-					if s := int(ri.GetRetryDelay().AsDuration().Round(time.Second) / time.Second); s > retry {
+				switch d := d.(type) {
+				case *errdetails.RetryInfo:
+					if s := int(d.GetRetryDelay().AsDuration().Round(time.Second) / time.Second); s > retry {
 						retry = s
 					}
+				case *errdetails.ErrorInfo:
+					// Who classified it, for the X-Kubernetes-PF-* headers.
+					rejected.FlowSchemaUID, rejected.PriorityLevelUID = d.GetMetadata()["flow_schema_uid"], d.GetMetadata()["priority_level_uid"]
 				}
 			}
-			return nop, apierrors.NewTooManyRequests("too many requests, please try again later", retry)
+			return rejected, apierrors.NewTooManyRequests("too many requests, please try again later", retry)
 		case codes.Canceled, codes.DeadlineExceeded:
 			if ctx.Err() != nil {
 				return nop, apierrors.NewTimeoutError("the request was cancelled while waiting for a seat", 0)
 			}
+		}
+		if g, ok, lerr := c.acquireLocally(ctx, digest); ok {
+			c.log.Warn("flow control unavailable; limited by this gateway's fallback", "error", err)
+			return g, lerr
 		}
 		c.log.Warn("flow control unavailable; serving without it", "error", err)
 		return nop, nil

@@ -38,6 +38,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,9 @@ type Config struct {
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowcontrolclient.Client
+	// WorkSize estimates the seats of lists; nil makes every request one
+	// seat.
+	WorkSize *worksize.Tracker
 	// Livez, Readyz and Healthz are the checks of /livez, /readyz and
 	// /healthz beyond "ping". kube-apiserver's meanings: /livez fails only
 	// when the process must be restarted, /readyz when it should get no
@@ -288,6 +292,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	case path == "/version" || path == "/version/":
 		writeJSON(w, discovery.Version)
 		return
+	case strings.HasPrefix(path, apfDebugPrefix) && h.serveAPFDebug(w, r):
+		return
 	case path == "/metrics":
 		if h.cfg.Metrics != nil {
 			h.cfg.Metrics.ServeHTTP(w, r)
@@ -365,11 +371,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		return
 	}
 	*rt = resourceRoute(info)
-	if err := h.rewrite(r, info); err != nil {
-		writeStatus(w, toStatus(err))
-		return
-	}
-	release, err := h.acquire(r.Context(), w, info)
+	// Seats are taken before the body is read, as kube-apiserver's flow
+	// control comes before its handlers: a slow upload occupies its own
+	// priority level's seats, not the server.
+	release, err := h.acquire(w, r, info)
 	if err != nil {
 		writeStatus(w, toStatus(err))
 		return
@@ -378,6 +383,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// below included). release only queues the grant: the flow-control
 	// round trip never holds the end of the response.
 	defer release()
+	if err := h.rewrite(r, info); err != nil {
+		writeStatus(w, toStatus(err))
+		return
+	}
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
 		var gz *gzipWriter
 		w = wrapInsideAudit(w, func(inner http.ResponseWriter) http.ResponseWriter {

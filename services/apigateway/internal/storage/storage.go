@@ -193,6 +193,16 @@ func (s *Store) Revision(ctx context.Context, serializable bool) (int64, error) 
 	return resp.GetHeader().GetRevision(), nil
 }
 
+// Count returns the number of keys under prefix, as the answering
+// member holds them (serializable: a count for estimates, not a read).
+func (s *Store) Count(ctx context.Context, prefix string) (int64, error) {
+	resp, err := s.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: storeclient.PrefixEnd(prefix), CountOnly: true, Serializable: true})
+	if err != nil {
+		return 0, convert(err, 0)
+	}
+	return resp.GetCount(), nil
+}
+
 // ListOptions select a page of a prefix.
 type ListOptions struct {
 	ReadOptions

@@ -45,7 +45,7 @@ func TestRunMTLS(t *testing.T) {
 			"--listen", addr, "--metrics-listen", metrics,
 			"--tls-cert-file", srv.CertFile, "--tls-key-file", srv.KeyFile,
 			"--client-ca-file", filepath.Join(dir, "ca.crt"),
-			"--global-default-concurrency-limit", "10", "--log-level", "debug",
+			"--concurrency-limit", "10", "--log-level", "debug",
 		}, io.Discard)
 	}()
 

@@ -13,10 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
-	"github.com/meridian-cp/meridian/services/flowcontrol/internal/apf"
 )
 
 // Server implements flowcontrolv1.FlowControlServiceServer. Close ends
@@ -120,6 +121,38 @@ func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGr
 	return resp, nil
 }
 
+// Dump returns the state of every priority level.
+func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrolv1.DumpResponse, error) {
+	resp := &flowcontrolv1.DumpResponse{}
+	for _, l := range s.ctrl.Dump() {
+		ps := &flowcontrolv1.PriorityLevelState{
+			Name: l.Name, Exempt: l.Exempt, Seats: uint32(l.Seats), SeatsInUse: uint32(l.SeatsInUse),
+			ActiveQueues: uint32(l.ActiveQueues), Waiting: uint32(l.Waiting), Executing: uint32(l.Executing),
+			Dispatched: l.Dispatched, Rejected: l.Rejected, TimedOut: l.TimedOut, Cancelled: l.Cancel, VirtualTime: l.VirtualTime,
+		}
+		for _, q := range l.Queues {
+			ps.Queues = append(ps.Queues, &flowcontrolv1.QueueState{
+				Waiting: uint32(q.Waiting), SeatsWaiting: uint32(q.SeatsWaiting), Executing: uint32(q.Executing),
+				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR,
+			})
+		}
+		for _, r := range l.Requests {
+			rs := &flowcontrolv1.RequestState{
+				FlowSchema: r.FlowSchema, QueueIndex: int32(r.QueueIndex), IndexInQueue: int32(r.IndexInQueue),
+				FlowDistinguisher: r.FlowDistinguisher, ArriveTime: timestamppb.New(r.Arrived), Seats: uint32(r.Seats),
+				User: r.Digest.User, Verb: r.Digest.Verb, Path: r.Digest.Path, Namespace: r.Digest.Namespace, Name: r.Digest.Name,
+				ApiGroup: r.Digest.APIGroup, Resource: r.Digest.Resource, Subresource: r.Digest.Subresource,
+			}
+			if !r.Started.IsZero() {
+				rs.StartTime = timestamppb.New(r.Started)
+			}
+			ps.Requests = append(ps.Requests, rs)
+		}
+		resp.PriorityLevels = append(resp.PriorityLevels, ps)
+	}
+	return resp, nil
+}
+
 // Heartbeat keeps a gateway's grants alive.
 func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequest) (*flowcontrolv1.HeartbeatResponse, error) {
 	interval, err := s.ctrl.Heartbeat(ctx, req.GetGatewayId())
@@ -129,14 +162,26 @@ func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequ
 	return &flowcontrolv1.HeartbeatResponse{Interval: durationpb.New(interval)}, nil
 }
 
+// RejectedReason and RejectedDomain name the ErrorInfo of a rejection;
+// its metadata holds flow_schema_uid, priority_level_uid and reason.
+const (
+	RejectedReason = "REQUEST_REJECTED"
+	RejectedDomain = "flowcontrol.meridian-cp.io"
+)
+
 // toStatus maps the controller's errors to gRPC statuses. A rejection
-// carries a RetryInfo detail, which the gateway turns into Retry-After.
+// carries a RetryInfo detail, which the gateway turns into Retry-After,
+// and an ErrorInfo with the UIDs of the flow schema and priority level
+// that classified it, which the gateway sends as X-Kubernetes-PF-*.
 func (s *Server) toStatus(ctx context.Context, err error) error {
 	var rej *apf.RejectedError
 	switch {
 	case errors.As(err, &rej):
 		st := status.New(codes.ResourceExhausted, err.Error())
-		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.ctrl.RetryAfter())}); derr == nil {
+		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.ctrl.RetryAfter())}, &errdetails.ErrorInfo{
+			Reason: RejectedReason, Domain: RejectedDomain,
+			Metadata: map[string]string{"flow_schema_uid": rej.FlowSchemaUID, "priority_level_uid": rej.PriorityLevelUID, "reason": rej.Reason},
+		}); derr == nil {
 			st = ds
 		}
 		return st.Err()

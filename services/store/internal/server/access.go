@@ -11,8 +11,8 @@ import (
 // it uses:
 //
 //   - data: the gateways read, write, watch and hold leases (Range, Txn,
-//     WatchService, LeaseService); the watch fan-out tier only reads and
-//     watches (Range, Watch).
+//     WatchService, LeaseService); the watch fan-out tier and the
+//     flow-control service only read and watch (Range, Watch).
 //   - operators: membership changes, leadership transfer, compaction,
 //     snapshots and status; they read and write no keys, so an operator's
 //     certificate is no way around the API's authentication.
@@ -27,19 +27,20 @@ func Access() identity.Policy {
 	var (
 		gw   = identity.GatewayOrganization
 		wf   = identity.WatchFanoutOrganization
+		fc   = identity.FlowControlOrganization
 		op   = identity.OperatorOrganization
 		peer = identity.StorePeerOrganization
 	)
 	return identity.Policy{
-		storev1.KVService_Range_FullMethodName:   {gw, wf},
+		storev1.KVService_Range_FullMethodName:   {gw, wf, fc},
 		storev1.KVService_Txn_FullMethodName:     {gw, peer},
 		storev1.KVService_Compact_FullMethodName: {op, peer},
 
-		storev1.WatchService_Watch_FullMethodName: {gw, wf},
+		storev1.WatchService_Watch_FullMethodName: {gw, wf, fc},
 
 		identity.Service(storev1.LeaseService_ServiceDesc.ServiceName): {gw, peer},
 
-		storev1.ClusterService_MemberList_FullMethodName:         {gw, wf, op, peer},
+		storev1.ClusterService_MemberList_FullMethodName:         {gw, wf, fc, op, peer},
 		storev1.ClusterService_MemberAdd_FullMethodName:          {op, peer},
 		storev1.ClusterService_MemberRemove_FullMethodName:       {op, peer},
 		storev1.ClusterService_MemberPromote_FullMethodName:      {op, peer},

@@ -3,65 +3,32 @@ package command
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
-	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
 )
-
-// storeFlags configure the connection to the store.
-type storeFlags struct {
-	address, caFile, certFile, keyFile string
-}
-
-// register defines the flags on fs.
-func (s *storeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.address, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port, or a gRPC target URI): give every member, so that the cache's watch and reads move to another member when one goes away")
-	fs.StringVar(&s.caFile, "store-ca-file", "", "CA bundle (PEM) to verify the store's serving certificate")
-	fs.StringVar(&s.certFile, "store-cert-file", "", "client certificate (PEM) for mTLS to the store, with O=meridian:watchfanout (the store lets that identity read and watch), read again within 5s when it or the key changes")
-	fs.StringVar(&s.keyFile, "store-key-file", "", "client certificate's private key (PEM)")
-}
-
-// tls loads the store client TLS configuration; nil (plaintext) when no
-// file is set. The client certificate is read again when it changes, and
-// log logs those reloads.
-func (s *storeFlags) tls(log *slog.Logger) (*tls.Config, error) {
-	if s.caFile == "" && s.certFile == "" && s.keyFile == "" {
-		return nil, nil
-	}
-	if (s.certFile == "") != (s.keyFile == "") {
-		return nil, errors.New("--store-cert-file and --store-key-file must be set together")
-	}
-	c, err := pki.LoadClientTLS(s.certFile, s.keyFile, s.caFile, "", log)
-	if err != nil {
-		return nil, fmt.Errorf("store TLS: %w", err)
-	}
-	return c, nil
-}
 
 // Run parses args and serves until ctx is done or SIGINT/SIGTERM. Usage
 // and logs go to stderr.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
 		cfg      app.Config // tuning: zero keeps app.Config's documented default
-		store    storeFlags
+		store    daemon.StoreFlags
 		memLimit string
 		limit    int64
 	)
 	return daemon.Command{
 		Name: "watchfanout", Listen: ports.WatchFanout, MetricsListen: ports.WatchFanoutMetrics,
 		Flags: func(fs *flag.FlagSet) {
-			store.register(fs)
+			store.Register(fs, identity.WatchFanoutOrganization)
 			fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", "", "file with the apiserver.config.k8s.io/v1 EncryptionConfiguration the gateways are given (--encryption-provider-config): the cache decrypts the values the store holds with it")
 			fs.DurationVar(&cfg.HistoryWindow, "history-window", 0, "how long events stay in each resource's history (watches from older resourceVersions get 410); 0: 5m")
 			fs.IntVar(&cfg.HistoryMaxEvents, "history-max-events", 0, "cap on each resource's history; 0: 10000")
@@ -77,12 +44,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			if limit, err = memoryLimit(memLimit); err != nil {
 				return fmt.Errorf("watchfanout: %w", err)
 			}
-			cfg.StoreAddress = store.address
+			cfg.StoreAddress = store.Address
 			return cfg.Validate()
 		},
 		Build: func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
 			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
-			storeTLS, err := store.tls(env.Logger)
+			storeTLS, err := store.TLS(env.Logger)
 			if err != nil {
 				return nil, err
 			}

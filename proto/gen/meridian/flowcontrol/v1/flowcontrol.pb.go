@@ -15,6 +15,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -836,11 +837,497 @@ func (x *Exemption) GetGroups() []string {
 	return nil
 }
 
+// DumpRequest asks for the service's state.
+type DumpRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpRequest) Reset() {
+	*x = DumpRequest{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpRequest) ProtoMessage() {}
+
+func (x *DumpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpRequest.ProtoReflect.Descriptor instead.
+func (*DumpRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{13}
+}
+
+// DumpResponse is the state of every priority level, by name.
+type DumpResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// priority_levels by name.
+	PriorityLevels []*PriorityLevelState `protobuf:"bytes,1,rep,name=priority_levels,json=priorityLevels,proto3" json:"priority_levels,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DumpResponse) Reset() {
+	*x = DumpResponse{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpResponse) ProtoMessage() {}
+
+func (x *DumpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpResponse.ProtoReflect.Descriptor instead.
+func (*DumpResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DumpResponse) GetPriorityLevels() []*PriorityLevelState {
+	if x != nil {
+		return x.PriorityLevels
+	}
+	return nil
+}
+
+// PriorityLevelState is one priority level's state.
+type PriorityLevelState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the PriorityLevelConfiguration.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// exempt levels hold nothing and have no queues.
+	Exempt bool `protobuf:"varint,2,opt,name=exempt,proto3" json:"exempt,omitempty"`
+	// seats is its concurrency limit.
+	Seats uint32 `protobuf:"varint,3,opt,name=seats,proto3" json:"seats,omitempty"`
+	// seats_in_use by its executing requests.
+	SeatsInUse uint32 `protobuf:"varint,4,opt,name=seats_in_use,json=seatsInUse,proto3" json:"seats_in_use,omitempty"`
+	// active_queues have queued or executing requests.
+	ActiveQueues uint32 `protobuf:"varint,5,opt,name=active_queues,json=activeQueues,proto3" json:"active_queues,omitempty"`
+	// waiting and executing requests now.
+	Waiting   uint32 `protobuf:"varint,6,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Executing uint32 `protobuf:"varint,7,opt,name=executing,proto3" json:"executing,omitempty"`
+	// dispatched, rejected (queue full or no seat), timed_out and
+	// cancelled requests since the level was created.
+	Dispatched uint64 `protobuf:"varint,8,opt,name=dispatched,proto3" json:"dispatched,omitempty"`
+	Rejected   uint64 `protobuf:"varint,9,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	TimedOut   uint64 `protobuf:"varint,10,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	Cancelled  uint64 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// queues, in index order (none for a level that rejects).
+	Queues []*QueueState `protobuf:"bytes,12,rep,name=queues,proto3" json:"queues,omitempty"`
+	// requests queued or executing.
+	Requests []*RequestState `protobuf:"bytes,13,rep,name=requests,proto3" json:"requests,omitempty"`
+	// virtual_time is the level's virtual time R, in seat-seconds.
+	VirtualTime   float64 `protobuf:"fixed64,14,opt,name=virtual_time,json=virtualTime,proto3" json:"virtual_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityLevelState) Reset() {
+	*x = PriorityLevelState{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityLevelState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityLevelState) ProtoMessage() {}
+
+func (x *PriorityLevelState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityLevelState.ProtoReflect.Descriptor instead.
+func (*PriorityLevelState) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PriorityLevelState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PriorityLevelState) GetExempt() bool {
+	if x != nil {
+		return x.Exempt
+	}
+	return false
+}
+
+func (x *PriorityLevelState) GetSeats() uint32 {
+	if x != nil {
+		return x.Seats
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetSeatsInUse() uint32 {
+	if x != nil {
+		return x.SeatsInUse
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetActiveQueues() uint32 {
+	if x != nil {
+		return x.ActiveQueues
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetExecuting() uint32 {
+	if x != nil {
+		return x.Executing
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetDispatched() uint64 {
+	if x != nil {
+		return x.Dispatched
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetRejected() uint64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetTimedOut() uint64 {
+	if x != nil {
+		return x.TimedOut
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *PriorityLevelState) GetQueues() []*QueueState {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *PriorityLevelState) GetRequests() []*RequestState {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *PriorityLevelState) GetVirtualTime() float64 {
+	if x != nil {
+		return x.VirtualTime
+	}
+	return 0
+}
+
+// QueueState is one queue of a priority level.
+type QueueState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// waiting requests and their seats.
+	Waiting      uint32 `protobuf:"varint,1,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	SeatsWaiting uint32 `protobuf:"varint,2,opt,name=seats_waiting,json=seatsWaiting,proto3" json:"seats_waiting,omitempty"`
+	// executing requests and their seats.
+	Executing  uint32 `protobuf:"varint,3,opt,name=executing,proto3" json:"executing,omitempty"`
+	SeatsInUse uint32 `protobuf:"varint,4,opt,name=seats_in_use,json=seatsInUse,proto3" json:"seats_in_use,omitempty"`
+	// next_dispatch_r is the virtual time at which its next request
+	// starts, in seat-seconds.
+	NextDispatchR float64 `protobuf:"fixed64,5,opt,name=next_dispatch_r,json=nextDispatchR,proto3" json:"next_dispatch_r,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueState) Reset() {
+	*x = QueueState{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueState) ProtoMessage() {}
+
+func (x *QueueState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
+func (*QueueState) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueState) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *QueueState) GetSeatsWaiting() uint32 {
+	if x != nil {
+		return x.SeatsWaiting
+	}
+	return 0
+}
+
+func (x *QueueState) GetExecuting() uint32 {
+	if x != nil {
+		return x.Executing
+	}
+	return 0
+}
+
+func (x *QueueState) GetSeatsInUse() uint32 {
+	if x != nil {
+		return x.SeatsInUse
+	}
+	return 0
+}
+
+func (x *QueueState) GetNextDispatchR() float64 {
+	if x != nil {
+		return x.NextDispatchR
+	}
+	return 0
+}
+
+// RequestState is one queued or executing request.
+type RequestState struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	FlowSchema string                 `protobuf:"bytes,1,opt,name=flow_schema,json=flowSchema,proto3" json:"flow_schema,omitempty"`
+	// queue_index is its queue, -1 for a level without queues.
+	QueueIndex int32 `protobuf:"varint,2,opt,name=queue_index,json=queueIndex,proto3" json:"queue_index,omitempty"`
+	// index_in_queue is its place in its queue; -1 once executing.
+	IndexInQueue int32 `protobuf:"varint,3,opt,name=index_in_queue,json=indexInQueue,proto3" json:"index_in_queue,omitempty"`
+	// flow_distinguisher is its flow within its flow schema.
+	FlowDistinguisher string                 `protobuf:"bytes,4,opt,name=flow_distinguisher,json=flowDistinguisher,proto3" json:"flow_distinguisher,omitempty"`
+	ArriveTime        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=arrive_time,json=arriveTime,proto3" json:"arrive_time,omitempty"`
+	// start_time is when it was dispatched; unset while queued.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	Seats     uint32                 `protobuf:"varint,7,opt,name=seats,proto3" json:"seats,omitempty"`
+	// The request itself.
+	User          string `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	Verb          string `protobuf:"bytes,9,opt,name=verb,proto3" json:"verb,omitempty"`
+	Path          string `protobuf:"bytes,10,opt,name=path,proto3" json:"path,omitempty"`
+	Namespace     string `protobuf:"bytes,11,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string `protobuf:"bytes,12,opt,name=name,proto3" json:"name,omitempty"`
+	ApiGroup      string `protobuf:"bytes,13,opt,name=api_group,json=apiGroup,proto3" json:"api_group,omitempty"`
+	Resource      string `protobuf:"bytes,14,opt,name=resource,proto3" json:"resource,omitempty"`
+	Subresource   string `protobuf:"bytes,15,opt,name=subresource,proto3" json:"subresource,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestState) Reset() {
+	*x = RequestState{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestState) ProtoMessage() {}
+
+func (x *RequestState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestState.ProtoReflect.Descriptor instead.
+func (*RequestState) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RequestState) GetFlowSchema() string {
+	if x != nil {
+		return x.FlowSchema
+	}
+	return ""
+}
+
+func (x *RequestState) GetQueueIndex() int32 {
+	if x != nil {
+		return x.QueueIndex
+	}
+	return 0
+}
+
+func (x *RequestState) GetIndexInQueue() int32 {
+	if x != nil {
+		return x.IndexInQueue
+	}
+	return 0
+}
+
+func (x *RequestState) GetFlowDistinguisher() string {
+	if x != nil {
+		return x.FlowDistinguisher
+	}
+	return ""
+}
+
+func (x *RequestState) GetArriveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArriveTime
+	}
+	return nil
+}
+
+func (x *RequestState) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *RequestState) GetSeats() uint32 {
+	if x != nil {
+		return x.Seats
+	}
+	return 0
+}
+
+func (x *RequestState) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *RequestState) GetVerb() string {
+	if x != nil {
+		return x.Verb
+	}
+	return ""
+}
+
+func (x *RequestState) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RequestState) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RequestState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RequestState) GetApiGroup() string {
+	if x != nil {
+		return x.ApiGroup
+	}
+	return ""
+}
+
+func (x *RequestState) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *RequestState) GetSubresource() string {
+	if x != nil {
+		return x.Subresource
+	}
+	return ""
+}
+
 var File_meridian_flowcontrol_v1_flowcontrol_proto protoreflect.FileDescriptor
 
 const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\n" +
-	")meridian/flowcontrol/v1/flowcontrol.proto\x12\x17meridian.flowcontrol.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc9\x02\n" +
+	")meridian/flowcontrol/v1/flowcontrol.proto\x12\x17meridian.flowcontrol.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x02\n" +
 	"\rRequestDigest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
 	"\x06groups\x18\x02 \x03(\tR\x06groups\x12\x12\n" +
@@ -896,13 +1383,65 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x0epriority_level\x18\x03 \x01(\tR\rpriorityLevel\x12,\n" +
 	"\x12priority_level_uid\x18\x04 \x01(\tR\x10priorityLevelUid\x12\x14\n" +
 	"\x05users\x18\x05 \x03(\tR\x05users\x12\x16\n" +
-	"\x06groups\x18\x06 \x03(\tR\x06groups2\x9c\x04\n" +
+	"\x06groups\x18\x06 \x03(\tR\x06groups\"\r\n" +
+	"\vDumpRequest\"d\n" +
+	"\fDumpResponse\x12T\n" +
+	"\x0fpriority_levels\x18\x01 \x03(\v2+.meridian.flowcontrol.v1.PriorityLevelStateR\x0epriorityLevels\"\xef\x03\n" +
+	"\x12PriorityLevelState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06exempt\x18\x02 \x01(\bR\x06exempt\x12\x14\n" +
+	"\x05seats\x18\x03 \x01(\rR\x05seats\x12 \n" +
+	"\fseats_in_use\x18\x04 \x01(\rR\n" +
+	"seatsInUse\x12#\n" +
+	"\ractive_queues\x18\x05 \x01(\rR\factiveQueues\x12\x18\n" +
+	"\awaiting\x18\x06 \x01(\rR\awaiting\x12\x1c\n" +
+	"\texecuting\x18\a \x01(\rR\texecuting\x12\x1e\n" +
+	"\n" +
+	"dispatched\x18\b \x01(\x04R\n" +
+	"dispatched\x12\x1a\n" +
+	"\brejected\x18\t \x01(\x04R\brejected\x12\x1b\n" +
+	"\ttimed_out\x18\n" +
+	" \x01(\x04R\btimedOut\x12\x1c\n" +
+	"\tcancelled\x18\v \x01(\x04R\tcancelled\x12;\n" +
+	"\x06queues\x18\f \x03(\v2#.meridian.flowcontrol.v1.QueueStateR\x06queues\x12A\n" +
+	"\brequests\x18\r \x03(\v2%.meridian.flowcontrol.v1.RequestStateR\brequests\x12!\n" +
+	"\fvirtual_time\x18\x0e \x01(\x01R\vvirtualTime\"\xb3\x01\n" +
+	"\n" +
+	"QueueState\x12\x18\n" +
+	"\awaiting\x18\x01 \x01(\rR\awaiting\x12#\n" +
+	"\rseats_waiting\x18\x02 \x01(\rR\fseatsWaiting\x12\x1c\n" +
+	"\texecuting\x18\x03 \x01(\rR\texecuting\x12 \n" +
+	"\fseats_in_use\x18\x04 \x01(\rR\n" +
+	"seatsInUse\x12&\n" +
+	"\x0fnext_dispatch_r\x18\x05 \x01(\x01R\rnextDispatchR\"\xfc\x03\n" +
+	"\fRequestState\x12\x1f\n" +
+	"\vflow_schema\x18\x01 \x01(\tR\n" +
+	"flowSchema\x12\x1f\n" +
+	"\vqueue_index\x18\x02 \x01(\x05R\n" +
+	"queueIndex\x12$\n" +
+	"\x0eindex_in_queue\x18\x03 \x01(\x05R\findexInQueue\x12-\n" +
+	"\x12flow_distinguisher\x18\x04 \x01(\tR\x11flowDistinguisher\x12;\n" +
+	"\varrive_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"arriveTime\x129\n" +
+	"\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x14\n" +
+	"\x05seats\x18\a \x01(\rR\x05seats\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x12\x12\n" +
+	"\x04verb\x18\t \x01(\tR\x04verb\x12\x12\n" +
+	"\x04path\x18\n" +
+	" \x01(\tR\x04path\x12\x1c\n" +
+	"\tnamespace\x18\v \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\f \x01(\tR\x04name\x12\x1b\n" +
+	"\tapi_group\x18\r \x01(\tR\bapiGroup\x12\x1a\n" +
+	"\bresource\x18\x0e \x01(\tR\bresource\x12 \n" +
+	"\vsubresource\x18\x0f \x01(\tR\vsubresource2\xf1\x04\n" +
 	"\x12FlowControlService\x12\\\n" +
 	"\aAcquire\x12'.meridian.flowcontrol.v1.AcquireRequest\x1a(.meridian.flowcontrol.v1.AcquireResponse\x12\\\n" +
 	"\aRelease\x12'.meridian.flowcontrol.v1.ReleaseRequest\x1a(.meridian.flowcontrol.v1.ReleaseResponse\x12n\n" +
 	"\rReleaseGrants\x12-.meridian.flowcontrol.v1.ReleaseGrantsRequest\x1a..meridian.flowcontrol.v1.ReleaseGrantsResponse\x12b\n" +
 	"\tHeartbeat\x12).meridian.flowcontrol.v1.HeartbeatRequest\x1a*.meridian.flowcontrol.v1.HeartbeatResponse\x12v\n" +
-	"\x0fWatchExemptions\x12/.meridian.flowcontrol.v1.WatchExemptionsRequest\x1a0.meridian.flowcontrol.v1.WatchExemptionsResponse0\x01BQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
+	"\x0fWatchExemptions\x12/.meridian.flowcontrol.v1.WatchExemptionsRequest\x1a0.meridian.flowcontrol.v1.WatchExemptionsResponse0\x01\x12S\n" +
+	"\x04Dump\x12$.meridian.flowcontrol.v1.DumpRequest\x1a%.meridian.flowcontrol.v1.DumpResponseBQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
 
 var (
 	file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescOnce sync.Once
@@ -916,7 +1455,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP() []byte {
 	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescData
 }
 
-var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
 	(*RequestDigest)(nil),           // 0: meridian.flowcontrol.v1.RequestDigest
 	(*AcquireRequest)(nil),          // 1: meridian.flowcontrol.v1.AcquireRequest
@@ -931,29 +1470,42 @@ var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
 	(*WatchExemptionsRequest)(nil),  // 10: meridian.flowcontrol.v1.WatchExemptionsRequest
 	(*WatchExemptionsResponse)(nil), // 11: meridian.flowcontrol.v1.WatchExemptionsResponse
 	(*Exemption)(nil),               // 12: meridian.flowcontrol.v1.Exemption
-	(*durationpb.Duration)(nil),     // 13: google.protobuf.Duration
+	(*DumpRequest)(nil),             // 13: meridian.flowcontrol.v1.DumpRequest
+	(*DumpResponse)(nil),            // 14: meridian.flowcontrol.v1.DumpResponse
+	(*PriorityLevelState)(nil),      // 15: meridian.flowcontrol.v1.PriorityLevelState
+	(*QueueState)(nil),              // 16: meridian.flowcontrol.v1.QueueState
+	(*RequestState)(nil),            // 17: meridian.flowcontrol.v1.RequestState
+	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
 }
 var file_meridian_flowcontrol_v1_flowcontrol_proto_depIdxs = []int32{
 	0,  // 0: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
-	13, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
+	18, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
 	2,  // 2: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
-	13, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
+	18, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
 	12, // 4: meridian.flowcontrol.v1.WatchExemptionsResponse.exemptions:type_name -> meridian.flowcontrol.v1.Exemption
-	1,  // 5: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
-	4,  // 6: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
-	6,  // 7: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
-	8,  // 8: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
-	10, // 9: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:input_type -> meridian.flowcontrol.v1.WatchExemptionsRequest
-	3,  // 10: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
-	5,  // 11: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
-	7,  // 12: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
-	9,  // 13: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
-	11, // 14: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:output_type -> meridian.flowcontrol.v1.WatchExemptionsResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	15, // 5: meridian.flowcontrol.v1.DumpResponse.priority_levels:type_name -> meridian.flowcontrol.v1.PriorityLevelState
+	16, // 6: meridian.flowcontrol.v1.PriorityLevelState.queues:type_name -> meridian.flowcontrol.v1.QueueState
+	17, // 7: meridian.flowcontrol.v1.PriorityLevelState.requests:type_name -> meridian.flowcontrol.v1.RequestState
+	19, // 8: meridian.flowcontrol.v1.RequestState.arrive_time:type_name -> google.protobuf.Timestamp
+	19, // 9: meridian.flowcontrol.v1.RequestState.start_time:type_name -> google.protobuf.Timestamp
+	1,  // 10: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
+	4,  // 11: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
+	6,  // 12: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
+	8,  // 13: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
+	10, // 14: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:input_type -> meridian.flowcontrol.v1.WatchExemptionsRequest
+	13, // 15: meridian.flowcontrol.v1.FlowControlService.Dump:input_type -> meridian.flowcontrol.v1.DumpRequest
+	3,  // 16: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
+	5,  // 17: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
+	7,  // 18: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
+	9,  // 19: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
+	11, // 20: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:output_type -> meridian.flowcontrol.v1.WatchExemptionsResponse
+	14, // 21: meridian.flowcontrol.v1.FlowControlService.Dump:output_type -> meridian.flowcontrol.v1.DumpResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_meridian_flowcontrol_v1_flowcontrol_proto_init() }
@@ -967,7 +1519,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc), len(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	FlowControlService_ReleaseGrants_FullMethodName   = "/meridian.flowcontrol.v1.FlowControlService/ReleaseGrants"
 	FlowControlService_Heartbeat_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
 	FlowControlService_WatchExemptions_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/WatchExemptions"
+	FlowControlService_Dump_FullMethodName            = "/meridian.flowcontrol.v1.FlowControlService/Dump"
 )
 
 // FlowControlServiceClient is the client API for FlowControlService service.
@@ -63,6 +64,10 @@ type FlowControlServiceClient interface {
 	// applies to a gateway once it has received the new list. The stream
 	// ends with UNAVAILABLE when the service shuts down.
 	WatchExemptions(ctx context.Context, in *WatchExemptionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExemptionsResponse], error)
+	// Dump returns the state of every priority level, its queues and its
+	// queued and executing requests, for the API's
+	// /debug/api_priority_and_fairness/dump_* endpoints.
+	Dump(ctx context.Context, in *DumpRequest, opts ...grpc.CallOption) (*DumpResponse, error)
 }
 
 type flowControlServiceClient struct {
@@ -132,6 +137,16 @@ func (c *flowControlServiceClient) WatchExemptions(ctx context.Context, in *Watc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FlowControlService_WatchExemptionsClient = grpc.ServerStreamingClient[WatchExemptionsResponse]
 
+func (c *flowControlServiceClient) Dump(ctx context.Context, in *DumpRequest, opts ...grpc.CallOption) (*DumpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DumpResponse)
+	err := c.cc.Invoke(ctx, FlowControlService_Dump_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FlowControlServiceServer is the server API for FlowControlService service.
 // All implementations must embed UnimplementedFlowControlServiceServer
 // for forward compatibility.
@@ -164,6 +179,10 @@ type FlowControlServiceServer interface {
 	// applies to a gateway once it has received the new list. The stream
 	// ends with UNAVAILABLE when the service shuts down.
 	WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error
+	// Dump returns the state of every priority level, its queues and its
+	// queued and executing requests, for the API's
+	// /debug/api_priority_and_fairness/dump_* endpoints.
+	Dump(context.Context, *DumpRequest) (*DumpResponse, error)
 	mustEmbedUnimplementedFlowControlServiceServer()
 }
 
@@ -188,6 +207,9 @@ func (UnimplementedFlowControlServiceServer) Heartbeat(context.Context, *Heartbe
 }
 func (UnimplementedFlowControlServiceServer) WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchExemptions not implemented")
+}
+func (UnimplementedFlowControlServiceServer) Dump(context.Context, *DumpRequest) (*DumpResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Dump not implemented")
 }
 func (UnimplementedFlowControlServiceServer) mustEmbedUnimplementedFlowControlServiceServer() {}
 func (UnimplementedFlowControlServiceServer) testEmbeddedByValue()                            {}
@@ -293,6 +315,24 @@ func _FlowControlService_WatchExemptions_Handler(srv interface{}, stream grpc.Se
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FlowControlService_WatchExemptionsServer = grpc.ServerStreamingServer[WatchExemptionsResponse]
 
+func _FlowControlService_Dump_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DumpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowControlServiceServer).Dump(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlowControlService_Dump_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowControlServiceServer).Dump(ctx, req.(*DumpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FlowControlService_ServiceDesc is the grpc.ServiceDesc for FlowControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -315,6 +355,10 @@ var FlowControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _FlowControlService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "Dump",
+			Handler:    _FlowControlService_Dump_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -13,7 +13,7 @@ func TestExemptionsOfMandatoryConfiguration(t *testing.T) {
 		PriorityLevel: LevelExempt, PriorityLevelUID: ObjectUID("prioritylevelconfigurations", LevelExempt),
 		Groups: []string{GroupMasters},
 	}}
-	if !reflect.DeepEqual(got, want) || changed != nil {
+	if !reflect.DeepEqual(got, want) || changed == nil {
 		t.Fatalf("got %+v (changed %v), want %+v", got, changed, want)
 	}
 	// Every request of a listed subject is classified there, and exempt.

@@ -3,6 +3,8 @@ package apf
 import (
 	"slices"
 	"strings"
+
+	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
 )
 
 // Well-known groups, as Kubernetes' authenticators set them.
@@ -13,16 +15,16 @@ const (
 	UserAnonymous        = "system:anonymous"
 )
 
-// Names of the configuration objects this package serves.
+// Names of the bootstrap configuration objects (apfbootstrap).
 const (
-	LevelExempt        = "exempt"
-	LevelCatchAll      = "catch-all"
-	LevelGlobalDefault = "global-default"
+	LevelExempt        = apfbootstrap.Exempt
+	LevelCatchAll      = apfbootstrap.CatchAll
+	LevelGlobalDefault = apfbootstrap.GlobalDefault
 
-	SchemaExempt        = "exempt"
-	SchemaProbes        = "probes"
-	SchemaGlobalDefault = "global-default"
-	SchemaCatchAll      = "catch-all"
+	SchemaExempt        = apfbootstrap.Exempt
+	SchemaProbes        = apfbootstrap.Probes
+	SchemaGlobalDefault = apfbootstrap.GlobalDefault
+	SchemaCatchAll      = apfbootstrap.CatchAll
 )
 
 // Digest is what classification reads of a request (see the proto's
@@ -58,16 +60,49 @@ func (d *Digest) effectiveGroups() []string {
 }
 
 // Subjects selects requesters, like a FlowSchema's subjects: a request
-// matches when its user is in Users or it has one of Groups. "*" in either
-// matches everyone.
+// matches when its user is in Users, it has one of Groups, or its user is
+// one of ServiceAccounts. "*" in Users or Groups matches everyone.
 type Subjects struct {
-	Users  []string
-	Groups []string
+	Users           []string
+	Groups          []string
+	ServiceAccounts []ServiceAccount
+}
+
+// ServiceAccount names the service account Name of Namespace; Name "*"
+// is every service account of the namespace.
+type ServiceAccount struct {
+	Namespace, Name string
+}
+
+// serviceAccountPrefix starts a service account's user name:
+// system:serviceaccount:<namespace>:<name>.
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// user returns the user name of sa, or its namespace's prefix when Name
+// is "*".
+func (sa ServiceAccount) user() string {
+	if sa.Name == "*" {
+		return serviceAccountPrefix + sa.Namespace + ":"
+	}
+	return serviceAccountPrefix + sa.Namespace + ":" + sa.Name
+}
+
+func (sa ServiceAccount) matches(user string) bool {
+	if sa.Name == "*" {
+		rest, ok := strings.CutPrefix(user, sa.user())
+		return ok && rest != "" && !strings.Contains(rest, ":")
+	}
+	return user == sa.user()
 }
 
 func (s Subjects) matches(d *Digest) bool {
 	if slices.Contains(s.Users, "*") || (d.User != "" && slices.Contains(s.Users, d.User)) {
 		return true
+	}
+	for _, sa := range s.ServiceAccounts {
+		if sa.matches(d.User) {
+			return true
+		}
 	}
 	if slices.Contains(s.Groups, "*") {
 		return true
@@ -175,6 +210,9 @@ func (r Rule) matches(d *Digest) bool {
 // FlowSchema classifies requests into a priority level.
 type FlowSchema struct {
 	Name string
+	// UID is the object's metadata.uid, sent to clients in
+	// X-Kubernetes-PF-FlowSchema-UID.
+	UID string
 	// MatchingPrecedence orders schemas: the lowest matching one wins, ties
 	// broken by name.
 	MatchingPrecedence int
@@ -212,35 +250,5 @@ func everything(s Subjects) Rule {
 			Namespaces: []string{"*"}, ClusterScope: true,
 		}},
 		NonResources: []NonResourceRule{{Verbs: []string{"*"}, URLs: []string{"*"}}},
-	}
-}
-
-// MandatorySchemas returns the flow schemas served today: Kubernetes'
-// mandatory exempt, probes and catch-all, and the suggested global-default
-// for authenticated users.
-func MandatorySchemas() []FlowSchema {
-	everyone := Subjects{Groups: []string{GroupAuthenticated, GroupUnauthenticated}}
-	return []FlowSchema{
-		{
-			Name: SchemaExempt, MatchingPrecedence: 1, PriorityLevel: LevelExempt,
-			Rules: []Rule{everything(Subjects{Groups: []string{GroupMasters}})},
-		},
-		{
-			Name: SchemaProbes, MatchingPrecedence: 2, PriorityLevel: LevelExempt,
-			Rules: []Rule{{
-				Subjects:     everyone,
-				NonResources: []NonResourceRule{{Verbs: []string{"get"}, URLs: []string{"/healthz", "/livez", "/readyz"}}},
-			}},
-		},
-		{
-			Name: SchemaGlobalDefault, MatchingPrecedence: 9900, PriorityLevel: LevelGlobalDefault,
-			Distinguisher: DistinguishByUser,
-			Rules:         []Rule{everything(Subjects{Groups: []string{GroupAuthenticated}})},
-		},
-		{
-			Name: SchemaCatchAll, MatchingPrecedence: 10000, PriorityLevel: LevelCatchAll,
-			Distinguisher: DistinguishByUser,
-			Rules:         []Rule{everything(everyone)},
-		},
 	}
 }

@@ -2,10 +2,10 @@
 // requests by flow schema into priority levels, queues them fairly, and
 // hands out seats, for every gateway of the fleet at once.
 //
-// A Controller serves the mandatory configuration of Kubernetes (flow
-// schemas exempt, probes and catch-all) and the suggested global-default
-// (see MandatorySchemas and Config). Loading FlowSchema and
-// PriorityLevelConfiguration objects from the store comes later.
+// A Controller serves a Configuration: the mandatory and suggested
+// objects (Bootstrap) until Configure gives it the stored FlowSchemas and
+// PriorityLevelConfigurations (see Convert), then each new version of
+// them as they change.
 package apf
 
 import (
@@ -16,35 +16,30 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 )
 
 // Defaults of Config.
 const (
-	DefaultCatchAllSeats      = 200
-	DefaultGlobalDefaultSeats = 200
-	DefaultQueues             = 128
-	DefaultHandSize           = 6
-	DefaultQueueLengthLimit   = 50
-	DefaultMaxWait            = 15 * time.Second
-	DefaultLease              = 30 * time.Second
-	DefaultRetryAfter         = time.Second
+	// DefaultServerConcurrencyLimit is kube-apiserver's default
+	// --max-requests-inflight (400) plus --max-mutating-requests-inflight
+	// (200).
+	DefaultServerConcurrencyLimit = 600
+	DefaultMaxWait                = 15 * time.Second
+	DefaultLease                  = 30 * time.Second
+	DefaultRetryAfter             = time.Second
 )
 
 // Config configures a Controller. Zero values mean the defaults.
 type Config struct {
-	// CatchAllSeats is the concurrency limit of priority level catch-all,
-	// in seats; default 200. Like Kubernetes' catch-all it has no queues:
-	// a request that finds no free seat is rejected.
-	CatchAllSeats int
-	// GlobalDefaultSeats is the concurrency limit of priority level
-	// global-default, in seats; default 200.
-	GlobalDefaultSeats int
-	// Queues, HandSize and QueueLengthLimit configure global-default's
-	// queues; defaults 128, 6 and 50 as in Kubernetes.
-	Queues, HandSize, QueueLengthLimit int
+	// ServerConcurrencyLimit is the seats of the whole fleet, split over
+	// the limited priority levels by their nominal concurrency shares;
+	// default 600.
+	ServerConcurrencyLimit int
 	// MaxWait is the longest a request waits in a queue before it is
 	// rejected; default 15s.
 	MaxWait time.Duration
@@ -54,6 +49,9 @@ type Config struct {
 	// SweepInterval is how often expired gateways are looked for; default
 	// Lease/4.
 	SweepInterval time.Duration
+	// BorrowingPeriod is how often the limited levels' limits are
+	// adjusted to their demand (borrow.go); default 10s, negative never.
+	BorrowingPeriod time.Duration
 	// RetryAfter is what rejected clients are told to wait; default 1s.
 	RetryAfter time.Duration
 	// Registerer receives the metrics; nil means none.
@@ -74,15 +72,12 @@ func (c Config) WithDefaults() Config {
 			*v = d
 		}
 	}
-	def(&c.CatchAllSeats, DefaultCatchAllSeats)
-	def(&c.GlobalDefaultSeats, DefaultGlobalDefaultSeats)
-	def(&c.Queues, DefaultQueues)
-	def(&c.HandSize, DefaultHandSize)
-	def(&c.QueueLengthLimit, DefaultQueueLengthLimit)
+	def(&c.ServerConcurrencyLimit, DefaultServerConcurrencyLimit)
 	defDur(&c.MaxWait, DefaultMaxWait)
 	defDur(&c.Lease, DefaultLease)
 	defDur(&c.SweepInterval, c.Lease/4)
 	defDur(&c.RetryAfter, DefaultRetryAfter)
+	defDur(&c.BorrowingPeriod, DefaultBorrowingPeriod)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -103,16 +98,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, v))
 		}
 	}
-	positive("catch-all seats", c.CatchAllSeats)
-	positive("global-default seats", c.GlobalDefaultSeats)
-	positive("queues", c.Queues)
-	positive("hand size", c.HandSize)
-	positive("queue length limit", c.QueueLengthLimit)
-	if c.Queues > 0 && c.HandSize > 0 {
-		if _, err := newDealer(c.Queues, c.HandSize); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	positive("server concurrency limit", c.ServerConcurrencyLimit)
 	positiveDur("max wait", c.MaxWait)
 	positiveDur("lease", c.Lease)
 	positiveDur("sweep interval", c.SweepInterval)
@@ -146,7 +132,6 @@ type held struct {
 	gateway string
 	level   *level
 	req     *request
-	started time.Time
 }
 
 type schema struct {
@@ -155,13 +140,23 @@ type schema struct {
 	level *level
 }
 
+// state is one configuration as served: immutable once published.
+type state struct {
+	schemas    []*schema // by precedence, then name
+	levels     map[string]*level
+	exemptions []Exemption // of schemas
+	// changed is closed when a new state replaces this one.
+	changed chan struct{}
+}
+
 // Controller classifies, queues and grants. It is safe for concurrent use.
 // Close stops its sweeper and fails waiting Acquires with ErrClosed.
 type Controller struct {
-	cfg        Config
-	schemas    []*schema // by precedence, then name
-	levels     map[string]*level
-	exemptions []Exemption // of schemas; fixed with them
+	cfg     Config
+	metrics *metrics
+	cur     atomic.Pointer[state]
+	// configMu serializes Apply.
+	configMu sync.Mutex
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -182,8 +177,8 @@ type gateway struct {
 	grants   map[string]*held
 }
 
-// New returns a Controller serving the mandatory configuration and starts
-// its sweeper of expired gateways.
+// New returns a Controller serving the bootstrap configuration
+// (Bootstrap) and starts its sweeper of expired gateways.
 func New(cfg Config) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -193,48 +188,130 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apf: %w", err)
 	}
-	c := &Controller{cfg: cfg, levels: map[string]*level{}, closed: make(chan struct{})}
+	c := &Controller{cfg: cfg, metrics: m, closed: make(chan struct{})}
 	c.mu.grants = map[string]*held{}
 	c.mu.gateways = map[string]*gateway{}
-	for _, pl := range []PriorityLevel{
-		{Name: LevelExempt, Exempt: true},
-		{Name: LevelCatchAll, Seats: cfg.CatchAllSeats},
-		{Name: LevelGlobalDefault, Seats: cfg.GlobalDefaultSeats, Queuing: &Queuing{
-			Queues: cfg.Queues, HandSize: cfg.HandSize, QueueLengthLimit: cfg.QueueLengthLimit,
-		}},
-	} {
-		l, err := newLevel(pl, m)
-		if err != nil {
-			return nil, fmt.Errorf("apf: priority level %s: %w", pl.Name, err)
-		}
-		c.levels[pl.Name] = l
+	c.cur.Store(&state{levels: map[string]*level{}, changed: make(chan struct{})})
+	if err := c.Apply(Bootstrap(cfg.ServerConcurrencyLimit)); err != nil {
+		return nil, err
 	}
-	for _, fs := range MandatorySchemas() {
-		l, ok := c.levels[fs.PriorityLevel]
-		if !ok {
-			return nil, fmt.Errorf("apf: flow schema %s names unknown priority level %s", fs.Name, fs.PriorityLevel)
-		}
-		c.schemas = append(c.schemas, &schema{FlowSchema: fs, uid: ObjectUID("flowschemas", fs.Name), level: l})
-	}
-	slices.SortFunc(c.schemas, func(a, b *schema) int {
-		return cmp.Or(cmp.Compare(a.MatchingPrecedence, b.MatchingPrecedence), cmp.Compare(a.Name, b.Name))
-	})
-	c.exemptions = exemptions(c.schemas)
 	c.wg.Add(1)
 	go c.sweep()
+	if cfg.BorrowingPeriod > 0 {
+		c.wg.Add(1)
+		go c.borrow()
+	}
 	return c, nil
 }
 
-// classify returns the schema of d: the matching one of lowest precedence.
-func (c *Controller) classify(d *Digest) *schema {
-	for _, s := range c.schemas {
-		if s.matches(d) {
-			return s
+// borrow adjusts the levels' limits every BorrowingPeriod.
+func (c *Controller) borrow() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.BorrowingPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case now := <-t.C:
+			c.AdjustBorrowing(now)
 		}
 	}
-	// catch-all matches everyone; unreachable with the mandatory schemas.
-	return c.schemas[len(c.schemas)-1]
 }
+
+// AdjustBorrowing sets the limited levels' current limits from their
+// demand since the last adjustment (borrow.go); the Controller calls it
+// every BorrowingPeriod.
+func (c *Controller) AdjustBorrowing(now time.Time) {
+	c.configMu.Lock()
+	defer c.configMu.Unlock()
+	st := c.cur.Load()
+	levels := make([]*level, 0, len(st.levels))
+	for _, l := range st.levels {
+		levels = append(levels, l)
+	}
+	adjustBorrowing(levels, c.cfg.ServerConcurrencyLimit, now)
+}
+
+// Configure serves the configuration of these objects (Convert, with the
+// server concurrency limit of the Controller's Config).
+func (c *Controller) Configure(schemas []*flowcontrolv1.FlowSchema, levels []*flowcontrolv1.PriorityLevelConfiguration) error {
+	return c.Apply(Convert(schemas, levels, c.cfg.ServerConcurrencyLimit))
+}
+
+// Apply serves conf from now on. A level of the same name and UID as
+// one served keeps its seats and queued requests and is reconfigured in
+// place (level.reconfigure); a level no longer served drains: its queued
+// requests are dispatched as its seats are released, and new requests
+// no longer reach it. A level whose queuing parameters are invalid
+// rejects instead of queuing. Exemptions' channel is closed.
+func (c *Controller) Apply(conf Configuration) error {
+	c.configMu.Lock()
+	defer c.configMu.Unlock()
+	old := c.cur.Load()
+	next := &state{levels: map[string]*level{}, changed: make(chan struct{})}
+	for _, pl := range conf.Levels {
+		if pl.Queuing != nil {
+			if _, err := newDealer(pl.Queuing.Queues, pl.Queuing.HandSize); err != nil {
+				c.cfg.Logger.Warn("priority level's queuing is invalid; it rejects instead", "priority_level", pl.Name, "error", err)
+				pl.Queuing = nil
+			}
+		}
+		if l := old.levels[pl.Name]; l != nil && l.cfg.Exempt == pl.Exempt && (pl.UID == "" || l.uid == pl.UID) {
+			if err := l.reconfigure(pl); err != nil {
+				return fmt.Errorf("apf: priority level %s: %w", pl.Name, err)
+			}
+			next.levels[pl.Name] = l
+			continue
+		}
+		l, err := newLevel(pl, c.metrics)
+		if err != nil {
+			return fmt.Errorf("apf: priority level %s: %w", pl.Name, err)
+		}
+		next.levels[pl.Name] = l
+	}
+	for name := range old.levels {
+		if _, ok := next.levels[name]; !ok {
+			c.metrics.nominalLimit.DeleteLabelValues(name)
+			c.metrics.currentLimit.DeleteLabelValues(name)
+		}
+	}
+	for _, fs := range conf.Schemas {
+		l, ok := next.levels[fs.PriorityLevel]
+		if !ok {
+			continue // dangling
+		}
+		uid := fs.UID
+		if uid == "" {
+			uid = ObjectUID("flowschemas", fs.Name)
+		}
+		next.schemas = append(next.schemas, &schema{FlowSchema: fs, uid: uid, level: l})
+	}
+	slices.SortFunc(next.schemas, func(a, b *schema) int {
+		return cmp.Or(cmp.Compare(a.MatchingPrecedence, b.MatchingPrecedence), cmp.Compare(a.Name, b.Name))
+	})
+	if len(next.schemas) == 0 {
+		return errors.New("apf: a configuration without flow schemas")
+	}
+	next.exemptions = exemptions(next.schemas)
+	c.cur.Store(next)
+	close(old.changed)
+	return nil
+}
+
+// classify returns the schema of d: the matching one of lowest precedence,
+// or the last (catch-all) when none matches.
+func (s *state) classify(d *Digest) *schema {
+	for _, sc := range s.schemas {
+		if sc.matches(d) {
+			return sc
+		}
+	}
+	return s.schemas[len(s.schemas)-1]
+}
+
+// classify classifies d by the current configuration.
+func (c *Controller) classify(d *Digest) *schema { return c.cur.Load().classify(d) }
 
 // Acquire classifies d and blocks until its request is dispatched from its
 // queue, then returns the grant, held for gatewayID until Release or until
@@ -272,14 +349,17 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	}
 	g.ID = newGrantID()
 	h := &held{grant: g, gateway: gatewayID, level: s.level}
-	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), d.Width, c.cfg.MaxWait)
+	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
 	if err != nil {
+		var rej *RejectedError
+		if errors.As(err, &rej) {
+			rej.FlowSchemaUID, rej.PriorityLevelUID = s.uid, s.level.uid
+		}
 		return Grant{}, err
 	}
 	h.req = r
 	h.grant.Seats = r.width
 	h.grant.QueueWait = wait
-	h.started = time.Now()
 	c.mu.Lock()
 	gw := c.gatewayLocked(gatewayID)
 	c.mu.grants[g.ID] = h
@@ -313,7 +393,7 @@ func (c *Controller) Release(_ context.Context, grantID string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownGrant, grantID)
 	}
-	h.level.release(h.req, time.Since(h.started))
+	h.level.release(h.req, true)
 	return nil
 }
 
@@ -391,7 +471,7 @@ func (c *Controller) expire(now time.Time) {
 	}
 	c.mu.Unlock()
 	for _, h := range expired {
-		h.level.release(h.req, 0)
+		h.level.release(h.req, false)
 	}
 }
 
@@ -404,7 +484,7 @@ type Stats struct {
 // LevelStats returns the current state of a priority level, for tests and
 // status pages; false when there is no such level.
 func (c *Controller) LevelStats(name string) (Stats, bool) {
-	l, ok := c.levels[name]
+	l, ok := c.cur.Load().levels[name]
 	if !ok {
 		return Stats{}, false
 	}

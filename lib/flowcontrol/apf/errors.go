@@ -33,6 +33,9 @@ var (
 type RejectedError struct {
 	PriorityLevel string
 	FlowSchema    string
+	// FlowSchemaUID and PriorityLevelUID are the objects' UIDs, sent to
+	// the client in the X-Kubernetes-PF-* headers of its 429.
+	FlowSchemaUID, PriorityLevelUID string
 	// Reason is one of the Reason constants.
 	Reason string
 }

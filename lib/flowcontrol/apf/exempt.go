@@ -17,10 +17,11 @@ type Exemption struct {
 
 // Exemptions returns the callers whose every request is exempt, in
 // classification order (a request takes the first that matches it), and a
-// channel closed when the configuration changes — nil today: the
-// configuration is fixed. See exemptions for which schemas qualify.
+// channel closed when the configuration changes. See exemptions for which
+// schemas qualify.
 func (c *Controller) Exemptions() ([]Exemption, <-chan struct{}) {
-	return c.exemptions, nil
+	s := c.cur.Load()
+	return s.exemptions, s.changed
 }
 
 // exemptions lists the exempt schemas a gateway may classify by itself:
@@ -48,6 +49,9 @@ func exemptions(schemas []*schema) []Exemption {
 				continue
 			}
 			e.Users = append(e.Users, r.Subjects.Users...)
+			for _, sa := range r.Subjects.ServiceAccounts {
+				e.Users = append(e.Users, sa.user())
+			}
 			e.Groups = append(e.Groups, r.Subjects.Groups...)
 		}
 		if len(e.Users)+len(e.Groups) > 0 {
@@ -73,10 +77,16 @@ func (r Rule) everything() bool {
 }
 
 // explicit reports whether s names its subjects one by one, as a gateway
-// can match them without the classifier's implicit groups.
+// can match them without the classifier's implicit groups (a named
+// service account is its user name; "*" service accounts are not).
 func (s Subjects) explicit() bool {
 	if slices.Contains(s.Users, "*") {
 		return false
+	}
+	for _, sa := range s.ServiceAccounts {
+		if sa.Name == "*" {
+			return false
+		}
 	}
 	for _, g := range s.Groups {
 		if g == "*" || g == GroupAuthenticated || g == GroupUnauthenticated {

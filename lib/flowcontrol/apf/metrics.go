@@ -18,6 +18,7 @@ type metrics struct {
 	wait           *prometheus.HistogramVec // priority_level, flow_schema, execute
 	execution      *prometheus.HistogramVec // priority_level, flow_schema
 	nominalLimit   *prometheus.GaugeVec     // priority_level
+	currentLimit   *prometheus.GaugeVec     // priority_level
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -66,6 +67,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.nominalLimit, err = telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "apiserver_flowcontrol_nominal_limit_seats",
 		Help: "Nominal number of execution seats configured for each priority level",
+	}, []string{"priority_level"}))
+	errs = append(errs, err)
+	m.currentLimit, err = telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "apiserver_flowcontrol_current_limit_seats",
+		Help: "current derived number of execution seats available to each priority level",
 	}, []string{"priority_level"}))
 	errs = append(errs, err)
 	for _, err := range errs {

@@ -1,0 +1,435 @@
+// Package apfconfig is the gateway's controller of the API Priority and
+// Fairness configuration objects, as each kube-apiserver runs it:
+//
+//   - maintenance: the mandatory FlowSchemas and PriorityLevelConfigurations
+//     (exempt, catch-all) exist with their fixed spec, the suggested ones
+//     exist and keep the suggested spec while the servers own them
+//     (annotation apf.kubernetes.io/autoupdate-spec, see
+//     apfbootstrap.ServersOwn), and objects that are neither but say the
+//     servers own them are deleted; at start and every Interval;
+//   - status: each FlowSchema's Dangling condition says whether the
+//     priority level it names exists, kept as the objects change.
+//
+// It follows the objects through one store watch of the group's keys and
+// writes through the API's own create, update and delete
+// (resources.Server), as the User of its Config (system:apiserver).
+// Every gateway runs it; replicas compute the same objects, and an update
+// that would store what is stored writes nothing. The flow-control
+// service reads the objects itself (services/flowcontrol, "Configuration").
+package apfconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+)
+
+// Store is what the controller reads of the store. *storage.Store
+// implements it.
+type Store interface {
+	// List reads the keys under prefix.
+	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
+	// Watch follows the changes under prefix from startRevision.
+	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
+}
+
+var _ Store = (*storage.Store)(nil)
+
+// Objects writes as the API does, for the user in ctx; its errors are
+// Kubernetes errors. *resources.Server implements it.
+type Objects interface {
+	// CreateObject stores obj, a new object of res.
+	CreateObject(ctx context.Context, res *registry.Resource, obj runtime.Object) (runtime.Object, error)
+	// UpdateObject replaces the object (or subresource) ref names with
+	// mutate's result from the stored one; nothing is written when mutate
+	// returns old.
+	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	// DeleteObject deletes the object ref names.
+	DeleteObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, opts *metav1.DeleteOptions) (runtime.Object, error)
+}
+
+// DefaultInterval is how often the objects are maintained, as
+// kube-apiserver does (once a minute).
+const DefaultInterval = time.Minute
+
+// Config configures a Controller.
+type Config struct {
+	// Registry serves FlowSchemas and PriorityLevelConfigurations. Required.
+	Registry *registry.Registry
+	// Codec decodes stored objects. Required.
+	Codec *codec.Codec
+	// Store holds them. Required.
+	Store Store
+	// Objects carries out the writes. Required.
+	Objects Objects
+	// User writes; it must be allowed to write every object of the group
+	// (system:apiserver, in system:masters). Required.
+	User identity.User
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Interval is how often the objects are maintained; 0 means
+	// DefaultInterval.
+	Interval time.Duration
+	// Retry is how soon a failed write is tried again and a failed watch
+	// replaced; 0 means 1 second.
+	Retry time.Duration
+	// Sink, when set, is given the stored objects after they are read and
+	// after every change (the gateway's fallback limiter follows them).
+	Sink func(schemas []*flowcontrolv1.FlowSchema, levels []*flowcontrolv1.PriorityLevelConfiguration) error
+}
+
+// Controller maintains the configuration objects; Run runs it.
+type Controller struct {
+	cfg     Config
+	schemas *registry.Resource
+	levels  *registry.Resource
+	prefix  string // the group's keys: both resources'
+	now     func() time.Time
+}
+
+// New returns a Controller, or an error naming every required field cfg
+// lacks.
+func New(cfg Config) (*Controller, error) {
+	var errs []error
+	if cfg.Registry == nil {
+		errs = append(errs, errors.New("apfconfig: a Registry is required"))
+	}
+	if cfg.Codec == nil {
+		errs = append(errs, errors.New("apfconfig: a Codec is required"))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("apfconfig: a Store is required"))
+	}
+	if cfg.Objects == nil {
+		errs = append(errs, errors.New("apfconfig: Objects are required"))
+	}
+	if cfg.User.Name == "" {
+		errs = append(errs, errors.New("apfconfig: a User is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	gv := flowcontrolv1.SchemeGroupVersion
+	schemas, ok := cfg.Registry.Lookup(gv.WithResource("flowschemas"))
+	levels, ok2 := cfg.Registry.Lookup(gv.WithResource("prioritylevelconfigurations"))
+	if !ok || !ok2 {
+		return nil, errors.New("apfconfig: the registry serves no FlowSchemas or PriorityLevelConfigurations")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
+	}
+	prefix := registry.KeyRoot + gv.Group + "/"
+	return &Controller{cfg: cfg, schemas: schemas, levels: levels, prefix: prefix, now: time.Now}, nil
+}
+
+// objects is the controller's view of the stored configuration.
+type objects struct {
+	schemas map[string]*flowcontrolv1.FlowSchema
+	levels  map[string]*flowcontrolv1.PriorityLevelConfiguration
+}
+
+// Run maintains the objects until ctx ends: it reads them, maintains them
+// and their status, then keeps the status as the store's watch reports
+// changes and maintains them again every Interval. A failed watch is
+// replaced by a new read after Retry.
+func (c *Controller) Run(ctx context.Context) {
+	ctx = identity.WithUser(ctx, c.cfg.User)
+	for ctx.Err() == nil {
+		err := c.run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.cfg.Logger.Warn("apf configuration: reading the objects again", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.Retry):
+		}
+	}
+}
+
+func (c *Controller) run(ctx context.Context) error {
+	list, err := c.cfg.Store.List(ctx, c.prefix, storage.ListOptions{})
+	if err != nil {
+		return err
+	}
+	view := objects{schemas: map[string]*flowcontrolv1.FlowSchema{}, levels: map[string]*flowcontrolv1.PriorityLevelConfiguration{}}
+	for _, kv := range list.KVs {
+		c.apply(&view, kv.Key, kv.Value, kv.ModRevision)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := c.cfg.Store.Watch(ctx, c.prefix, list.Revision+1, false)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	batches := make(chan storage.WatchBatch)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			b, err := w.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	c.publish(view)
+	maintained := c.maintainAll(ctx, view)
+	pending := !maintained || !c.statusAll(ctx, view)
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		var retry <-chan time.Time
+		if pending {
+			retry = time.After(c.cfg.Retry)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return err
+		case b := <-batches:
+			for _, ev := range b.Events {
+				value := ev.KV.Value
+				if ev.Type == storage.Delete {
+					value = nil
+				}
+				c.apply(&view, ev.KV.Key, value, ev.KV.ModRevision)
+			}
+			c.publish(view)
+			pending = !maintained || !c.statusAll(ctx, view)
+		case <-tick.C:
+			maintained = c.maintainAll(ctx, view)
+			pending = !maintained || !c.statusAll(ctx, view)
+		case <-retry:
+			maintained = maintained || c.maintainAll(ctx, view)
+			pending = !maintained || !c.statusAll(ctx, view)
+		}
+	}
+}
+
+// publish hands the objects to the Sink, by name.
+func (c *Controller) publish(view objects) {
+	if c.cfg.Sink == nil {
+		return
+	}
+	schemas := make([]*flowcontrolv1.FlowSchema, 0, len(view.schemas))
+	for _, name := range slices.Sorted(maps.Keys(view.schemas)) {
+		schemas = append(schemas, view.schemas[name])
+	}
+	levels := make([]*flowcontrolv1.PriorityLevelConfiguration, 0, len(view.levels))
+	for _, name := range slices.Sorted(maps.Keys(view.levels)) {
+		levels = append(levels, view.levels[name])
+	}
+	if err := c.cfg.Sink(schemas, levels); err != nil {
+		c.cfg.Logger.Warn("apf configuration: the fallback limiter refused it", "error", err)
+	}
+}
+
+// apply records the object stored under key (nil value: deleted).
+func (c *Controller) apply(view *objects, key string, value []byte, rev int64) {
+	switch {
+	case strings.HasPrefix(key, c.schemas.KeyPrefix("")):
+		name := strings.TrimPrefix(key, c.schemas.KeyPrefix(""))
+		fs := &flowcontrolv1.FlowSchema{}
+		if value == nil || !c.decode(key, value, rev, fs) {
+			delete(view.schemas, name)
+			return
+		}
+		view.schemas[name] = fs
+	case strings.HasPrefix(key, c.levels.KeyPrefix("")):
+		name := strings.TrimPrefix(key, c.levels.KeyPrefix(""))
+		pl := &flowcontrolv1.PriorityLevelConfiguration{}
+		if value == nil || !c.decode(key, value, rev, pl) {
+			delete(view.levels, name)
+			return
+		}
+		view.levels[name] = pl
+	}
+}
+
+func (c *Controller) decode(key string, value []byte, rev int64, into runtime.Object) bool {
+	if err := c.cfg.Codec.DecodeStorage(value, rev, into); err != nil {
+		c.cfg.Logger.Error("apf configuration: an object does not decode", "key", key, "error", err)
+		return false
+	}
+	return true
+}
+
+func (c *Controller) ref(res *registry.Resource, name, sub string) *apiv1.ResourceRef {
+	return &apiv1.ResourceRef{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource, Name: name, Subresource: sub}
+}
+
+// maintainAll maintains every mandatory and suggested object, priority
+// levels first, and deletes the orphans; it reports whether every write
+// succeeded.
+func (c *Controller) maintainAll(ctx context.Context, view objects) bool {
+	var errs []error
+	for _, want := range apfbootstrap.PriorityLevels() {
+		errs = append(errs, maintain(ctx, c, c.levels, view.levels[want.Name], want, apfbootstrap.MaintainPriorityLevel))
+	}
+	for _, want := range apfbootstrap.FlowSchemas() {
+		errs = append(errs, maintain(ctx, c, c.schemas, view.schemas[want.Name], want, apfbootstrap.MaintainFlowSchema))
+	}
+	boot := map[string]bool{}
+	for _, pl := range apfbootstrap.PriorityLevels() {
+		boot["pl/"+pl.Name] = true
+	}
+	for _, fs := range apfbootstrap.FlowSchemas() {
+		boot["fs/"+fs.Name] = true
+	}
+	for name, pl := range view.levels {
+		if !boot["pl/"+name] && apfbootstrap.Orphaned(&pl.ObjectMeta) {
+			errs = append(errs, c.delete(ctx, c.levels, &pl.ObjectMeta))
+		}
+	}
+	for name, fs := range view.schemas {
+		if !boot["fs/"+name] && apfbootstrap.Orphaned(&fs.ObjectMeta) {
+			errs = append(errs, c.delete(ctx, c.schemas, &fs.ObjectMeta))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.cfg.Logger.Warn("apf configuration: maintenance failed; retrying", "error", err)
+		return false
+	}
+	return true
+}
+
+// maintain creates want when nothing is stored, or updates the stored
+// object to what update makes of it.
+func maintain[T interface {
+	runtime.Object
+	*flowcontrolv1.FlowSchema | *flowcontrolv1.PriorityLevelConfiguration
+}](ctx context.Context, c *Controller, res *registry.Resource, stored, want T, update func(stored, want T) (T, bool)) error {
+	name := want.DeepCopyObject().(metav1.Object).GetName()
+	if stored == nil {
+		_, err := c.cfg.Objects.CreateObject(ctx, res, want.DeepCopyObject())
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", res.Kind, name, err)
+		}
+		return nil
+	}
+	if _, changed := update(stored, want); !changed {
+		return nil
+	}
+	_, err := c.cfg.Objects.UpdateObject(ctx, res, c.ref(res, name, ""), func(old runtime.Object) (runtime.Object, error) {
+		if out, changed := update(old.(T), want); changed {
+			return out, nil
+		}
+		return old, nil
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating %s %s: %w", res.Kind, name, err)
+	}
+	return nil
+}
+
+// delete deletes the object m describes, that very one (its uid).
+func (c *Controller) delete(ctx context.Context, res *registry.Resource, m *metav1.ObjectMeta) error {
+	uid := m.UID
+	_, err := c.cfg.Objects.DeleteObject(ctx, res, c.ref(res, m.Name, ""), &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s %s: %w", res.Kind, m.Name, err)
+	}
+	return nil
+}
+
+// statusAll brings every FlowSchema's Dangling condition up to date; it
+// reports whether every write succeeded.
+func (c *Controller) statusAll(ctx context.Context, view objects) bool {
+	ok := true
+	for name, fs := range view.schemas {
+		_, exists := view.levels[fs.Spec.PriorityLevelConfiguration.Name]
+		if current(fs, exists) {
+			continue
+		}
+		_, err := c.cfg.Objects.UpdateObject(ctx, c.schemas, c.ref(c.schemas, name, "status"), func(old runtime.Object) (runtime.Object, error) {
+			stored := old.(*flowcontrolv1.FlowSchema)
+			if stored.Spec.PriorityLevelConfiguration.Name != fs.Spec.PriorityLevelConfiguration.Name || current(stored, exists) {
+				return old, nil // changed meanwhile: the watch brings it back
+			}
+			out := stored.DeepCopy()
+			setDangling(out, exists, c.now())
+			return out, nil
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.cfg.Logger.Warn("apf configuration: writing a FlowSchema's status failed; retrying", "flowschema", name, "error", err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// dangling returns the Dangling condition of a FlowSchema whose priority
+// level exists or not, with kube-apiserver's reasons and messages.
+func dangling(fs *flowcontrolv1.FlowSchema, exists bool) flowcontrolv1.FlowSchemaCondition {
+	pl := fs.Spec.PriorityLevelConfiguration.Name
+	if exists {
+		return flowcontrolv1.FlowSchemaCondition{
+			Type: flowcontrolv1.FlowSchemaConditionDangling, Status: flowcontrolv1.ConditionFalse, Reason: "Found",
+			Message: fmt.Sprintf("This FlowSchema references the PriorityLevelConfiguration object named %q and it exists", pl),
+		}
+	}
+	return flowcontrolv1.FlowSchemaCondition{
+		Type: flowcontrolv1.FlowSchemaConditionDangling, Status: flowcontrolv1.ConditionTrue, Reason: "NotFound",
+		Message: fmt.Sprintf("This FlowSchema references the PriorityLevelConfiguration object named %q but there is no such object", pl),
+	}
+}
+
+// current reports whether fs's Dangling condition is what it should be.
+func current(fs *flowcontrolv1.FlowSchema, exists bool) bool {
+	want := dangling(fs, exists)
+	for _, cond := range fs.Status.Conditions {
+		if cond.Type == want.Type {
+			return cond.Status == want.Status && cond.Reason == want.Reason && cond.Message == want.Message
+		}
+	}
+	return false
+}
+
+// setDangling sets fs's Dangling condition; its transition time moves
+// only when its status changes.
+func setDangling(fs *flowcontrolv1.FlowSchema, exists bool, now time.Time) {
+	want := dangling(fs, exists)
+	want.LastTransitionTime = metav1.NewTime(now)
+	for i, cond := range fs.Status.Conditions {
+		if cond.Type != want.Type {
+			continue
+		}
+		if cond.Status == want.Status {
+			want.LastTransitionTime = cond.LastTransitionTime
+		}
+		fs.Status.Conditions[i] = want
+		return
+	}
+	fs.Status.Conditions = append(fs.Status.Conditions, want)
+}

@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/pki/pkitest"
+	"github.com/meridian-cp/meridian/lib/polltest"
+	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
+	flowcontrol "github.com/meridian-cp/meridian/services/flowcontrol/app"
+	store "github.com/meridian-cp/meridian/services/store/app"
+	"github.com/meridian-cp/meridian/services/store/storetest"
+)
+
+// apfEnv is a store, a flow-control service reading its configuration
+// from it and gateways taking seats from it, with a FlowSchema that sends
+// alice to a Reject level of one seat (1 share of a 100-seat limit,
+// nothing to borrow), applied.
+type apfEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	addrs []string
+	ca    *pki.CA
+	alice rest.TLSClientConfig
+	http  *http.Client // alice's, without client-go's retries after a 429
+}
+
+func newAPFEnv(t *testing.T, gateways int) *apfEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	t.Cleanup(cancel)
+	quiet := slog.New(slog.DiscardHandler)
+	storeAddr := storetest.Start(t, store.Config{ID: "store-0", Logger: quiet}).Addr
+	fc, err := flowcontrol.New(ctx, flowcontrol.Config{StoreAddress: storeAddr, ConcurrencyLimit: 100, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcAddr := daemontest.Serve(t, fc).Addr
+	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca")}
+	serving := pkitest.IssueTLS(t, e.ca, pkitest.LoopbackServer("meridian-apiserver"))
+	for i := range gateways {
+		gw, err := gateway.New(ctx, gateway.Config{
+			StoreAddress: storeAddr, FlowControlAddress: fcAddr, GatewayID: fmt.Sprintf("gw-%d", i),
+			Registry:   registry.New(registry.Standard()...),
+			ServingTLS: pki.ServerTLS(serving, nil, tls.NoClientCert), ClientCAs: e.ca.Pool(), Logger: quiet,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.addrs = append(e.addrs, daemontest.Serve(t, gw).Addr)
+	}
+	certFor := func(user string, groups ...string) rest.TLSClientConfig {
+		kp := pkitest.Issue(t, e.ca, pki.CertSpec{CommonName: user, Organizations: groups, Client: true})
+		return rest.TLSClientConfig{CAData: e.ca.CertPEM(), CertData: kp.CertPEM, KeyData: kp.KeyPEM}
+	}
+	adminTLS := certFor("admin", "system:masters")
+	e.alice = certFor("alice", "dev")
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: adminTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.http, err = rest.HTTPClientFor(&rest.Config{TLSClientConfig: e.alice}); err != nil {
+		t.Fatal(err)
+	}
+
+	one, zero := int32(1), int32(0)
+	pl, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-seat"},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+			NominalConcurrencyShares: &one, BorrowingLimitPercent: &zero, LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := admin.FlowcontrolV1().FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: "alice"},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: pl.Name}, MatchingPrecedence: 100,
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: "alice"}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "alice-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 15*time.Second, "alice classified by her FlowSchema on every gateway", func() bool {
+		for _, addr := range e.addrs {
+			if resp := e.list(e.http, addr); resp.StatusCode != 200 || resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(fs.UID) {
+				return false
+			}
+		}
+		return true
+	})
+	return e
+}
+
+// list lists configmaps through the gateway at addr with client c.
+func (e *apfEnv) list(c *http.Client, addr string) *http.Response {
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+addr+"/api/v1/namespaces/default/configmaps", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// hold starts a create of alice's through the gateway at addr and sends
+// no body: it holds her seat until the returned func closes it. A create
+// answered at once (a 429 while the seat of her previous request is
+// still being released: gateways release in batches) is tried again.
+func (e *apfEnv) hold(addr string) func() {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		holder, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{clientCert(e.t, e.alice)}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { holder.Close() })
+		if _, err := fmt.Fprintf(holder, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"); err != nil {
+			e.t.Fatal(err)
+		}
+		// No answer within half a second: it waits for its body, seated.
+		_ = holder.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		var b [1]byte
+		if _, err := holder.Read(b[:]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				return func() { holder.Close() }
+			}
+		}
+		holder.Close()
+		if time.Now().After(deadline) {
+			e.t.Fatal("alice's create never held a seat")
+		}
+	}
+}
+
+// TestTwoGatewaysShareOneLimit: two gateways take seats from one
+// flow-control service. While a create of alice's through the first
+// gateway holds her one seat, her list through the second gateway is a
+// 429: the budget is the fleet's, not each gateway's.
+func TestTwoGatewaysShareOneLimit(t *testing.T) {
+	e := newAPFEnv(t, 2)
+	release := e.hold(e.addrs[0])
+	polltest.Until(t, 10*time.Second, "a 429 from the other gateway", func() bool {
+		resp := e.list(e.http, e.addrs[1])
+		return resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != ""
+	})
+	if resp := e.list(e.http, e.addrs[0]); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the holding gateway: %d, want 429", resp.StatusCode)
+	}
+	release()
+	polltest.Until(t, 10*time.Second, "alice served again once the seat is free", func() bool { return e.list(e.http, e.addrs[1]).StatusCode == 200 })
+}
+
+// clientCert is the tls.Certificate of a client configuration.
+func clientCert(t *testing.T, c rest.TLSClientConfig) tls.Certificate {
+	t.Helper()
+	cert, err := tls.X509KeyPair(c.CertData, c.KeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
