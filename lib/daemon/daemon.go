@@ -47,8 +47,8 @@ type Flags struct {
 	// certificates allowed to call the service (health checks are open to
 	// all); default identity.GatewayOrganization.
 	CallerOrganizations string
-	// MetricsListen is the address of the /metrics HTTP server; empty
-	// disables it.
+	// MetricsListen is the address of the plaintext HTTP server of
+	// /metrics, /livez, /readyz and /healthz; empty disables it.
 	MetricsListen string
 	// Pprof serves net/http/pprof under /debug/pprof/ beside /metrics.
 	Pprof bool
@@ -65,7 +65,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen s
 	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against (the internal CA): every client must present one (mTLS); required with --tls-cert-file")
 	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
 	fs.StringVar(&f.CallerOrganizations, "caller-organizations", identity.GatewayOrganization, "comma-separated organizations (O=) of client certificates allowed to call this service; others get PERMISSION_DENIED (health checks are open to all)")
-	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the Prometheus /metrics HTTP server; empty disables it")
+	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the plaintext HTTP server of /metrics and the health endpoints /livez, /readyz, /healthz (kubelet's probes); empty disables it")
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")

@@ -74,7 +74,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members, read again within 5s when it changes; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates (the internal CA): clients must present a certificate it verifies (mTLS), whose organization decides what they may call; required with --tls-cert-file")
-	fs.StringVar(&f.metricsListen, "metrics-listen", ports.StoreMetrics, "Prometheus /metrics listen address; empty disables (members on one host each need their own)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ports.StoreMetrics, "address of the plaintext HTTP server of /metrics and the health endpoints /livez, /readyz, /healthz (kubelet's probes); empty disables (members on one host each need their own)")
 	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
