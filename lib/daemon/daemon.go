@@ -21,7 +21,9 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/health"
 
+	"github.com/meridian-cp/meridian/lib/healthz"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -45,8 +47,8 @@ type Flags struct {
 	// certificates allowed to call the service (health checks are open to
 	// all); default identity.GatewayOrganization.
 	CallerOrganizations string
-	// MetricsListen is the address of the /metrics HTTP server; empty
-	// disables it.
+	// MetricsListen is the address of the plaintext HTTP server of
+	// /metrics, /livez, /readyz and /healthz; empty disables it.
 	MetricsListen string
 	// Pprof serves net/http/pprof under /debug/pprof/ beside /metrics.
 	Pprof bool
@@ -63,7 +65,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen s
 	fs.StringVar(&f.ClientCAFile, "client-ca-file", "", "CA bundle (PEM) to verify client certificates against (the internal CA): every client must present one (mTLS); required with --tls-cert-file")
 	fs.StringVar(&f.TrustedOrganization, "trusted-organization", identity.GatewayOrganization, "organization (O=) of client certificates allowed to assert users in request metadata; empty trusts nobody")
 	fs.StringVar(&f.CallerOrganizations, "caller-organizations", identity.GatewayOrganization, "comma-separated organizations (O=) of client certificates allowed to call this service; others get PERMISSION_DENIED (health checks are open to all)")
-	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the Prometheus /metrics HTTP server; empty disables it")
+	fs.StringVar(&f.MetricsListen, "metrics-listen", defaultMetricsListen, "address of the plaintext HTTP server of /metrics and the health endpoints /livez, /readyz, /healthz (kubelet's probes); empty disables it")
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")
@@ -135,11 +137,18 @@ type Server interface {
 	Serve(lis net.Listener) error
 	// Close stops the service gracefully; safe to call twice.
 	Close() error
+	// Health returns the service's gRPC health server and the service
+	// names besides "" whose status is its readiness (healthz.GRPC):
+	// /readyz and /healthz on --metrics-listen answer from it.
+	Health() (*health.Server, []string)
 }
 
 // Run validates f, listens on f.Listen (and f.MetricsListen), builds the
-// environment, calls build, serves the result (and the metrics) until ctx
-// is done or SIGINT/SIGTERM arrives, then closes it. Logs go to logOut. It
+// environment, calls build, serves the result (and, on f.MetricsListen,
+// /metrics, /livez, /readyz and /healthz: ServeHealth) until ctx is done
+// or SIGINT/SIGTERM arrives, then closes it. The metrics listener is
+// served until Close has returned, so that /readyz answers NOT ready while
+// the service drains. Logs go to logOut. It
 // listens before it builds, so that an address in use fails the start at
 // once, with an error naming the flag to set. It returns nil after a
 // clean shutdown.
@@ -184,7 +193,15 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if metricsLis != nil {
-		telemetry.ServeMetrics(ctx, metricsLis, env.Registry, logger, f.Pprof)
+		// Served until Run returns, past the drain in srv.Close.
+		httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopHTTP()
+		if err := ServeHealth(httpCtx, metricsLis, env.Registry, logger, f.Pprof, srv.Health); err != nil {
+			srv.Close()
+			metricsLis.Close()
+			lis.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		logger.Info("metrics serving", "addr", metricsLis.Addr().String(), "pprof", f.Pprof)
 	}
 	served := make(chan error, 1)
@@ -259,4 +276,23 @@ func CheckServingTLSFlags(cert, key, clientCA string) []error {
 		errs = append(errs, errors.New("--tls-cert-file needs --client-ca-file: callers are authorized by their client certificates"))
 	}
 	return errs
+}
+
+// ServeHealth serves, on lis over plain HTTP until ctx is done, reg's
+// /metrics (and net/http/pprof with profiles) and the health endpoints:
+// /livez (the process serves HTTP: "ping"), /readyz and /healthz (the
+// service's gRPC health status, healthz.GRPC of src), in kube-apiserver's
+// format, recording their results in reg as kube-apiserver does. They say
+// ok or not ok and nothing more, so they need no authentication, like
+// kube-apiserver's for anonymous callers. The store, which does not use
+// Run, serves its metrics address with it too.
+func ServeHealth(ctx context.Context, lis net.Listener, reg *prometheus.Registry, logger *slog.Logger, profiles bool, src healthz.GRPCSource) error {
+	m, err := healthz.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("health metrics: %w", err)
+	}
+	mux := telemetry.MetricsMux(reg, logger, profiles)
+	healthz.Register(mux, m, nil, []healthz.Check{healthz.GRPC(src)})
+	telemetry.ServeHTTP(ctx, lis, mux, logger)
+	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/health"
+
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -39,6 +41,9 @@ func (s *fakeServer) Serve(lis net.Listener) error {
 		c.Close()
 	}
 }
+
+// Health reports no gRPC health server: the fake is never ready.
+func (s *fakeServer) Health() (*health.Server, []string) { return nil, nil }
 
 func (s *fakeServer) Close() error {
 	if s.closed.Add(1) == 1 {

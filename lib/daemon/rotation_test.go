@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 
@@ -26,8 +27,9 @@ import (
 // grpcService is a daemon.Server around a gRPC server that reports the
 // address it serves on.
 type grpcService struct {
-	srv  *grpc.Server
-	addr chan string
+	srv    *grpc.Server
+	health *health.Server
+	addr   chan string
 }
 
 func (s *grpcService) Serve(lis net.Listener) error {
@@ -36,6 +38,8 @@ func (s *grpcService) Serve(lis net.Listener) error {
 }
 
 func (s *grpcService) Close() error { s.srv.Stop(); return nil }
+
+func (s *grpcService) Health() (*health.Server, []string) { return s.health, nil }
 
 // TestRunServesRotatedCertificate runs a service as every service binary
 // does (--tls-cert-file, --tls-key-file, --client-ca-file) and dials it
@@ -89,8 +93,8 @@ func TestRunServesRotatedCertificate(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			srv, _, err := grpcserver.New(grpcserver.Options{TLS: conf})
-			svc.srv = srv
+			srv, hs, err := grpcserver.New(grpcserver.Options{TLS: conf})
+			svc.srv, svc.health = srv, hs
 			return svc, err
 		})
 	}()

@@ -61,9 +61,16 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // ServeMetrics serves g on /metrics on lis, and with profiles
 // net/http/pprof under /debug/pprof/ too (for benchmarks; never on by
 // default), until ctx is done; then it shuts the server down, which closes
-// lis. Serving errors are logged. The caller listens, so that it can say
-// which flag named a port that is taken.
+// lis (ServeHTTP of MetricsMux). Serving errors are logged. The caller
+// listens, so that it can say which flag named a port that is taken.
 func ServeMetrics(ctx context.Context, lis net.Listener, g prometheus.Gatherer, logger *slog.Logger, profiles bool) {
+	ServeHTTP(ctx, lis, MetricsMux(g, logger, profiles), logger)
+}
+
+// MetricsMux returns a mux serving g on /metrics, and net/http/pprof under
+// /debug/pprof/ when profiles is set; the caller may add routes (a
+// service's health endpoints) before serving it.
+func MetricsMux(g prometheus.Gatherer, logger *slog.Logger, profiles bool) *http.ServeMux {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -75,8 +82,19 @@ func ServeMetrics(ctx context.Context, lis net.Listener, g prometheus.Gatherer, 
 	if profiles {
 		RegisterProfiles(mux)
 	}
+	return mux
+}
+
+// ServeHTTP serves h over plain HTTP on lis in the background until ctx is
+// done, then shuts the server down, letting requests in flight finish for
+// up to 5 seconds. Errors other than the shutdown are logged on logger
+// (nil: slog.Default()).
+func ServeHTTP(ctx context.Context, lis net.Listener, h http.Handler, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

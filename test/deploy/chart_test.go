@@ -46,6 +46,7 @@ func chartCases(t *testing.T) []chartCase {
 func TestChart(t *testing.T) {
 	bin := buildBinaries(t)
 	flags := &flagSets{bin: bin, sets: map[string]map[string]bool{}}
+	paths := probePaths{}
 	for _, c := range chartCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			lint, err := run(helm(t), append([]string{"lint", "--strict", chartDir}, c.values...)...)
@@ -81,11 +82,12 @@ func TestChart(t *testing.T) {
 				t.Fatalf("%d workloads rendered, want at least 5", len(specs))
 			}
 			for name, spec := range specs {
-				checkPod(t, name, spec, flags)
+				checkPod(t, name, spec, flags, paths)
 			}
 			checkStore(t, objs)
 		})
 	}
+	checkServed(t, bin, paths)
 }
 
 // run runs a command and returns its combined output.
@@ -95,8 +97,9 @@ func run(name string, args ...string) ([]byte, error) {
 
 // checkPod checks one pod template: non-root with a read-only root, each
 // container's image one of meridian's, and its args flags of that binary;
-// each file a flag names lies under one of the container's mounts.
-func checkPod(t *testing.T, name string, spec *corev1.PodSpec, flags *flagSets) {
+// each file a flag names lies under one of the container's mounts; each
+// serving container's probes (checkProbes, recorded in paths).
+func checkPod(t *testing.T, name string, spec *corev1.PodSpec, flags *flagSets, paths probePaths) {
 	t.Helper()
 	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 		t.Errorf("%s: pod does not set runAsNonRoot", name)
@@ -105,7 +108,7 @@ func checkPod(t *testing.T, name string, spec *corev1.PodSpec, flags *flagSets) 
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = true
 	}
-	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+	for i, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		where := name + " container " + c.Name
 		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 			t.Errorf("%s: root filesystem not read-only", where)
@@ -120,6 +123,9 @@ func checkPod(t *testing.T, name string, spec *corev1.PodSpec, flags *flagSets) 
 		}
 		if len(c.Command) > 0 {
 			t.Errorf("%s: overrides the image's entrypoint (%v)", where, c.Command)
+		}
+		if i >= len(spec.InitContainers) {
+			checkProbes(t, where, image, c, paths)
 		}
 		var mounts []string
 		for _, m := range c.VolumeMounts {

@@ -1,21 +1,27 @@
-// Package daemontest serves a built service (a daemon.Server, such as each
-// service's app.App) on loopback for the length of a test.
+// Package daemontest serves a built service (each service's app.App, a
+// daemon.Server or the gateway's) on loopback for the length of a test.
 package daemontest
 
 import (
 	"net"
 	"testing"
 	"time"
-
-	"github.com/meridian-cp/meridian/lib/daemon"
 )
+
+// Service is what Serve serves: the serving half of daemon.Server.
+type Service interface {
+	// Serve serves on lis until Close, then returns nil.
+	Serve(lis net.Listener) error
+	// Close stops the service gracefully; safe to call twice.
+	Close() error
+}
 
 // Served is a service serving on loopback.
 type Served struct {
 	// Addr is the address it serves on.
 	Addr string
 
-	srv  daemon.Server
+	srv  Service
 	done chan struct{} // closed once Serve returned
 	err  error         // what Serve returned; set before done is closed
 }
@@ -25,7 +31,7 @@ type Served struct {
 // what they return is not checked there: tests that check it call Close
 // themselves (every service's Close is safe to call twice) and Wait.
 // When no listener can be opened, s is closed and the test fails.
-func Serve(t testing.TB, s daemon.Server) *Served {
+func Serve(t testing.TB, s Service) *Served {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +44,7 @@ func Serve(t testing.TB, s daemon.Server) *Served {
 // ServeListener is Serve on a listener the caller opened: one whose
 // address s was configured with before it was built (a store member's
 // client address, say). It may be called from any goroutine.
-func ServeListener(t testing.TB, s daemon.Server, lis net.Listener) *Served {
+func ServeListener(t testing.TB, s Service, lis net.Listener) *Served {
 	sv := &Served{Addr: lis.Addr().String(), srv: s, done: make(chan struct{})}
 	go func() {
 		sv.err = s.Serve(lis)

@@ -116,6 +116,11 @@ func (a *App) Serve(lis net.Listener) error {
 	return grpcserver.Serve(a.srv, lis, "admission", a.logger)
 }
 
+// Health returns the gRPC health server and the name whose status is
+// the service's readiness: NOT_SERVING once Close started
+// (daemon.Server; /readyz on --metrics-listen).
+func (a *App) Health() (*health.Server, []string) { return a.health, []string{ServiceName} }
+
 // Close stops the service gracefully: health reports NOT_SERVING, scope
 // streams end (UNAVAILABLE) and in-flight Admit calls finish. It is safe to
 // call more than once.

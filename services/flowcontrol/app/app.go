@@ -225,6 +225,11 @@ func (a *App) Serve(lis net.Listener) error {
 	return grpcserver.Serve(a.srv, lis, "flowcontrol", a.logger)
 }
 
+// Health returns the gRPC health server and the name whose status is
+// the service's readiness: NOT_SERVING once Close started
+// (daemon.Server; /readyz on --metrics-listen).
+func (a *App) Health() (*health.Server, []string) { return a.health, []string{ServiceName} }
+
 // Close stops the service gracefully: health reports NOT_SERVING, queued
 // Acquires fail with UNAVAILABLE (so gateways retry elsewhere at once
 // instead of waiting out their queue), exemption streams end with

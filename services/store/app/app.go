@@ -297,6 +297,12 @@ func (a *App) Serve(lis net.Listener) error {
 // services (before Serve).
 func (a *App) GRPCServer() *grpc.Server { return a.grpc }
 
+// Health returns the gRPC health server and the names besides "" whose
+// status is the member's readiness: SERVING while the group has a leader
+// and the state machine has not failed, NOT_SERVING once Close started
+// (daemon.Server; /readyz on --metrics-listen).
+func (a *App) Health() (*health.Server, []string) { return a.health, serviceNames }
+
 // Close stops gracefully: health NOT_SERVING, watchers cancelled, gRPC
 // drained (bounded), background work stopped, raft shut down, pebble
 // closed. Idempotent and safe to call twice.

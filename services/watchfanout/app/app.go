@@ -265,6 +265,11 @@ func (a *App) Serve(lis net.Listener) error {
 	return grpcserver.Serve(a.srv, lis, "watchfanout", a.logger, "store", a.cfg.StoreAddress, "store_tls", a.cfg.StoreTLS != nil)
 }
 
+// Health returns the gRPC health server and the name whose status is
+// the service's readiness: NOT_SERVING until the cache synced and once
+// Close started (daemon.Server; /readyz on --metrics-listen).
+func (a *App) Health() (*health.Server, []string) { return a.health, []string{ServiceName} }
+
 // Close stops the service: health reports NOT_SERVING, the cache stops
 // (open watches end), in-flight calls finish. It is safe to call more than
 // once.

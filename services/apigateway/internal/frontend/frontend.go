@@ -23,6 +23,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/meridian-cp/meridian/lib/growstack"
+	"github.com/meridian-cp/meridian/lib/healthz"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -34,7 +35,6 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/discovery"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/healthz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"

@@ -26,7 +26,7 @@ func TestAddressInUseNamesTheFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = run(f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			err = run(t.Context(), f, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			want := "--" + name + " " + addr + " is in use (by another process, or another instance on this host): set --" + name + " to a free address"
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("--%s at a taken address: %v; want it to say %q", name, err, want)

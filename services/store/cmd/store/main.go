@@ -15,8 +15,11 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/health"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/pki"
@@ -71,7 +74,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "this member's certificate (PEM, O=meridian:store-peers, server and client usage) for the gRPC API, raft and dialing other members, read again within 5s when it changes; empty = plaintext")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "server private key (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca-file", "", "CA bundle (PEM) for client certificates (the internal CA): clients must present a certificate it verifies (mTLS), whose organization decides what they may call; required with --tls-cert-file")
-	fs.StringVar(&f.metricsListen, "metrics-listen", ports.StoreMetrics, "Prometheus /metrics listen address; empty disables (members on one host each need their own)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ports.StoreMetrics, "address of the plaintext HTTP server of /metrics and the health endpoints /livez, /readyz, /healthz (kubelet's probes); empty disables (members on one host each need their own)")
 	fs.IntVar(&f.maxValueBytes, "max-value-bytes", app.DefaultMaxValueBytes, "largest value a put may write, in bytes")
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
@@ -116,14 +119,16 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := run(f, log); err != nil {
+	if err := run(context.Background(), f, log); err != nil {
 		log.Error("store failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(f flags, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+// run serves a member as f says until ctx is done or SIGTERM or SIGINT
+// arrives, then closes it.
+func run(ctx context.Context, f flags, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	tlsConfig, err := serverTLS(f, log)
@@ -152,15 +157,29 @@ func run(f flags, log *slog.Logger) error {
 	if f.join != "" {
 		join = strings.Split(f.join, ",")
 	}
-	// Metrics are served from the start (the raft state while waiting for
-	// a leader is worth seeing), and a metrics address in use fails the
-	// start at once, naming the flag.
+	// Metrics and the health endpoints are served from the start (the
+	// raft state while waiting for a leader is worth seeing, and /readyz
+	// says not ready until the member has one), until the member is
+	// closed (/readyz says not ready while it drains). A metrics address
+	// in use fails the start at once, naming the flag.
+	var built atomic.Pointer[app.App]
+	healthSource := func() (*health.Server, []string) {
+		if a := built.Load(); a != nil {
+			return a.Health()
+		}
+		return nil, nil
+	}
 	if f.metricsListen != "" {
 		lis, err := daemon.Listen(ctx, "metrics-listen", f.metricsListen)
 		if err != nil {
 			return err
 		}
-		telemetry.ServeMetrics(ctx, lis, reg, log, f.pprof)
+		httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopHTTP()
+		if err := daemon.ServeHealth(httpCtx, lis, reg, log, f.pprof, healthSource); err != nil {
+			lis.Close()
+			return err
+		}
 		log.Info("serving metrics", "address", lis.Addr().String(), "pprof", f.pprof)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, f.startupTimeout)
@@ -197,6 +216,7 @@ func run(f flags, log *slog.Logger) error {
 		return err
 	}
 	defer a.Close()
+	built.Store(a)
 
 	// Listen once ready: until then a client's connection is refused,
 	// which it knows to retry elsewhere.

@@ -1,14 +1,20 @@
 // Package healthz serves /healthz, /livez and /readyz with kube-apiserver's
 // format: "ok" when every check passes; with ?verbose a line per check
 // ("[+]name ok" / "[-]name failed: reason withheld") and a summary line;
-// ?exclude=name skips a check; /readyz/name runs one check.
+// ?exclude=name skips a check; /readyz/name runs one check. A failed
+// check makes the endpoint answer 500, as kube-apiserver's do.
+//
+// The gateway serves these endpoints on its API; every other service
+// serves them on its plaintext --metrics-listen server (Register, with
+// GRPC: readiness is the service's gRPC health status), where kubelet's
+// httpGet probes reach them.
 //
 // A check may be optional (Check.Degraded): it probes a dependency whose
-// loss the gateway works around (a fallback serves instead) or that costs
-// some requests but not the gateway's ability to serve. An optional check
+// loss the service works around (a fallback serves instead) or that costs
+// some requests but not the service's ability to serve. An optional check
 // that fails does not fail the endpoint: it is reported as
 // "[+]name ok (degraded: what is served differently)", since taking the
-// gateway out of rotation would not help — every replica shares the
+// replica out of rotation would not help — every replica shares the
 // dependency. Monitor runs optional checks in the background, so that an
 // endpoint never waits on a dependency that does not answer, and keeps
 // meridian_apigateway_dependency_degraded current.
