@@ -206,8 +206,11 @@ func runChartOnDocker(t *testing.T, version string) {
 	}
 	var clients, watchClients []kubernetes.Interface
 	for i := range gateways {
-		clients = append(clients, clientFor(t, base, server(i), 10*time.Second))
-		watchClients = append(watchClients, clientFor(t, base, server(i), 0))
+		clients = append(clients, clientFor(t, base, server(i), 10*time.Second, 0))
+		watchClients = append(watchClients, clientFor(t, base, server(i), 0, 0))
+	}
+	if n := *tierCPURequests; n > 0 {
+		measureTierCPU(t, n, network, storeLeader(t, cli), clientFor(t, base, server(0), 10*time.Second, float32(*tierCPURate)))
 	}
 	faults(t, network, cli, kubectlAt, clients, watchClients)
 }

@@ -491,14 +491,19 @@ func checkWatcher(t *testing.T, wt *watcher, acks []record) {
 	}
 }
 
-// clientFor is a client-go clientset for gateway i's published address,
-// authenticated with the admin kubeconfig; every request is bounded in
-// time (watches by the server's watch timeout and the RetryWatcher).
-func clientFor(t *testing.T, base *rest.Config, server string, timeout time.Duration) kubernetes.Interface {
+// clientFor is a client-go clientset for a gateway's published address,
+// authenticated with the admin kubeconfig, with a client-side timeout per
+// request (0: none, for watches, which the server's watch timeout ends)
+// and client-go's rate limit at qps requests per second (<= 0: none; the
+// workloads bound their own load).
+func clientFor(t *testing.T, base *rest.Config, server string, timeout time.Duration, qps float32) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(base)
 	cfg.Host = server
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg.QPS, cfg.Burst = -1, 0
+	if qps > 0 {
+		cfg.QPS, cfg.Burst = qps, 1
+	}
 	cfg.Timeout = timeout
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
