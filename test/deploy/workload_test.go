@@ -202,7 +202,9 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 			return
 		}
 		w.ack(record{"ADDED", name, got.ResourceVersion, want}, ns)
+		created := got
 		if prev != nil {
+			var updated *corev1.ConfigMap
 			upd := prev.DeepCopy()
 			want := prev.Name + "-updated"
 			upd.Data = map[string]string{"v": want}
@@ -210,7 +212,7 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 				return apierrors.IsConflict(err) || w.errs.add("update "+ns+"/"+upd.Name, err)
 			}, func() error {
 				var err error
-				got, err = cms.Update(context.Background(), upd, metav1.UpdateOptions{})
+				updated, err = cms.Update(context.Background(), upd, metav1.UpdateOptions{})
 				if err == nil {
 					return nil
 				}
@@ -220,7 +222,7 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 				}
 				if cur.Data["v"] == want {
 					w.errs.note("update applied by an attempt whose reply was lost")
-					got = cur
+					updated = cur
 					return nil
 				}
 				if apierrors.IsConflict(err) {
@@ -233,11 +235,13 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 				w.errs.add("update "+ns+"/"+upd.Name+" (gave up)", fmt.Errorf("gave up: %w", err))
 				return
 			}
-			w.ack(record{"MODIFIED", upd.Name, got.ResourceVersion, want}, ns)
+			w.ack(record{"MODIFIED", upd.Name, updated.ResourceVersion, want}, ns)
 		}
-		prev = got
-		if n%2 == 0 {
-			prev = nil // every other object stays as created
+		// Objects with an odd n are updated in the next round; the others
+		// stay as created.
+		prev = nil
+		if n%2 == 1 {
+			prev = created
 		}
 		select {
 		case <-ctx.Done():
@@ -273,7 +277,10 @@ func (wt *watcher) run(ctx context.Context, t *testing.T, c kubernetes.Interface
 		}
 		return i, err
 	}}
-	for ctx.Err() == nil {
+	for started := false; ctx.Err() == nil; started = true {
+		if started {
+			time.Sleep(time.Second) // after a relist, or a RetryWatcher that gave up
+		}
 		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, lw)
 		if err != nil {
 			errs.add(who, err)
