@@ -3,6 +3,7 @@ package deploy
 import (
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // pod is one pod of the rendered chart, as a kubelet would run it.
@@ -139,7 +142,9 @@ func runChartOnDocker(t *testing.T, version string) {
 				args = append(args, "-d", "--restart", "on-failure")
 				containers = append(containers, name)
 				if c.Name == "apigateway" {
-					args = append(args, "-p", "127.0.0.1::6443")
+					// A fixed host port, as a Service's address, so that
+					// clients reach the gateway again after a restart.
+					args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:6443", freePort(t)))
 					gateways = append(gateways, name)
 				}
 			}
@@ -158,8 +163,7 @@ func runChartOnDocker(t *testing.T, version string) {
 	if len(gateways) != 2 {
 		t.Fatalf("the chart runs %d apigateway containers, want 2", len(gateways))
 	}
-	// server is gateway i's published API; Docker publishes it on another
-	// host port whenever the container starts again.
+	// server is gateway i's published API.
 	server := func(i int) string {
 		port, err := docker("port", gateways[i], "6443/tcp")
 		if err != nil {
@@ -196,7 +200,19 @@ func runChartOnDocker(t *testing.T, version string) {
 		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
 	}
 	cli := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
-	faults(t, network, cli, kubectlAt)
+	base, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients, watchClients []kubernetes.Interface
+	for i := range gateways {
+		clients = append(clients, clientFor(t, base, server(i), 10*time.Second, 0))
+		watchClients = append(watchClients, clientFor(t, base, server(i), 0, 0))
+	}
+	if n := *tierCPURequests; n > 0 {
+		measureTierCPU(t, n, network, storeLeader(t, cli), clientFor(t, base, server(0), 10*time.Second, float32(*tierCPURate)))
+	}
+	faults(t, network, cli, kubectlAt, clients, watchClients)
 }
 
 // awaitHealthy waits until a gateway's /readyz?verbose shows the store,
@@ -356,4 +372,15 @@ func podVolumes(t *testing.T, p *pod, secrets map[string]*corev1.Secret) map[str
 		}
 	}
 	return dirs
+}
+
+// freePort is a loopback TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -15,6 +15,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
 
 // repoRoot is the repository's root, from this package's directory.
@@ -38,6 +41,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	scratch = dir
+	// client-go's RetryWatcher logs each failed watch through klog; the
+	// fault test counts those errors itself.
+	klog.SetLogger(logr.Discard())
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

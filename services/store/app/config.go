@@ -198,7 +198,7 @@ func (c *Config) Validate() error {
 			if m.ID == "" {
 				errs = append(errs, errors.New("store: InitialCluster: a member has no id"))
 			}
-			if _, err := raftnode.ValidatePeerAddress(m.PeerAddress); err != nil {
+			if err := raftnode.CheckPeerAddress(m.PeerAddress); err != nil {
 				errs = append(errs, fmt.Errorf("store: InitialCluster member %q: %w", m.ID, err))
 			}
 			id := c.ID

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,11 +37,12 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	advertise := bind
+	var advertise net.Addr = bind
 	if cfg.PeerAdvertise != "" {
-		if advertise, err = ValidatePeerAddress(cfg.PeerAdvertise); err != nil {
+		if err := CheckPeerAddress(cfg.PeerAdvertise); err != nil {
 			return nil, err
 		}
+		advertise = peerName(cfg.PeerAdvertise)
 	}
 	if cfg.ServerTLS != nil && cfg.ClientTLS == nil {
 		return nil, fmt.Errorf("raftnode: a TLS raft transport needs ClientTLS to dial peers")
@@ -90,8 +92,41 @@ func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	return tls.DialWithDialer(d, "tcp", string(address), cfg)
 }
 
-// ValidatePeerAddress checks that a raft TCP address can be advertised: an
-// IP (not unspecified) and a non-zero port.
+// peerName is an advertised raft address as given (a DNS name is kept,
+// not resolved: raft stores it and peers dial it).
+type peerName string
+
+func (a peerName) Network() string { return "tcp" }
+func (a peerName) String() string  { return string(a) }
+
+// CheckPeerAddress checks that a raft address can be advertised and kept
+// in the raft configuration: host:port with a non-zero port, and a
+// concrete IP when the host is one. A DNS name is not resolved: when the
+// members of a StatefulSet start in parallel a peer's name is published
+// only once its pod exists, and raft dials the name again on every
+// heartbeat and vote until it answers, so a member must not refuse to
+// start over a name that does not resolve yet.
+func CheckPeerAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("raftnode: peer address %q: %w", a, err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("raftnode: peer address %q must have a non-zero port (it is advertised to peers)", a)
+	}
+	if host == "" {
+		return fmt.Errorf("raftnode: peer address %q has no host (it is advertised to peers)", a)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("raftnode: peer address %q must have a concrete IP and a non-zero port (it is advertised to peers)", a)
+	}
+	return nil
+}
+
+// ValidatePeerAddress checks that a raft TCP address can be bound and
+// advertised: it resolves to an IP (not unspecified) and has a non-zero
+// port. It is for this member's own bind address; peers' addresses are
+// checked with CheckPeerAddress.
 func ValidatePeerAddress(a string) (*net.TCPAddr, error) {
 	addr, err := net.ResolveTCPAddr("tcp", a)
 	if err != nil {

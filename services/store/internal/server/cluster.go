@@ -50,7 +50,7 @@ func (c *clusterServer) MemberAdd(ctx context.Context, req *storev1.MemberAddReq
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "store: member id is required")
 	}
-	if _, err := raftnode.ValidatePeerAddress(req.GetPeerAddress()); err != nil {
+	if err := raftnode.CheckPeerAddress(req.GetPeerAddress()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
