@@ -10,7 +10,8 @@
 //   - status: each FlowSchema's Dangling condition says whether the
 //     priority level it names exists, kept as the objects change.
 //
-// It follows the objects through one store watch of the group's keys and
+// It follows the objects through one store watch of the group's keys
+// (package storewatch: list, watch, list again when the watch fails) and
 // writes through the API's own create, update and delete
 // (resources.Server), as the User of its Config (system:apiserver).
 // Every gateway runs it; replicas compute the same objects, and an update
@@ -38,19 +39,8 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 )
-
-// Store is what the controller reads of the store. *storage.Store
-// implements it.
-type Store interface {
-	// List reads the keys under prefix.
-	List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListResult, error)
-	// Watch follows the changes under prefix from startRevision.
-	Watch(ctx context.Context, prefix string, startRevision int64, progress bool) (*storage.Watcher, error)
-}
-
-var _ Store = (*storage.Store)(nil)
 
 // Objects writes as the API does, for the user in ctx; its errors are
 // Kubernetes errors. *resources.Server implements it.
@@ -76,7 +66,7 @@ type Config struct {
 	// Codec decodes stored objects. Required.
 	Codec *codec.Codec
 	// Store holds them. Required.
-	Store Store
+	Store storewatch.Store
 	// Objects carries out the writes. Required.
 	Objects Objects
 	// User writes; it must be allowed to write every object of the group
@@ -151,62 +141,30 @@ type objects struct {
 	levels  map[string]*flowcontrolv1.PriorityLevelConfiguration
 }
 
-// Run maintains the objects until ctx ends: it reads them, maintains them
-// and their status, then keeps the status as the store's watch reports
-// changes and maintains them again every Interval. A failed watch is
-// replaced by a new read after Retry.
+// Run maintains the objects until ctx ends: once it has read them, it
+// maintains them and their status, then keeps the status as the store's
+// watch reports changes and maintains them again every Interval, and
+// every Retry while a write failed. A failed watch is replaced by a new
+// read after Retry (storewatch.Send), which maintains them again; the
+// objects last read are kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	ctx = identity.WithUser(ctx, c.cfg.User)
-	for ctx.Err() == nil {
-		err := c.run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		c.cfg.Logger.Warn("apf configuration: reading the objects again", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(c.cfg.Retry):
-		}
-	}
-}
-
-func (c *Controller) run(ctx context.Context) error {
-	list, err := c.cfg.Store.List(ctx, c.prefix, storage.ListOptions{})
-	if err != nil {
-		return err
-	}
-	view := objects{schemas: map[string]*flowcontrolv1.FlowSchema{}, levels: map[string]*flowcontrolv1.PriorityLevelConfiguration{}}
-	for _, kv := range list.KVs {
-		c.apply(&view, kv.Key, kv.Value, kv.ModRevision)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := c.cfg.Store.Watch(ctx, c.prefix, list.Revision+1, false)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	batches := make(chan storage.WatchBatch)
-	failed := make(chan error, 1)
+	ctx, cancel := context.WithCancel(identity.WithUser(ctx, c.cfg.User))
+	batches := make(chan storewatch.Batch)
+	followed := make(chan struct{})
 	go func() {
-		for {
-			b, err := w.Recv()
-			if err != nil {
-				failed <- err
-				return
-			}
-			select {
-			case batches <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
+		defer close(followed)
+		storewatch.Send(ctx, storewatch.Config{
+			Store: c.cfg.Store, Prefix: c.prefix, What: "apf configuration",
+			Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+		}, batches)
 	}()
-	c.publish(view)
-	maintained := c.maintainAll(ctx, view)
-	pending := !maintained || !c.statusAll(ctx, view)
+	defer func() { cancel(); <-followed }()
+	view := objects{schemas: map[string]*flowcontrolv1.FlowSchema{}, levels: map[string]*flowcontrolv1.PriorityLevelConfiguration{}}
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
+	// read: the objects were read at least once; nothing is maintained
+	// before, so that no write is made from an empty view.
+	read, maintained, pending := false, false, false
 	for {
 		var retry <-chan time.Time
 		if pending {
@@ -214,26 +172,28 @@ func (c *Controller) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-failed:
-			return err
+			return
 		case b := <-batches:
-			for _, ev := range b.Events {
-				value := ev.KV.Value
-				if ev.Type == storage.Delete {
-					value = nil
-				}
-				c.apply(&view, ev.KV.Key, value, ev.KV.ModRevision)
+			if b.Listed {
+				clear(view.schemas)
+				clear(view.levels)
+			}
+			for _, ch := range b.Changes {
+				c.apply(&view, ch.Key, ch.Value, ch.Revision)
 			}
 			c.publish(view)
-			pending = !maintained || !c.statusAll(ctx, view)
+			if b.Listed {
+				read, maintained = true, c.maintainAll(ctx, view)
+			}
 		case <-tick.C:
+			if !read {
+				continue
+			}
 			maintained = c.maintainAll(ctx, view)
-			pending = !maintained || !c.statusAll(ctx, view)
 		case <-retry:
 			maintained = maintained || c.maintainAll(ctx, view)
-			pending = !maintained || !c.statusAll(ctx, view)
 		}
+		pending = !maintained || !c.statusAll(ctx, view)
 	}
 }
 
