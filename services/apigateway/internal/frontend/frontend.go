@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -492,7 +493,7 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 			// type.
 			ct, ok = negotiation.JSON, true
 		}
-		if !ok || !contains(accepted, ct) {
+		if !ok || !slices.Contains(accepted, ct) {
 			return apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "", schema.GroupResource{}, "",
 				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s", strings.Join(accepted, ", ")), 0, false)
 		}
@@ -521,15 +522,6 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	r.URL.RawQuery = ""
 	r.Form = out
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func toStatus(err error) metav1.Status {
