@@ -196,25 +196,27 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.wg.Add(1)
-	go c.sweep()
+	go c.every(c.cfg.SweepInterval, c.expire)
 	if cfg.BorrowingPeriod > 0 {
 		c.wg.Add(1)
-		go c.borrow()
+		go c.every(cfg.BorrowingPeriod, c.AdjustBorrowing)
 	}
 	return c, nil
 }
 
-// borrow adjusts the levels' limits every BorrowingPeriod.
-func (c *Controller) borrow() {
+// every calls f with the time every period until the Controller closes:
+// the sweep of silent gateways (expire) and the borrowing adjustment.
+// It is one of c.wg's goroutines.
+func (c *Controller) every(period time.Duration, f func(now time.Time)) {
 	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.BorrowingPeriod)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-c.closed:
 			return
 		case now := <-t.C:
-			c.AdjustBorrowing(now)
+			f(now)
 		}
 	}
 }
@@ -434,21 +436,6 @@ func (c *Controller) gatewayLocked(gatewayID string) *gateway {
 	}
 	gw.lastSeen = time.Now()
 	return gw
-}
-
-// sweep releases the grants of gateways silent for longer than the lease.
-func (c *Controller) sweep() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.closed:
-			return
-		case now := <-t.C:
-			c.expire(now)
-		}
-	}
 }
 
 // expire forgets the gateways last seen before now-Lease and releases
