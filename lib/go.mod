@@ -16,6 +16,11 @@ require (
 require github.com/go-jose/go-jose/v4 v4.1.9
 
 require (
+	github.com/google/cel-go v0.29.2
+	k8s.io/apiserver v0.37.2
+)
+
+require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
