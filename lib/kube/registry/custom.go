@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -34,6 +35,26 @@ type Custom struct {
 	Warning string
 	// Scale is the scale subresource's paths; nil when not served.
 	Scale *apiextensionsv1.CustomResourceSubresourceScale
+
+	// memo holds what is derived from the CRD once per resource (field
+	// managers, compiled schemas): a new CRD state is a new Custom, so
+	// nothing derived from an old one is used for it.
+	memo sync.Map
+}
+
+// Memo returns the value stored under key, building it with build on
+// first use (concurrent first uses may build it more than once; one
+// value wins). A failed build is not kept.
+func (c *Custom) Memo(key any, build func() (any, error)) (any, error) {
+	if v, ok := c.memo.Load(key); ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return nil, err
+	}
+	v, _ = c.memo.LoadOrStore(key, v)
+	return v, nil
 }
 
 // Terminating reports whether the CRD is being deleted: its objects may

@@ -76,6 +76,15 @@ var kinds sync.Map
 // (converting the kind's schema takes milliseconds; Prepare does it for a
 // whole registry up front).
 func ForKind(res *registry.Resource) (*Kind, error) {
+	if res.Custom != nil {
+		// A custom resource's managers follow its CRD: kept with the
+		// resource, rebuilt for each state of the CRD.
+		v, err := res.Custom.Memo(kindKey{}, func() (any, error) { return newKind(res) })
+		if err != nil {
+			return nil, err
+		}
+		return v.(*Kind), nil
+	}
 	k := kindKey{res.GVK(), reflect.TypeOf(res.New()), res.HasSubresource(StatusSubresource)}
 	if v, ok := kinds.Load(k); ok {
 		return v.(*Kind), nil
@@ -126,6 +135,9 @@ func newKind(res *registry.Resource) (*Kind, error) {
 // typeConverter builds the structured type converter of one kind, or the
 // deduced one when its schema does not convert.
 func typeConverter(res *registry.Resource) (tc managedfields.TypeConverter, deduced bool) {
+	if res.Custom != nil {
+		return managedfields.NewDeducedTypeConverter(), true
+	}
 	defs, err := openapi.SSASchemas(registry.New(res))
 	if err == nil {
 		if tc, err = managedfields.NewTypeConverter(defs, false); err == nil {

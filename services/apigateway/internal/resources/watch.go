@@ -60,7 +60,7 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
-	if enc, ok := cacheEncoding(w.out); ok && s.cfg.Watchfanout != nil {
+	if enc, ok := cacheEncoding(w.out); ok && s.fromCache(w.res) {
 		from, handled, err := s.relayWatch(ctx, w, req, enc, stream)
 		if handled {
 			return w.end(stream, err)
