@@ -15,6 +15,7 @@ import (
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -45,8 +46,9 @@ type Codec struct {
 // New returns a Codec for the built-in kinds meridian serves.
 func New() (*Codec, error) {
 	s := runtime.NewScheme()
+	// autoscaling/v1 for the Scale of custom resources' scale subresource.
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, coordinationv1.AddToScheme,
-		rbacv1.AddToScheme, flowcontrolv1.AddToScheme, apiextensionsv1.AddToScheme,
+		rbacv1.AddToScheme, flowcontrolv1.AddToScheme, apiextensionsv1.AddToScheme, autoscalingv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("codec: %w", err)

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,12 @@ func (crdStrategy) PrepareForCreate(obj runtime.Object) {
 	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(crd)
 	crd.Status = apiextensionsv1.CustomResourceDefinitionStatus{StoredVersions: []string{}}
 	crd.Generation = 1
+	// The CRD controller removes it once the deleted CRD's objects are
+	// gone (kube-apiserver adds it when the CRD is deleted; here it is
+	// there from the start, so a delete needs no special path).
+	if !slices.Contains(crd.Finalizers, CRDCleanupFinalizer) {
+		crd.Finalizers = append(crd.Finalizers, CRDCleanupFinalizer)
+	}
 }
 
 func (crdStrategy) PrepareForUpdate(obj, old runtime.Object) {
