@@ -53,3 +53,9 @@ func compile(t testing.TB, name, version string) *Schema {
 	}
 	return s
 }
+
+// establishedCondition is the Established=True condition the CRD
+// controller sets.
+func establishedCondition() apiextensionsv1.CustomResourceDefinitionCondition {
+	return apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue}
+}
