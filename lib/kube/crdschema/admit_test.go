@@ -1,0 +1,183 @@
+package crdschema
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// widget builds a Widget manifest with spec given as YAML lines indented
+// by four spaces.
+func widget(spec string) string {
+	return "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  resourceVersion: \"7\"\nspec:\n" + spec
+}
+
+// errStrings renders errs as kube-apiserver renders causes: "field: detail".
+func errStrings(errs field.ErrorList) []string {
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// wantErrs checks that every want is a substring of one of errs, and that
+// errs is empty when want is.
+func wantErrs(t *testing.T, errs field.ErrorList, want []string) {
+	t.Helper()
+	got := errStrings(errs)
+	if len(want) == 0 && len(got) > 0 {
+		t.Fatalf("unexpected errors:\n%s", strings.Join(got, "\n"))
+	}
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			if strings.Contains(g, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("missing error %q in:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+}
+
+func TestAdmitCreate(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	for _, tc := range []struct {
+		name string
+		spec string
+		want []string
+	}{
+		{"valid minimal", "  size: small\n", nil},
+		{"valid full", "  size: large\n  replicas: 3\n  minReplicas: 2\n  color: red\n  name: abc\n  email: a@example.com\n  nickname: null\n  port: http\n  tags: [a, b]\n  ports: [{name: web, port: 80}]\n  labels: {a: b}\n  ratio: 0.5\n", nil},
+		{"int-or-string int", "  size: small\n  port: 8080\n", nil},
+		{"required", "  replicas: 1\n", []string{`spec.size: Required value`}},
+		{"enum", "  size: huge\n", []string{`spec.size: Unsupported value: "huge": supported values: "small", "medium", "large"`}},
+		{"type", "  size: small\n  replicas: many\n", []string{`spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"`}},
+		{"maximum", "  size: small\n  replicas: 101\n", []string{`spec.replicas: Invalid value: 101: spec.replicas in body should be less than or equal to 100`}},
+		{"minimum", "  size: small\n  replicas: -1\n", []string{`spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0`}},
+		{"exclusive minimum", "  size: small\n  ratio: 0\n", []string{`spec.ratio: Invalid value: 0: spec.ratio in body should be greater than 0`}},
+		{"pattern", "  size: small\n  color: Red\n", []string{`spec.color: Invalid value: "Red": spec.color in body should match '^[a-z]+$'`}},
+		{"maxLength", "  size: small\n  color: abcdefghijklmn\n", []string{`spec.color: Too long: may not be more than 12 bytes`}},
+		{"minLength", "  size: small\n  name: ab\n", []string{`spec.name: Invalid value: "ab": spec.name in body should be at least 3 chars long`}},
+		{"format", "  size: small\n  email: not-an-email\n", []string{`spec.email: Invalid value: "not-an-email": spec.email in body must be of type email: "not-an-email"`}},
+		{"not nullable", "  size: small\n  color: null\n", nil}, // null of a non-nullable field without default is dropped
+		{"maxItems", "  size: small\n  tags: [a, b, c, d]\n", []string{`spec.tags: Too many: 4: must have at most 3 items`}},
+		{"items", "  size: small\n  tags: ['']\n", []string{`spec.tags[0]: Invalid value: "": spec.tags[0] in body should be at least 1 chars long`}},
+		{"maxProperties", "  size: small\n  labels: {a: b, c: d, e: f}\n", []string{`spec.labels: Too many: 3: must have at most 2 items`}},
+		{"additionalProperties", "  size: small\n  labels: {a: 1}\n", []string{`spec.labels.a: Invalid value: "integer": spec.labels.a in body must be of type string: "integer"`}},
+		{"list map duplicate", "  size: small\n  ports: [{name: a}, {name: a}]\n", []string{`spec.ports[1]: Duplicate value: {"name":"a"}`}},
+		{"embedded resource needs kind", "  size: small\n  template: {apiVersion: v1, metadata: {name: x}}\n", []string{`spec.template.kind: Required value`}},
+		{"embedded resource name", "  size: small\n  template: {apiVersion: v1, kind: Pod, metadata: {name: a/b}}\n", []string{`spec.template.metadata.name: Invalid value: "a/b": may not contain '/'`}},
+		{"cel rule with fieldPath and reason", "  size: small\n  replicas: 1\n  minReplicas: 2\n", []string{`spec.replicas: Invalid value: replicas must be at least minReplicas`}},
+		{"cel messageExpression", "  size: small\n  color: black\n", []string{`spec: Invalid value: a small widget cannot be black`}},
+		{"cel skipped on blocking error", "  replicas: 1\n  minReplicas: 2\n", []string{`spec.size: Required value`, `some validation rules were not checked because the object was invalid`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := parseObj(t, widget(tc.spec))
+			_, errs := s.Admit(context.Background(), obj, nil, FieldValidationStrict)
+			wantErrs(t, errs, tc.want)
+		})
+	}
+}
+
+func TestAdmitReasonAndFieldPath(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	_, errs := s.Admit(context.Background(), parseObj(t, widget("  size: small\n  replicas: 1\n  minReplicas: 2\n")), nil, "")
+	if len(errs) != 1 || errs[0].Type != field.ErrorTypeInvalid || errs[0].Field != "spec.replicas" {
+		t.Fatalf("errs = %v, want one Invalid at spec.replicas", errs)
+	}
+}
+
+func TestAdmitDefaults(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	obj := parseObj(t, widget("  size: small\n  ports: [{name: web}]\n"))
+	if _, errs := s.Admit(context.Background(), obj, nil, ""); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := parseObj(t, widget("  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n"))
+	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
+		t.Fatalf("defaulted = %v\nwant %v", obj.Object, want.Object)
+	}
+}
+
+func TestAdmitUnknownFields(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	doc := widget("  size: small\n  foo: 1\n  ports: [{name: a, bar: 2}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, junk: 1}, spec: {any: thing}, nope: 1}\n") + "status:\n  phase: Ready\n  baz: 3\nwhat: 1\n"
+	wantFields := []string{`unknown field "spec.foo"`, `unknown field "spec.ports[0].bar"`, `unknown field "spec.template.metadata.junk"`, `unknown field "spec.template.nope"`, `unknown field "status.baz"`, `unknown field "what"`}
+
+	t.Run("Warn", func(t *testing.T) {
+		obj := parseObj(t, doc)
+		warnings, errs := s.Admit(context.Background(), obj, nil, FieldValidationWarn)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		got := strings.Join(warnings, "\n")
+		for _, w := range wantFields {
+			if !strings.Contains(got, w) {
+				t.Errorf("warnings lack %s:\n%s", w, got)
+			}
+		}
+		want := parseObj(t, widget("  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: a, protocol: TCP}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x}, spec: {any: thing}}\n")+"status:\n  phase: Ready\n")
+		if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
+			t.Fatalf("pruned = %v\nwant %v", obj.Object, want.Object)
+		}
+	})
+	t.Run("Ignore", func(t *testing.T) {
+		warnings, errs := s.Admit(context.Background(), parseObj(t, doc), nil, FieldValidationIgnore)
+		if len(errs) > 0 || len(warnings) > 0 {
+			t.Fatalf("warnings %v errs %v, want none", warnings, errs)
+		}
+	})
+	t.Run("Strict", func(t *testing.T) {
+		_, errs := s.Admit(context.Background(), parseObj(t, doc), nil, FieldValidationStrict)
+		if !UnknownFieldErrors(errs) {
+			t.Fatalf("errs %v are not unknown-field errors", errs)
+		}
+		st := StatusError(s.GroupVersionKind().GroupKind(), "w1", errs)
+		if st.ErrStatus.Code != 400 || st.ErrStatus.Reason != "BadRequest" {
+			t.Fatalf("status %d %s, want 400 BadRequest", st.ErrStatus.Code, st.ErrStatus.Reason)
+		}
+		for _, w := range wantFields {
+			if !strings.Contains(st.ErrStatus.Message, w) {
+				t.Errorf("message lacks %s: %s", w, st.ErrStatus.Message)
+			}
+		}
+		if !strings.HasPrefix(st.ErrStatus.Message, `strict decoding error: unknown field "`) {
+			t.Errorf("message = %s", st.ErrStatus.Message)
+		}
+	})
+}
+
+func TestAdmitUpdateTransitionRule(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n  name: first\n"))
+	if _, errs := s.Admit(context.Background(), old, nil, ""); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	same := parseObj(t, widget("  size: medium\n  name: first\n"))
+	if _, errs := s.Admit(context.Background(), same, old, ""); len(errs) > 0 {
+		t.Fatalf("unchanged name: %v", errs)
+	}
+	changed := parseObj(t, widget("  size: small\n  name: second\n"))
+	_, errs := s.Admit(context.Background(), changed, old, "")
+	wantErrs(t, errs, []string{`spec.name: Invalid value: "second": name is immutable`})
+}
+
+func TestAdmitStatusError(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	_, errs := s.Admit(context.Background(), parseObj(t, widget("  size: huge\n")), nil, "")
+	st := StatusError(s.GroupVersionKind().GroupKind(), "w1", errs)
+	if st.ErrStatus.Code != 422 || st.ErrStatus.Reason != "Invalid" {
+		t.Fatalf("status %d %s, want 422 Invalid", st.ErrStatus.Code, st.ErrStatus.Reason)
+	}
+	want := `Widget.example.com "w1" is invalid: [spec.size: Unsupported value: "huge": supported values: "small", "medium", "large", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`
+	if st.ErrStatus.Message != want {
+		t.Fatalf("message = %s\nwant %s", st.ErrStatus.Message, want)
+	}
+}
