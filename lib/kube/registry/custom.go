@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -55,6 +56,19 @@ func (c *Custom) Memo(key any, build func() (any, error)) (any, error) {
 	}
 	v, _ = c.memo.LoadOrStore(key, v)
 	return v, nil
+}
+
+// schemaKey is Memo's key of the compiled schema.
+type schemaKey struct{}
+
+// Schema returns the version's compiled schema (crdschema.Compile), built
+// on first use.
+func (c *Custom) Schema() (*crdschema.Schema, error) {
+	v, err := c.Memo(schemaKey{}, func() (any, error) { return crdschema.Compile(c.CRD, c.Version) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*crdschema.Schema), nil
 }
 
 // Terminating reports whether the CRD is being deleted: its objects may

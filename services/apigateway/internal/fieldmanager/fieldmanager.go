@@ -19,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"google.golang.org/grpc/metadata"
@@ -136,6 +137,12 @@ func newKind(res *registry.Resource) (*Kind, error) {
 // deduced one when its schema does not convert.
 func typeConverter(res *registry.Resource) (tc managedfields.TypeConverter, deduced bool) {
 	if res.Custom != nil {
+		// The CRD's structural schema: its list and map markers drive
+		// merges. A CRD without one (or a schema that does not convert)
+		// merges as deduced.
+		if tc, err := crdschema.TypeConverter(res.Custom.CRD); err == nil {
+			return tc, false
+		}
 		return managedfields.NewDeducedTypeConverter(), true
 	}
 	defs, err := openapi.SSASchemas(registry.New(res))

@@ -53,6 +53,7 @@ func init() {
 // patch sets is a precondition; otherwise the patch is re-applied over
 // concurrent writes.
 func (s *Server) Patch(ctx context.Context, req *apiv1.PatchRequest) (*httpbody.HttpBody, error) {
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
 	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.patch(ctx, req) })
 }
 
@@ -71,6 +72,12 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 	}
 	if isScale(res, ref) {
 		return s.patchScale(ctx, res, req, dryRun)
+	}
+	if res.Custom != nil && body.GetContentType() == negotiation.StrategicMergePatch {
+		// Strategic merge needs Go struct tags: custom resources have
+		// none (kube-apiserver answers the same).
+		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "",
+			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", negotiation.JSONPatch, negotiation.MergePatch, negotiation.ApplyPatchYAML), 0, false)
 	}
 	if body.GetContentType() == negotiation.ApplyPatchYAML {
 		return s.apply(ctx, req, res, dryRun)

@@ -70,8 +70,8 @@ func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name strin
 	if err != nil {
 		return nil, 0, storageError(err, res, ns, name)
 	}
-	obj := res.New()
-	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+	obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
+	if err != nil {
 		return nil, 0, apierrors.NewInternalError(err)
 	}
 	return obj, rev, nil

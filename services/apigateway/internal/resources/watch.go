@@ -248,8 +248,8 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 	}
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
-		cur = w.res.New()
-		if err := w.server.cfg.Codec.DecodeStorage(ev.KV.Value, ev.KV.ModRevision, cur); err != nil {
+		var err error
+		if cur, err = w.server.decodeRead(w.res, ev.KV.Value, ev.KV.ModRevision); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 	}

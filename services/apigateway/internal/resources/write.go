@@ -120,6 +120,7 @@ func checkNamespace(res *registry.Resource, acc metav1.Object, ns string) error 
 
 // Create stores a new object.
 func (s *Server) Create(ctx context.Context, req *apiv1.CreateRequest) (*httpbody.HttpBody, error) {
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
 	return s.write(ctx, req.GetRef(), req.GetAccept(), http.StatusCreated, func() (runtime.Object, error) { return s.create(ctx, req) })
 }
 
@@ -172,6 +173,9 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 	for attempt := 0; ; attempt++ {
 		if generate {
 			acc.SetName(acc.GetGenerateName() + randomSuffix())
+		}
+		if err := s.admitSchema(ctx, res, obj, nil, ""); err != nil {
+			return nil, err
 		}
 		if errs := res.Strategy.Validate(obj); len(errs) > 0 {
 			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
@@ -236,6 +240,7 @@ func randomSuffix() string {
 // precondition (409 Conflict when stale); without one the update is
 // unconditional and retried over concurrent writes.
 func (s *Server) Update(ctx context.Context, req *apiv1.UpdateRequest) (*httpbody.HttpBody, error) {
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
 	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.update(ctx, req) })
 }
 
@@ -450,6 +455,9 @@ func (s *Server) prepareUpdate(ctx context.Context, res *registry.Resource, ref 
 		res.Strategy.PrepareForUpdate(obj, old)
 	}
 	if err := s.guard(ctx, res, ref, obj, old); err != nil {
+		return nil, err
+	}
+	if err := s.admitSchema(ctx, res, obj, old, ref.GetSubresource()); err != nil {
 		return nil, err
 	}
 	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {
