@@ -110,3 +110,19 @@ func TestCRDSchema(t *testing.T) {
 		t.Errorf("ports after alice's port was dropped: %q", got)
 	}
 }
+
+// TestCRDExplain: kubectl explain describes a custom resource's fields
+// from the CRD's schema, served in OpenAPI v3 as soon as it is
+// established.
+func TestCRDExplain(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	cp.kubectl("apply", "-f", manifest(t, "crd.yaml", gadgetCRD))
+	cp.waitEstablished("gadgets.example.com")
+	out := cp.kubectl("explain", "gadgets.spec")
+	for _, want := range []string{"GROUP:      example.com", "KIND:       Gadget", "VERSION:    v1", "color\t<string> -required-", "ports\t<[]Object>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl explain gadgets.spec lacks %q:\n%s", want, out)
+		}
+	}
+}

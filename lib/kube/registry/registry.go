@@ -143,6 +143,7 @@ type Registry struct {
 
 // table is one immutable state of a Registry.
 type table struct {
+	generation uint64 // SetCustom calls before this table
 	byGVR    map[schema.GroupVersionResource]*Resource
 	byPrefix map[string]*Resource // KeyPrefix("") → the first resource stored there
 	ordered  []*Resource
@@ -188,7 +189,9 @@ func newTable(builtin, custom []*Resource) *table {
 func (r *Registry) SetCustom(custom []*Resource) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cur.Store(newTable(r.builtin, custom))
+	t := newTable(r.builtin, custom)
+	t.generation = r.cur.Load().generation + 1
+	r.cur.Store(t)
 	close(r.changed)
 	r.changed = make(chan struct{})
 }
@@ -202,6 +205,14 @@ func (r *Registry) Changed() <-chan struct{} {
 
 // Custom returns the custom resources being served.
 func (r *Registry) Custom() []*Resource { return r.cur.Load().custom }
+
+// CustomGeneration returns the custom resources being served and how
+// many times they were replaced (SetCustom), read together: what is
+// derived from them can be kept until the generation changes.
+func (r *Registry) CustomGeneration() ([]*Resource, uint64) {
+	t := r.cur.Load()
+	return t.custom, t.generation
+}
 
 // All returns every served resource, built-in first, in registration
 // order.
