@@ -144,10 +144,10 @@ type Registry struct {
 // table is one immutable state of a Registry.
 type table struct {
 	generation uint64 // SetCustom calls before this table
-	byGVR    map[schema.GroupVersionResource]*Resource
-	byPrefix map[string]*Resource // KeyPrefix("") → the first resource stored there
-	ordered  []*Resource
-	custom   []*Resource
+	byGVR      map[schema.GroupVersionResource]*Resource
+	byPrefix   map[string]*Resource // KeyPrefix("") → the first resource stored there
+	ordered    []*Resource
+	custom     []*Resource
 }
 
 // New builds a registry of built-in resources.

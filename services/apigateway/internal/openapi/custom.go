@@ -80,7 +80,6 @@ func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[strin
 	return c, nil
 }
 
-
 // tagOperations marks every operation of doc, the document of res's CRD
 // version, with res's kind (x-kubernetes-group-version-kind), as
 // kube-apiserver does: kubectl explain finds a resource's kind through
