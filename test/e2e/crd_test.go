@@ -81,7 +81,7 @@ func (cp *controlPlane) waitEstablished(crd string) {
 // within a second, without a restart: its objects are created, listed
 // with printer columns, selected by a selectable field, read through a
 // second version (apiVersion rewritten, the deprecation Warning shown),
-// scaled, and gone with the CRD.
+// scaled, gone with their namespace, and gone with the CRD.
 func TestCRDKubectl(t *testing.T) {
 	requireKubectl(t)
 	cp := start(t, "")
@@ -150,6 +150,14 @@ spec:
 	cp.kubectl("-n", "demo", "patch", "widget", "small", "--subresource=status", "--type=merge", "-p", `{"status":{"replicas":5},"spec":{"size":"XL"}}`)
 	if got := cp.kubectl("-n", "demo", "get", "widget", "small", "-o", "jsonpath={.status.replicas} {.spec.size} {.metadata.generation}"); got != "5 S 2" {
 		t.Errorf("after a status patch: %q, want \"5 S 2\"", got)
+	}
+
+	// Deleting a namespace deletes the custom resources in it.
+	cp.createNamespace("gone")
+	cp.kubectl("-n", "gone", "apply", "-f", manifest(t, "g.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: doomed}\nspec: {size: S}\n"))
+	cp.kubectl("delete", "namespace", "gone", "--timeout=60s")
+	if got := cp.kubectl("get", "widgets", "-A", "-o", "name"); strings.Contains(got, "doomed") {
+		t.Errorf("a widget outlived its namespace: %q", got)
 	}
 
 	// Deleting the CRD deletes its objects, then the CRD.
