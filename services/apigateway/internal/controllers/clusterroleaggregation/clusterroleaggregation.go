@@ -113,38 +113,18 @@ func New(cfg Config) (*Controller, error) {
 // failed watch is replaced by a new read after Retry (storewatch.Send);
 // the roles last read are kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	ctx, cancel := context.WithCancel(identity.WithUser(ctx, User))
-	batches := make(chan storewatch.Batch)
-	followed := make(chan struct{})
-	go func() {
-		defer close(followed)
-		storewatch.Send(ctx, storewatch.Config{
-			Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
-			Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-		}, batches)
-	}()
-	defer func() { cancel(); <-followed }()
 	roles := map[string]*rbacv1.ClusterRole{}
-	pending := false
-	for {
-		var retry <-chan time.Time
-		if pending {
-			retry = time.After(c.cfg.Retry)
+	storewatch.Reconcile(identity.WithUser(ctx, User), storewatch.Config{
+		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
+		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, c.cfg.Retry, func(b storewatch.Batch) {
+		if b.Listed {
+			clear(roles)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-batches:
-			if b.Listed {
-				clear(roles)
-			}
-			for _, ch := range b.Changes {
-				c.apply(roles, ch.Key, ch.Value, ch.Revision)
-			}
-		case <-retry:
+		for _, ch := range b.Changes {
+			c.apply(roles, ch.Key, ch.Value, ch.Revision)
 		}
-		pending = !c.syncAll(ctx, roles)
-	}
+	}, func(ctx context.Context) bool { return c.syncAll(ctx, roles) })
 }
 
 // apply records the ClusterRole stored under key (nil value: deleted).

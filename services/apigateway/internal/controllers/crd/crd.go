@@ -116,38 +116,18 @@ func New(cfg Config) (*Controller, error) {
 // Run keeps the CRDs' status until ctx ends: after every change the
 // store's watch reports, and every Retry while work is left.
 func (c *Controller) Run(ctx context.Context) {
-	ctx, cancel := context.WithCancel(identity.WithUser(ctx, c.cfg.User))
-	batches := make(chan storewatch.Batch)
-	followed := make(chan struct{})
-	go func() {
-		defer close(followed)
-		storewatch.Send(ctx, storewatch.Config{
-			Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "CustomResourceDefinitions to establish",
-			Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-		}, batches)
-	}()
-	defer func() { cancel(); <-followed }()
 	crds := map[string]*apiextensionsv1.CustomResourceDefinition{}
-	pending := false
-	for {
-		var retry <-chan time.Time
-		if pending {
-			retry = time.After(c.cfg.Retry)
+	storewatch.Reconcile(identity.WithUser(ctx, c.cfg.User), storewatch.Config{
+		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "CustomResourceDefinitions to establish",
+		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, c.cfg.Retry, func(b storewatch.Batch) {
+		if b.Listed {
+			clear(crds)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-batches:
-			if b.Listed {
-				clear(crds)
-			}
-			for _, ch := range b.Changes {
-				c.apply(crds, ch.Key, ch.Value, ch.Revision)
-			}
-		case <-retry:
+		for _, ch := range b.Changes {
+			c.apply(crds, ch.Key, ch.Value, ch.Revision)
 		}
-		pending = !c.syncAll(ctx, crds)
-	}
+	}, func(ctx context.Context) bool { return c.syncAll(ctx, crds) })
 }
 
 // apply records the CRD stored under key (nil value: deleted).
