@@ -12,7 +12,6 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -41,7 +40,7 @@ type Config struct {
 type Table struct {
 	cfg    Config
 	prefix string
-	crds   map[string]*apiextensionsv1.CustomResourceDefinition // by name; Run's goroutine only
+	crds   *storewatch.Index[*apiextensionsv1.CustomResourceDefinition] // Run's goroutine only
 	synced chan struct{}
 	first  bool
 }
@@ -69,7 +68,12 @@ func New(cfg Config) (*Table, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Table{cfg: cfg, prefix: res.KeyPrefix(""), crds: map[string]*apiextensionsv1.CustomResourceDefinition{}, synced: make(chan struct{})}, nil
+	t := &Table{cfg: cfg, prefix: res.KeyPrefix(""), synced: make(chan struct{})}
+	t.crds = storewatch.NewIndex(t.prefix, func(value []byte, rev int64) (*apiextensionsv1.CustomResourceDefinition, error) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		return crd, cfg.Codec.DecodeStorage(value, rev, crd)
+	}, cfg.Logger)
+	return t, nil
 }
 
 // Synced is closed once the CRDs have been read the first time.
@@ -84,28 +88,15 @@ func (t *Table) Run(ctx context.Context) {
 }
 
 // Reset implements storewatch.Handler.
-func (t *Table) Reset() { clear(t.crds) }
+func (t *Table) Reset() { t.crds.Reset() }
 
 // Apply implements storewatch.Handler.
-func (t *Table) Apply(key string, value []byte, rev int64) {
-	name := strings.TrimPrefix(key, t.prefix)
-	if value == nil {
-		delete(t.crds, name)
-		return
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := t.cfg.Codec.DecodeStorage(value, rev, crd); err != nil {
-		t.cfg.Logger.Error("crdtable: a CustomResourceDefinition does not decode; not serving it", "key", key, "error", err)
-		delete(t.crds, name)
-		return
-	}
-	t.crds[name] = crd
-}
+func (t *Table) Apply(key string, value []byte, rev int64) { t.crds.Put(key, value, rev) }
 
 // Publish implements storewatch.Handler: the registry's custom resources
 // become those of the CRDs now held, by CRD name.
 func (t *Table) Publish(int64, bool) {
-	t.cfg.Registry.SetCustom(Resources(t.crds))
+	t.cfg.Registry.SetCustom(Resources(t.crds.Objects))
 	if !t.first {
 		t.first = true
 		close(t.synced)

@@ -116,34 +116,14 @@ func New(cfg Config) (*Controller, error) {
 // Run keeps the CRDs' status until ctx ends: after every change the
 // store's watch reports, and every Retry while work is left.
 func (c *Controller) Run(ctx context.Context) {
-	crds := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	crds := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*apiextensionsv1.CustomResourceDefinition, error) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		return crd, c.cfg.Codec.DecodeStorage(value, rev, crd)
+	}, c.cfg.Logger)
 	storewatch.Reconcile(identity.WithUser(ctx, c.cfg.User), storewatch.Config{
 		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "CustomResourceDefinitions to establish",
 		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-	}, c.cfg.Retry, func(b storewatch.Batch) {
-		if b.Listed {
-			clear(crds)
-		}
-		for _, ch := range b.Changes {
-			c.apply(crds, ch.Key, ch.Value, ch.Revision)
-		}
-	}, func(ctx context.Context) bool { return c.syncAll(ctx, crds) })
-}
-
-// apply records the CRD stored under key (nil value: deleted).
-func (c *Controller) apply(crds map[string]*apiextensionsv1.CustomResourceDefinition, key string, value []byte, rev int64) {
-	name := strings.TrimPrefix(key, c.res.KeyPrefix(""))
-	if value == nil {
-		delete(crds, name)
-		return
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.cfg.Codec.DecodeStorage(value, rev, crd); err != nil {
-		c.cfg.Logger.Error("crd: a CustomResourceDefinition does not decode", "key", key, "error", err)
-		delete(crds, name)
-		return
-	}
-	crds[name] = crd
+	}, c.cfg.Retry, crds.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, crds.Objects) })
 }
 
 // syncAll brings every CRD's status up to date and deletes what deleted
