@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/cel/common"
-
-	"github.com/meridian-cp/meridian/lib/kube/celenv"
 )
 
 // Values of the fieldValidation query parameter.
@@ -218,7 +216,7 @@ func (s *Schema) validateRules(ctx context.Context, obj, old *unstructured.Unstr
 	if old != nil {
 		oldObj = old.Object
 	}
-	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, celenv.RuntimeBudget, opts...)
+	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, s.budget, opts...)
 	return ruleErrs
 }
 

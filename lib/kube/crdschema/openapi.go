@@ -5,13 +5,13 @@ import (
 	"slices"
 	"strings"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -292,7 +292,7 @@ func versionDefinitions(crd *apiextensionsv1.CustomResourceDefinition, version, 
 		Typed("object", "").
 		WithDescription(fmt.Sprintf("%s is a list of %s", crd.Spec.Names.ListKind, kind)).
 		WithRequired("items").
-		SetProperty("items", *spec.ArrayProperty(spec.RefSchema(refPrefix+ModelName(group, version, kind))).
+		SetProperty("items", *spec.ArrayProperty(spec.RefSchema(refPrefix + ModelName(group, version, kind))).
 			WithDescription(fmt.Sprintf("List of %s. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md", crd.Spec.Names.Plural))).
 		SetProperty("metadata", *spec.RefSchema(refPrefix + metav1.ListMeta{}.OpenAPIModelName()).WithDescription(listMetaDescription)).
 		SetProperty("apiVersion", typeMeta.Properties["apiVersion"]).

@@ -42,6 +42,9 @@ type Schema struct {
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
 	celValidator *cel.Validator
+	// budget is the runtime cost all rules may spend on one request:
+	// celenv.RuntimeBudget (tests lower it).
+	budget int64
 	// scale is the version's scale subresource, nil without one.
 	scale *apiextensions.CustomResourceSubresourceScale
 	// hasStatus tells whether the version has a status subresource.
@@ -76,6 +79,7 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		gvk:                   schema.GroupVersionKind{Group: crd.Spec.Group, Version: version, Kind: crd.Spec.Names.Kind},
 		namespaced:            crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
+		budget:                celenv.RuntimeBudget,
 	}
 
 	validation, err := apihelpers.GetSchemaForVersion(crd, version)

@@ -1,0 +1,52 @@
+package crdschema
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// BenchmarkAdmit admits a custom resource with 20 spec fields and 3 CEL
+// rules (testdata/bench.yaml, testdata/bench-object.json), as on create
+// and as on update (with the stored object as oldSelf); the object is
+// decoded outside the timer. Figures are in docs/benchmarks.md.
+func BenchmarkAdmit(b *testing.B) {
+	s := compile(b, "bench.yaml", "v1")
+	data, err := os.ReadFile(filepath.Join("testdata", "bench-object.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	decoded := map[string]any{}
+	if err := utiljson.Unmarshal(data, &decoded); err != nil {
+		b.Fatal(err)
+	}
+	proto := &unstructured.Unstructured{Object: decoded}
+	old := proto.DeepCopy()
+	old.SetResourceVersion("1")
+	if _, errs := s.Admit(context.Background(), old, nil, FieldValidationStrict); len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	for _, bc := range []struct {
+		name string
+		old  *unstructured.Unstructured
+	}{{"create", nil}, {"update", old}} {
+		b.Run(bc.name, func(b *testing.B) {
+			objs := make([]*unstructured.Unstructured, b.N)
+			for i := range objs {
+				objs[i] = proto.DeepCopy()
+				objs[i].SetResourceVersion("1")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, errs := s.Admit(context.Background(), objs[i], bc.old, FieldValidationStrict); len(errs) > 0 {
+					b.Fatal(errs)
+				}
+			}
+		})
+	}
+}
