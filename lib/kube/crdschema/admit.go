@@ -108,26 +108,41 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 	return warnings, append(errs, s.validateRules(ctx, obj, old, errs, celOpts)...)
 }
 
-// DefaultOnRead applies the schema's defaults to an object read from
-// storage (a default added to the CRD after the object was written shows
-// on read, as upstream; it is not written back). Metadata fields that do
-// not decode are dropped rather than failing the read.
+// DefaultOnRead prepares an object read from storage as upstream's
+// storage decoder does, with the schema of the version it is stored in:
+// fields the schema no longer knows are pruned, metadata fields that do
+// not decode are dropped (rather than failing the read), a missing
+// metadata.generation becomes 1, and defaults are applied (a default
+// added to the CRD after the object was written shows on read; it is not
+// written back).
 func (s *Schema) DefaultOnRead(obj *unstructured.Unstructured) {
-	if obj == nil || obj.Object == nil || s.structural == nil {
+	if obj == nil || obj.Object == nil {
 		return
 	}
-	structuraldefaulting.Default(obj.Object, s.structural)
+	_, _ = s.pruneWith(obj, false, true) // dropping malformed metadata, it fails only for a non-object metadata, left as it is
+	if _, ok := obj.Object["metadata"].(map[string]any); ok && obj.GetGeneration() == 0 {
+		obj.SetGeneration(1)
+	}
+	if s.structural != nil {
+		structuraldefaulting.Default(obj.Object, s.structural)
+	}
 }
 
 // prune drops fields the schema does not know, in the resource, its
 // metadata and embedded resources, and returns their paths when track is
-// set. It follows upstream's schema-coercing decoder: apiVersion, kind and
-// metadata are set aside and restored, metadata round-tripped through
-// metav1.ObjectMeta; malformed metadata is an error.
+// set; malformed metadata is an error.
 func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, error) {
+	return s.pruneWith(obj, track, false)
+}
+
+// pruneWith is prune, dropping malformed metadata fields instead of
+// failing when dropInvalid is set. It follows upstream's schema-coercing
+// decoder: apiVersion, kind and metadata are set aside and restored,
+// metadata round-tripped through metav1.ObjectMeta.
+func (s *Schema) pruneWith(obj *unstructured.Unstructured, track, dropInvalid bool) ([]string, error) {
 	kind, hasKind := obj.Object["kind"]
 	apiVersion, hasAPIVersion := obj.Object["apiVersion"]
-	meta, hasMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track})
+	meta, hasMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track, DropMalformedFields: dropInvalid})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +151,7 @@ func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, er
 			unknown = append(unknown, prunePaths(obj.Object, s.structural, track)...)
 			structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
 		}
-		ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track})
+		ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track, DropInvalidFields: dropInvalid})
 		if ferr != nil {
 			return nil, ferr
 		}

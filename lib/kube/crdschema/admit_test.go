@@ -181,3 +181,16 @@ func TestAdmitStatusError(t *testing.T) {
 		t.Fatalf("message = %s\nwant %s", st.ErrStatus.Message, want)
 	}
 }
+
+// TestDefaultOnRead: an object stored before the schema gained a default
+// and lost a field reads with the default and without the field;
+// malformed metadata fields are dropped rather than failing the read.
+func TestDefaultOnRead(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	stored := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  labels: notamap\nspec:\n  size: small\n  gone: 1\n  ports: [{name: web}]\n")
+	s.DefaultOnRead(stored)
+	want := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  generation: 1\nspec:\n  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n")
+	if !equality.Semantic.DeepEqual(stored.Object, want.Object) {
+		t.Fatalf("read = %v\nwant %v", stored.Object, want.Object)
+	}
+}
