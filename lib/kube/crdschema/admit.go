@@ -59,9 +59,7 @@ func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured,
 	for _, p := range unknown {
 		warnings = append(warnings, unknownFieldMessage(p))
 	}
-	if s.structural != nil {
-		structuraldefaulting.Default(obj.Object, s.structural)
-	}
+	s.applyDefaults(obj)
 	warnings = append(warnings, finalizerWarnings(obj, old)...)
 	return warnings, s.validate(ctx, obj, old)
 }
@@ -86,9 +84,7 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 	for _, p := range unknown {
 		warnings = append(warnings, unknownFieldMessage(p))
 	}
-	if s.structural != nil {
-		structuraldefaulting.Default(obj.Object, s.structural)
-	}
+	s.applyDefaults(obj)
 	if errs := s.validateTypeMeta(obj); len(errs) > 0 {
 		return warnings, errs
 	}
@@ -110,52 +106,97 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 
 // DefaultOnRead prepares an object read from storage as upstream's
 // storage decoder does, with the schema of the version it is stored in:
-// fields the schema no longer knows are pruned, metadata fields that do
-// not decode are dropped (rather than failing the read), a missing
-// metadata.generation becomes 1, and defaults are applied (a default
-// added to the CRD after the object was written shows on read; it is not
-// written back).
+// fields the schema no longer knows are pruned (metadata of embedded
+// resources included, malformed fields there dropped rather than failing
+// the read), a missing metadata.generation becomes 1, and defaults are
+// applied (a default added to the CRD after the object was written shows
+// on read; it is not written back).
+//
+// The resource's own metadata is not round-tripped through
+// metav1.ObjectMeta as upstream's decoder does: every stored custom
+// resource was admitted (Admit or AdmitStatus), which did that on write,
+// and the round trip (a JSON encoding and decoding) would be most of the
+// CPU of a read.
 func (s *Schema) DefaultOnRead(obj *unstructured.Unstructured) {
 	if obj == nil || obj.Object == nil {
 		return
 	}
-	_, _ = s.pruneWith(obj, false, true) // dropping malformed metadata, it fails only for a non-object metadata, left as it is
+	if s.structural != nil {
+		if !s.preserveUnknownFields {
+			prunePaths(obj.Object, s.structural, false)
+			if hasNull(obj.Object) {
+				structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			}
+		}
+		if s.hasEmbedded {
+			// With DropInvalidFields the coercion drops what it cannot
+			// decode and returns no error.
+			_, _ = schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{DropInvalidFields: true})
+		}
+	}
 	if _, ok := obj.Object["metadata"].(map[string]any); ok && obj.GetGeneration() == 0 {
 		obj.SetGeneration(1)
 	}
-	if s.structural != nil {
+	s.applyDefaults(obj)
+}
+
+// applyDefaults applies the schema's defaults to obj.
+func (s *Schema) applyDefaults(obj *unstructured.Unstructured) {
+	if s.structural != nil && s.hasDefaults {
 		structuraldefaulting.Default(obj.Object, s.structural)
 	}
+}
+
+// hasNull reports whether a JSON value holds a null anywhere; without one
+// dropping nulls of non-nullable fields is skipped.
+func hasNull(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		for _, x := range v {
+			if hasNull(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if hasNull(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // prune drops fields the schema does not know, in the resource, its
 // metadata and embedded resources, and returns their paths when track is
 // set; malformed metadata is an error.
+//
+// It follows upstream's schema-coercing decoder: apiVersion, kind and
+// metadata are set aside and restored, metadata round-tripped through
+// metav1.ObjectMeta.
 func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, error) {
-	return s.pruneWith(obj, track, false)
-}
-
-// pruneWith is prune, dropping malformed metadata fields instead of
-// failing when dropInvalid is set. It follows upstream's schema-coercing
-// decoder: apiVersion, kind and metadata are set aside and restored,
-// metadata round-tripped through metav1.ObjectMeta.
-func (s *Schema) pruneWith(obj *unstructured.Unstructured, track, dropInvalid bool) ([]string, error) {
 	kind, hasKind := obj.Object["kind"]
 	apiVersion, hasAPIVersion := obj.Object["apiVersion"]
-	meta, hasMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track, DropMalformedFields: dropInvalid})
+	meta, hasMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track})
 	if err != nil {
 		return nil, err
 	}
 	if s.structural != nil {
 		if !s.preserveUnknownFields {
 			unknown = append(unknown, prunePaths(obj.Object, s.structural, track)...)
-			structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			if hasNull(obj.Object) {
+				structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			}
 		}
-		ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track, DropInvalidFields: dropInvalid})
-		if ferr != nil {
-			return nil, ferr
+		if s.hasEmbedded {
+			ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track})
+			if ferr != nil {
+				return nil, ferr
+			}
+			unknown = append(unknown, paths...)
 		}
-		unknown = append(unknown, paths...)
 	}
 	if hasKind {
 		obj.Object["kind"] = kind
@@ -206,7 +247,10 @@ func (s *Schema) validateEmbeddedAndLists(ctx context.Context, obj, old *unstruc
 	if s.structural == nil {
 		return nil
 	}
-	errs := schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
+	var errs field.ErrorList
+	if s.hasEmbedded {
+		errs = schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
+	}
 	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, s.structural, old.Object)) == 0 {
 		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, s.structural, obj.Object)...)
 	}

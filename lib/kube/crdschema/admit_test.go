@@ -184,13 +184,36 @@ func TestAdmitStatusError(t *testing.T) {
 
 // TestDefaultOnRead: an object stored before the schema gained a default
 // and lost a field reads with the default and without the field;
-// malformed metadata fields are dropped rather than failing the read.
+// malformed metadata fields of an embedded resource are dropped rather
+// than failing the read.
 func TestDefaultOnRead(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
-	stored := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  labels: notamap\nspec:\n  size: small\n  gone: 1\n  ports: [{name: web}]\n")
+	stored := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\nspec:\n  size: small\n  gone: 1\n  ports: [{name: web}]\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, labels: notamap}}\n")
 	s.DefaultOnRead(stored)
-	want := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  generation: 1\nspec:\n  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n")
+	want := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  generation: 1\nspec:\n  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x}}\n")
 	if !equality.Semantic.DeepEqual(stored.Object, want.Object) {
 		t.Fatalf("read = %v\nwant %v", stored.Object, want.Object)
+	}
+}
+
+// TestAdmitWithoutDefaultsOrEmbedded: a schema with neither defaults nor
+// embedded resources (whose walks Admit skips) still prunes unknown
+// fields and nulls of non-nullable fields.
+func TestAdmitWithoutDefaultsOrEmbedded(t *testing.T) {
+	s := compile(t, "bench.yaml", "v1")
+	if s.hasDefaults || s.hasEmbedded {
+		t.Fatalf("bench.yaml: hasDefaults %v hasEmbedded %v", s.hasDefaults, s.hasEmbedded)
+	}
+	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red, s04: null, zz: 1}\n")
+	warnings, errs := s.Admit(context.Background(), obj, nil, FieldValidationWarn)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if strings.Join(warnings, ",") != `unknown field "spec.zz"` {
+		t.Fatalf("warnings = %v", warnings)
+	}
+	want := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red}\n")
+	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
+		t.Fatalf("admitted = %v\nwant %v", obj.Object, want.Object)
 	}
 }
