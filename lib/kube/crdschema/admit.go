@@ -47,6 +47,18 @@ func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured,
 	if obj == nil || obj.Object == nil {
 		return nil, field.ErrorList{field.Required(nil, "an object is required")}
 	}
+	warnings, errs = s.pruneAndDefault(obj, fieldValidation)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	warnings = append(warnings, finalizerWarnings(obj, old)...)
+	return warnings, s.validate(ctx, obj, old)
+}
+
+// pruneAndDefault prunes obj, reports what it pruned per fieldValidation
+// (warnings, or under Strict the errors that end the admission), and
+// applies defaults.
+func (s *Schema) pruneAndDefault(obj *unstructured.Unstructured, fieldValidation string) (warnings []string, errs field.ErrorList) {
 	strict := fieldValidation == FieldValidationStrict
 	track := strict || fieldValidation == FieldValidationWarn || fieldValidation == ""
 	unknown, err := s.prune(obj, track)
@@ -60,8 +72,7 @@ func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured,
 		warnings = append(warnings, unknownFieldMessage(p))
 	}
 	s.applyDefaults(obj)
-	warnings = append(warnings, finalizerWarnings(obj, old)...)
-	return warnings, s.validate(ctx, obj, old)
+	return warnings, nil
 }
 
 // AdmitStatus is Admit for a write through the status subresource: obj is
@@ -72,19 +83,10 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 	if obj == nil || obj.Object == nil || old == nil || old.Object == nil {
 		return nil, field.ErrorList{field.Required(nil, "an object and its stored version are required")}
 	}
-	strict := fieldValidation == FieldValidationStrict
-	track := strict || fieldValidation == FieldValidationWarn || fieldValidation == ""
-	unknown, err := s.prune(obj, track)
-	if err != nil {
-		return nil, field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
+	warnings, errs = s.pruneAndDefault(obj, fieldValidation)
+	if len(errs) > 0 {
+		return nil, errs
 	}
-	if strict && len(unknown) > 0 {
-		return nil, unknownFieldErrors(unknown)
-	}
-	for _, p := range unknown {
-		warnings = append(warnings, unknownFieldMessage(p))
-	}
-	s.applyDefaults(obj)
 	if errs := s.validateTypeMeta(obj); len(errs) > 0 {
 		return warnings, errs
 	}

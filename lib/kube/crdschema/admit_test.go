@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -97,9 +98,7 @@ func TestAdmitReasonAndFieldPath(t *testing.T) {
 func TestAdmitDefaults(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
 	obj := parseObj(t, widget("  size: small\n  ports: [{name: web}]\n"))
-	if _, errs := s.Admit(context.Background(), obj, nil, ""); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	mustAdmit(t, s, obj)
 	want := parseObj(t, widget("  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n"))
 	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
 		t.Fatalf("defaulted = %v\nwant %v", obj.Object, want.Object)
@@ -157,9 +156,7 @@ func TestAdmitUnknownFields(t *testing.T) {
 func TestAdmitUpdateTransitionRule(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
 	old := parseObj(t, widget("  size: small\n  name: first\n"))
-	if _, errs := s.Admit(context.Background(), old, nil, ""); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	mustAdmit(t, s, old)
 	same := parseObj(t, widget("  size: medium\n  name: first\n"))
 	if _, errs := s.Admit(context.Background(), same, old, ""); len(errs) > 0 {
 		t.Fatalf("unchanged name: %v", errs)
@@ -215,5 +212,37 @@ func TestAdmitWithoutDefaultsOrEmbedded(t *testing.T) {
 	want := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red}\n")
 	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
 		t.Fatalf("admitted = %v\nwant %v", obj.Object, want.Object)
+	}
+}
+
+// TestAdmitStatus: a write through the status subresource validates the
+// status against its schema and the scale subresource's status paths;
+// the spec is not re-validated against the OpenAPI schema.
+func TestAdmitStatus(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n"))
+	mustAdmit(t, s, old)
+	for _, tc := range []struct {
+		name, status string
+		want         []string
+	}{
+		{"valid", "status:\n  replicas: 2\n  selector: app=w\n  phase: Ready\n", nil},
+		{"enum", "status:\n  phase: Gone\n", []string{`status.phase: Unsupported value: "Gone": supported values: "Pending", "Ready"`}},
+		{"type", "status:\n  replicas: two\n", []string{`status.replicas: Invalid value: "string": replicas in body must be of type integer: "string"`, `.status.replicas: Invalid value: 0: .status.replicas accessor error: two is of the type string, expected int64`}},
+		{"scale status replicas", "status:\n  replicas: -1\n", []string{`.status.replicas: Invalid value: -1: should be a non-negative integer`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := parseObj(t, widget("  size: small\n")+tc.status)
+			_, errs := s.AdmitStatus(context.Background(), obj, old, FieldValidationStrict)
+			wantErrs(t, errs, tc.want)
+		})
+	}
+}
+
+// mustAdmit admits obj as created, failing the test on any error.
+func mustAdmit(t *testing.T, s *Schema, obj *unstructured.Unstructured) {
+	t.Helper()
+	if _, errs := s.Admit(context.Background(), obj, nil, ""); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 }

@@ -93,18 +93,7 @@ func OpenAPIV3(crd *apiextensionsv1.CustomResourceDefinition, version string) (*
 			}
 			op.RequestBody = &spec3.RequestBody{RequestBodyProps: spec3.RequestBodyProps{Required: true, Content: media}}
 		}
-		switch r.method {
-		case "GET":
-			p.Get = op
-		case "POST":
-			p.Post = op
-		case "PUT":
-			p.Put = op
-		case "PATCH":
-			p.Patch = op
-		case "DELETE":
-			p.Delete = op
-		}
+		*byMethod(r.method, &p.Get, &p.Post, &p.Put, &p.Patch, &p.Delete) = op
 	}
 	return doc, nil
 }
@@ -157,22 +146,27 @@ func OpenAPIV2(crd *apiextensionsv1.CustomResourceDefinition) (*spec.Swagger, er
 					Name: "body", In: "body", Required: true, Schema: spec.RefSchema(v2RefPrefix + r.body),
 				}})
 			}
-			switch r.method {
-			case "GET":
-				item.Get = op
-			case "POST":
-				item.Post = op
-			case "PUT":
-				item.Put = op
-			case "PATCH":
-				item.Patch = op
-			case "DELETE":
-				item.Delete = op
-			}
+			*byMethod(r.method, &item.Get, &item.Post, &item.Put, &item.Patch, &item.Delete) = op
 			doc.Paths.Paths[r.path] = item
 		}
 	}
 	return doc, nil
+}
+
+// byMethod picks the operation field of a path for an HTTP method (one of
+// those routes returns).
+func byMethod[O any](method string, get, post, put, patch, del *O) *O {
+	switch method {
+	case "POST":
+		return post
+	case "PUT":
+		return put
+	case "PATCH":
+		return patch
+	case "DELETE":
+		return del
+	}
+	return get
 }
 
 // route is one operation of a custom resource's REST API.
