@@ -77,6 +77,8 @@ func TestAdmitCreate(t *testing.T) {
 		{"embedded resource name", "  size: small\n  template: {apiVersion: v1, kind: Pod, metadata: {name: a/b}}\n", []string{`spec.template.metadata.name: Invalid value: "a/b": may not contain '/'`}},
 		{"cel rule with fieldPath and reason", "  size: small\n  replicas: 1\n  minReplicas: 2\n", []string{`spec.replicas: Invalid value: replicas must be at least minReplicas`}},
 		{"cel messageExpression", "  size: small\n  color: black\n", []string{`spec: Invalid value: a small widget cannot be black`}},
+		{"cel reason and fieldPath", "  size: small\n  tags: [a, b, c]\n", []string{`spec.tags: Forbidden: small widgets carry at most two tags`}},
+		{"int-or-string rejects a boolean", "  size: small\n  port: true\n", []string{`spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean"`}},
 		{"cel skipped on blocking error", "  replicas: 1\n  minReplicas: 2\n", []string{`spec.size: Required value`, `some validation rules were not checked because the object was invalid`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +166,24 @@ func TestAdmitUpdateTransitionRule(t *testing.T) {
 	changed := parseObj(t, widget("  size: small\n  name: second\n"))
 	_, errs := s.Admit(context.Background(), changed, old, "")
 	wantErrs(t, errs, []string{`spec.name: Invalid value: "second": name is immutable`})
+}
+
+// TestAdmitOptionalOldSelf: a rule with optionalOldSelf also runs on
+// create (oldSelf is an empty optional) and compares on update.
+func TestAdmitOptionalOldSelf(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 3\n"))
+	mustAdmit(t, s, old)
+	neg := parseObj(t, widget("  size: small\n  minReplicas: -1\n"))
+	_, errs := s.Admit(context.Background(), neg, nil, "")
+	wantErrs(t, errs, []string{`spec.minReplicas: Invalid value: -1: minReplicas may not decrease`})
+	up := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 4\n"))
+	if _, errs := s.Admit(context.Background(), up, old, ""); len(errs) > 0 {
+		t.Fatalf("raising minReplicas: %v", errs)
+	}
+	down := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 2\n"))
+	_, errs = s.Admit(context.Background(), down, old, "")
+	wantErrs(t, errs, []string{`spec.minReplicas: Invalid value: 2: minReplicas may not decrease`})
 }
 
 func TestAdmitStatusError(t *testing.T) {
