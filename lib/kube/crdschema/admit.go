@@ -63,7 +63,7 @@ func (s *Schema) pruneAndDefault(obj *unstructured.Unstructured, fieldValidation
 	track := strict || fieldValidation == FieldValidationWarn || fieldValidation == ""
 	unknown, err := s.prune(obj, track)
 	if err != nil {
-		return nil, field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
+		return nil, field.ErrorList{s.decodeError(err)}
 	}
 	if strict && len(unknown) > 0 {
 		return nil, unknownFieldErrors(unknown)

@@ -266,3 +266,16 @@ func mustAdmit(t *testing.T, s *Schema, obj *unstructured.Unstructured) {
 		t.Fatal(errs)
 	}
 }
+
+// TestAdmitMalformedMetadata: metadata that does not decode is a 400 with
+// upstream's decoder text, and nothing else is checked.
+func TestAdmitMalformedMetadata(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  labels: notamap\nspec:\n  size: huge\n")
+	_, errs := s.Admit(context.Background(), obj, nil, "")
+	st := StatusError(s.GroupVersionKind().GroupKind(), "w1", errs)
+	want := `Widget in version "v1" cannot be handled as a Widget: json: cannot unmarshal string into Go struct field ObjectMeta.labels of type map[string]string`
+	if st.ErrStatus.Code != 400 || st.ErrStatus.Message != want {
+		t.Fatalf("status %d %q\nwant 400 %q", st.ErrStatus.Code, st.ErrStatus.Message, want)
+	}
+}
