@@ -109,7 +109,7 @@ func TestAdmitDefaults(t *testing.T) {
 
 func TestAdmitUnknownFields(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
-	doc := strings.Replace(widget("  size: small\n  foo: 1\n  ports: [{name: a, bar: 2}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, junk: 1}, spec: {any: thing}, nope: 1}\n") + "status:\n  phase: Ready\n  baz: 3\nwhat: 1\n", "  namespace: default\n", "  namespace: default\n  junk: 1\n", 1)
+	doc := strings.Replace(widget("  size: small\n  foo: 1\n  ports: [{name: a, bar: 2}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, junk: 1}, spec: {any: thing}, nope: 1}\n")+"status:\n  phase: Ready\n  baz: 3\nwhat: 1\n", "  namespace: default\n", "  namespace: default\n  junk: 1\n", 1)
 	wantFields := []string{`unknown field "metadata.junk"`, `unknown field "spec.foo"`, `unknown field "spec.ports[0].bar"`, `unknown field "spec.template.metadata.junk"`, `unknown field "spec.template.nope"`, `unknown field "status.baz"`, `unknown field "what"`}
 
 	t.Run("Warn", func(t *testing.T) {
