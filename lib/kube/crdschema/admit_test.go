@@ -3,6 +3,7 @@ package crdschema
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -277,5 +278,34 @@ func TestAdmitMalformedMetadata(t *testing.T) {
 	want := `Widget in version "v1" cannot be handled as a Widget: json: cannot unmarshal string into Go struct field ObjectMeta.labels of type map[string]string`
 	if st.ErrStatus.Code != 400 || st.ErrStatus.Message != want {
 		t.Fatalf("status %d %q\nwant 400 %q", st.ErrStatus.Code, st.ErrStatus.Message, want)
+	}
+}
+
+// TestAdmitConcurrent admits from several goroutines through one Schema,
+// as the gateway does (run with -race): results are the same as alone.
+func TestAdmitConcurrent(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n  name: first\n"))
+	mustAdmit(t, s, old)
+	update := parseObj(t, widget("  size: small\n  name: second\n  color: black\n"))
+	stored := parseObj(t, widget("  size: small\n"))
+	var wg sync.WaitGroup
+	errc := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				_, errs := s.Admit(context.Background(), update.DeepCopy(), old, FieldValidationWarn)
+				if got := strings.Join(errStrings(errs), "; "); got != `spec: Invalid value: a small widget cannot be black; spec.name: Invalid value: "second": name is immutable` {
+					errc <- got
+					return
+				}
+				s.DefaultOnRead(stored.DeepCopy())
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for got := range errc {
+		t.Errorf("errors = %s", got)
 	}
 }
