@@ -75,7 +75,7 @@ func OpenAPIV3(crd *apiextensionsv1.CustomResourceDefinition, version string) (*
 			}
 			doc.Paths.Paths[r.path] = p
 		}
-		op := &spec3.Operation{OperationProps: spec3.OperationProps{
+		op := &spec3.Operation{VendorExtensible: spec.VendorExtensible{Extensions: r.extensions()}, OperationProps: spec3.OperationProps{
 			OperationId: r.operationID,
 			Tags:        []string{r.tag},
 			Responses: &spec3.Responses{ResponsesProps: spec3.ResponsesProps{StatusCodeResponses: map[int]*spec3.Response{
@@ -131,7 +131,7 @@ func OpenAPIV2(crd *apiextensionsv1.CustomResourceDefinition) (*spec.Swagger, er
 					})
 				}
 			}
-			op := &spec.Operation{OperationProps: spec.OperationProps{
+			op := &spec.Operation{VendorExtensible: spec.VendorExtensible{Extensions: r.extensions()}, OperationProps: spec.OperationProps{
 				ID:       r.operationID,
 				Tags:     []string{r.tag},
 				Consumes: r.bodyTypes,
@@ -175,6 +175,16 @@ type route struct {
 	params                         []string
 	response, body                 string
 	bodyTypes                      []string
+	// action and kind are the operation's x-kubernetes-action and
+	// x-kubernetes-group-version-kind, by which kubectl explain finds the
+	// kind of a resource.
+	action string
+	kind   map[string]any
+}
+
+// extensions are the Kubernetes extensions of r's operation.
+func (r route) extensions() spec.Extensions {
+	return spec.Extensions{"x-kubernetes-action": r.action, gvkExtension: r.kind}
 }
 
 // routes lists the operations upstream documents for one version of crd.
@@ -224,8 +234,27 @@ func routes(crd *apiextensionsv1.CustomResourceDefinition, version string) []rou
 			route{path: root + "/{name}/scale", method: "PATCH", operationID: "patch" + scope + suffix + "Scale", params: named, response: scale, body: patch, bodyTypes: patchBody},
 		)
 	}
+	kindExt := map[string]any{"group": group, "version": version, "kind": kind}
+	scaleExt := map[string]any{"group": autoscalingv1.GroupName, "version": "v1", "kind": "Scale"}
 	for i := range out {
 		out[i].tag = tag
+		out[i].kind = kindExt
+		if strings.HasSuffix(out[i].path, "/scale") {
+			out[i].kind = scaleExt
+		}
+		named := strings.Contains(out[i].path, "{name}")
+		switch out[i].method {
+		case "GET":
+			out[i].action = map[bool]string{true: "get", false: "list"}[named]
+		case "POST":
+			out[i].action = "post"
+		case "PUT":
+			out[i].action = "put"
+		case "PATCH":
+			out[i].action = "patch"
+		case "DELETE":
+			out[i].action = map[bool]string{true: "delete", false: "deletecollection"}[named]
+		}
 	}
 	return out
 }
