@@ -37,10 +37,11 @@ const (
 //
 // Pruned fields are reported per fieldValidation, with upstream's text
 // `unknown field "spec.foo"`: as warnings under Warn (and ""), not at all
-// under Ignore, and under Strict as errors of type field.ErrorTypeInvalid
-// with Field "" returned alone, before any validation, as kube-apiserver
-// rejects a strictly decoded request (see UnknownFieldErrors and
-// StatusError for the 400 response).
+// under Ignore, and under Strict as errors (Origin "strictDecoding")
+// returned alone, before any validation, as kube-apiserver rejects a
+// strictly decoded request. Metadata that does not decode as ObjectMeta
+// is one error (Origin "decoding"), also returned alone. StatusError
+// turns both into upstream's 400 and everything else into a 422.
 //
 // Admit is safe for concurrent use.
 func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured, fieldValidation string) (warnings []string, errs field.ErrorList) {
