@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/cel/common"
-
-	"github.com/meridian-cp/meridian/lib/kube/celenv"
 )
 
 // Values of the fieldValidation query parameter.
@@ -39,21 +37,34 @@ const (
 //
 // Pruned fields are reported per fieldValidation, with upstream's text
 // `unknown field "spec.foo"`: as warnings under Warn (and ""), not at all
-// under Ignore, and under Strict as errors of type field.ErrorTypeInvalid
-// with Field "" returned alone, before any validation, as kube-apiserver
-// rejects a strictly decoded request (see UnknownFieldErrors and
-// StatusError for the 400 response).
+// under Ignore, and under Strict as errors (Origin "strictDecoding")
+// returned alone, before any validation, as kube-apiserver rejects a
+// strictly decoded request. Metadata that does not decode as ObjectMeta
+// is one error (Origin "decoding"), also returned alone. StatusError
+// turns both into upstream's 400 and everything else into a 422.
 //
 // Admit is safe for concurrent use.
 func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured, fieldValidation string) (warnings []string, errs field.ErrorList) {
 	if obj == nil || obj.Object == nil {
 		return nil, field.ErrorList{field.Required(nil, "an object is required")}
 	}
+	warnings, errs = s.pruneAndDefault(obj, fieldValidation)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	warnings = append(warnings, finalizerWarnings(obj, old)...)
+	return warnings, s.validate(ctx, obj, old)
+}
+
+// pruneAndDefault prunes obj, reports what it pruned per fieldValidation
+// (warnings, or under Strict the errors that end the admission), and
+// applies defaults.
+func (s *Schema) pruneAndDefault(obj *unstructured.Unstructured, fieldValidation string) (warnings []string, errs field.ErrorList) {
 	strict := fieldValidation == FieldValidationStrict
 	track := strict || fieldValidation == FieldValidationWarn || fieldValidation == ""
 	unknown, err := s.prune(obj, track)
 	if err != nil {
-		return nil, field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
+		return nil, field.ErrorList{s.decodeError(err)}
 	}
 	if strict && len(unknown) > 0 {
 		return nil, unknownFieldErrors(unknown)
@@ -61,11 +72,8 @@ func (s *Schema) Admit(ctx context.Context, obj, old *unstructured.Unstructured,
 	for _, p := range unknown {
 		warnings = append(warnings, unknownFieldMessage(p))
 	}
-	if s.structural != nil {
-		structuraldefaulting.Default(obj.Object, s.structural)
-	}
-	warnings = append(warnings, finalizerWarnings(obj, old)...)
-	return warnings, s.validate(ctx, obj, old)
+	s.applyDefaults(obj)
+	return warnings, nil
 }
 
 // AdmitStatus is Admit for a write through the status subresource: obj is
@@ -76,20 +84,9 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 	if obj == nil || obj.Object == nil || old == nil || old.Object == nil {
 		return nil, field.ErrorList{field.Required(nil, "an object and its stored version are required")}
 	}
-	strict := fieldValidation == FieldValidationStrict
-	track := strict || fieldValidation == FieldValidationWarn || fieldValidation == ""
-	unknown, err := s.prune(obj, track)
-	if err != nil {
-		return nil, field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
-	}
-	if strict && len(unknown) > 0 {
-		return nil, unknownFieldErrors(unknown)
-	}
-	for _, p := range unknown {
-		warnings = append(warnings, unknownFieldMessage(p))
-	}
-	if s.structural != nil {
-		structuraldefaulting.Default(obj.Object, s.structural)
+	warnings, errs = s.pruneAndDefault(obj, fieldValidation)
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	if errs := s.validateTypeMeta(obj); len(errs) > 0 {
 		return warnings, errs
@@ -110,22 +107,78 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 	return warnings, append(errs, s.validateRules(ctx, obj, old, errs, celOpts)...)
 }
 
-// DefaultOnRead applies the schema's defaults to an object read from
-// storage (a default added to the CRD after the object was written shows
-// on read, as upstream; it is not written back). Metadata fields that do
-// not decode are dropped rather than failing the read.
+// DefaultOnRead prepares an object read from storage as upstream's
+// storage decoder does, with the schema of the version it is stored in:
+// fields the schema no longer knows are pruned (metadata of embedded
+// resources included, malformed fields there dropped rather than failing
+// the read), a missing metadata.generation becomes 1, and defaults are
+// applied (a default added to the CRD after the object was written shows
+// on read; it is not written back).
+//
+// The resource's own metadata is not round-tripped through
+// metav1.ObjectMeta as upstream's decoder does: every stored custom
+// resource was admitted (Admit or AdmitStatus), which did that on write,
+// and the round trip (a JSON encoding and decoding) would be most of the
+// CPU of a read.
 func (s *Schema) DefaultOnRead(obj *unstructured.Unstructured) {
-	if obj == nil || obj.Object == nil || s.structural == nil {
+	if obj == nil || obj.Object == nil {
 		return
 	}
-	structuraldefaulting.Default(obj.Object, s.structural)
+	if s.structural != nil {
+		if !s.preserveUnknownFields {
+			prunePaths(obj.Object, s.structural, false)
+			if hasNull(obj.Object) {
+				structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			}
+		}
+		if s.hasEmbedded {
+			// With DropInvalidFields the coercion drops what it cannot
+			// decode and returns no error.
+			_, _ = schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{DropInvalidFields: true})
+		}
+	}
+	if _, ok := obj.Object["metadata"].(map[string]any); ok && obj.GetGeneration() == 0 {
+		obj.SetGeneration(1)
+	}
+	s.applyDefaults(obj)
+}
+
+// applyDefaults applies the schema's defaults to obj.
+func (s *Schema) applyDefaults(obj *unstructured.Unstructured) {
+	if s.structural != nil && s.hasDefaults {
+		structuraldefaulting.Default(obj.Object, s.structural)
+	}
+}
+
+// hasNull reports whether a JSON value holds a null anywhere; without one
+// dropping nulls of non-nullable fields is skipped.
+func hasNull(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		for _, x := range v {
+			if hasNull(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if hasNull(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // prune drops fields the schema does not know, in the resource, its
 // metadata and embedded resources, and returns their paths when track is
-// set. It follows upstream's schema-coercing decoder: apiVersion, kind and
+// set; malformed metadata is an error.
+//
+// It follows upstream's schema-coercing decoder: apiVersion, kind and
 // metadata are set aside and restored, metadata round-tripped through
-// metav1.ObjectMeta; malformed metadata is an error.
+// metav1.ObjectMeta.
 func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, error) {
 	kind, hasKind := obj.Object["kind"]
 	apiVersion, hasAPIVersion := obj.Object["apiVersion"]
@@ -136,13 +189,17 @@ func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, er
 	if s.structural != nil {
 		if !s.preserveUnknownFields {
 			unknown = append(unknown, prunePaths(obj.Object, s.structural, track)...)
-			structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			if hasNull(obj.Object) {
+				structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj.Object, s.structural)
+			}
 		}
-		ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track})
-		if ferr != nil {
-			return nil, ferr
+		if s.hasEmbedded {
+			ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj.Object, s.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: track})
+			if ferr != nil {
+				return nil, ferr
+			}
+			unknown = append(unknown, paths...)
 		}
-		unknown = append(unknown, paths...)
 	}
 	if hasKind {
 		obj.Object["kind"] = kind
@@ -193,7 +250,10 @@ func (s *Schema) validateEmbeddedAndLists(ctx context.Context, obj, old *unstruc
 	if s.structural == nil {
 		return nil
 	}
-	errs := schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
+	var errs field.ErrorList
+	if s.hasEmbedded {
+		errs = schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
+	}
 	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, s.structural, old.Object)) == 0 {
 		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, s.structural, obj.Object)...)
 	}
@@ -218,7 +278,7 @@ func (s *Schema) validateRules(ctx context.Context, obj, old *unstructured.Unstr
 	if old != nil {
 		oldObj = old.Object
 	}
-	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, celenv.RuntimeBudget, opts...)
+	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, s.budget, opts...)
 	return ruleErrs
 }
 

@@ -3,9 +3,11 @@ package crdschema
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -76,6 +78,8 @@ func TestAdmitCreate(t *testing.T) {
 		{"embedded resource name", "  size: small\n  template: {apiVersion: v1, kind: Pod, metadata: {name: a/b}}\n", []string{`spec.template.metadata.name: Invalid value: "a/b": may not contain '/'`}},
 		{"cel rule with fieldPath and reason", "  size: small\n  replicas: 1\n  minReplicas: 2\n", []string{`spec.replicas: Invalid value: replicas must be at least minReplicas`}},
 		{"cel messageExpression", "  size: small\n  color: black\n", []string{`spec: Invalid value: a small widget cannot be black`}},
+		{"cel reason and fieldPath", "  size: small\n  tags: [a, b, c]\n", []string{`spec.tags: Forbidden: small widgets carry at most two tags`}},
+		{"int-or-string rejects a boolean", "  size: small\n  port: true\n", []string{`spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean"`}},
 		{"cel skipped on blocking error", "  replicas: 1\n  minReplicas: 2\n", []string{`spec.size: Required value`, `some validation rules were not checked because the object was invalid`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,9 +101,7 @@ func TestAdmitReasonAndFieldPath(t *testing.T) {
 func TestAdmitDefaults(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
 	obj := parseObj(t, widget("  size: small\n  ports: [{name: web}]\n"))
-	if _, errs := s.Admit(context.Background(), obj, nil, ""); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	mustAdmit(t, s, obj)
 	want := parseObj(t, widget("  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n"))
 	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
 		t.Fatalf("defaulted = %v\nwant %v", obj.Object, want.Object)
@@ -108,8 +110,8 @@ func TestAdmitDefaults(t *testing.T) {
 
 func TestAdmitUnknownFields(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
-	doc := widget("  size: small\n  foo: 1\n  ports: [{name: a, bar: 2}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, junk: 1}, spec: {any: thing}, nope: 1}\n") + "status:\n  phase: Ready\n  baz: 3\nwhat: 1\n"
-	wantFields := []string{`unknown field "spec.foo"`, `unknown field "spec.ports[0].bar"`, `unknown field "spec.template.metadata.junk"`, `unknown field "spec.template.nope"`, `unknown field "status.baz"`, `unknown field "what"`}
+	doc := strings.Replace(widget("  size: small\n  foo: 1\n  ports: [{name: a, bar: 2}]\n  extra: {kept: true}\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, junk: 1}, spec: {any: thing}, nope: 1}\n")+"status:\n  phase: Ready\n  baz: 3\nwhat: 1\n", "  namespace: default\n", "  namespace: default\n  junk: 1\n", 1)
+	wantFields := []string{`unknown field "metadata.junk"`, `unknown field "spec.foo"`, `unknown field "spec.ports[0].bar"`, `unknown field "spec.template.metadata.junk"`, `unknown field "spec.template.nope"`, `unknown field "status.baz"`, `unknown field "what"`}
 
 	t.Run("Warn", func(t *testing.T) {
 		obj := parseObj(t, doc)
@@ -157,9 +159,7 @@ func TestAdmitUnknownFields(t *testing.T) {
 func TestAdmitUpdateTransitionRule(t *testing.T) {
 	s := compile(t, "widgets.yaml", "v1")
 	old := parseObj(t, widget("  size: small\n  name: first\n"))
-	if _, errs := s.Admit(context.Background(), old, nil, ""); len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	mustAdmit(t, s, old)
 	same := parseObj(t, widget("  size: medium\n  name: first\n"))
 	if _, errs := s.Admit(context.Background(), same, old, ""); len(errs) > 0 {
 		t.Fatalf("unchanged name: %v", errs)
@@ -167,6 +167,24 @@ func TestAdmitUpdateTransitionRule(t *testing.T) {
 	changed := parseObj(t, widget("  size: small\n  name: second\n"))
 	_, errs := s.Admit(context.Background(), changed, old, "")
 	wantErrs(t, errs, []string{`spec.name: Invalid value: "second": name is immutable`})
+}
+
+// TestAdmitOptionalOldSelf: a rule with optionalOldSelf also runs on
+// create (oldSelf is an empty optional) and compares on update.
+func TestAdmitOptionalOldSelf(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 3\n"))
+	mustAdmit(t, s, old)
+	neg := parseObj(t, widget("  size: small\n  minReplicas: -1\n"))
+	_, errs := s.Admit(context.Background(), neg, nil, "")
+	wantErrs(t, errs, []string{`spec.minReplicas: Invalid value: -1: minReplicas may not decrease`})
+	up := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 4\n"))
+	if _, errs := s.Admit(context.Background(), up, old, ""); len(errs) > 0 {
+		t.Fatalf("raising minReplicas: %v", errs)
+	}
+	down := parseObj(t, widget("  size: small\n  replicas: 5\n  minReplicas: 2\n"))
+	_, errs = s.Admit(context.Background(), down, old, "")
+	wantErrs(t, errs, []string{`spec.minReplicas: Invalid value: 2: minReplicas may not decrease`})
 }
 
 func TestAdmitStatusError(t *testing.T) {
@@ -179,5 +197,115 @@ func TestAdmitStatusError(t *testing.T) {
 	want := `Widget.example.com "w1" is invalid: [spec.size: Unsupported value: "huge": supported values: "small", "medium", "large", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`
 	if st.ErrStatus.Message != want {
 		t.Fatalf("message = %s\nwant %s", st.ErrStatus.Message, want)
+	}
+}
+
+// TestDefaultOnRead: an object stored before the schema gained a default
+// and lost a field reads with the default and without the field;
+// malformed metadata fields of an embedded resource are dropped rather
+// than failing the read.
+func TestDefaultOnRead(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	stored := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\nspec:\n  size: small\n  gone: 1\n  ports: [{name: web}]\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x, labels: notamap}}\n")
+	s.DefaultOnRead(stored)
+	want := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\n  generation: 1\nspec:\n  size: small\n  replicas: 1\n  minReplicas: 0\n  ports: [{name: web, protocol: TCP}]\n  template: {apiVersion: v1, kind: Pod, metadata: {name: x}}\n")
+	if !equality.Semantic.DeepEqual(stored.Object, want.Object) {
+		t.Fatalf("read = %v\nwant %v", stored.Object, want.Object)
+	}
+}
+
+// TestAdmitWithoutDefaultsOrEmbedded: a schema with neither defaults nor
+// embedded resources (whose walks Admit skips) still prunes unknown
+// fields and nulls of non-nullable fields.
+func TestAdmitWithoutDefaultsOrEmbedded(t *testing.T) {
+	s := compile(t, "bench.yaml", "v1")
+	if s.hasDefaults || s.hasEmbedded {
+		t.Fatalf("bench.yaml: hasDefaults %v hasEmbedded %v", s.hasDefaults, s.hasEmbedded)
+	}
+	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red, s04: null, zz: 1}\n")
+	warnings, errs := s.Admit(context.Background(), obj, nil, FieldValidationWarn)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if strings.Join(warnings, ",") != `unknown field "spec.zz"` {
+		t.Fatalf("warnings = %v", warnings)
+	}
+	want := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red}\n")
+	if !equality.Semantic.DeepEqual(obj.Object, want.Object) {
+		t.Fatalf("admitted = %v\nwant %v", obj.Object, want.Object)
+	}
+}
+
+// TestAdmitStatus: a write through the status subresource validates the
+// status against its schema and the scale subresource's status paths;
+// the spec is not re-validated against the OpenAPI schema.
+func TestAdmitStatus(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n"))
+	mustAdmit(t, s, old)
+	for _, tc := range []struct {
+		name, status string
+		want         []string
+	}{
+		{"valid", "status:\n  replicas: 2\n  selector: app=w\n  phase: Ready\n", nil},
+		{"enum", "status:\n  phase: Gone\n", []string{`status.phase: Unsupported value: "Gone": supported values: "Pending", "Ready"`}},
+		{"type", "status:\n  replicas: two\n", []string{`status.replicas: Invalid value: "string": replicas in body must be of type integer: "string"`, `.status.replicas: Invalid value: 0: .status.replicas accessor error: two is of the type string, expected int64`}},
+		{"scale status replicas", "status:\n  replicas: -1\n", []string{`.status.replicas: Invalid value: -1: should be a non-negative integer`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := parseObj(t, widget("  size: small\n")+tc.status)
+			_, errs := s.AdmitStatus(context.Background(), obj, old, FieldValidationStrict)
+			wantErrs(t, errs, tc.want)
+		})
+	}
+}
+
+// mustAdmit admits obj as created, failing the test on any error.
+func mustAdmit(t *testing.T, s *Schema, obj *unstructured.Unstructured) {
+	t.Helper()
+	if _, errs := s.Admit(context.Background(), obj, nil, ""); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+// TestAdmitMalformedMetadata: metadata that does not decode is a 400 with
+// upstream's decoder text, and nothing else is checked.
+func TestAdmitMalformedMetadata(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  labels: notamap\nspec:\n  size: huge\n")
+	_, errs := s.Admit(context.Background(), obj, nil, "")
+	st := StatusError(s.GroupVersionKind().GroupKind(), "w1", errs)
+	want := `Widget in version "v1" cannot be handled as a Widget: json: cannot unmarshal string into Go struct field ObjectMeta.labels of type map[string]string`
+	if st.ErrStatus.Code != 400 || st.ErrStatus.Message != want {
+		t.Fatalf("status %d %q\nwant 400 %q", st.ErrStatus.Code, st.ErrStatus.Message, want)
+	}
+}
+
+// TestAdmitConcurrent admits from several goroutines through one Schema,
+// as the gateway does (run with -race): results are the same as alone.
+func TestAdmitConcurrent(t *testing.T) {
+	s := compile(t, "widgets.yaml", "v1")
+	old := parseObj(t, widget("  size: small\n  name: first\n"))
+	mustAdmit(t, s, old)
+	update := parseObj(t, widget("  size: small\n  name: second\n  color: black\n"))
+	stored := parseObj(t, widget("  size: small\n"))
+	var wg sync.WaitGroup
+	errc := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				_, errs := s.Admit(context.Background(), update.DeepCopy(), old, FieldValidationWarn)
+				if got := strings.Join(errStrings(errs), "; "); got != `spec: Invalid value: a small widget cannot be black; spec.name: Invalid value: "second": name is immutable` {
+					errc <- got
+					return
+				}
+				s.DefaultOnRead(stored.DeepCopy())
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for got := range errc {
+		t.Errorf("errors = %s", got)
 	}
 }

@@ -7,11 +7,8 @@ import (
 	"testing"
 )
 
-// crdWithSchema is a one-version CRD whose openAPIV3Schema.properties.spec
-// is specYAML (indented by 12 spaces inside the template).
-func crdWithSchema(specYAML string) string {
-	indented := "            " + strings.ReplaceAll(strings.TrimRight(specYAML, "\n"), "\n", "\n            ")
-	return `apiVersion: apiextensions.k8s.io/v1
+// gadgetsHeader starts every test CRD up to its versions list.
+const gadgetsHeader = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
   name: gadgets.example.com
@@ -20,7 +17,13 @@ spec:
   scope: Namespaced
   names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
   versions:
-  - name: v1
+`
+
+// crdWithSchema is a one-version CRD whose openAPIV3Schema.properties.spec
+// is specYAML (indented by 12 spaces inside the template).
+func crdWithSchema(specYAML string) string {
+	indented := "            " + strings.ReplaceAll(strings.TrimRight(specYAML, "\n"), "\n", "\n            ")
+	return gadgetsHeader + `  - name: v1
     served: true
     storage: true
     schema:
@@ -34,16 +37,7 @@ spec:
 // crdWithVersions is the CRD with the given versions list (YAML, indented
 // two spaces).
 func crdWithVersions(versions string) string {
-	return `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.example.com
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
-  versions:
-` + versions
+	return gadgetsHeader + versions
 }
 
 const schemaV = "    schema: {openAPIV3Schema: {type: object}}\n"

@@ -35,10 +35,24 @@
 //     runtime cost budget).
 //   - pkg/apiserver/validation: the OpenAPI schema validator with
 //     ratcheting on update.
+//   - pkg/controller/openapi/v2: the conversion of a structural schema to
+//     what OpenAPI v2 can express; pkg/generated/openapi: the metav1 and
+//     autoscaling/v1 definitions the published documents refer to.
 //
 // The CRD strategy of pkg/registry/customresource is not imported (it
 // brings the generic registry and storage); Admit repeats its order of
-// checks in a few lines instead.
+// checks in a few lines instead. Nor is the openapi builder of
+// pkg/controller/openapi/builder (it needs the generic API server's
+// endpoint installer and go-restful); OpenAPIV3 and OpenAPIV2 build the
+// same definitions and paths directly.
+//
+// # Objects
+//
+// Admit, AdmitStatus and DefaultOnRead take objects as
+// k8s.io/apimachinery's JSON decoding produces them (integers as int64,
+// as unstructured.Unstructured.UnmarshalJSON or util/json give them); the
+// validators and CEL treat a float64 where an integer belongs as a type
+// error.
 //
 // # CEL environment
 //

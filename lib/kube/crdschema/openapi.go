@@ -5,13 +5,13 @@ import (
 	"slices"
 	"strings"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -75,7 +75,7 @@ func OpenAPIV3(crd *apiextensionsv1.CustomResourceDefinition, version string) (*
 			}
 			doc.Paths.Paths[r.path] = p
 		}
-		op := &spec3.Operation{OperationProps: spec3.OperationProps{
+		op := &spec3.Operation{VendorExtensible: spec.VendorExtensible{Extensions: r.extensions()}, OperationProps: spec3.OperationProps{
 			OperationId: r.operationID,
 			Tags:        []string{r.tag},
 			Responses: &spec3.Responses{ResponsesProps: spec3.ResponsesProps{StatusCodeResponses: map[int]*spec3.Response{
@@ -93,18 +93,7 @@ func OpenAPIV3(crd *apiextensionsv1.CustomResourceDefinition, version string) (*
 			}
 			op.RequestBody = &spec3.RequestBody{RequestBodyProps: spec3.RequestBodyProps{Required: true, Content: media}}
 		}
-		switch r.method {
-		case "GET":
-			p.Get = op
-		case "POST":
-			p.Post = op
-		case "PUT":
-			p.Put = op
-		case "PATCH":
-			p.Patch = op
-		case "DELETE":
-			p.Delete = op
-		}
+		*byMethod(r.method, &p.Get, &p.Post, &p.Put, &p.Patch, &p.Delete) = op
 	}
 	return doc, nil
 }
@@ -142,7 +131,7 @@ func OpenAPIV2(crd *apiextensionsv1.CustomResourceDefinition) (*spec.Swagger, er
 					})
 				}
 			}
-			op := &spec.Operation{OperationProps: spec.OperationProps{
+			op := &spec.Operation{VendorExtensible: spec.VendorExtensible{Extensions: r.extensions()}, OperationProps: spec.OperationProps{
 				ID:       r.operationID,
 				Tags:     []string{r.tag},
 				Consumes: r.bodyTypes,
@@ -157,22 +146,27 @@ func OpenAPIV2(crd *apiextensionsv1.CustomResourceDefinition) (*spec.Swagger, er
 					Name: "body", In: "body", Required: true, Schema: spec.RefSchema(v2RefPrefix + r.body),
 				}})
 			}
-			switch r.method {
-			case "GET":
-				item.Get = op
-			case "POST":
-				item.Post = op
-			case "PUT":
-				item.Put = op
-			case "PATCH":
-				item.Patch = op
-			case "DELETE":
-				item.Delete = op
-			}
+			*byMethod(r.method, &item.Get, &item.Post, &item.Put, &item.Patch, &item.Delete) = op
 			doc.Paths.Paths[r.path] = item
 		}
 	}
 	return doc, nil
+}
+
+// byMethod picks the operation field of a path for an HTTP method (one of
+// those routes returns).
+func byMethod[O any](method string, get, post, put, patch, del *O) *O {
+	switch method {
+	case "POST":
+		return post
+	case "PUT":
+		return put
+	case "PATCH":
+		return patch
+	case "DELETE":
+		return del
+	}
+	return get
 }
 
 // route is one operation of a custom resource's REST API.
@@ -181,6 +175,16 @@ type route struct {
 	params                         []string
 	response, body                 string
 	bodyTypes                      []string
+	// action and kind are the operation's x-kubernetes-action and
+	// x-kubernetes-group-version-kind, by which kubectl explain finds the
+	// kind of a resource.
+	action string
+	kind   map[string]any
+}
+
+// extensions are the Kubernetes extensions of r's operation.
+func (r route) extensions() spec.Extensions {
+	return spec.Extensions{"x-kubernetes-action": r.action, gvkExtension: r.kind}
 }
 
 // routes lists the operations upstream documents for one version of crd.
@@ -230,8 +234,27 @@ func routes(crd *apiextensionsv1.CustomResourceDefinition, version string) []rou
 			route{path: root + "/{name}/scale", method: "PATCH", operationID: "patch" + scope + suffix + "Scale", params: named, response: scale, body: patch, bodyTypes: patchBody},
 		)
 	}
+	kindExt := map[string]any{"group": group, "version": version, "kind": kind}
+	scaleExt := map[string]any{"group": autoscalingv1.GroupName, "version": "v1", "kind": "Scale"}
 	for i := range out {
 		out[i].tag = tag
+		out[i].kind = kindExt
+		if strings.HasSuffix(out[i].path, "/scale") {
+			out[i].kind = scaleExt
+		}
+		named := strings.Contains(out[i].path, "{name}")
+		switch out[i].method {
+		case "GET":
+			out[i].action = map[bool]string{true: "get", false: "list"}[named]
+		case "POST":
+			out[i].action = "post"
+		case "PUT":
+			out[i].action = "put"
+		case "PATCH":
+			out[i].action = "patch"
+		case "DELETE":
+			out[i].action = map[bool]string{true: "delete", false: "deletecollection"}[named]
+		}
 	}
 	return out
 }
@@ -292,7 +315,7 @@ func versionDefinitions(crd *apiextensionsv1.CustomResourceDefinition, version, 
 		Typed("object", "").
 		WithDescription(fmt.Sprintf("%s is a list of %s", crd.Spec.Names.ListKind, kind)).
 		WithRequired("items").
-		SetProperty("items", *spec.ArrayProperty(spec.RefSchema(refPrefix+ModelName(group, version, kind))).
+		SetProperty("items", *spec.ArrayProperty(spec.RefSchema(refPrefix + ModelName(group, version, kind))).
 			WithDescription(fmt.Sprintf("List of %s. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md", crd.Spec.Names.Plural))).
 		SetProperty("metadata", *spec.RefSchema(refPrefix + metav1.ListMeta{}.OpenAPIModelName()).WithDescription(listMetaDescription)).
 		SetProperty("apiVersion", typeMeta.Properties["apiVersion"]).

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
@@ -42,10 +43,18 @@ type Schema struct {
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
 	celValidator *cel.Validator
+	// budget is the runtime cost all rules may spend on one request:
+	// celenv.RuntimeBudget (tests lower it).
+	budget int64
 	// scale is the version's scale subresource, nil without one.
 	scale *apiextensions.CustomResourceSubresourceScale
 	// hasStatus tells whether the version has a status subresource.
 	hasStatus bool
+	// hasDefaults and hasEmbedded tell whether the schema has a default
+	// or an x-kubernetes-embedded-resource anywhere; without them the
+	// defaulting and embedded-metadata walks change nothing and are
+	// skipped (each walk copies the schema node of every field it visits).
+	hasDefaults, hasEmbedded bool
 }
 
 // GroupVersionKind is the kind the schema admits.
@@ -76,6 +85,7 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		gvk:                   schema.GroupVersionKind{Group: crd.Spec.Group, Version: version, Kind: crd.Spec.Names.Kind},
 		namespaced:            crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
 		preserveUnknownFields: crd.Spec.PreserveUnknownFields,
+		budget:                celenv.RuntimeBudget,
 	}
 
 	validation, err := apihelpers.GetSchemaForVersion(crd, version)
@@ -88,6 +98,8 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(validation.OpenAPIV3Schema, internal, nil); err != nil {
 			return nil, fmt.Errorf("crdschema: converting schema of %s %s: %w", crd.Name, version, err)
 		}
+		s.hasDefaults = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.Default != nil })
+		s.hasEmbedded = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.XEmbeddedResource })
 		st, err := structuralschema.NewStructural(internal)
 		if err != nil && !crd.Spec.PreserveUnknownFields {
 			return nil, fmt.Errorf("crdschema: schema of %s %s is not structural: %w", crd.Name, version, err)

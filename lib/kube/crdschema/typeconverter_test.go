@@ -139,3 +139,40 @@ func TestTypeConverterDefaultedKey(t *testing.T) {
 		t.Fatalf("spec = %v, want %v", got, want)
 	}
 }
+
+// TestTypeConverterWidgets applies a widget using every kind of schema
+// node (int-or-string, preserved unknown fields, embedded resource,
+// nullable, defaults) and changes the int-or-string from a string to a
+// number through a second manager.
+func TestTypeConverterWidgets(t *testing.T) {
+	crd := loadCRD(t, "widgets.yaml")
+	tc, err := TypeConverter(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := compile(t, "widgets.yaml", "v1")
+	gvk := s.GroupVersionKind()
+	fm, err := managedfields.NewDefaultCRDFieldManager(tc, sameVersion{}, defaulter{s}, creater{}, gvk, gvk.GroupVersion(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := func(spec string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: mustJSON(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"default"},"spec":` + spec + `}`)}
+	}
+	live := &unstructured.Unstructured{Object: mustJSON(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"default"}}`)}
+	obj, err := fm.Apply(live, w(`{"size":"small","port":"http","nickname":null,"extra":{"any":{"deep":[1,"x"]}},"template":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"a":"b"}},"spec":{"containers":[]}},"ports":[{"name":"web"}]}`), "alice", false)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	obj, err = fm.Apply(obj, w(`{"port":8080}`), "bob", true)
+	if err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	spec := obj.(*unstructured.Unstructured).Object["spec"].(map[string]any)
+	if spec["port"] != int64(8080) || spec["size"] != "small" {
+		t.Fatalf("spec = %v", spec)
+	}
+	if got := obj.(*unstructured.Unstructured).GetManagedFields(); len(got) != 2 {
+		t.Fatalf("managedFields = %v, want alice and bob", got)
+	}
+}
