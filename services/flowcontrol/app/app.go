@@ -171,8 +171,8 @@ type App struct {
 	followed sync.WaitGroup
 	// leader is this replica's place in the election; nil without one.
 	leader *leadership
-	store    *storeclient.Client
-	crypt    *storagecrypt.Transformer
+	store  *storeclient.Client
+	crypt  *storagecrypt.Transformer
 
 	closeOnce sync.Once
 	closeErr  error
