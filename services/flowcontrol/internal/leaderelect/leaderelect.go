@@ -104,13 +104,12 @@ func (c *Config) defaults() {
 	}
 }
 
-// Validate reports every problem of c (after defaults) at once.
+// Validate reports every problem of c (after defaults) at once; the KV
+// client is New's to check (a configuration is validated before the
+// store is dialled).
 func (c Config) Validate() error {
 	c.defaults()
 	var errs []error
-	if c.KV == nil {
-		errs = append(errs, errors.New("a store KV client is required"))
-	}
 	if c.Identity == "" {
 		errs = append(errs, errors.New("an identity is required"))
 	}
@@ -153,6 +152,9 @@ type Elector struct {
 func New(cfg Config) (*Elector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.KV == nil {
+		return nil, errors.New("leaderelect: a store KV client is required")
 	}
 	cfg.defaults()
 	c, err := codec.New()
