@@ -292,4 +292,3 @@ func fallbackDispatched(c *apf.Controller) uint64 {
 	}
 	return n
 }
-

@@ -76,7 +76,7 @@ type Client struct {
 	leader     atomic.Int32
 	streamFrom atomic.Uint32
 	gatewayID  string
-	log       *slog.Logger
+	log        *slog.Logger
 
 	// queue holds the ids of grants whose requests have finished, for Run
 	// to release.
