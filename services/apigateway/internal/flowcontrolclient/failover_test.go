@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -51,22 +51,11 @@ func buildFlowControl(t *testing.T) string {
 	return bin
 }
 
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
 // startReplica starts a flowcontrol replica electing its leader through
 // the store at storeAddr, plaintext, with a short lease.
 func startReplica(t *testing.T, bin, storeAddr string) *replicaProc {
 	t.Helper()
-	r := &replicaProc{addr: freeAddr(t), out: &bytes.Buffer{}, done: make(chan struct{})}
+	r := &replicaProc{addr: daemontest.FreeAddrs(t, 1)[0], out: &bytes.Buffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(bin,
 		"--listen", r.addr, "--metrics-listen", "", "--store-address", storeAddr,
 		"--leader-elect", "--advertise-address", r.addr,
