@@ -51,11 +51,11 @@ func buildFlowControl(t *testing.T) string {
 	return bin
 }
 
-// startReplica starts a flowcontrol replica electing its leader through
-// the store at storeAddr, plaintext, with a short lease.
-func startReplica(t *testing.T, bin, storeAddr string) *replicaProc {
+// startReplica starts a flowcontrol replica serving on addr, electing its
+// leader through the store at storeAddr, plaintext, with a short lease.
+func startReplica(t *testing.T, bin, storeAddr, addr string) *replicaProc {
 	t.Helper()
-	r := &replicaProc{addr: daemontest.FreeAddrs(t, 1)[0], out: &bytes.Buffer{}, done: make(chan struct{})}
+	r := &replicaProc{addr: addr, out: &bytes.Buffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(bin,
 		"--listen", r.addr, "--metrics-listen", "", "--store-address", storeAddr,
 		"--leader-elect", "--advertise-address", r.addr,
@@ -128,8 +128,8 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 
 	procs := map[string]*replicaProc{}
 	var replicas []Replica
-	for range 3 {
-		p := startReplica(t, bin, member.Addr)
+	for _, addr := range daemontest.FreeAddrs(t, 3) {
+		p := startReplica(t, bin, member.Addr, addr)
 		procs[p.addr] = p
 		conn, err := grpcclient.Dial(p.addr, nil)
 		if err != nil {
