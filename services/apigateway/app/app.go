@@ -299,6 +299,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Authorizer:    authorizer,
 		Auditor:       auditor,
 		FlowControl:   svc.flowControl,
+		WorkSize:      work,
 		Resources:     resourceServer,
 	})
 	if err != nil {
