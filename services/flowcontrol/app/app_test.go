@@ -380,6 +380,16 @@ func TestLeaderElection(t *testing.T) {
 		}
 		t.Fatalf("follower's %s: details %v, want NOT_LEADER naming %s", what, st.Details(), leader.addr)
 	}
+	// The follower names the leader once it has read the Lease.
+	polltest.Until(t, 10*time.Second, "the follower names the leader", func() bool {
+		_, err := acquire(ctx, follower.c, "someone")
+		for _, d := range status.Convert(err).Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetMetadata()["leader"] != "" {
+				return true
+			}
+		}
+		return false
+	})
 	_, err := acquire(ctx, follower.c, "someone")
 	notLeader("Acquire", err)
 	_, err = follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: grant.GetId()})

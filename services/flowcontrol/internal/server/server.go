@@ -75,10 +75,13 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	if err != nil {
 		return nil, err
 	}
-	// A request queued when the term ends leaves its queue.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(term, cancel)()
+	if s.leadership != nil {
+		// A request queued when the term ends leaves its queue.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(term, cancel)()
+	}
 	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
