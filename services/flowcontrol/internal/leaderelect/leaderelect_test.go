@@ -83,6 +83,18 @@ func startReplica(t *testing.T, kv storev1.KVServiceClient, id string, overlap *
 	return r
 }
 
+// startStore starts a store member and returns a client of it.
+func startStore(t *testing.T) *storeclient.Client {
+	t.Helper()
+	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
+	st, err := storeclient.Dial([]string{member.Addr}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func readLease(t *testing.T, kv storev1.KVServiceClient, key string) *coordinationv1.Lease {
 	t.Helper()
 	resp, err := kv.Range(t.Context(), &storev1.RangeRequest{Key: []byte(key)})
@@ -118,12 +130,7 @@ func leaderOf(rs []*replica) *replica {
 // the store stops leading and another takes the Lease once it expires,
 // with leaseTransitions counting each change of holder.
 func TestElection(t *testing.T) {
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	st, err := storeclient.Dial([]string{member.Addr}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := startStore(t)
 	var overlap atomic.Int32
 	var rs []*replica
 	for _, id := range []string{"fc-0:7003", "fc-1:7003", "fc-2:7003"} {
@@ -187,12 +194,7 @@ func TestElection(t *testing.T) {
 // TestConcurrentCandidates: many candidates started at once on a free
 // Lease; exactly one wins every round of compare-and-swap.
 func TestConcurrentCandidates(t *testing.T) {
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	st, err := storeclient.Dial([]string{member.Addr}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := startStore(t)
 	var overlap atomic.Int32
 	var rs []*replica
 	var mu sync.Mutex
