@@ -201,8 +201,10 @@ func (e *Elector) waitToLead(ctx context.Context) bool {
 		if ok {
 			return true
 		}
-		if !sleep(ctx, jitter(e.cfg.RetryPeriod)) {
+		select {
+		case <-ctx.Done():
 			return false
+		case <-time.After(jitter(e.cfg.RetryPeriod)):
 		}
 	}
 }
@@ -221,10 +223,14 @@ func (e *Elector) lead(ctx context.Context) {
 		e.cfg.OnStoppedLeading()
 	}()
 	renewed := e.cfg.Now()
+	tick := time.NewTicker(e.cfg.RetryPeriod)
+	defer tick.Stop()
 	for {
-		if !sleep(ctx, e.cfg.RetryPeriod) {
+		select {
+		case <-ctx.Done():
 			e.release()
 			return
+		case <-tick.C:
 		}
 		// A renewal may take at most what is left of the deadline.
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline-e.cfg.Now().Sub(renewed))
@@ -418,15 +424,4 @@ func ptrOr[T any](p *T, d T) T {
 // jitter is d plus up to 20 %, so that replicas do not try in lockstep.
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/5+1))
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
