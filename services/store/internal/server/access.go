@@ -13,7 +13,8 @@ import (
 //   - data: the gateways read, write, watch and hold leases (Range, Txn,
 //     WatchService, LeaseService); the watch fan-out tier only reads and
 //     watches (Range, Watch); the flow-control service reads, watches
-//     and writes (Txn) its replicas' leader-election Lease.
+//     and writes (Txn) its replicas' leader-election Lease, and no other
+//     key (checkTxnKeyScope).
 //   - operators: membership changes, leadership transfer, compaction,
 //     snapshots and status; they read and write no keys, so an operator's
 //     certificate is no way around the API's authentication.
