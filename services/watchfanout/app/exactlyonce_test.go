@@ -151,7 +151,7 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 
 	awaitWrites(100)
 	before := e.leader()
-	resp, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{})
+	resp, err := e.transferLeadership(ctx, "")
 	if err != nil {
 		t.Fatalf("transfer leadership: %v", err)
 	}
@@ -175,7 +175,7 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 		t.Fatal("no store member serves the replica's watch")
 	}
 	if e.leader() != following {
-		if _, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: following.id}); err != nil {
+		if _, err := e.transferLeadership(ctx, following.id); err != nil {
 			t.Fatalf("transfer leadership to %s: %v", following.id, err)
 		}
 	}
@@ -270,6 +270,21 @@ func (e *env) delExisting(ctx context.Context, ns, name string) (int64, error) {
 		return 0, fmt.Errorf("delete of %s/%s deleted %d keys", ns, name, n)
 	}
 	return resp.GetHeader().GetRevision(), nil
+}
+
+// transferLeadership transfers the store's leadership to member id (""
+// any), trying again when the transfer timed out: raft gives the target
+// one election timeout (300ms here) to catch up and win, which a loaded
+// machine does not always grant.
+func (e *env) transferLeadership(ctx context.Context, id string) (*storev1.TransferLeadershipResponse, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: id})
+		if err == nil || attempt == 10 || !strings.Contains(err.Error(), "leadership transfer timeout") {
+			return resp, err
+		}
+		e.t.Logf("transfer leadership: %v; again", err)
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 // leader returns the store member that currently leads, waiting for an
