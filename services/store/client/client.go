@@ -260,7 +260,9 @@ func (c *Client) invokeOn(ctx context.Context, idx int, method string, args, rep
 	t := time.AfterFunc(c.opts.ProbeInterval, func() { c.probe(actx, idx, cancel) })
 	defer t.Stop()
 	err = c.conns[idx].Invoke(actx, method, args, reply, opts...)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errSilent) {
+	// Cancelled by the probe (an error of the member's own that came
+	// first, say a refused connection, is returned as it is).
+	if status.Code(err) == codes.Canceled && ctx.Err() == nil && errors.Is(context.Cause(actx), errSilent) {
 		return true, status.Errorf(codes.DeadlineExceeded, "store: member %s stopped answering (no answer to a health check within %v) during %s; a write may or may not have been applied",
 			c.endpoints[idx], c.opts.ProbeTimeout, method)
 	}
@@ -280,7 +282,7 @@ func (c *Client) probe(actx context.Context, idx int, cancel context.CancelCause
 		if actx.Err() != nil {
 			return
 		}
-		if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Unavailable {
+		if code := status.Code(err); code == codes.DeadlineExceeded || code == codes.Unavailable {
 			cancel(errSilent)
 			return
 		}
