@@ -55,11 +55,11 @@ const storeRetryAfter = 2
 // carry Retry-After, so that clients retry; a write that gets either may
 // or may not have been applied, as after kube-apiserver's 504.
 func storeUnreachable(err error) error {
-	var se interface{ GRPCStatus() *status.Status }
-	if !errors.As(err, &se) {
+	var ue *storage.UnreachableError
+	if !errors.As(err, &ue) {
 		return nil
 	}
-	st := se.GRPCStatus()
+	st := status.Convert(ue.Err)
 	switch st.Code() {
 	case codes.Unavailable:
 		return &apierrors.StatusError{ErrStatus: metav1.Status{
