@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/identity"
-	"github.com/meridian-cp/meridian/services/store/client"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
+	"github.com/meridian-cp/meridian/services/store/client"
 )
 
 // leaseKeyPrefix holds the store keys of coordination.k8s.io Leases.
