@@ -7,16 +7,15 @@
 package deploy
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/meridian-cp/meridian/internal/helmtest"
 	"k8s.io/klog/v2"
 )
 
@@ -25,10 +24,6 @@ const repoRoot = "../.."
 
 // chartDir is the chart under test.
 var chartDir = filepath.Join(repoRoot, "deploy", "helm", "meridian")
-
-// helmVersion is the helm built from the module proxy for the tests
-// (docs/deploy.md says which helm the chart needs: v3.8+ or v4).
-const helmVersion = "helm.sh/helm/v4/cmd/helm@v4.3.1"
 
 // scratch is a directory shared by the package's tests (the helm binary,
 // the service binaries), removed when they end.
@@ -49,56 +44,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmSkip string
-	helmErr  error
-)
+// helmBuild builds the helm the tests run.
+var helmBuild helmtest.Builder
 
-// helm returns the path of a helm built with `go install` from the module
-// proxy (once per test run; later runs reuse Go's build cache). The test
-// is skipped when the proxy cannot be reached.
+// helm returns the path of a helm built from the module proxy (package
+// helmtest); the test is skipped when the proxy cannot be reached.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		gobin := filepath.Join(scratch, "gobin")
-		cmd := exec.Command("go", "install", helmVersion)
-		// Outside the workspace: helm's module graph is its own.
-		cmd.Dir = scratch
-		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOWORK=off", "GOFLAGS=-buildvcs=false")
-		out, err := cmd.CombinedOutput()
-		switch {
-		case err == nil:
-			helmPath = filepath.Join(gobin, "helm")
-		case unreachable(out):
-			helmSkip = fmt.Sprintf("the Go module proxy is unreachable, so helm (%s) cannot be built: %s", helmVersion, lastLine(out))
-		default:
-			helmErr = fmt.Errorf("go install %s: %w\n%s", helmVersion, err, out)
-		}
-	})
-	if helmSkip != "" {
-		t.Skip(helmSkip)
-	}
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
-}
-
-// unreachable tells whether go's output says the network or proxy failed.
-func unreachable(out []byte) bool {
-	for _, s := range []string{"dial tcp", "no such host", "connection refused", "i/o timeout", "GOPROXY", "network is unreachable", "TLS handshake timeout"} {
-		if bytes.Contains(out, []byte(s)) {
-			return true
-		}
-	}
-	return false
-}
-
-func lastLine(out []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return helmBuild.Path(t, scratch)
 }
 
 var (

@@ -1,7 +1,8 @@
-// Package codec encodes and decodes built-in Kubernetes objects with the
-// k8s.io/apimachinery serializers: JSON, YAML and the protobuf envelope
-// (k8s\x00 + runtime.Unknown) on the wire, and protobuf in the store, as
-// kube-apiserver stores built-in kinds.
+// Package codec encodes and decodes Kubernetes objects with the
+// k8s.io/apimachinery serializers: built-in kinds as JSON, YAML and the
+// protobuf envelope (k8s\x00 + runtime.Unknown) on the wire, and protobuf
+// in the store, as kube-apiserver stores built-in kinds; custom resources
+// (unstructured.go) as JSON and YAML, stored as JSON.
 //
 // Stored objects never carry metadata.resourceVersion: it is the store's
 // mod_revision of the key, set on every read.
@@ -9,17 +10,21 @@ package codec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
@@ -41,8 +46,9 @@ type Codec struct {
 // New returns a Codec for the built-in kinds meridian serves.
 func New() (*Codec, error) {
 	s := runtime.NewScheme()
+	// autoscaling/v1 for the Scale of custom resources' scale subresource.
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, coordinationv1.AddToScheme,
-		rbacv1.AddToScheme, flowcontrolv1.AddToScheme,
+		rbacv1.AddToScheme, flowcontrolv1.AddToScheme, apiextensionsv1.AddToScheme, autoscalingv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("codec: %w", err)
@@ -64,8 +70,15 @@ func New() (*Codec, error) {
 // Scheme returns the scheme of served kinds.
 func (c *Codec) Scheme() *runtime.Scheme { return c.scheme }
 
-// SetKind fills obj's apiVersion and kind from the scheme.
+// SetKind fills obj's apiVersion and kind from the scheme. A custom
+// resource keeps the ones it has.
 func (c *Codec) SetKind(obj runtime.Object) error {
+	if isUnstructured(obj) {
+		if obj.GetObjectKind().GroupVersionKind().Empty() {
+			return errors.New("codec: a custom resource without apiVersion and kind")
+		}
+		return nil
+	}
 	gvks, _, err := c.scheme.ObjectKinds(obj)
 	if err != nil {
 		return fmt.Errorf("codec: %w", err)
@@ -88,6 +101,9 @@ func (c *Codec) serializer(mediaType string) (runtime.Serializer, error) {
 
 // Encode writes obj in mediaType, with apiVersion and kind set.
 func (c *Codec) Encode(w io.Writer, obj runtime.Object, mediaType string) error {
+	if isUnstructured(obj) {
+		return encodeUnstructured(w, obj, mediaType)
+	}
 	s, err := c.serializer(mediaType)
 	if err != nil {
 		return err
@@ -126,6 +142,11 @@ func (c *Codec) DecodeStrict(data []byte, mediaType string, gvk schema.GroupVers
 }
 
 func (c *Codec) decode(data []byte, mediaType string, gvk schema.GroupVersionKind, into runtime.Object, strict bool) ([]string, error) {
+	if u, ok := into.(*unstructured.Unstructured); ok {
+		// Unknown fields of a custom resource are its schema's to prune
+		// and report.
+		return nil, decodeUnstructured(data, mediaType, gvk, u)
+	}
 	s, err := c.serializer(mediaType)
 	if err != nil {
 		return nil, err
@@ -169,6 +190,12 @@ func (c *Codec) EncodeStorage(obj runtime.Object) ([]byte, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
+	if isUnstructured(obj) {
+		if err := unstructured.UnstructuredJSONScheme.Encode(obj, &buf); err != nil {
+			return nil, fmt.Errorf("codec: encode for storage: %w", err)
+		}
+		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	}
 	if err := c.proto.Encode(obj, &buf); err != nil {
 		return nil, fmt.Errorf("codec: encode for storage: %w", err)
 	}
@@ -178,7 +205,11 @@ func (c *Codec) EncodeStorage(obj runtime.Object) ([]byte, error) {
 // DecodeStorage reads a stored value into into and sets its resourceVersion
 // to modRevision.
 func (c *Codec) DecodeStorage(data []byte, modRevision int64, into runtime.Object) error {
-	if _, _, err := c.proto.Decode(data, nil, into); err != nil {
+	if u, ok := into.(*unstructured.Unstructured); ok {
+		if err := decodeUnstructuredStorage(data, u); err != nil {
+			return err
+		}
+	} else if _, _, err := c.proto.Decode(data, nil, into); err != nil {
 		return fmt.Errorf("codec: decode stored object: %w", err)
 	}
 	acc, err := meta.Accessor(into)

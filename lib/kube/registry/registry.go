@@ -7,6 +7,8 @@ package registry
 import (
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,6 +78,9 @@ type Resource struct {
 	// Columns are the kind's Table columns after Name (what kubectl get
 	// prints); nil gives the default, Created At.
 	Columns []Column
+	// Custom is the CRD version of a custom resource; nil for a
+	// built-in one.
+	Custom *Custom
 	// TTL, when positive, makes objects expire that long after their last
 	// write (through store leases), as Events do.
 	TTL time.Duration
@@ -119,25 +124,99 @@ func (r *Resource) Key(ns, name string) string { return r.KeyPrefix(ns) + name }
 // KeyRoot prefixes every resource's store keys.
 const KeyRoot = "/registry/"
 
-// Registry is an immutable set of resources.
+// Registry is the set of served resources: the built-in ones, fixed when
+// it is made, and the custom ones (CRD versions), replaced as a whole by
+// SetCustom while it is in use.
+//
+// Invariant: readers see one table at a time. The table is immutable and
+// swapped through an atomic pointer, so a reader that looks up several
+// resources (discovery, a relist) sees one consistent set, never half of
+// an update, and takes no lock.
 type Registry struct {
-	byGVR    map[schema.GroupVersionResource]*Resource
-	byPrefix map[string]*Resource // KeyPrefix("") → the first resource stored there
-	ordered  []*Resource
+	builtin []*Resource
+	cur     atomic.Pointer[table]
+
+	// mu serializes SetCustom and guards changed.
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced by every SetCustom
 }
 
-// New builds a registry.
+// table is one immutable state of a Registry.
+type table struct {
+	generation uint64 // SetCustom calls before this table
+	byGVR      map[schema.GroupVersionResource]*Resource
+	byPrefix   map[string]*Resource // KeyPrefix("") → the first resource stored there
+	ordered    []*Resource
+	custom     []*Resource
+}
+
+// New builds a registry of built-in resources.
 func New(resources ...*Resource) *Registry {
-	r := &Registry{byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{}}
-	for _, res := range resources {
-		r.byGVR[res.GVR] = res
-		if _, ok := r.byPrefix[res.KeyPrefix("")]; !ok {
-			r.byPrefix[res.KeyPrefix("")] = res
-		}
-		r.ordered = append(r.ordered, res)
-	}
+	r := &Registry{builtin: resources, changed: make(chan struct{})}
+	r.cur.Store(newTable(resources, nil))
 	return r
 }
+
+func newTable(builtin, custom []*Resource) *table {
+	t := &table{byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{}}
+	add := func(res *Resource) {
+		t.byGVR[res.GVR] = res
+		if _, ok := t.byPrefix[res.KeyPrefix("")]; !ok {
+			t.byPrefix[res.KeyPrefix("")] = res
+		}
+		t.ordered = append(t.ordered, res)
+	}
+	for _, res := range builtin {
+		add(res)
+	}
+	for _, res := range custom {
+		// A built-in resource is never shadowed; CRD validation keeps
+		// CRDs out of the built-in groups, this keeps the table sound
+		// whatever is stored.
+		if _, ok := t.byGVR[res.GVR]; ok {
+			continue
+		}
+		add(res)
+		t.custom = append(t.custom, res)
+	}
+	return t
+}
+
+// SetCustom replaces the custom resources with custom (nil: none). The
+// resources of one CRD should come storage version first: ForKey returns
+// the first resource registered for a key prefix. Resources whose GVR a
+// built-in resource has are left out.
+func (r *Registry) SetCustom(custom []*Resource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := newTable(r.builtin, custom)
+	t.generation = r.cur.Load().generation + 1
+	r.cur.Store(t)
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next SetCustom.
+func (r *Registry) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// Custom returns the custom resources being served.
+func (r *Registry) Custom() []*Resource { return r.cur.Load().custom }
+
+// CustomGeneration returns the custom resources being served and how
+// many times they were replaced (SetCustom), read together: what is
+// derived from them can be kept until the generation changes.
+func (r *Registry) CustomGeneration() ([]*Resource, uint64) {
+	t := r.cur.Load()
+	return t.custom, t.generation
+}
+
+// All returns every served resource, built-in first, in registration
+// order.
+func (r *Registry) All() []*Resource { return r.cur.Load().ordered }
 
 // ForKey returns the resource whose store keys hold key (of several
 // versions stored under one prefix, the first registered), or nil for a
@@ -147,6 +226,7 @@ func (r *Registry) ForKey(key string) *Resource {
 	if !ok {
 		return nil
 	}
+	t := r.cur.Load()
 	// Core resources have one path segment, the others two (group,
 	// resource): try both.
 	end := 0
@@ -156,7 +236,7 @@ func (r *Registry) ForKey(key string) *Resource {
 			return nil
 		}
 		end += i + 1
-		if res := r.byPrefix[KeyRoot+rest[:end]]; res != nil {
+		if res := t.byPrefix[KeyRoot+rest[:end]]; res != nil {
 			return res
 		}
 	}
@@ -165,7 +245,7 @@ func (r *Registry) ForKey(key string) *Resource {
 
 // Lookup finds a resource.
 func (r *Registry) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
-	res, ok := r.byGVR[gvr]
+	res, ok := r.cur.Load().byGVR[gvr]
 	return res, ok
 }
 
@@ -174,7 +254,7 @@ func (r *Registry) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
 func (r *Registry) GroupVersions() []schema.GroupVersion {
 	seen := map[schema.GroupVersion]bool{}
 	var out []schema.GroupVersion
-	for _, res := range r.ordered {
+	for _, res := range r.cur.Load().ordered {
 		gv := res.GVR.GroupVersion()
 		if !seen[gv] {
 			seen[gv] = true
@@ -189,7 +269,7 @@ func (r *Registry) GroupVersions() []schema.GroupVersion {
 // order.
 func (r *Registry) Resources(gv schema.GroupVersion) []*Resource {
 	var out []*Resource
-	for _, res := range r.ordered {
+	for _, res := range r.cur.Load().ordered {
 		if res.GVR.GroupVersion() == gv {
 			out = append(out, res)
 		}

@@ -9,7 +9,7 @@ import (
 // find none.
 func TestForKey(t *testing.T) {
 	reg := New(Core()...)
-	for _, res := range reg.ordered {
+	for _, res := range reg.All() {
 		for _, key := range []string{res.Key("ns", "name"), res.Key("", "name"), res.KeyPrefix("")} {
 			if got := reg.ForKey(key); got == nil || got.KeyPrefix("") != res.KeyPrefix("") {
 				t.Errorf("%s: %v, want %s", key, got, res.GVR)

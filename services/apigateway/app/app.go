@@ -284,6 +284,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := ensureNamespaces(ctx, store, c, reg); err != nil {
 		return nil, err
 	}
+	if err := a.startCRDTable(ctx, bg, reg, c, store); err != nil {
+		return nil, err
+	}
 	if err := a.startAuthorization(ctx, bg, reg, resourceServer, rbac); err != nil {
 		return nil, err
 	}
@@ -536,7 +539,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 
 // startControllers runs the namespace controller, the garbage collector,
 // the ClusterRole aggregation controller, the APF configuration
-// controller and the controllers of every namespace's default
+// controller, the CRD controller and the controllers of every namespace's default
 // ServiceAccount and kube-root-ca.crt until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
 	namespaces, err := namespace.New(namespace.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger, Interval: time.Second})
@@ -563,6 +566,9 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)
+	if err := a.startCRDController(bg, reg, c, store, rs); err != nil {
+		return err
+	}
 	return a.startNamespaceObjects(bg, reg, c, store, rs)
 }
 

@@ -19,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"google.golang.org/grpc/metadata"
@@ -76,6 +77,15 @@ var kinds sync.Map
 // (converting the kind's schema takes milliseconds; Prepare does it for a
 // whole registry up front).
 func ForKind(res *registry.Resource) (*Kind, error) {
+	if res.Custom != nil {
+		// A custom resource's managers follow its CRD: kept with the
+		// resource, rebuilt for each state of the CRD.
+		v, err := res.Custom.Memo(kindKey{}, func() (any, error) { return newKind(res) })
+		if err != nil {
+			return nil, err
+		}
+		return v.(*Kind), nil
+	}
 	k := kindKey{res.GVK(), reflect.TypeOf(res.New()), res.HasSubresource(StatusSubresource)}
 	if v, ok := kinds.Load(k); ok {
 		return v.(*Kind), nil
@@ -126,6 +136,15 @@ func newKind(res *registry.Resource) (*Kind, error) {
 // typeConverter builds the structured type converter of one kind, or the
 // deduced one when its schema does not convert.
 func typeConverter(res *registry.Resource) (tc managedfields.TypeConverter, deduced bool) {
+	if res.Custom != nil {
+		// The CRD's structural schema: its list and map markers drive
+		// merges. A CRD without one (or a schema that does not convert)
+		// merges as deduced.
+		if tc, err := crdschema.TypeConverter(res.Custom.CRD); err == nil {
+			return tc, false
+		}
+		return managedfields.NewDeducedTypeConverter(), true
+	}
 	defs, err := openapi.SSASchemas(registry.New(res))
 	if err == nil {
 		if tc, err = managedfields.NewTypeConverter(defs, false); err == nil {

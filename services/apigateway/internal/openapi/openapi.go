@@ -5,8 +5,10 @@
 // fields itself (the fieldValidation parameter of each PATCH operation) and,
 // for kubectl explain, what each field means.
 //
-// Documents are built once, from the registry and the Go types, and are
-// immutable.
+// The built-in kinds' documents are built once, from the registry and the
+// Go types, and are immutable; the custom resources' documents (custom.go)
+// are built from their CRDs' schemas whenever the registry's custom
+// resources change.
 package openapi
 
 import (
@@ -15,7 +17,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,15 +28,19 @@ import (
 
 // Documents are the OpenAPI v3 documents of a registry.
 type Documents struct {
-	root []byte
-	byGV map[string][]byte // "api/v1", "apis/apps/v1"
+	reg   *registry.Registry
+	paths map[string]any    // the root's paths of the built-in kinds
+	byGV  map[string][]byte // "api/v1", "apis/apps/v1"
+	// custom are the documents of the custom resources, for one
+	// generation of the registry's custom resources.
+	custom atomic.Pointer[customDocs]
 }
 
 // New builds the documents.
 func New(reg *registry.Registry, version string) (*Documents, error) {
-	d := &Documents{byGV: map[string][]byte{}}
-	paths := map[string]any{}
-	for _, gv := range reg.GroupVersions() {
+	d := &Documents{reg: reg, byGV: map[string][]byte{}, paths: map[string]any{}}
+	paths := d.paths
+	for _, gv := range builtinGroupVersions(reg) {
 		doc, err := build(reg, gv, version)
 		if err != nil {
 			return nil, err
@@ -42,12 +50,22 @@ func New(reg *registry.Registry, version string) (*Documents, error) {
 		sum := sha512.Sum512(doc)
 		paths[key] = map[string]string{"serverRelativeURL": "/openapi/v3/" + key + "?hash=" + strings.ToUpper(hex.EncodeToString(sum[:]))}
 	}
-	root, err := json.Marshal(map[string]any{"paths": paths})
-	if err != nil {
+	if _, err := d.customDocs(); err != nil {
 		return nil, err
 	}
-	d.root = root
 	return d, nil
+}
+
+// builtinGroupVersions returns the group/versions of reg's built-in
+// resources.
+func builtinGroupVersions(reg *registry.Registry) []k8sschema.GroupVersion {
+	var out []k8sschema.GroupVersion
+	for _, gv := range reg.GroupVersions() {
+		if slices.ContainsFunc(reg.Resources(gv), func(r *registry.Resource) bool { return r.Custom == nil }) {
+			out = append(out, gv)
+		}
+	}
+	return out
 }
 
 func gvPath(gv k8sschema.GroupVersion) string {
@@ -60,10 +78,18 @@ func gvPath(gv k8sschema.GroupVersion) string {
 // Lookup returns the document at an /openapi/v3 path.
 func (d *Documents) Lookup(path string) ([]byte, bool) {
 	path = strings.TrimSuffix(path, "/")
-	if path == "/openapi/v3" {
-		return d.root, true
+	custom, err := d.customDocs()
+	if err != nil {
+		return nil, false
 	}
-	doc, ok := d.byGV[strings.TrimPrefix(path, "/openapi/v3/")]
+	if path == "/openapi/v3" {
+		return custom.root, true
+	}
+	key := strings.TrimPrefix(path, "/openapi/v3/")
+	if doc, ok := custom.byGV[key]; ok {
+		return doc, true
+	}
+	doc, ok := d.byGV[key]
 	return doc, ok
 }
 
@@ -71,6 +97,9 @@ func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([
 	s := newSchemas("#/components/schemas/")
 	paths := map[string]any{}
 	for _, res := range reg.Resources(gv) {
+		if res.Custom != nil {
+			continue
+		}
 		objType := reflect.TypeOf(res.New()).Elem()
 		listType := reflect.TypeOf(res.NewList()).Elem()
 		objRef, listRef := s.ref(objType), s.ref(listType)

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,6 +43,12 @@ var special = map[reflect.Type]schema{
 	reflect.TypeOf(intstr.IntOrString{}):   {"type": "string", "format": "int-or-string", "x-kubernetes-int-or-string": true},
 	reflect.TypeOf(runtime.RawExtension{}): {"type": "object"},
 	reflect.TypeOf(metav1.FieldsV1{}):      {"type": "object"},
+	// A CRD schema's free-form values (default, enum, example) and its
+	// either-or fields are any JSON, as kube-apiserver publishes them.
+	reflect.TypeOf(apiextensionsv1.JSON{}):                         {"x-kubernetes-preserve-unknown-fields": true},
+	reflect.TypeOf(apiextensionsv1.JSONSchemaPropsOrArray{}):       {"x-kubernetes-preserve-unknown-fields": true},
+	reflect.TypeOf(apiextensionsv1.JSONSchemaPropsOrBool{}):        {"x-kubernetes-preserve-unknown-fields": true},
+	reflect.TypeOf(apiextensionsv1.JSONSchemaPropsOrStringArray{}): {"x-kubernetes-preserve-unknown-fields": true},
 }
 
 // defName is the component name of a named type.

@@ -29,6 +29,9 @@ func NewV2(reg *registry.Registry, version string) (*V2, error) {
 	paths := map[string]any{}
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
+			if res.Custom != nil {
+				continue // custom resources are in the v3 documents only
+			}
 			objRef := s.ref(reflect.TypeOf(res.New()).Elem())
 			listRef := s.ref(reflect.TypeOf(res.NewList()).Elem())
 			for _, t := range []struct {

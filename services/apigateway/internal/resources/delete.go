@@ -40,7 +40,7 @@ var protectedNamespaces = map[string]bool{"default": true, "kube-system": true, 
 // Delete deletes an object, honouring the uid and resourceVersion
 // preconditions of a DeleteOptions body.
 func (s *Server) Delete(ctx context.Context, req *apiv1.DeleteRequest) (*httpbody.HttpBody, error) {
-	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.delete(ctx, req) })
+	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.delete(ctx, req) })
 }
 
 // deleteRequest is what a delete needs, whichever verb asked for it.
@@ -53,7 +53,7 @@ type deleteRequest struct {
 
 func (s *Server) delete(ctx context.Context, req *apiv1.DeleteRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, err := s.resolve(ref, true)
+	res, err := s.resolve(ctx, ref, true)
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +212,12 @@ func finalized(obj runtime.Object) bool {
 // one namespace's: without a namespace the call is a 405 MethodNotAllowed
 // and deletes nothing.
 func (s *Server) DeleteCollection(ctx context.Context, req *apiv1.DeleteCollectionRequest) (*httpbody.HttpBody, error) {
-	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.deleteCollection(ctx, req) })
+	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.deleteCollection(ctx, req) })
 }
 
 func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollectionRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, err := s.resolve(ref, false)
+	res, err := s.resolve(ctx, ref, false)
 	if err != nil {
 		return nil, err
 	}

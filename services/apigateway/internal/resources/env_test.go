@@ -114,7 +114,7 @@ func (e *env) namespace(ns string) {
 // decode decodes a JSON response about an object of ref's resource.
 func (e *env) decode(ref *apiv1.ResourceRef, b *httpbody.HttpBody) runtime.Object {
 	e.t.Helper()
-	res, err := e.s.resolve(ref, false)
+	res, err := e.s.resolve(context.Background(), ref, false)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func (e *env) decode(ref *apiv1.ResourceRef, b *httpbody.HttpBody) runtime.Objec
 // does not exist.
 func (e *env) stored(ref *apiv1.ResourceRef) runtime.Object {
 	e.t.Helper()
-	res, err := e.s.resolve(ref, true)
+	res, err := e.s.resolve(context.Background(), ref, true)
 	if err != nil {
 		e.t.Fatal(err)
 	}

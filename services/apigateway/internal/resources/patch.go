@@ -53,12 +53,13 @@ func init() {
 // patch sets is a precondition; otherwise the patch is re-applied over
 // concurrent writes.
 func (s *Server) Patch(ctx context.Context, req *apiv1.PatchRequest) (*httpbody.HttpBody, error) {
-	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.patch(ctx, req) })
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
+	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.patch(ctx, req) })
 }
 
 func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, dryRun, err := s.resolveWrite(ref, req.GetDryRun())
+	res, dryRun, err := s.resolveWrite(ctx, ref, req.GetDryRun())
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +69,15 @@ func (s *Server) patch(ctx context.Context, req *apiv1.PatchRequest) (runtime.Ob
 	}
 	if err := validatePatchOptions(req); err != nil {
 		return nil, err
+	}
+	if isScale(res, ref) {
+		return s.patchScale(ctx, res, req, dryRun)
+	}
+	if res.Custom != nil && body.GetContentType() == negotiation.StrategicMergePatch {
+		// Strategic merge needs Go struct tags: custom resources have
+		// none (kube-apiserver answers the same).
+		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "",
+			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", negotiation.JSONPatch, negotiation.MergePatch, negotiation.ApplyPatchYAML), 0, false)
 	}
 	if body.GetContentType() == negotiation.ApplyPatchYAML {
 		return s.apply(ctx, req, res, dryRun)

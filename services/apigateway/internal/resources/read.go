@@ -26,13 +26,20 @@ import (
 // (storeRead), where MostRecent is a linearizable read, Any the answering
 // member's state and NotOlderThan N that state once it has reached N.
 func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {
-	res, err := s.resolve(req.GetRef(), true)
+	res, err := s.resolve(ctx, req.GetRef(), true)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Reads)
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), served(res, negotiation.Reads))
 	if err != nil {
 		return nil, toGRPC(err)
+	}
+	if isScale(res, req.GetRef()) {
+		sc, err := s.getScale(ctx, res, req.GetRef(), out)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		return toGRPCBody(s.respond(sc, out.mediaType))
 	}
 	rd, err := readparams.Get(req.GetResourceVersion())
 	if err != nil {
@@ -63,8 +70,8 @@ func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name strin
 	if err != nil {
 		return nil, 0, storageError(err, res, ns, name)
 	}
-	obj := res.New()
-	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+	obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
+	if err != nil {
 		return nil, 0, apierrors.NewInternalError(err)
 	}
 	return obj, rev, nil
@@ -104,11 +111,11 @@ func listQuery(req *apiv1.ListRequest) readparams.ListQuery {
 // built whole and sent as one message.
 func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
 	ctx := stream.Context()
-	res, err := s.resolve(req.GetRef(), false)
+	res, err := s.resolve(ctx, req.GetRef(), false)
 	if err != nil {
 		return toGRPC(err)
 	}
-	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Reads)
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), served(res, negotiation.Reads))
 	if err != nil {
 		return toGRPC(err)
 	}

@@ -157,13 +157,20 @@ func resumeRequest(req *apiv1.WatchRequest, rv string) *apiv1.WatchRequest {
 	return from
 }
 
+// fromCache reports whether watchfanout serves res's reads and watches:
+// every built-in resource when there is watchfanout. Custom resources are
+// served from the store.
+func (s *Server) fromCache(res *registry.Resource) bool {
+	return s.cfg.Watchfanout != nil && res.Custom == nil
+}
+
 // cachedGet serves a get from watchfanout. handled is false when the store
 // must serve it.
 func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *apiv1.GetRequest, out output) (*httpbody.HttpBody, bool, error) {
 	enc, ok := cacheEncoding(out)
 	// A consistent get reads the store: one key costs the store less than
 	// watchfanout's wait for the store's revision plus the hop to it.
-	if !ok || s.cfg.Watchfanout == nil || !cacheable(req.GetResourceVersion(), "", false) {
+	if !ok || !s.fromCache(res) || !cacheable(req.GetResourceVersion(), "", false) {
 		return nil, false, nil
 	}
 	resp, err := s.cfg.Watchfanout.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
@@ -195,7 +202,7 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
 	enc, ok := cacheEncoding(out)
 	consistent := req.GetResourceVersion() == "" && req.GetContinueToken() == ""
-	if !ok || s.cfg.Watchfanout == nil || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), true) {
+	if !ok || !s.fromCache(res) || !cacheable(req.GetResourceVersion(), req.GetResourceVersionMatch(), true) {
 		return false, nil
 	}
 	lreq := &watchv1.ListRequest{

@@ -37,8 +37,8 @@ type scanResult struct {
 func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
 	return scanKVs(ctx, filter.Empty(), first, minRV, limit, pageSize, read, func(kv storage.KV) (bool, error) {
-		obj := res.New()
-		if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
+		obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
+		if err != nil {
 			return false, apierrors.NewInternalError(err)
 		}
 		if !filter.Matches(obj) {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -118,8 +119,9 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, m: m}, nil
 }
 
-// resolve finds the resource a ref names and checks the ref's shape.
-func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resource, error) {
+// resolve finds the resource a ref names and checks the ref's shape. A
+// deprecated custom resource version's warning goes to the client.
+func (s *Server) resolve(ctx context.Context, ref *apiv1.ResourceRef, wantName bool) (*registry.Resource, error) {
 	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
 	res, ok := s.cfg.Registry.Lookup(gvr)
 	if !ok || (ref.GetSubresource() != "" && (!res.HasSubresource(ref.GetSubresource()) || ref.GetName() == "")) {
@@ -134,21 +136,41 @@ func (s *Server) resolve(ref *apiv1.ResourceRef, wantName bool) (*registry.Resou
 	if wantName && res.Namespaced && ref.GetNamespace() == "" {
 		return nil, apierrors.NewBadRequest("a namespace is required")
 	}
+	if res.Custom != nil && res.Custom.Warning != "" {
+		warn(ctx, res.Custom.Warning)
+	}
 	return res, nil
 }
 
-// mediaType negotiates the response of a write.
-func mediaType(accept string) (string, error) {
-	out, err := negotiateOutput(accept, "", negotiation.Writes)
+// mediaType negotiates the response of a write to ref.
+func (s *Server) mediaType(ref *apiv1.ResourceRef, accept string) (string, error) {
+	opts := negotiation.Writes
+	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
+	if res, ok := s.cfg.Registry.Lookup(gvr); ok {
+		opts = served(res, opts)
+	}
+	out, err := negotiateOutput(accept, "", opts)
 	return out.mediaType, err
+}
+
+// served returns the media types of opts that res's objects are served
+// in: custom resources have no protobuf form (kube-apiserver answers 406
+// to a client that accepts only protobuf, and JSON to one that also
+// accepts JSON).
+func served(res *registry.Resource, opts negotiation.Options) negotiation.Options {
+	if res.Custom == nil {
+		return opts
+	}
+	opts.Types = slices.DeleteFunc(slices.Clone(opts.Types), func(t string) bool { return t == negotiation.Protobuf })
+	return opts
 }
 
 // write runs a write and encodes its result. The response media type is
 // negotiated first, so that a request whose Accept cannot be served fails
 // (406) before it changes anything. code, when not 0, is the HTTP status of
 // success (201 for a create).
-func (s *Server) write(ctx context.Context, accept string, code int, do func() (runtime.Object, error)) (*httpbody.HttpBody, error) {
-	mt, err := mediaType(accept)
+func (s *Server) write(ctx context.Context, ref *apiv1.ResourceRef, accept string, code int, do func() (runtime.Object, error)) (*httpbody.HttpBody, error) {
+	mt, err := s.mediaType(ref, accept)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -168,7 +168,7 @@ func newListServer(t testing.TB) (*Server, *fakeKV, *codec.Codec) {
 // splicing: each object decoded, the typed list encoded.
 func decodingList(t *testing.T, s *Server, req *apiv1.ListRequest) []byte {
 	t.Helper()
-	res, err := s.resolve(req.GetRef(), false)
+	res, err := s.resolve(context.Background(), req.GetRef(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func BenchmarkListProtobuf(b *testing.B) {
 	})
 	b.Run("decoded", func(b *testing.B) {
 		b.ReportAllocs()
-		res, _ := s.resolve(req.GetRef(), false)
+		res, _ := s.resolve(context.Background(), req.GetRef(), false)
 		filter, _ := selection.New(res, "", "")
 		rd, _ := readparams.List(listQuery(req), keyRange(res, req.GetRef().GetNamespace(), filter))
 		for b.Loop() {

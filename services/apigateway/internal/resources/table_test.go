@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -71,7 +73,7 @@ func TestWriteMediaType(t *testing.T) {
 		"application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1": "",
 		"text/html": "",
 	} {
-		got, err := mediaType(accept)
+		got, err := (&Server{cfg: Config{Registry: registry.New(registry.Core()...)}}).mediaType(&apiv1.ResourceRef{Version: "v1", Resource: "configmaps"}, accept)
 		if want == "" {
 			failure{code: http.StatusNotAcceptable, reason: metav1.StatusReasonNotAcceptable}.check(t, err)
 			continue

@@ -46,7 +46,7 @@ const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 // timeoutSeconds (or WatchTimeout) across those moves.
 func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
 	ctx := stream.Context()
-	w, err := s.newWatch(req)
+	w, err := s.newWatch(ctx, req)
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -60,7 +60,7 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
-	if enc, ok := cacheEncoding(w.out); ok && s.cfg.Watchfanout != nil {
+	if enc, ok := cacheEncoding(w.out); ok && s.fromCache(w.res) {
 		from, handled, err := s.relayWatch(ctx, w, req, enc, stream)
 		if handled {
 			return w.end(stream, err)
@@ -103,8 +103,8 @@ type watchState struct {
 	server      *Server
 }
 
-func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
-	res, err := s.resolve(req.GetRef(), false)
+func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (*watchState, error) {
+	res, err := s.resolve(ctx, req.GetRef(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (s *Server) newWatch(req *apiv1.WatchRequest) (*watchState, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), negotiation.Watches)
+	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), served(res, negotiation.Watches))
 	if err != nil {
 		return nil, err
 	}
@@ -248,8 +248,8 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 	}
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
-		cur = w.res.New()
-		if err := w.server.cfg.Codec.DecodeStorage(ev.KV.Value, ev.KV.ModRevision, cur); err != nil {
+		var err error
+		if cur, err = w.server.decodeRead(w.res, ev.KV.Value, ev.KV.ModRevision); err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
 	}

@@ -55,8 +55,8 @@ func isDryRun(v []string) (bool, error) {
 
 // resolveWrite resolves the object an update or a patch names and reads
 // its dryRun parameter.
-func (s *Server) resolveWrite(ref *apiv1.ResourceRef, dryRunParam []string) (res *registry.Resource, dryRun bool, err error) {
-	if res, err = s.resolve(ref, true); err != nil {
+func (s *Server) resolveWrite(ctx context.Context, ref *apiv1.ResourceRef, dryRunParam []string) (res *registry.Resource, dryRun bool, err error) {
+	if res, err = s.resolve(ctx, ref, true); err != nil {
 		return nil, false, err
 	}
 	if dryRun, err = isDryRun(dryRunParam); err != nil {
@@ -120,7 +120,8 @@ func checkNamespace(res *registry.Resource, acc metav1.Object, ns string) error 
 
 // Create stores a new object.
 func (s *Server) Create(ctx context.Context, req *apiv1.CreateRequest) (*httpbody.HttpBody, error) {
-	return s.write(ctx, req.GetAccept(), http.StatusCreated, func() (runtime.Object, error) { return s.create(ctx, req) })
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
+	return s.write(ctx, req.GetRef(), req.GetAccept(), http.StatusCreated, func() (runtime.Object, error) { return s.create(ctx, req) })
 }
 
 func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.Object, error) {
@@ -128,12 +129,15 @@ func (s *Server) create(ctx context.Context, req *apiv1.CreateRequest) (runtime.
 	if ref.GetName() != "" {
 		return nil, apierrors.NewMethodNotSupported(schema.GroupResource{Group: ref.GetGroup(), Resource: ref.GetResource()}, "create")
 	}
-	res, err := s.resolve(ref, false)
+	res, err := s.resolve(ctx, ref, false)
 	if err != nil {
 		return nil, err
 	}
 	if res.Namespaced && ref.GetNamespace() == "" {
 		return nil, apierrors.NewBadRequest("a namespace is required to create a " + res.Kind)
+	}
+	if res.Custom != nil && res.Custom.Terminating() {
+		return nil, apierrors.NewMethodNotSupported(res.GVR.GroupResource(), "create")
 	}
 	dryRun, err := isDryRun(req.GetDryRun())
 	if err != nil {
@@ -169,6 +173,9 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 	for attempt := 0; ; attempt++ {
 		if generate {
 			acc.SetName(acc.GetGenerateName() + randomSuffix())
+		}
+		if err := s.admitSchema(ctx, res, obj, nil, ""); err != nil {
+			return nil, err
 		}
 		if errs := res.Strategy.Validate(obj); len(errs) > 0 {
 			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
@@ -233,14 +240,18 @@ func randomSuffix() string {
 // precondition (409 Conflict when stale); without one the update is
 // unconditional and retried over concurrent writes.
 func (s *Server) Update(ctx context.Context, req *apiv1.UpdateRequest) (*httpbody.HttpBody, error) {
-	return s.write(ctx, req.GetAccept(), 0, func() (runtime.Object, error) { return s.update(ctx, req) })
+	ctx = withFieldValidation(ctx, req.GetFieldValidation())
+	return s.write(ctx, req.GetRef(), req.GetAccept(), 0, func() (runtime.Object, error) { return s.update(ctx, req) })
 }
 
 func (s *Server) update(ctx context.Context, req *apiv1.UpdateRequest) (runtime.Object, error) {
 	ref := req.GetRef()
-	res, dryRun, err := s.resolveWrite(ref, req.GetDryRun())
+	res, dryRun, err := s.resolveWrite(ctx, ref, req.GetDryRun())
 	if err != nil {
 		return nil, err
+	}
+	if isScale(res, ref) {
+		return s.updateScale(ctx, res, req, dryRun)
 	}
 	obj, acc, err := s.decodeBody(ctx, res, ref.GetNamespace(), req.GetBody(), req.GetFieldValidation())
 	if err != nil {
@@ -444,6 +455,9 @@ func (s *Server) prepareUpdate(ctx context.Context, res *registry.Resource, ref 
 		res.Strategy.PrepareForUpdate(obj, old)
 	}
 	if err := s.guard(ctx, res, ref, obj, old); err != nil {
+		return nil, err
+	}
+	if err := s.admitSchema(ctx, res, obj, old, ref.GetSubresource()); err != nil {
 		return nil, err
 	}
 	if errs := res.Strategy.ValidateUpdate(obj, old); len(errs) > 0 {

@@ -198,3 +198,34 @@ func (s *sender) Publish(rev int64, listed bool) {
 	case <-s.ctx.Done():
 	}
 }
+
+// Reconcile runs a follower (Send) of cfg and acts on what it reads, on
+// the caller's goroutine, until ctx ends: each Batch goes to apply, then
+// sync runs; while sync reports work left (false), it runs again every
+// retry. Controllers that keep objects in line with what they follow are
+// this loop.
+func Reconcile(ctx context.Context, cfg Config, retry time.Duration, apply func(Batch), sync func(context.Context) bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	batches := make(chan Batch)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		Send(ctx, cfg, batches)
+	}()
+	defer func() { cancel(); <-followed }()
+	pending := false
+	for {
+		var again <-chan time.Time
+		if pending {
+			again = time.After(retry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-batches:
+			apply(b)
+		case <-again:
+		}
+		pending = !sync(ctx)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -113,54 +112,14 @@ func New(cfg Config) (*Controller, error) {
 // failed watch is replaced by a new read after Retry (storewatch.Send);
 // the roles last read are kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	ctx, cancel := context.WithCancel(identity.WithUser(ctx, User))
-	batches := make(chan storewatch.Batch)
-	followed := make(chan struct{})
-	go func() {
-		defer close(followed)
-		storewatch.Send(ctx, storewatch.Config{
-			Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
-			Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-		}, batches)
-	}()
-	defer func() { cancel(); <-followed }()
-	roles := map[string]*rbacv1.ClusterRole{}
-	pending := false
-	for {
-		var retry <-chan time.Time
-		if pending {
-			retry = time.After(c.cfg.Retry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-batches:
-			if b.Listed {
-				clear(roles)
-			}
-			for _, ch := range b.Changes {
-				c.apply(roles, ch.Key, ch.Value, ch.Revision)
-			}
-		case <-retry:
-		}
-		pending = !c.syncAll(ctx, roles)
-	}
-}
-
-// apply records the ClusterRole stored under key (nil value: deleted).
-func (c *Controller) apply(roles map[string]*rbacv1.ClusterRole, key string, value []byte, rev int64) {
-	name := strings.TrimPrefix(key, c.res.KeyPrefix(""))
-	if value == nil {
-		delete(roles, name)
-		return
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := c.cfg.Codec.DecodeStorage(value, rev, role); err != nil {
-		c.cfg.Logger.Error("clusterrole aggregation: a ClusterRole does not decode", "key", key, "error", err)
-		delete(roles, name)
-		return
-	}
-	roles[name] = role
+	roles := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*rbacv1.ClusterRole, error) {
+		role := &rbacv1.ClusterRole{}
+		return role, c.cfg.Codec.DecodeStorage(value, rev, role)
+	}, c.cfg.Logger)
+	storewatch.Reconcile(identity.WithUser(ctx, User), storewatch.Config{
+		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
+		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, c.cfg.Retry, roles.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, roles.Objects) })
 }
 
 // syncAll updates every aggregated role whose rules are not its

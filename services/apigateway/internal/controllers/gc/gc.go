@@ -8,6 +8,7 @@ package gc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,9 +88,7 @@ type Config struct {
 
 // Collector is the garbage collector; Run runs it.
 type Collector struct {
-	cfg      Config
-	byPrefix map[string]*registry.Resource // KeyPrefix("") → resource: the key spaces to list
-	byGVK    map[schema.GroupVersionKind]*registry.Resource
+	cfg Config
 }
 
 // New returns a Collector, or an error naming every required field cfg
@@ -114,16 +113,31 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Retry == 0 {
 		cfg.Retry = 2 * time.Second
 	}
-	c := &Collector{cfg: cfg, byPrefix: map[string]*registry.Resource{}, byGVK: map[schema.GroupVersionKind]*registry.Resource{}}
-	for _, gv := range cfg.Registry.GroupVersions() {
-		for _, res := range cfg.Registry.Resources(gv) {
-			if _, ok := c.byPrefix[res.KeyPrefix("")]; !ok {
-				c.byPrefix[res.KeyPrefix("")] = res // as Registry.ForKey
-			}
-			c.byGVK[res.GVK()] = res
+	return &Collector{cfg: cfg}, nil
+}
+
+// keySpaces returns the key spaces to list, KeyPrefix("") → resource (as
+// Registry.ForKey), of the resources served now: the built-in ones and
+// the custom ones of the CRDs established so far.
+func (c *Collector) keySpaces() map[string]*registry.Resource {
+	out := map[string]*registry.Resource{}
+	for _, res := range c.cfg.Registry.All() {
+		if _, ok := out[res.KeyPrefix("")]; !ok {
+			out[res.KeyPrefix("")] = res
 		}
 	}
-	return c, nil
+	return out
+}
+
+// forKind returns the resource served now of an owner reference's kind,
+// or nil.
+func (c *Collector) forKind(gvk schema.GroupVersionKind) *registry.Resource {
+	for _, res := range c.cfg.Registry.All() {
+		if res.GVK() == gvk {
+			return res
+		}
+	}
+	return nil
 }
 
 // garbageCollector is the identity the garbage collector acts as.
@@ -246,7 +260,7 @@ func (c *collector) resync(ctx context.Context) (int64, error) {
 		if pass == 1 && len(c.g.deps) == 0 {
 			break
 		}
-		for prefix, res := range c.byPrefix {
+		for prefix, res := range c.keySpaces() {
 			err := c.scan(ctx, res, prefix, rev, func(key string, m protolist.Meta) {
 				if pass == 0 || len(c.g.deps[m.UID]) > 0 {
 					c.g.put(res, key, m)
@@ -292,6 +306,9 @@ func (c *collector) scan(ctx context.Context, res *registry.Resource, prefix str
 // readMeta reads what the collector needs of a stored object of res
 // without decoding it.
 func readMeta(res *registry.Resource, value []byte) (protolist.Meta, error) {
+	if res.Custom != nil {
+		return customMeta(value)
+	}
 	o, err := protolist.Parse(value, res.GVK())
 	if err != nil {
 		return protolist.Meta{}, err
@@ -397,7 +414,7 @@ func (c *collector) reconcileNode(ctx context.Context, n *node) error {
 // graph, which from then on follows it.
 func (c *collector) hasOwner(ctx context.Context, n *node) (bool, error) {
 	for _, ref := range n.meta.OwnerReferences {
-		res := c.byGVK[schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)]
+		res := c.forKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
 		if res == nil || res.Namespaced && !n.res.Namespaced {
 			return true, nil // unresolvable: never collected on its account
 		}
@@ -486,4 +503,20 @@ func (c *collector) update(ctx context.Context, n *node, change func(metav1.Obje
 		return nil
 	}
 	return err
+}
+
+// customMeta reads what the collector needs of a stored custom resource
+// (JSON): its metadata alone.
+func customMeta(value []byte) (protolist.Meta, error) {
+	var obj struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(value, &obj); err != nil {
+		return protolist.Meta{}, fmt.Errorf("gc: %w", err)
+	}
+	md := obj.Metadata
+	return protolist.Meta{
+		Name: md.Name, Namespace: md.Namespace, UID: md.UID, Deleting: md.DeletionTimestamp != nil,
+		Finalizers: md.Finalizers, OwnerReferences: md.OwnerReferences,
+	}, nil
 }

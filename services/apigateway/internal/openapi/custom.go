@@ -1,0 +1,99 @@
+package openapi
+
+import (
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/meridian-cp/meridian/lib/kube/crdschema"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"k8s.io/kube-openapi/pkg/spec3"
+)
+
+// customDocs are the OpenAPI v3 documents of one generation of a
+// registry's custom resources, with the root listing them beside the
+// built-in documents. Immutable.
+type customDocs struct {
+	generation uint64
+	root       []byte
+	byGV       map[string][]byte
+}
+
+// customDocs returns the documents of the registry's custom resources
+// now, building them when those changed since the last call. Concurrent
+// callers may build the same generation twice; one result is kept.
+func (d *Documents) customDocs() (*customDocs, error) {
+	custom, gen := d.reg.CustomGeneration()
+	if c := d.custom.Load(); c != nil && c.generation == gen {
+		return c, nil
+	}
+	c, err := buildCustom(custom, gen, d.paths)
+	if err != nil {
+		return nil, err
+	}
+	d.custom.Store(c)
+	return c, nil
+}
+
+// buildCustom merges the documents of each custom resource's CRD version
+// (crdschema.OpenAPIV3) per group/version, and lists them in a root with
+// the built-in documents' paths.
+func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[string]any) (*customDocs, error) {
+	merged := map[string]*spec3.OpenAPI{}
+	var order []string
+	for _, res := range custom {
+		doc, err := crdschema.OpenAPIV3(res.Custom.CRD, res.Custom.Version)
+		if err != nil {
+			// One CRD's document failing leaves the others served.
+			continue
+		}
+		tagOperations(doc, res)
+		key := gvPath(res.GVR.GroupVersion())
+		m, ok := merged[key]
+		if !ok {
+			merged[key] = doc
+			order = append(order, key)
+			continue
+		}
+		maps.Copy(m.Paths.Paths, doc.Paths.Paths)
+		maps.Copy(m.Components.Schemas, doc.Components.Schemas)
+	}
+	c := &customDocs{generation: gen, byGV: map[string][]byte{}}
+	paths := maps.Clone(builtinPaths)
+	for _, key := range order {
+		data, err := json.Marshal(merged[key])
+		if err != nil {
+			return nil, fmt.Errorf("openapi: %s: %w", key, err)
+		}
+		c.byGV[key] = data
+		sum := sha512.Sum512(data)
+		paths[key] = map[string]string{"serverRelativeURL": "/openapi/v3/" + key + "?hash=" + strings.ToUpper(hex.EncodeToString(sum[:]))}
+	}
+	root, err := json.Marshal(map[string]any{"paths": paths})
+	if err != nil {
+		return nil, err
+	}
+	c.root = root
+	return c, nil
+}
+
+// tagOperations marks every operation of doc, the document of res's CRD
+// version, with res's kind (x-kubernetes-group-version-kind), as
+// kube-apiserver does: kubectl explain finds a resource's kind through
+// its paths' operations.
+func tagOperations(doc *spec3.OpenAPI, res *registry.Resource) {
+	gvk := map[string]any{"group": res.GVR.Group, "version": res.GVR.Version, "kind": res.Kind}
+	for _, p := range doc.Paths.Paths {
+		for _, op := range []*spec3.Operation{p.Get, p.Put, p.Post, p.Delete, p.Patch} {
+			if op != nil && op.Extensions[gvkExtension] == nil {
+				op.AddExtension(gvkExtension, gvk)
+			}
+		}
+	}
+}
+
+// gvkExtension names an operation's or a definition's kind.
+const gvkExtension = "x-kubernetes-group-version-kind"
