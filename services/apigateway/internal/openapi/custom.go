@@ -50,7 +50,6 @@ func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[strin
 			// One CRD's document failing leaves the others served.
 			continue
 		}
-		tagOperations(doc, res)
 		key := gvPath(res.GVR.GroupVersion())
 		m, ok := merged[key]
 		if !ok {
@@ -79,21 +78,3 @@ func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[strin
 	c.root = root
 	return c, nil
 }
-
-// tagOperations marks every operation of doc, the document of res's CRD
-// version, with res's kind (x-kubernetes-group-version-kind), as
-// kube-apiserver does: kubectl explain finds a resource's kind through
-// its paths' operations.
-func tagOperations(doc *spec3.OpenAPI, res *registry.Resource) {
-	gvk := map[string]any{"group": res.GVR.Group, "version": res.GVR.Version, "kind": res.Kind}
-	for _, p := range doc.Paths.Paths {
-		for _, op := range []*spec3.Operation{p.Get, p.Put, p.Post, p.Delete, p.Patch} {
-			if op != nil && op.Extensions[gvkExtension] == nil {
-				op.AddExtension(gvkExtension, gvk)
-			}
-		}
-	}
-}
-
-// gvkExtension names an operation's or a definition's kind.
-const gvkExtension = "x-kubernetes-group-version-kind"
