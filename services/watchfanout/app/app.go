@@ -50,6 +50,12 @@ type Config struct {
 	// cache's watch and reads move to another member when one goes away,
 	// and resume from the revision the cache reached. Required.
 	StoreAddress string
+	// StoreLocalAddress is the comma-separated addresses of the store
+	// members in this replica's region or zone: the cache's watch and its
+	// serializable reads go to them first (storeclient.Options.Local), so
+	// a region's replica follows its own region's member. Empty: the watch
+	// follows the leader.
+	StoreLocalAddress string
 	// StoreTLS is the client TLS configuration for the store (with a
 	// client certificate for mTLS); nil dials plaintext (tests only).
 	StoreTLS *tls.Config
@@ -209,6 +215,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// opens a new watch on another member when one cannot be opened; the
 	// cache resumes its watch from the revision it reached.
 	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
+		Local: storeclient.Endpoints(cfg.StoreLocalAddress),
 		DialOptions: []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
 		})},
