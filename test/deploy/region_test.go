@@ -56,6 +56,8 @@ type regionSim struct {
 
 	mu    sync.Mutex
 	procs []*exec.Cmd
+	// exited are closed when each of procs has exited.
+	exited []chan struct{}
 }
 
 // regionAddr is region r's address.
@@ -159,19 +161,27 @@ func (s *regionSim) start(r int, name, bin string, args ...string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", name, err)
 	}
+	done := make(chan struct{})
 	s.mu.Lock()
 	s.procs = append(s.procs, cmd)
+	s.exited = append(s.exited, done)
 	s.mu.Unlock()
-	go func() { cmd.Wait(); f.Close() }()
+	go func() { cmd.Wait(); f.Close(); close(done) }()
 	return cmd
 }
 
+// stopAll kills every process started so far and waits until each has
+// exited, so that their ports are free again.
 func (s *regionSim) stopAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.procs {
 		c.Process.Kill()
 	}
+	for _, done := range s.exited {
+		<-done
+	}
+	s.procs, s.exited = nil, nil
 	if s.t.Failed() {
 		entries, _ := os.ReadDir(filepath.Join(s.dir, "logs"))
 		for _, e := range entries {
