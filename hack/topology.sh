@@ -28,7 +28,7 @@ up)
   fi
   mkdir -p "$dir"
   cd "$root"
-  if ! out=$(GOFLAGS=-buildvcs=false go test ./test/deploy -run 'TestImages/chart-on-docker' -count=1 -timeout 20m -v \
+  if ! out=$(GOFLAGS=-buildvcs=false go test ./test/deploy -run 'TestImages/chart-on-docker' -count=1 -timeout 60m -v \
     -args -topology-keep="$dir" 2>&1); then
     echo "$out" | tail -40 >&2
     echo "topology.sh: up failed" >&2
@@ -46,7 +46,12 @@ down)
   [ -z "$containers" ] || docker rm -f $containers >/dev/null
   networks=$(docker network ls -q --filter label=$label)
   [ -z "$networks" ] || docker network rm $networks >/dev/null
-  [ -z "$images" ] || docker rmi -f $images >/dev/null 2>&1 || true
+  # Every image of the topology's version: the pods' and the all-in-one
+  # (which issued the operator certificate).
+  for tag in $(printf '%s\n' $images | sed -n 's/.*://p' | sort -u); do
+    ids=$(docker images -q --filter "reference=${MERIDIAN_IMAGE_PREFIX:-meridian/}*:$tag")
+    [ -z "$ids" ] || docker rmi -f $ids >/dev/null 2>&1 || true
+  done
   rm -rf "$dir"
   echo "topology removed" >&2
   ;;

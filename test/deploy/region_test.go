@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,8 +55,11 @@ type regionSim struct {
 	veths   []string // per region, the root side
 	members []simMember
 
-	mu    sync.Mutex
-	procs []*exec.Cmd
+	mu sync.Mutex
+	// member are the store members' processes and their exits, by index.
+	member map[int]*exec.Cmd
+	exitOf map[*exec.Cmd]chan struct{}
+	procs  []*exec.Cmd
 	// exited are closed when each of procs has exited.
 	exited []chan struct{}
 }
@@ -165,6 +169,10 @@ func (s *regionSim) start(r int, name, bin string, args ...string) *exec.Cmd {
 	s.mu.Lock()
 	s.procs = append(s.procs, cmd)
 	s.exited = append(s.exited, done)
+	if s.exitOf == nil {
+		s.exitOf = map[*exec.Cmd]chan struct{}{}
+	}
+	s.exitOf[cmd] = done
 	s.mu.Unlock()
 	go func() { cmd.Wait(); f.Close(); close(done) }()
 	return cmd
@@ -181,7 +189,7 @@ func (s *regionSim) stopAll() {
 	for _, done := range s.exited {
 		<-done
 	}
-	s.procs, s.exited = nil, nil
+	s.procs, s.exited, s.exitOf = nil, nil, nil
 	if s.t.Failed() {
 		entries, _ := os.ReadDir(filepath.Join(s.dir, "logs"))
 		for _, e := range entries {
@@ -209,27 +217,58 @@ func (s *regionSim) storeAddrs(r int) (all, local string) {
 // startStore starts every member: voters bootstrap with
 // --initial-cluster, non-voters --join them.
 func (s *regionSim) startStore() {
+	for k := range s.members {
+		s.startMember(k)
+	}
+}
+
+// startMember starts member k with its flags (the same every time: a
+// restarted member rejoins from its data directory).
+func (s *regionSim) startMember(k int) {
 	var initial, voters []string
-	for k, m := range s.members {
-		if m.voter {
-			initial = append(initial, fmt.Sprintf("%s=%s:%d/%s:%d", m.id, s.memberName(k), raftPort(k), s.memberName(k), grpcPort(k)))
-			voters = append(voters, fmt.Sprintf("%s:%d", s.memberName(k), grpcPort(k)))
+	for j, o := range s.members {
+		if o.voter {
+			initial = append(initial, fmt.Sprintf("%s=%s:%d/%s:%d", o.id, s.memberName(j), raftPort(j), s.memberName(j), grpcPort(j)))
+			voters = append(voters, fmt.Sprintf("%s:%d", s.memberName(j), grpcPort(j)))
 		}
 	}
-	for k, m := range s.members {
-		args := []string{"--id", m.id, "--data-dir", filepath.Join(s.dir, m.id),
-			"--listen", fmt.Sprintf("%s:%d", s.regionAddr(m.region), grpcPort(k)),
-			"--peer-listen", fmt.Sprintf("%s:%d", s.regionAddr(m.region), raftPort(k)),
-			"--peer-advertise", fmt.Sprintf("%s:%d", s.memberName(k), raftPort(k)),
-			"--advertise-client", fmt.Sprintf("%s:%d", s.memberName(k), grpcPort(k)),
-			"--metrics-listen", "",
-			"--tls-cert-file", s.pki("store.crt"), "--tls-key-file", s.pki("store.key"), "--client-ca-file", s.pki("internal-ca.crt")}
-		if m.voter {
-			args = append(args, "--initial-cluster", strings.Join(initial, ","))
-		} else {
-			args = append(args, "--join", strings.Join(voters, ","), "--non-voter")
-		}
-		s.start(m.region, m.id, "store", args...)
+	m := s.members[k]
+	args := []string{"--id", m.id, "--data-dir", filepath.Join(s.dir, m.id),
+		"--listen", fmt.Sprintf("%s:%d", s.regionAddr(m.region), grpcPort(k)),
+		"--peer-listen", fmt.Sprintf("%s:%d", s.regionAddr(m.region), raftPort(k)),
+		"--peer-advertise", fmt.Sprintf("%s:%d", s.memberName(k), raftPort(k)),
+		"--advertise-client", fmt.Sprintf("%s:%d", s.memberName(k), grpcPort(k)),
+		"--metrics-listen", "",
+		"--tls-cert-file", s.pki("store.crt"), "--tls-key-file", s.pki("store.key"), "--client-ca-file", s.pki("internal-ca.crt")}
+	if m.voter {
+		args = append(args, "--initial-cluster", strings.Join(initial, ","))
+	} else {
+		args = append(args, "--join", strings.Join(voters, ","), "--non-voter")
+	}
+	cmd := s.start(m.region, m.id, "store", args...)
+	s.mu.Lock()
+	if s.member == nil {
+		s.member = map[int]*exec.Cmd{}
+	}
+	s.member[k] = cmd
+	s.mu.Unlock()
+}
+
+// stopMember sends member k SIGTERM, as a kubelet does before replacing a
+// pod, and waits until it has exited.
+func (s *regionSim) stopMember(k int) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.member[k]
+	done := s.exitOf[cmd]
+	s.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatalf("SIGTERM %s: %v", s.members[k].id, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("%s did not exit within 30s of SIGTERM", s.members[k].id)
 	}
 }
 
