@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,6 +25,21 @@ import (
 
 // regionRTT is the round-trip time between two simulated regions.
 const regionRTT = 50 * time.Millisecond
+
+// regionFigures makes TestMultiRegion take the samples docs/deploy.md's
+// figures come from; without it (as in CI) it takes a few of each, enough
+// to check what every region serves.
+var regionFigures = flag.Bool("region-figures", false, "TestMultiRegion: measure with as many samples as docs/deploy.md's figures (200 rv=0 GETs, 100 lists, 30 consistent GETs and creates per region, 40 watched writes)")
+
+// regionSamples is how many of each request TestMultiRegion times.
+type regionSamples struct{ rv0, lists, consistent, creates, watched int }
+
+func samples() regionSamples {
+	if *regionFigures {
+		return regionSamples{rv0: 200, lists: 100, consistent: 30, creates: 30, watched: 40}
+	}
+	return regionSamples{rv0: 20, lists: 10, consistent: 5, creates: 5, watched: 10}
+}
 
 // simMember is one store member of the simulation.
 type simMember struct {
@@ -397,12 +413,14 @@ func configMap(name string) *corev1.ConfigMap {
 // and logs, per region: resourceVersion=0 GETs, NotOlderThan lists,
 // consistent GETs and creates through the region's gateway, and the delay
 // until the region's watch delivers a write made in the leader's region;
-// then it loses the leader's region. It asserts what a user relies on:
-// every call succeeds, reads in a remote region are local (rv=0 GET p50
-// under half an RTT), every watch sees every write, under (a) writes
-// resume in the surviving regions with every acknowledged write there,
-// and under (b) the other regions keep serving reads while writes stop.
-// Needs root (ip netns) and not -short.
+// then it loses the leader's region (-region-figures: the samples of
+// docs/deploy.md's figures). It asserts what a user relies on: every call
+// succeeds, every watch sees every write in order, under (a) writes
+// resume in the surviving regions with every acknowledged write there
+// and the lost region catches up when it returns, and under (b) the
+// non-voters' regions keep serving resourceVersion=0 reads while writes
+// stop. Timings are logged,
+// never asserted. Needs root (ip netns) and not -short.
 func TestMultiRegion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the multi-region simulation runs 2 layouts of 5 members and 3 regions: not in -short")
@@ -496,19 +514,20 @@ func runRegions(t *testing.T, members []simMember) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		rv0 := timed(t, 200, func(int) error {
+		n := samples()
+		rv0 := timed(t, n.rv0, func(int) error {
 			_, err := cms.Get(ctx, "probe", metav1.GetOptions{ResourceVersion: "0"})
 			return err
 		})
-		notOlder := timed(t, 100, func(int) error {
+		notOlder := timed(t, n.lists, func(int) error {
 			_, err := cms.List(ctx, metav1.ListOptions{ResourceVersion: probe.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 			return err
 		})
-		consistent := timed(t, 30, func(int) error {
+		consistent := timed(t, n.consistent, func(int) error {
 			_, err := cms.Get(ctx, "probe", metav1.GetOptions{})
 			return err
 		})
-		creates := timed(t, 30, func(i int) error {
+		creates := timed(t, n.creates, func(i int) error {
 			_, err := cms.Create(ctx, configMap(fmt.Sprintf("w-%d-%d", r, i)), metav1.CreateOptions{})
 			return err
 		})
@@ -517,9 +536,6 @@ func runRegions(t *testing.T, members []simMember) {
 			where = "leader's"
 		}
 		t.Logf("region %s (%s): rv=0 GET %s; NotOlderThan LIST %s; consistent GET %s; create %s", name(r), where, rv0, notOlder, consistent, creates)
-		if region(r) != lr && r < regions && rv0.quantile(0.5) >= regionRTT/2 {
-			t.Errorf("region %s: rv=0 GET p50 %s: not served in the region", name(r), rv0.quantile(0.5))
-		}
 	}
 
 	watchDelivery(t, append(slices.Clone(clients), plain), lr, name)
@@ -539,7 +555,7 @@ func watchDelivery(t *testing.T, clients []kubernetes.Interface, lr int, name fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 40
+	n := samples().watched
 	type seen struct {
 		at   time.Time
 		name string
