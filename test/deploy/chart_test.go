@@ -250,7 +250,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "store.voters=0"}, "at '/store/voters': value must be one of 1, 3, 5"},
 		{[]string{"-f", bad}, "at '/store': additional properties 'replicas' not allowed"},
 		{[]string{"--set", "colour=blue"}, "additional properties 'colour' not allowed"},
-		{[]string{"--set", "flowcontrol.replicas=2"}, "at '/flowcontrol/replicas': maximum: got 2, want 1"},
+		{[]string{"--set", "flowcontrol.replicas=10"}, "at '/flowcontrol/replicas': maximum: got 10, want 9"},
 		{[]string{"--set", "apigateway.service.type=Ingress"}, "at '/apigateway/service/type': value must be one of 'ClusterIP', 'LoadBalancer', 'NodePort'"},
 		{[]string{"--set", "store.nonVoters[0].name=EU,store.nonVoters[0].replicas=1"}, "at '/store/nonVoters/0/name'"},
 		{[]string{"--set", "store.compactionRetention=five"}, "at '/store/compactionRetention'"},

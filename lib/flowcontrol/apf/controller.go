@@ -462,6 +462,26 @@ func (c *Controller) expire(now time.Time) {
 	}
 }
 
+// Forget releases every held grant and forgets every gateway, and returns
+// how many grants it released: what a flow-control replica does when its
+// term as leader ends, so that nothing it held outlives the term (the
+// gateways take their seats from the new leader, and this replica starts
+// empty should it lead again).
+func (c *Controller) Forget() int {
+	var all []*held
+	c.mu.Lock()
+	for _, h := range c.mu.grants {
+		all = append(all, h)
+	}
+	clear(c.mu.grants)
+	clear(c.mu.gateways)
+	c.mu.Unlock()
+	for _, h := range all {
+		h.level.release(h.req, false)
+	}
+	return len(all)
+}
+
 // Stats are a priority level's current seats and queued requests.
 type Stats struct {
 	SeatsInUse int

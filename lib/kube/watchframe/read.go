@@ -28,9 +28,12 @@ var errMalformed = errors.New("watchframe: malformed frame")
 // or does not end with a complete frame.
 //
 // A JSON frame is one line (its JSON is compact, so it holds no newline
-// but the one that ends it): Last reads the last frame's bytes only. A
-// protobuf frame is found by stepping over the length prefixes from the
-// start.
+// but the one that ends it): Last steps from newline to newline with
+// bytes.IndexByte, which is vectorized, where bytes.LastIndexByte would
+// read the last frame back byte by byte (a relay does this once per
+// message, and a live watch's message is typically one frame of a
+// kilobyte or more). A protobuf frame is found by stepping over the
+// length prefixes from the start.
 func Last(frames []byte, mediaType string) (before, last []byte, ok bool) {
 	if len(frames) == 0 {
 		return nil, nil, false
@@ -39,8 +42,14 @@ func Last(frames []byte, mediaType string) (before, last []byte, ok bool) {
 		if frames[len(frames)-1] != '\n' {
 			return nil, nil, false
 		}
-		i := bytes.LastIndexByte(frames[:len(frames)-1], '\n') + 1
-		return frames[:i], frames[i:], true
+		start := 0
+		for {
+			i := bytes.IndexByte(frames[start:len(frames)-1], '\n')
+			if i < 0 {
+				return frames[:start], frames[start:], true
+			}
+			start += i + 1
+		}
 	}
 	start := 0
 	for {
@@ -58,6 +67,24 @@ func Last(frames []byte, mediaType string) (before, last []byte, ok bool) {
 	}
 }
 
+// eventType is the event type b names; the types Kubernetes defines come
+// without an allocation (a relay asks once per message).
+func eventType(b []byte) watch.EventType {
+	switch string(b) {
+	case string(watch.Added):
+		return watch.Added
+	case string(watch.Modified):
+		return watch.Modified
+	case string(watch.Deleted):
+		return watch.Deleted
+	case string(watch.Bookmark):
+		return watch.Bookmark
+	case string(watch.Error):
+		return watch.Error
+	}
+	return watch.EventType(b)
+}
+
 // Type returns the event type of one frame; false when frame is not a
 // frame of the format.
 func Type(frame []byte, mediaType string) (watch.EventType, bool) {
@@ -65,7 +92,7 @@ func Type(frame []byte, mediaType string) (watch.EventType, bool) {
 		// Frame and AppendJSONFrame write the type first.
 		if rest, ok := bytes.CutPrefix(frame, []byte(jsonFrameHead)); ok {
 			if i := bytes.IndexByte(rest, '"'); i >= 0 {
-				return watch.EventType(rest[:i]), true
+				return eventType(rest[:i]), true
 			}
 		}
 		var ev struct {
@@ -91,7 +118,7 @@ func Type(frame []byte, mediaType string) (watch.EventType, bool) {
 			if n < 0 {
 				return "", false
 			}
-			return watch.EventType(v), true
+			return eventType(v), true
 		}
 		if n = protowire.ConsumeFieldValue(num, typ, ev); n < 0 {
 			return "", false

@@ -61,6 +61,10 @@ func TestReadFramesBack(t *testing.T) {
 				if typ, ok := Type(frame, f.MediaType); !ok || typ != types[i] {
 					t.Fatalf("frame %d: type %q %v, want %q", i, typ, ok, types[i])
 				}
+				// A relay asks once per message: no allocation.
+				if n := testing.AllocsPerRun(10, func() { Type(frame, f.MediaType) }); n != 0 {
+					t.Errorf("frame %d: Type allocates %v times", i, n)
+				}
 			}
 			// Every prefix of the batch splits at its last frame.
 			var batch []byte

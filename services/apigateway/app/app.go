@@ -71,8 +71,10 @@ type Config struct {
 	// AdmissionAddress is the admission service's address; empty: no
 	// admission.
 	AdmissionAddress string
-	// FlowControlAddress is the flow-control service's address; empty: no
-	// flow control.
+	// FlowControlAddress is the flow-control service's address, or its
+	// replicas' comma-separated, each as the replica's
+	// --advertise-address says (the leader takes the calls, the others
+	// name it); empty: no flow control.
 	FlowControlAddress string
 	// FlowControlFallbackLimit is the server concurrency limit (seats) of
 	// the gateway's own limiter, used with the fleet's FlowSchemas and
@@ -303,6 +305,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Authorizer:    authorizer,
 		Auditor:       auditor,
 		FlowControl:   svc.flowControl,
+		WorkSize:      work,
 		Resources:     resourceServer,
 	})
 	if err != nil {
@@ -417,15 +420,21 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		// every replica shares the service, so taking replicas out of
 		// rotation would not help: as kube-apiserver's readiness does not
 		// follow its admission webhooks, the check is optional.
-		svc.dependencies = append(svc.dependencies, grpcHealthCheck("admission", conn, "writes that need admission fail"))
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("admission", "", []*grpc.ClientConn{conn}, "writes that need admission fail"))
 		a.background(bg, ac.Run)
 	}
-	if addr := a.cfg.FlowControlAddress; addr != "" {
-		conn, err := a.dial(addr)
-		if err != nil {
-			return svc, err
+	if addrs := storeclient.Endpoints(a.cfg.FlowControlAddress); len(addrs) > 0 {
+		var replicas []flowcontrolclient.Replica
+		var conns []*grpc.ClientConn
+		for _, addr := range addrs {
+			conn, err := a.dial(addr)
+			if err != nil {
+				return svc, err
+			}
+			conns = append(conns, conn)
+			replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn)})
 		}
-		svc.flowControl = flowcontrolclient.New(flowcontrolv1.NewFlowControlServiceClient(conn), a.cfg.GatewayID, a.cfg.Logger)
+		svc.flowControl = flowcontrolclient.NewReplicas(replicas, a.cfg.GatewayID, a.cfg.Logger)
 		// Without the service, requests take seats from a limiter of
 		// this gateway's own (flowcontrolclient.Acquire), which follows
 		// the stored configuration (startControllers); its metrics stay
@@ -437,7 +446,7 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		a.fallback = local
 		a.closers = append(a.closers, local.Close)
 		svc.flowControl.SetFallback(local)
-		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", conn, "requests are limited by this gateway alone"))
+		svc.dependencies = append(svc.dependencies, grpcHealthCheck("flowcontrol", "", conns, "requests are limited by this gateway alone"))
 		a.background(bg, svc.flowControl.Run)
 	}
 	if len(a.cfg.WatchFanoutAddresses) > 0 {
@@ -719,35 +728,32 @@ func storeCheck(c grpc.ClientConnInterface) healthz.Check {
 // watches (its cache has synced with the store). It is optional: without
 // a replica, the store serves watches and reads (package resources).
 func watchfanoutCheck(conns []*grpc.ClientConn) healthz.Check {
-	return healthz.Check{Name: "watchfanout", Degraded: "watches and reads are served by the store", Run: func(ctx context.Context) error {
-		var last error
-		for _, c := range conns {
-			resp, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{Service: watchv1.WatchService_ServiceDesc.ServiceName})
-			if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-				return nil
-			}
-			if err == nil {
-				err = fmt.Errorf("watchfanout is %s", resp.GetStatus())
-			}
-			last = err
-		}
-		return last
-	}}
+	return grpcHealthCheck("watchfanout", watchv1.WatchService_ServiceDesc.ServiceName, conns, "watches and reads are served by the store")
 }
 
-// grpcHealthCheck is an optional check asking a service's gRPC health
-// endpoint; degraded says what the gateway serves differently while it
-// fails.
-func grpcHealthCheck(name string, conn *grpc.ClientConn, degraded string) healthz.Check {
-	client := healthpb.NewHealthClient(conn)
+// grpcHealthCheck is an optional check asking the gRPC health endpoint
+// of a service's replicas about service ("": the server); it passes when
+// one of them serves. degraded says what the gateway serves differently
+// while it fails.
+func grpcHealthCheck(name, service string, conns []*grpc.ClientConn, degraded string) healthz.Check {
+	clients := make([]healthpb.HealthClient, 0, len(conns))
+	for _, conn := range conns {
+		clients = append(clients, healthpb.NewHealthClient(conn))
+	}
 	return healthz.Check{Name: name, Degraded: degraded, Run: func(ctx context.Context) error {
-		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return err
+		// One replica serving is enough: the others are its standbys.
+		var errs []error
+		for _, client := range clients {
+			resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+				errs = append(errs, fmt.Errorf("%s is %s", name, resp.GetStatus()))
+			default:
+				return nil
+			}
 		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("%s is %s", name, resp.GetStatus())
-		}
-		return nil
+		return errors.Join(errs...)
 	}}
 }

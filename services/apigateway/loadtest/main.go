@@ -74,10 +74,16 @@ func main() {
 		user     = flag.String("token-user", "loadtest", "with --rest-cpu: the user of --token, whom a Role lets get and create config maps")
 		restSA   = flag.String("rest-cpu-sa", "", "with --rest-cpu: comma-separated names of targets called with a service account token (requested for loadtest-rbac/loadtest) instead of --token")
 		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
+		watchLat = flag.Int("watch-latency", 0, "measure only watch delivery: this many JSON watches of one namespace (over --watch-conns HTTP/2 connections) while ConfigMaps are created there at --watch-rate per second for --duration")
+		wConns   = flag.Int("watch-conns", 50, "with --watch-latency: HTTP/2 connections the watches share")
+		wRate    = flag.Int("watch-rate", 50, "with --watch-latency: creates per second")
+		wPID     = flag.Int("watch-pid", 0, "with --watch-latency: the server process, whose CPU per delivered event and RSS are reported")
 	)
 	flag.Parse()
 	var err error
-	if *restCPU != "" {
+	if *watchLat > 0 {
+		err = runWatchLatency(*dataDir, *api, *watchLat, *wConns, *wRate, *duration, *wPID)
+	} else if *restCPU != "" {
 		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds)
 	} else if *grpcCPU != "" {
 		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *cpuOp, *duration, *levels, *rounds)

@@ -26,7 +26,9 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/configwatch"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/leaderelect"
 	"github.com/meridian-cp/meridian/services/flowcontrol/internal/server"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
@@ -62,6 +64,17 @@ type Config struct {
 	GrantLease time.Duration
 	// RetryAfter is sent to rejected clients in RetryInfo; default 1s.
 	RetryAfter time.Duration
+	// LeaderElect runs the service as one of several replicas, of which
+	// the one holding the Lease DefaultLeaseNamespace/DefaultLeaseName in
+	// the store (leaderelect) serves seats and the others redirect the
+	// gateways to it. It needs StoreAddress and Identity.
+	LeaderElect bool
+	// Identity is this replica's holderIdentity in the Lease: the address
+	// the gateways reach it at, as listed in their --flowcontrol-address.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod of the election;
+	// defaults leaderelect's (4s, 3s, 500ms).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// BorrowingPeriod is how often the priority levels' limits are
 	// adjusted to their demand; default 10s, negative never (the load
 	// test's fixed-capacity runs).
@@ -118,9 +131,18 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"MaxWait", c.MaxWait}, {"GrantLease", c.GrantLease}, {"RetryAfter", c.RetryAfter}} {
+	}{{"MaxWait", c.MaxWait}, {"GrantLease", c.GrantLease}, {"RetryAfter", c.RetryAfter},
+		{"LeaseDuration", c.LeaseDuration}, {"RenewDeadline", c.RenewDeadline}, {"RetryPeriod", c.RetryPeriod}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", f.name, f.v))
+		}
+	}
+	if c.LeaderElect && (c.StoreAddress == "" || c.Identity == "") {
+		errs = append(errs, errors.New("LeaderElect needs StoreAddress and Identity"))
+	}
+	if len(errs) == 0 && c.LeaderElect {
+		if err := c.election(nil).Validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {
@@ -143,12 +165,14 @@ type App struct {
 	health *health.Server
 	logger *slog.Logger
 
-	// follow stops the configuration's follower; store and crypt are
-	// what it reads with (nil without a store).
+	// follow stops the configuration's follower and the elector; store
+	// and crypt are what they read with (nil without a store).
 	follow   context.CancelFunc
 	followed sync.WaitGroup
-	store    *storeclient.Client
-	crypt    *storagecrypt.Transformer
+	// leader is this replica's place in the election; nil without one.
+	leader *leadership
+	store  *storeclient.Client
+	crypt  *storagecrypt.Transformer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -176,10 +200,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ctrl.Close()
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	fc := server.New(ctrl)
-	flowcontrolv1.RegisterFlowControlServiceServer(srv, fc)
+	a := &App{ctrl: ctrl, srv: srv, health: hs, logger: cfg.logger(), follow: func() {}}
+	var gate server.Leadership
+	if cfg.LeaderElect {
+		a.leader = &leadership{}
+		gate = a.leader
+	}
+	a.fc = server.New(ctrl, gate)
+	flowcontrolv1.RegisterFlowControlServiceServer(srv, a.fc)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	a := &App{ctrl: ctrl, fc: fc, srv: srv, health: hs, logger: cfg.logger(), follow: func() {}}
 	if cfg.StoreAddress != "" {
 		if err := a.startFollower(ctx, cfg); err != nil {
 			ctrl.Close()
@@ -192,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 // startFollower reads the configuration objects from the store and
 // follows them until Close.
 func (a *App) startFollower(ctx context.Context, cfg Config) error {
-	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: registry.New(registry.FlowControl()...), Logger: a.logger})
+	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: registry.New(append(registry.FlowControl(), registry.Leases())...), Logger: a.logger})
 	if err != nil {
 		return fmt.Errorf("flowcontrol: encryption at rest: %w", err)
 	}
@@ -213,11 +242,62 @@ func (a *App) startFollower(ctx context.Context, cfg Config) error {
 		_ = crypt.Close()
 		return fmt.Errorf("flowcontrol: %w", err)
 	}
+	var elector *leaderelect.Elector
+	if cfg.LeaderElect {
+		ecfg := cfg.election(st.KV())
+		ecfg.Encrypt = crypt.Encrypt
+		ecfg.Decrypt = func(ctx context.Context, key string, value []byte) ([]byte, error) {
+			plain, _, err := crypt.Decrypt(ctx, key, value)
+			return plain, err
+		}
+		ecfg.OnStartedLeading = a.leader.start
+		ecfg.OnStoppedLeading = func() {
+			a.leader.stop()
+			// Nothing held in this term outlives it: the gateways take
+			// their seats from the next leader.
+			if n := a.ctrl.Forget(); n > 0 {
+				a.logger.Warn("flow control: no longer leading; released the grants of the term", "grants", n)
+			}
+		}
+		if elector, err = leaderelect.New(ecfg); err != nil {
+			_ = st.Close()
+			_ = crypt.Close()
+			return fmt.Errorf("flowcontrol: %w", err)
+		}
+		a.leader.elector = elector
+		if cfg.Registerer != nil {
+			if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "leader_election_master_status", Help: "1 while this replica leads, else 0 (as client-go's).",
+				ConstLabels: prometheus.Labels{"name": leaderelect.DefaultName},
+			}, func() float64 {
+				if _, leading := elector.Leader(); leading {
+					return 1
+				}
+				return 0
+			})); err != nil {
+				_ = st.Close()
+				_ = crypt.Close()
+				return fmt.Errorf("flowcontrol: %w", err)
+			}
+		}
+	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.store, a.crypt, a.follow = st, crypt, cancel
 	a.followed.Add(1)
 	go func() { defer a.followed.Done(); f.Run(bg) }()
+	if elector != nil {
+		a.followed.Add(1)
+		go func() { defer a.followed.Done(); elector.Run(bg) }()
+	}
 	return nil
+}
+
+// election is the elector's configuration, over kv.
+func (c *Config) election(kv storev1.KVServiceClient) leaderelect.Config {
+	return leaderelect.Config{
+		KV: kv, Identity: c.Identity, Logger: c.logger(),
+		LeaseDuration: c.LeaseDuration, RenewDeadline: c.RenewDeadline, RetryPeriod: c.RetryPeriod,
+	}
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
@@ -238,6 +318,8 @@ func (a *App) Health() (*health.Server, []string) { return a.health, []string{Se
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		a.health.Shutdown()
+		// A leader gives its Lease up here, so that another replica
+		// takes over at once.
 		a.follow()
 		a.followed.Wait()
 		if a.store != nil {

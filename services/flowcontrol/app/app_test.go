@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -309,4 +310,126 @@ func TestConfigValidate(t *testing.T) {
 	if err := (&app.Config{}).Validate(); err != nil {
 		t.Fatalf("zero config: %v", err)
 	}
+}
+
+// TestLeaderElection: two replicas on one store elect a leader; the
+// other answers every call about seats UNAVAILABLE with a NOT_LEADER
+// ErrorInfo naming it, and serves the exemptions. When the leader stops,
+// the other takes the Lease at once (it was released) and serves from an
+// empty table: the old leader's grants are unknown there.
+func TestLeaderElection(t *testing.T) {
+	storeAddr := tinyStore(t)
+	type replica struct {
+		addr string
+		app  *app.App
+		c    flowcontrolv1.FlowControlServiceClient
+	}
+	var rs []*replica
+	for _, lis := range []net.Listener{listen(t), listen(t)} {
+		a, err := app.New(t.Context(), app.Config{
+			ConcurrencyLimit: 1, StoreAddress: storeAddr,
+			LeaderElect: true, Identity: lis.Addr().String(),
+			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := daemontest.ServeListener(t, a, lis)
+		t.Cleanup(func() {
+			if err := a.Close(); err != nil {
+				t.Error(err)
+			}
+			if err := served.Wait(); err != nil {
+				t.Error(err)
+			}
+		})
+		conn, err := grpcclient.Dial(served.Addr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		rs = append(rs, &replica{addr: served.Addr, app: a, c: flowcontrolv1.NewFlowControlServiceClient(conn)})
+	}
+	ctx := t.Context()
+	var leader, follower *replica
+	var grant *flowcontrolv1.Grant
+	polltest.Until(t, 20*time.Second, "a leader serving the stored configuration", func() bool {
+		for i, r := range rs {
+			g, err := acquire(ctx, r.c, "someone")
+			if err == nil && g.GetFlowSchema() == "users" {
+				leader, follower, grant = r, rs[1-i], g
+				return true
+			}
+			if err == nil {
+				_, _ = r.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()})
+			}
+		}
+		return false
+	})
+
+	notLeader := func(what string, err error) {
+		t.Helper()
+		st := status.Convert(err)
+		if st.Code() != codes.Unavailable {
+			t.Fatalf("follower's %s: %v, want UNAVAILABLE", what, err)
+		}
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_LEADER" && info.GetMetadata()["leader"] == leader.addr {
+				return
+			}
+		}
+		t.Fatalf("follower's %s: details %v, want NOT_LEADER naming %s", what, st.Details(), leader.addr)
+	}
+	// The follower names the leader once it has read the Lease.
+	polltest.Until(t, 10*time.Second, "the follower names the leader", func() bool {
+		_, err := acquire(ctx, follower.c, "someone")
+		for _, d := range status.Convert(err).Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetMetadata()["leader"] != "" {
+				return true
+			}
+		}
+		return false
+	})
+	_, err := acquire(ctx, follower.c, "someone")
+	notLeader("Acquire", err)
+	_, err = follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: grant.GetId()})
+	notLeader("Release", err)
+	_, err = follower.c.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: "gw-1"})
+	notLeader("Heartbeat", err)
+	_, err = follower.c.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	notLeader("Dump", err)
+	stream, err := follower.c.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := stream.Recv(); err != nil || len(ex.GetExemptions()) == 0 {
+		t.Fatalf("follower's exemptions: %v, %v", ex, err)
+	}
+
+	// The leader's one seat is held; the leader stops.
+	if err := leader.app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 10*time.Second, "the follower leads", func() bool {
+		g, err := acquire(ctx, follower.c, "someone")
+		if err != nil {
+			return false
+		}
+		if _, err := follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: g.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if _, err := follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: grant.GetId()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the old leader's grant released on the new one: %v, want NOT_FOUND", err)
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis
 }

@@ -134,3 +134,58 @@ func TestRaftTransportAcceptsOnlyMembers(t *testing.T) {
 		t.Error("raft transport accepted a certificate from another CA")
 	}
 }
+
+// TestFlowControlWritesOnlyLeases: the flow-control service's
+// certificate may write the Leases its replicas elect a leader with, and
+// nothing else; a refused write changes nothing.
+func TestFlowControlWritesOnlyLeases(t *testing.T) {
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := startNodes(t, clusterConfigs(t, certs, 1)...)[0]
+	conf, err := certs.Issue("flowcontrol", identity.FlowControlOrganization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := storev1.NewKVServiceClient(dialAs(t, nd, conf))
+	put := func(key string) error {
+		_, err := kv.Txn(t.Context(), &storev1.TxnRequest{Success: []*storev1.RequestOp{{
+			Request: &storev1.RequestOp_RequestPut{RequestPut: &storev1.PutRequest{Key: []byte(key), Value: []byte("v")}},
+		}}})
+		return err
+	}
+	lease := "/registry/coordination.k8s.io/leases/kube-system/meridian-flowcontrol"
+	if err := put(lease); err != nil {
+		t.Fatalf("Lease write refused: %v", err)
+	}
+	for _, key := range []string{
+		"/registry/secrets/default/token",
+		"/registry/coordination.k8s.io/leasesX",
+		"/registry/coordination.k8s.io/",
+	} {
+		if err := put(key); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("write of %s: %v, want PermissionDenied", key, err)
+		}
+	}
+	// A delete of a range reaching past the Leases is refused too.
+	_, err = kv.Txn(t.Context(), &storev1.TxnRequest{Success: []*storev1.RequestOp{{
+		Request: &storev1.RequestOp_RequestDeleteRange{RequestDeleteRange: &storev1.DeleteRangeRequest{
+			Key: []byte("/registry/coordination.k8s.io/leases/"), RangeEnd: []byte{0},
+		}},
+	}}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("delete past the Leases: %v, want PermissionDenied", err)
+	}
+	check, err := certs.Issue("checker", identity.GatewayOrganization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := storev1.NewKVServiceClient(dialAs(t, nd, check)).Range(t.Context(), &storev1.RangeRequest{Key: []byte("/registry/"), RangeEnd: []byte("/registry0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetKvs()) != 1 || string(r.GetKvs()[0].GetKey()) != lease {
+		t.Errorf("keys after the writes: %v, want only the Lease", r.GetKvs())
+	}
+}

@@ -24,8 +24,8 @@ func TestFiveVoters(t *testing.T) {
 	nodes := startNodes(t, clusterConfigs(t, certs, 5)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	leader, followers := leaderOf(nodes)
-	if leader == nil || len(followers) != 4 {
+	leader, followers := awaitLeader(t, nodes) // an election may still run on a loaded machine
+	if len(followers) != 4 {
 		t.Fatalf("want one leader and four followers")
 	}
 	fc := dialOne(t, certs, followers[0])

@@ -28,6 +28,22 @@
 //     only then, so an acknowledged-or-not ambiguity is never resolved by
 //     applying a write twice; the caller sees UNAVAILABLE and decides.
 //
+// # Unresponsive members
+//
+// A member that does not answer at all — partitioned away, its host gone,
+// a connection that silently stopped carrying data — would hold a call
+// until the caller's deadline: nothing fails, TCP keeps retransmitting.
+// So while an attempt of a unary call waits for its answer, the member is
+// probed every Options.ProbeInterval: a health check it must answer
+// within ProbeTimeout. A member that is merely slow (a large read, a
+// loaded host) answers it and the attempt goes on; one that does not
+// answer is given up on and the next member preferred. A read is then
+// retried there; a write fails with DEADLINE_EXCEEDED, as any write whose
+// answer was lost (it may or may not have been applied; the API gateway
+// answers 504 Timeout). Connections are also kept alive with pings
+// (lib/grpcclient's keepalive), so a dead one is eventually closed and
+// dialled again rather than kept.
+//
 // Streams (Watch, LeaseKeepAlive) are retried only while being opened;
 // Watch (the method of Client) resumes a watch from the revision after its
 // last event on any member, which never loses or repeats an event.
@@ -49,6 +65,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
@@ -71,6 +89,14 @@ type Options struct {
 	MaxAttempts int
 	// RefreshInterval is how often the leader is looked up; default 5s.
 	RefreshInterval time.Duration
+	// ProbeInterval is how long an attempt of a unary call waits for its
+	// answer before its member is probed, and the time between probes
+	// (see "Unresponsive members"); default DefaultProbeInterval,
+	// negative: never probed (the caller's context alone bounds a call).
+	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe waits for the member's answer;
+	// default DefaultProbeTimeout.
+	ProbeTimeout time.Duration
 	// DialOptions are added to every connection's options.
 	DialOptions []grpc.DialOption
 	// Local are the endpoints of the members near the client (its region
@@ -79,6 +105,14 @@ type Options struct {
 	// are spread over every member and watches go to the leader.
 	Local []string
 }
+
+// Defaults of Options.ProbeInterval and ProbeTimeout: a member that stops
+// answering is given up on after 4s at most, and a call that is answered
+// within 2s — nearly all — costs no probe.
+const (
+	DefaultProbeInterval = 2 * time.Second
+	DefaultProbeTimeout  = 2 * time.Second
+)
 
 // Client is a grpc.ClientConnInterface over the members of a store
 // cluster. Safe for concurrent use; Close releases it.
@@ -118,6 +152,12 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 	if o.RefreshInterval <= 0 {
 		o.RefreshInterval = 5 * time.Second
 	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = DefaultProbeInterval
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
 	creds := insecure.NewCredentials()
 	if tlsConfig != nil {
 		creds = credentials.NewTLS(tlsConfig)
@@ -141,6 +181,9 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 	endpoints = c.endpoints
 	for _, ep := range endpoints {
 		dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{
+				Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
+			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize))}, grpcclient.WindowDialOptions()...)
 		dopts = append(dopts, o.DialOptions...)
 		conn, err := grpc.NewClient(ep, dopts...)
@@ -205,13 +248,20 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 		idx = c.nearIndex()
 	}
 	backoff := 10 * time.Millisecond
+	read := isRead(method, args)
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = c.conns[idx].Invoke(ctx, method, args, reply, opts...)
-		if err == nil || attempt >= c.opts.MaxAttempts || !retryable(isRead(method, args), err) {
+		var silent bool
+		silent, err = c.invokeOn(ctx, idx, method, args, reply, opts...)
+		next := (idx + 1) % len(c.conns)
+		if silent {
+			// The member did not answer: the next call, and this one if
+			// it is a read, go to another.
+			c.preferred.CompareAndSwap(int32(idx), int32(next))
+		}
+		if err == nil || attempt >= c.opts.MaxAttempts || !(retryable(read, err) || silent && read) {
 			return err
 		}
-		next := (idx + 1) % len(c.conns)
 		c.preferred.CompareAndSwap(int32(idx), int32(next))
 		idx = next
 		if !sleep(ctx, backoff) {
@@ -221,6 +271,55 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 		if attempt == 2 {
 			c.refresh(ctx)
 			idx = int(c.preferred.Load())
+		}
+	}
+}
+
+// errSilent is the cause of an attempt's context when its member did not
+// answer a probe.
+var errSilent = errors.New("client: member did not answer a probe")
+
+// invokeOn makes one attempt of a unary call on member idx, probing the
+// member while it waits (see "Unresponsive members"). silent reports that
+// the member did not answer a probe (while ctx still runs); err is then
+// DEADLINE_EXCEEDED.
+func (c *Client) invokeOn(ctx context.Context, idx int, method string, args, reply any, opts ...grpc.CallOption) (silent bool, err error) {
+	if c.opts.ProbeInterval < 0 {
+		return false, c.conns[idx].Invoke(ctx, method, args, reply, opts...)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := time.AfterFunc(c.opts.ProbeInterval, func() { c.probe(actx, idx, cancel) })
+	defer t.Stop()
+	err = c.conns[idx].Invoke(actx, method, args, reply, opts...)
+	// Cancelled by the probe (an error of the member's own that came
+	// first, say a refused connection, is returned as it is).
+	if status.Code(err) == codes.Canceled && ctx.Err() == nil && errors.Is(context.Cause(actx), errSilent) {
+		return true, status.Errorf(codes.DeadlineExceeded, "store: member %s stopped answering (no answer to a health check within %v) during %s; a write may or may not have been applied",
+			c.endpoints[idx], c.opts.ProbeTimeout, method)
+	}
+	return false, err
+}
+
+// probe checks, every ProbeInterval until the attempt of actx ends, that
+// member idx answers a health check within ProbeTimeout, and cancels the
+// attempt when it does not. Any answer counts, an error status included
+// (NOT_SERVING, UNIMPLEMENTED, PERMISSION_DENIED): the member is there.
+func (c *Client) probe(actx context.Context, idx int, cancel context.CancelCauseFunc) {
+	hc := healthpb.NewHealthClient(c.conns[idx])
+	for {
+		pctx, pcancel := context.WithTimeout(actx, c.opts.ProbeTimeout)
+		_, err := hc.Check(pctx, &healthpb.HealthCheckRequest{})
+		pcancel()
+		if actx.Err() != nil {
+			return
+		}
+		if code := status.Code(err); code == codes.DeadlineExceeded || code == codes.Unavailable {
+			cancel(errSilent)
+			return
+		}
+		if !sleep(actx, c.opts.ProbeInterval) {
+			return
 		}
 	}
 }

@@ -19,10 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 
-	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
@@ -216,9 +214,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// cache resumes its watch from the revision it reached.
 	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
 		Local: storeclient.Endpoints(cfg.StoreLocalAddress),
-		DialOptions: []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
-		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: dial store: %w", err)

@@ -65,17 +65,21 @@ type storeMember struct {
 	reg      *prometheus.Registry // the member's metrics
 	app      *storeapp.App        // nil once stopped
 	member   *storetest.Member
+	cfg      storeapp.Config // a cluster member's, to restart it
 }
 
 // watchers is how many watches the member serves.
-func (m *storeMember) watchers(t *testing.T) float64 {
+func (m *storeMember) watchers(t *testing.T) float64 { return m.gauge(t, "meridian_store_watchers") }
+
+// gauge is the value of one of the member's gauges (0 when absent).
+func (m *storeMember) gauge(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "meridian_store_watchers" {
+		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
@@ -86,6 +90,37 @@ func (m *storeMember) watchers(t *testing.T) float64 {
 func (m *storeMember) stop() {
 	m.member.Stop()
 	m.app = nil
+}
+
+// restart starts a stopped cluster member again from its data, on its
+// address; it returns once the member serves (it may still be catching
+// up with the leader).
+func (m *storeMember) restart(t *testing.T) {
+	t.Helper()
+	if m.cfg.DataDir == "" {
+		t.Fatal("only a cluster member restarts")
+	}
+	var lis net.Listener
+	var err error
+	for i := 0; ; i++ {
+		if lis, err = net.Listen("tcp", m.addr); err == nil || i > 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.reg = prometheus.NewRegistry()
+	m.cfg.Registerer = m.reg
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := storeapp.New(ctx, m.cfg)
+	if err != nil {
+		lis.Close()
+		t.Fatalf("restart %s: %v", m.id, err)
+	}
+	m.app, m.member = st, storetest.Serve(t, st, lis)
 }
 
 // newEnv starts a single-node store and a watchfanout replica; storeOpts
@@ -141,7 +176,7 @@ func newClusterEnv(t *testing.T, cfg app.Config, n int) *env {
 				return
 			}
 			members[i] = &storeMember{id: cfgs[i].ID, addr: cfgs[i].ClientAddress, reg: cfgs[i].Registerer.(*prometheus.Registry), app: st,
-				member: storetest.Serve(t, st, listeners[i])}
+				member: storetest.Serve(t, st, listeners[i]), cfg: cfgs[i]}
 		}()
 	}
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/polltest"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
@@ -47,23 +48,129 @@ func (c change) String() string {
 func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 	e := newClusterEnv(t, app.Config{}, 3)
 	ctx := t.Context()
-	start := e.mustPut(configMap("ns", "seed", nil, ""))
+	w := startWorkload(e)
 
-	const watchers = 4
-	type rec struct {
-		mu   sync.Mutex
-		got  []change
-		last int64
+	w.awaitWrites(100)
+	before := e.leader()
+	resp, err := e.transferLeadership(ctx, "")
+	if err != nil {
+		t.Fatalf("transfer leadership: %v", err)
 	}
-	var recs [watchers]rec
-	wctx, stopWatchers := context.WithCancel(ctx)
-	defer stopWatchers()
-	var wwg sync.WaitGroup
-	for i := range watchers {
-		wwg.Add(1)
+	t.Logf("leadership transferred from %s to %s at %d acknowledged writes", before.id, resp.GetLeaderId(), w.acked.Load())
+
+	w.awaitWrites(100)
+	e.stopFanout()
+	e.startFanout("127.0.0.1:0")
+	t.Logf("watchfanout restarted at %d acknowledged writes", w.acked.Load())
+
+	w.awaitWrites(100)
+	// Stop the leader, and make it the member that serves the replica's
+	// store watch, so that the watch breaks too.
+	var following *storeMember
+	for _, m := range e.stores {
+		if m.app != nil && m.watchers(t) > 0 {
+			following = m
+		}
+	}
+	if following == nil {
+		t.Fatal("no store member serves the replica's watch")
+	}
+	if e.leader() != following {
+		if _, err := e.transferLeadership(ctx, following.id); err != nil {
+			t.Fatalf("transfer leadership to %s: %v", following.id, err)
+		}
+	}
+	leader := e.leader()
+	if leader != following {
+		t.Fatalf("leader %s, want %s", leader.id, following.id)
+	}
+	leader.stop()
+	t.Logf("leader %s, which served the replica's store watch, stopped at %d acknowledged writes", leader.id, w.acked.Load())
+
+	w.awaitWrites(100)
+	w.check(ctx)
+}
+
+// TestEveryChangeExactlyOnceResumingOnALaggingMember: the replica's store
+// watch resumes on a member that is behind the revision it asks for —
+// restarted a moment before, still catching up — when the member serving
+// it stops. The replica knows only those two members, so it must resume
+// on the lagging one; watchers still receive every change exactly once.
+func TestEveryChangeExactlyOnceResumingOnALaggingMember(t *testing.T) {
+	e := newClusterEnv(t, app.Config{}, 3)
+	ctx := t.Context()
+	known := e.stores[:2]
+	e.stopFanout()
+	e.cfg.StoreAddress = known[0].addr + "," + known[1].addr
+	e.startFanout("127.0.0.1:0")
+	// The one store watch left is the new replica's (the old one's ends
+	// with its stream).
+	var serving, lagging *storeMember
+	polltest.Until(t, 10*time.Second, "the replica's store watch alone on one member", func() bool {
+		total := 0.0
+		for _, m := range e.stores {
+			total += m.watchers(t)
+		}
+		serving, lagging = known[0], known[1]
+		if known[1].watchers(t) > 0 {
+			serving, lagging = known[1], known[0]
+		}
+		return total == 1 && serving.watchers(t) == 1
+	})
+	w := startWorkload(e)
+
+	w.awaitWrites(50)
+	lagging.stop()
+	w.awaitWrites(150)
+	lagging.restart(t)
+	behind := w.lastAcked() - int64(lagging.gauge(t, "meridian_store_current_revision"))
+	serving.stop()
+	t.Logf("%s restarted %d revisions behind the last acknowledged write, and %s (serving the replica's store watch) stopped at %d acknowledged writes",
+		lagging.id, behind, serving.id, w.acked.Load())
+
+	w.awaitWrites(100)
+	polltest.Until(t, 10*time.Second, "the replica's store watch on "+lagging.id, func() bool { return lagging.watchers(t) > 0 })
+	w.check(ctx)
+}
+
+// workload is the exactly-once tests' load on namespace "ns": watchers
+// that re-watch through the replica from their last resourceVersion
+// whenever their stream ends, and writers that each own ten keys and put
+// or delete them until check.
+type workload struct {
+	e     *env
+	start int64 // the revision the watchers start after
+	recs  [4]watchRecord
+
+	acked atomic.Int64
+	ackMu sync.Mutex
+	revs  map[int64]bool // the revisions of the acknowledged writes
+
+	stopWatchers, stopWriters context.CancelFunc
+	watching, writing         sync.WaitGroup
+}
+
+// watchRecord is what one watcher received.
+type watchRecord struct {
+	mu   sync.Mutex
+	got  []change
+	last int64
+}
+
+// startWorkload writes a first object and starts the watchers after it
+// and the writers.
+func startWorkload(e *env) *workload {
+	t := e.t
+	w := &workload{e: e, start: e.mustPut(configMap("ns", "seed", nil, "")), revs: map[int64]bool{}}
+	wctx, stopWatchers := context.WithCancel(t.Context())
+	w.stopWatchers = stopWatchers
+	t.Cleanup(stopWatchers)
+	for i := range w.recs {
+		rec := &w.recs[i]
+		w.watching.Add(1)
 		go func() {
-			defer wwg.Done()
-			last := start
+			defer w.watching.Done()
+			last := w.start
 			for wctx.Err() == nil {
 				s, err := e.openWatch(wctx, &watchv1.WatchRequest{Resource: cmResource, Namespace: "ns", ResourceVersion: strconv.FormatInt(last, 10)})
 				if err != nil {
@@ -77,33 +184,28 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 						break
 					}
 					last = ev.rv()
-					recs[i].mu.Lock()
-					recs[i].got = append(recs[i].got, change{rev: last, name: ev.Object.Metadata.Name, deleted: ev.Type == "DELETED"})
-					recs[i].last = last
-					recs[i].mu.Unlock()
+					rec.mu.Lock()
+					rec.got = append(rec.got, change{rev: last, name: ev.Object.Metadata.Name, deleted: ev.Type == "DELETED"})
+					rec.last = last
+					rec.mu.Unlock()
 				}
 				s.cancel()
 			}
 		}()
 	}
 
-	// Writers: each owns ten keys and writes them until told to stop.
-	const writers = 3
-	var acked atomic.Int64
-	var ackMu sync.Mutex
-	ackedRevs := map[int64]bool{}
-	writeCtx, stopWriters := context.WithCancel(ctx)
-	defer stopWriters()
-	var pwg sync.WaitGroup
-	for w := range writers {
-		pwg.Add(1)
+	writeCtx, stopWriters := context.WithCancel(t.Context())
+	w.stopWriters = stopWriters
+	t.Cleanup(stopWriters)
+	for i := range 3 {
+		w.writing.Add(1)
 		go func() {
-			defer pwg.Done()
-			rng := rand.New(rand.NewSource(int64(w)))
+			defer w.writing.Done()
+			rng := rand.New(rand.NewSource(int64(i)))
 			live := map[string]bool{} // keys known (acknowledged) to exist
 			failures := 0
-			for i := 0; writeCtx.Err() == nil; i++ {
-				name := fmt.Sprintf("cm-%d-%d", w, rng.Intn(10))
+			for n := 0; writeCtx.Err() == nil; n++ {
+				name := fmt.Sprintf("cm-%d-%d", i, rng.Intn(10))
 				del := live[name] && rng.Intn(4) == 0
 				cctx, cancel := context.WithTimeout(writeCtx, 10*time.Second)
 				var rev int64
@@ -111,7 +213,7 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 				if del {
 					rev, err = e.delExisting(cctx, "ns", name)
 				} else {
-					rev, err = e.put(cctx, configMap("ns", name, nil, strconv.Itoa(i)))
+					rev, err = e.put(cctx, configMap("ns", name, nil, strconv.Itoa(n)))
 				}
 				cancel()
 				if err != nil {
@@ -120,7 +222,7 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 					delete(live, name)
 					if writeCtx.Err() == nil {
 						if failures++; failures > 200 {
-							t.Errorf("writer %d: %d failures in a row, last: %v", w, failures, err)
+							t.Errorf("writer %d: %d failures in a row, last: %v", i, failures, err)
 							return
 						}
 						sleepCtx(writeCtx, 20*time.Millisecond)
@@ -129,80 +231,62 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 				}
 				failures = 0
 				live[name] = !del
-				ackMu.Lock()
-				ackedRevs[rev] = true
-				ackMu.Unlock()
-				acked.Add(1)
+				w.ackMu.Lock()
+				w.revs[rev] = true
+				w.ackMu.Unlock()
+				w.acked.Add(1)
 			}
 		}()
 	}
-	// awaitWrites waits until n more writes were acknowledged.
-	awaitWrites := func(n int64) {
-		t.Helper()
-		target := acked.Load() + n
-		deadline := time.Now().Add(60 * time.Second)
-		for acked.Load() < target {
-			if time.Now().After(deadline) {
-				t.Fatalf("writes stalled at %d acknowledged, want %d", acked.Load(), target)
-			}
-			time.Sleep(10 * time.Millisecond)
+	return w
+}
+
+// lastAcked is the revision of the last acknowledged write.
+func (w *workload) lastAcked() int64 {
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	var last int64
+	for rev := range w.revs {
+		last = max(last, rev)
+	}
+	return last
+}
+
+// awaitWrites waits until n more writes were acknowledged.
+func (w *workload) awaitWrites(n int64) {
+	w.e.t.Helper()
+	target := w.acked.Load() + n
+	deadline := time.Now().Add(60 * time.Second)
+	for w.acked.Load() < target {
+		if time.Now().After(deadline) {
+			w.e.t.Fatalf("writes stalled at %d acknowledged, want %d", w.acked.Load(), target)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
 
-	awaitWrites(100)
-	before := e.leader()
-	resp, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{})
-	if err != nil {
-		t.Fatalf("transfer leadership: %v", err)
-	}
-	t.Logf("leadership transferred from %s to %s at %d acknowledged writes", before.id, resp.GetLeaderId(), acked.Load())
-
-	awaitWrites(100)
-	e.stopFanout()
-	e.startFanout("127.0.0.1:0")
-	t.Logf("watchfanout restarted at %d acknowledged writes", acked.Load())
-
-	awaitWrites(100)
-	// Stop the leader, and make it the member that serves the replica's
-	// store watch, so that the watch breaks too.
-	var following *storeMember
-	for _, m := range e.stores {
-		if m.app != nil && m.watchers(t) > 0 {
-			following = m
-		}
-	}
-	if following == nil {
-		t.Fatal("no store member serves the replica's watch")
-	}
-	if e.leader() != following {
-		if _, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: following.id}); err != nil {
-			t.Fatalf("transfer leadership to %s: %v", following.id, err)
-		}
-	}
-	leader := e.leader()
-	if leader != following {
-		t.Fatalf("leader %s, want %s", leader.id, following.id)
-	}
-	leader.stop()
-	t.Logf("leader %s, which served the replica's store watch, stopped at %d acknowledged writes", leader.id, acked.Load())
-
-	awaitWrites(100)
-	stopWriters()
-	pwg.Wait()
+// check stops the writers, writes a last object, waits for every watcher
+// to receive it, and checks that each received the store's history since
+// start exactly, and that the history holds every acknowledged write.
+func (w *workload) check(ctx context.Context) {
+	e, t := w.e, w.e.t
+	t.Helper()
+	w.stopWriters()
+	w.writing.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
 	final := e.mustPut(configMap("ns", "final", nil, ""))
-	ackedRevs[final] = true
-	t.Logf("%d writes acknowledged, revisions %d..%d", len(ackedRevs), start+1, final)
+	w.revs[final] = true
+	t.Logf("%d writes acknowledged, revisions %d..%d", len(w.revs), w.start+1, final)
 
 	// Every watcher catches up with the last write.
 	deadline := time.Now().Add(60 * time.Second)
-	for i := range watchers {
+	for i := range w.recs {
 		for {
-			recs[i].mu.Lock()
-			last := recs[i].last
-			recs[i].mu.Unlock()
+			w.recs[i].mu.Lock()
+			last := w.recs[i].last
+			w.recs[i].mu.Unlock()
 			if last >= final {
 				break
 			}
@@ -212,25 +296,25 @@ func TestEveryChangeExactlyOnceAcrossLeaderChangeAndRestart(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	stopWatchers()
-	wwg.Wait()
+	w.stopWatchers()
+	w.watching.Wait()
 
-	want := e.history(ctx, start, final)
+	want := e.history(ctx, w.start, final)
 	inHistory := map[int64]bool{}
 	for _, c := range want {
 		inHistory[c.rev] = true
 	}
-	for rev := range ackedRevs {
+	for rev := range w.revs {
 		if !inHistory[rev] {
 			t.Errorf("acknowledged write at %d is not in the store's history", rev)
 		}
 	}
-	for i := range watchers {
+	for i := range w.recs {
 		// A write whose client gave up when the writers stopped may still
 		// commit after the final one (as with etcd: a canceled request is
 		// not a withdrawn proposal); what the watchers saw after final is
 		// not part of the comparison.
-		got := recs[i].got
+		got := w.recs[i].got
 		if n := slices.IndexFunc(got, func(c change) bool { return c.rev > final }); n >= 0 {
 			got = got[:n]
 		}
@@ -270,6 +354,21 @@ func (e *env) delExisting(ctx context.Context, ns, name string) (int64, error) {
 		return 0, fmt.Errorf("delete of %s/%s deleted %d keys", ns, name, n)
 	}
 	return resp.GetHeader().GetRevision(), nil
+}
+
+// transferLeadership transfers the store's leadership to member id (""
+// any), trying again when the transfer timed out: raft gives the target
+// one election timeout (300ms here) to catch up and win, which a loaded
+// machine does not always grant.
+func (e *env) transferLeadership(ctx context.Context, id string) (*storev1.TransferLeadershipResponse, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := e.sc.Cluster().TransferLeadership(ctx, &storev1.TransferLeadershipRequest{Id: id})
+		if err == nil || attempt == 10 || !strings.Contains(err.Error(), "leadership transfer timeout") {
+			return resp, err
+		}
+		e.t.Logf("transfer leadership: %v; again", err)
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 // leader returns the store member that currently leads, waiting for an

@@ -40,6 +40,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "meridian.storePeers" -}}{{ include "meridian.fullname" . }}-store-peers{{- end -}}
 {{- define "meridian.wfPeers" -}}{{ include "meridian.fullname" . }}-watchfanout-peers{{- end -}}
+{{- define "meridian.fcPeers" -}}{{ include "meridian.fullname" . }}-flowcontrol-peers{{- end -}}
 
 {{/* Stable DNS name of store voter i: (dict "ctx" $ "i" 0) */}}
 {{- define "meridian.voterHost" -}}
@@ -72,6 +73,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- $addrs := list -}}
 {{- range $i := until $n -}}
 {{- $addrs = append $addrs (printf "%s-watchfanout-%d.%s.%s:7004" (include "meridian.fullname" $) $i (include "meridian.wfPeers" $) (include "meridian.svcDomain" $)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The flowcontrol replicas the gateways list, each as its --advertise-address says; with none, the Service (no endpoints: the gateways' fallback limiters). */}}
+{{- define "meridian.flowcontrolAddresses" -}}
+{{- $addrs := list -}}
+{{- if eq (int .Values.flowcontrol.replicas) 0 -}}
+{{- $addrs = append $addrs (printf "%s-flowcontrol.%s:7003" (include "meridian.fullname" .) (include "meridian.svcDomain" .)) -}}
+{{- end -}}
+{{- range $i := until (int .Values.flowcontrol.replicas) -}}
+{{- $addrs = append $addrs (printf "%s-flowcontrol-%d.%s.%s:7003" (include "meridian.fullname" $) $i (include "meridian.fcPeers" $) (include "meridian.svcDomain" $)) -}}
 {{- end -}}
 {{- join "," $addrs -}}
 {{- end -}}

@@ -59,7 +59,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.storeAddr, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port): give every member, so that calls move to another member when one goes away (writes reach the leader from any member)")
 	fs.StringVar(&f.storeLocalAddr, "store-local-address", "", daemon.LocalUsage)
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
-	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service; empty: no flow control")
+	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service, or comma-separated the addresses of its replicas (host:port, as each replica's --advertise-address), of which the leader takes the calls; empty: no flow control")
 	fs.IntVar(&f.fallbackLimit, "flowcontrol-fallback-concurrency-limit", 0, "seats of this gateway's own limiter, used with the stored FlowSchemas and PriorityLevelConfigurations while the flow-control service does not answer: its share of the service's --concurrency-limit; 0: 600")
 	fs.StringVar(&f.watchAddrs, "watchfanout-addresses", ports.WatchFanout, "comma-separated gRPC addresses of watchfanout replicas; empty: watches and cached reads from the store")
 	fs.StringVar(&f.svcCert, "service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways, internal CA), read again within 5s when it or the key changes")

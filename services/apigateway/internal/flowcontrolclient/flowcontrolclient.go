@@ -14,6 +14,16 @@
 // client holds no list (stream not yet open, broken, or a service older
 // than WatchExemptions) every request asks the service; a change of the
 // service's configuration applies here once the new list has arrived.
+//
+// The service may run as several replicas, of which the elected leader
+// holds the seats and the others answer UNAVAILABLE with a NOT_LEADER
+// ErrorInfo naming it. The client is given every replica (NewReplicas):
+// each call goes to the replica that answered last, and on UNAVAILABLE
+// moves on, to the leader a follower named when it is one of the
+// replicas, else to the next, each replica tried once per call. A
+// redirect rather than a follower forwarding the call keeps one hop per
+// decision (the leader's CPU per decision is the service's limit), and
+// keeps a follower from holding calls for a leader it cannot reach.
 package flowcontrolclient
 
 import (
@@ -59,9 +69,14 @@ const (
 // must run for as long as the Client is used: it sends the releases and
 // the heartbeats.
 type Client struct {
-	fc        flowcontrolv1.FlowControlServiceClient
-	gatewayID string
-	log       *slog.Logger
+	// replicas are the service's replicas; leader is the index of the one
+	// that answered last, where calls go first; streamFrom rotates the
+	// exemptions stream over the replicas (every one serves it).
+	replicas   []Replica
+	leader     atomic.Int32
+	streamFrom atomic.Uint32
+	gatewayID  string
+	log        *slog.Logger
 
 	// queue holds the ids of grants whose requests have finished, for Run
 	// to release.
@@ -84,15 +99,90 @@ type exemption struct {
 	users, groups                   []string
 }
 
-// New returns a Client; fc nil returns nil (no flow control).
+// Replica is one replica of the flow-control service.
+type Replica struct {
+	// Address is what the replica's --advertise-address says (the
+	// holderIdentity of its Lease), so that a follower's NOT_LEADER
+	// answer can name it; "" for a single replica.
+	Address string
+	Client  flowcontrolv1.FlowControlServiceClient
+}
+
+// New returns a Client of a single replica; fc nil returns nil (no flow
+// control).
 func New(fc flowcontrolv1.FlowControlServiceClient, gatewayID string, log *slog.Logger) *Client {
 	if fc == nil {
+		return nil
+	}
+	return NewReplicas([]Replica{{Client: fc}}, gatewayID, log)
+}
+
+// NewReplicas returns a Client of the service's replicas; none returns nil
+// (no flow control).
+func NewReplicas(replicas []Replica, gatewayID string, log *slog.Logger) *Client {
+	if len(replicas) == 0 {
 		return nil
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{fc: fc, gatewayID: gatewayID, log: log, queue: make(chan string, queueSize)}
+	return &Client{replicas: slices.Clone(replicas), gatewayID: gatewayID, log: log, queue: make(chan string, queueSize)}
+}
+
+// call runs fn on the replica that answered last and, while the answer is
+// UNAVAILABLE (a follower, a replica shutting down or unreachable), on
+// the others: first the leader a follower named, else the next in order,
+// each at most once. The replica that gives any other answer is where
+// the next call goes first.
+func (c *Client) call(ctx context.Context, fn func(flowcontrolv1.FlowControlServiceClient) error) error {
+	n := len(c.replicas)
+	i := int(c.leader.Load())
+	tried := make([]bool, n)
+	var err error
+	for range n {
+		tried[i] = true
+		err = fn(c.replicas[i].Client)
+		if status.Code(err) != codes.Unavailable {
+			c.leader.Store(int32(i))
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		next := -1
+		if named := leaderNamed(err); named != "" {
+			next = slices.IndexFunc(c.replicas, func(r Replica) bool { return r.Address == named })
+		}
+		if next < 0 || tried[next] {
+			next = -1
+			for k := 1; k < n; k++ {
+				if j := (i + k) % n; !tried[j] {
+					next = j
+					break
+				}
+			}
+		}
+		if next < 0 {
+			break
+		}
+		i = next
+	}
+	return err
+}
+
+// notLeaderReason is the ErrorInfo reason of a follower's answer
+// (services/flowcontrol/internal/server.NotLeaderReason).
+const notLeaderReason = "NOT_LEADER"
+
+// leaderNamed returns the leader a follower's answer names; "" when err
+// is no such answer or names none.
+func leaderNamed(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == notLeaderReason {
+			return info.GetMetadata()["leader"]
+		}
+	}
+	return ""
 }
 
 // Grant is what Acquire hands out.
@@ -116,7 +206,11 @@ func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) 
 	if c == nil {
 		return nil, ErrNoFlowControl
 	}
-	resp, err := c.fc.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	var resp *flowcontrolv1.DumpResponse
+	err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
+		resp, err = fc.Dump(ctx, &flowcontrolv1.DumpRequest{})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("flow control: %w", err)
 	}
@@ -145,7 +239,13 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 	if digest.EstimatedWidth == 0 {
 		digest.EstimatedWidth = 1
 	}
-	resp, err := c.fc.Acquire(identity.AppendToOutgoing(ctx, u), &flowcontrolv1.AcquireRequest{GatewayId: c.gatewayID, Digest: digest})
+	var resp *flowcontrolv1.AcquireResponse
+	req := &flowcontrolv1.AcquireRequest{GatewayId: c.gatewayID, Digest: digest}
+	outgoing := identity.AppendToOutgoing(ctx, u)
+	err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
+		resp, err = fc.Acquire(outgoing, req)
+		return err
+	})
 	if err != nil {
 		st := status.Convert(err)
 		switch st.Code() {
@@ -215,7 +315,10 @@ func (c *Client) ExemptionsSynced() bool { return c != nil && c.exemptions.Load(
 // receives until it ends.
 func (c *Client) followExemptions(ctx context.Context) (established bool, err error) {
 	open := func(ctx context.Context) (grpc.ServerStreamingClient[flowcontrolv1.WatchExemptionsResponse], error) {
-		return c.fc.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
+		// Every replica serves the exemptions; each attempt asks the
+		// next one, so that one that is down is not asked again and again.
+		r := c.replicas[int(c.streamFrom.Add(1)-1)%len(c.replicas)]
+		return r.Client.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
 	}
 	return follow.Receive(ctx, open, func(resp *flowcontrolv1.WatchExemptionsResponse, first bool) {
 		list := make([]exemption, 0, len(resp.GetExemptions()))
@@ -341,7 +444,10 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	if time.Now().UnixNano() >= c.noBatchUntil.Load() {
-		_, err := c.fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) error {
+			_, err := fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+			return err
+		})
 		if status.Code(err) != codes.Unimplemented {
 			return err
 		}
@@ -350,7 +456,11 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		// On an error the whole batch is sent again: those already
 		// released are then NotFound, which is no error.
-		if _, err := c.fc.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: id}); err != nil && status.Code(err) != codes.NotFound {
+		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) error {
+			_, err := fc.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: id})
+			return err
+		})
+		if err != nil && status.Code(err) != codes.NotFound {
 			return err
 		}
 	}
@@ -361,7 +471,11 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 func (c *Client) heartbeat(ctx context.Context) {
 	interval := 5 * time.Second
 	for {
-		resp, err := c.fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})
+		var resp *flowcontrolv1.HeartbeatResponse
+		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
+			resp, err = fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})
+			return err
+		})
 		if err == nil && resp.GetInterval().AsDuration() > 0 {
 			interval = resp.GetInterval().AsDuration()
 		}

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
@@ -30,6 +32,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -38,6 +41,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/tap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // DefaultMaxConcurrentStreams is the number of concurrent calls (HTTP/2
@@ -70,6 +74,9 @@ type Config struct {
 	Auditor *audit.Auditor
 	// FlowControl hands out seats; nil serves every call at once.
 	FlowControl *flowcontrolclient.Client
+	// WorkSize estimates a List's seats from the objects it will process,
+	// as the REST API's; nil: one seat.
+	WorkSize *worksize.Tracker
 	// Resources is the ResourceService implementation. Required.
 	Resources apiv1.ResourceServiceServer
 	// MaxConcurrentStreams bounds the calls open at once on one
@@ -94,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{authn: cfg.Authenticator, anonymous: cfg.Anonymous, authz: cfg.Authorizer, auditor: cfg.Auditor, fc: cfg.FlowControl, metrics: m}
+	g := &gate{authn: cfg.Authenticator, anonymous: cfg.Anonymous, authz: cfg.Authorizer, auditor: cfg.Auditor, fc: cfg.FlowControl, work: cfg.WorkSize, metrics: m}
 	opts = append(opts,
 		grpc.InTapHandle(g.tap),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -129,6 +136,7 @@ type gate struct {
 	authz     authz.Authorizer
 	auditor   *audit.Auditor
 	fc        *flowcontrolclient.Client
+	work      *worksize.Tracker
 	metrics   *authn.Metrics
 }
 
@@ -344,11 +352,32 @@ func (g *gate) authorize(ctx context.Context, method string, req any) (context.C
 	if !allowed {
 		return nil, nil, apistatus.ToGRPC(authz.Forbidden(a, reason))
 	}
+	if l, ok := req.(*apiv1.ListRequest); ok {
+		digest.EstimatedWidth = g.work.ListSeats(schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
+			listQuery(l), ref.GetName() != "")
+	}
 	grant, err := g.fc.Acquire(ctx, digest)
 	if err != nil {
 		return nil, nil, apistatus.ToGRPC(err)
 	}
 	return ctx, grant.Release, nil
+}
+
+// listQuery is the REST query of the same list as l, for worksize.
+func listQuery(l *apiv1.ListRequest) url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{
+		"labelSelector": l.GetLabelSelector(), "fieldSelector": l.GetFieldSelector(),
+		"resourceVersion": l.GetResourceVersion(), "resourceVersionMatch": l.GetResourceVersionMatch(),
+	} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if l.GetLimit() > 0 {
+		q.Set("limit", strconv.FormatInt(l.GetLimit(), 10))
+	}
+	return q
 }
 
 // verb is the Kubernetes verb of a ResourceService method.

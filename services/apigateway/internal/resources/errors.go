@@ -3,12 +3,17 @@ package resources
 import (
 	"errors"
 	"fmt"
-	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"net/http"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // storageError converts a storage error about object name of res to the
@@ -31,7 +36,40 @@ func storageError(err error, res *registry.Resource, ns, name string) error {
 	case errors.As(err, &future):
 		return apistatus.TooLargeResourceVersion(future.Requested, future.Current)
 	}
+	if retry := storeUnreachable(err); retry != nil {
+		return retry
+	}
 	return apierrors.NewInternalError(err)
+}
+
+// storeRetryAfter is the Retry-After of the errors of storeUnreachable:
+// about an election, after which another member leads.
+const storeRetryAfter = 2
+
+// storeUnreachable is the retriable error a client gets when the store
+// could not serve the request, nil for other errors: 503
+// ServiceUnavailable when no member could take it (no leader, the
+// leadership lost before the request was answered), 504 Timeout when the
+// member it was sent to stopped answering (the store client gives up on
+// such a member within seconds) or the request ran out of time. Both
+// carry Retry-After, so that clients retry; a write that gets either may
+// or may not have been applied, as after kube-apiserver's 504.
+func storeUnreachable(err error) error {
+	var ue *storage.UnreachableError
+	if !errors.As(err, &ue) {
+		return nil
+	}
+	st := status.Convert(ue.Err)
+	switch st.Code() {
+	case codes.Unavailable:
+		return &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: "the store is unavailable: " + st.Message(), Details: &metav1.StatusDetails{RetryAfterSeconds: storeRetryAfter},
+		}}
+	case codes.DeadlineExceeded:
+		return apierrors.NewTimeoutError("the store did not answer in time: "+st.Message(), storeRetryAfter)
+	}
+	return nil
 }
 
 const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
@@ -42,6 +80,9 @@ func storageErrorNoResource(err error) error {
 	var compacted *storage.CompactedError
 	if errors.As(err, &compacted) {
 		return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", compacted.Requested, compacted.CompactRevision))
+	}
+	if retry := storeUnreachable(err); retry != nil {
+		return retry
 	}
 	return apierrors.NewInternalError(err)
 }

@@ -63,6 +63,20 @@ func (e *FutureRevisionError) Error() string {
 	return fmt.Sprintf("storage: revision %d is newer than the current revision %d", e.Requested, e.Current)
 }
 
+// UnreachableError is a store call that no member served: none could take
+// it (UNAVAILABLE: no leader, the leadership lost before it was answered)
+// or the member it went to did not answer in time (DEADLINE_EXCEEDED). It
+// is worth retrying; a write's outcome is unknown.
+type UnreachableError struct {
+	// Err is the store's gRPC error.
+	Err error
+}
+
+func (e *UnreachableError) Error() string { return "storage: " + e.Err.Error() }
+
+// Unwrap returns the store's gRPC error.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 // KV is one stored object.
 type KV struct {
 	// Key is the object's key.
@@ -466,8 +480,11 @@ func convert(err error, requested int64) error {
 			return &FutureRevisionError{Current: d.CurrentRevision, Requested: d.RequestedRevision}
 		}
 	}
-	if st.Code() == codes.OutOfRange {
+	switch st.Code() {
+	case codes.OutOfRange:
 		return &CompactedError{Requested: requested}
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return &UnreachableError{Err: err}
 	}
 	return fmt.Errorf("storage: %w", err)
 }

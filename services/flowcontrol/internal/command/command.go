@@ -11,6 +11,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
+	"github.com/meridian-cp/meridian/services/flowcontrol/internal/leaderelect"
 )
 
 // Run parses args and serves until ctx is done or SIGINT/SIGTERM. Usage
@@ -29,6 +30,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			fs.DurationVar(&cfg.MaxWait, "max-wait", apf.DefaultMaxWait, "longest a request waits in its queue before it is rejected")
 			fs.DurationVar(&cfg.GrantLease, "grant-lease", apf.DefaultLease, "how long a gateway's grants outlive its last heartbeat")
 			fs.DurationVar(&cfg.RetryAfter, "retry-after", apf.DefaultRetryAfter, "retry delay sent to rejected clients")
+			fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "run as one of several replicas: the one holding the Lease kube-system/meridian-flowcontrol in the store serves seats, the others send the gateways to it (needs --store-address and --advertise-address)")
+			fs.StringVar(&cfg.Identity, "advertise-address", "", "this replica's address as the gateways list it in --flowcontrol-address (host:port): its holderIdentity in the Lease")
+			fs.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", leaderelect.DefaultLeaseDuration, "how long followers wait after the leader's last renewal before taking the Lease")
+			fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", leaderelect.DefaultRenewDeadline, "how long the leader retries renewing before it stops leading")
+			fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", leaderelect.DefaultRetryPeriod, "how often the Lease is renewed, and tried by followers")
 		},
 		Check: func(*daemon.Flags) error {
 			cfg.StoreAddress = store.Address

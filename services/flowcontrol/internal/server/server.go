@@ -26,13 +26,21 @@ type Server struct {
 	flowcontrolv1.UnimplementedFlowControlServiceServer
 	ctrl       *apf.Controller
 	exemptions *grpcserver.Changes // the WatchExemptions streams
+	// leadership gates every call about seats; nil: this replica always
+	// leads (a single replica).
+	leadership Leadership
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 
-// New returns a Server over ctrl; the caller owns ctrl.
-func New(ctrl *apf.Controller) *Server {
-	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol")}
+// New returns a Server over ctrl; the caller owns ctrl. With a
+// Leadership, Acquire, Release, ReleaseGrants, Heartbeat and Dump are
+// served only during a term (else UNAVAILABLE, NotLeaderReason), and an
+// Acquire still queued when the term ends fails the same way;
+// WatchExemptions, which follows the configuration every replica reads,
+// is served by all.
+func New(ctrl *apf.Controller, leadership Leadership) *Server {
+	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol"), leadership: leadership}
 }
 
 // Close ends every WatchExemptions stream with UNAVAILABLE and makes new
@@ -63,6 +71,17 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	if d == nil {
 		return nil, status.Error(codes.InvalidArgument, "digest is required")
 	}
+	term, err := s.term()
+	if err != nil {
+		return nil, err
+	}
+	if s.leadership != nil {
+		// A request queued when the term ends leaves its queue.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(term, cancel)()
+	}
 	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
@@ -76,6 +95,16 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		IsResourceRequest: d.GetIsResourceRequest(),
 		Width:             d.GetEstimatedWidth(),
 	})
+	if term.Err() != nil {
+		// The term ended while the request waited, or just after it was
+		// granted: the Forget at the term's end may have missed this
+		// grant, so it is given back here (twice is harmless).
+		if err == nil && g.ID != "" {
+			_ = s.ctrl.Release(context.WithoutCancel(ctx), g.ID)
+		}
+		_, leader := s.leadership.Term()
+		return nil, notLeader(leader)
+	}
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -93,6 +122,9 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 
 // Release returns a grant's seats.
 func (s *Server) Release(ctx context.Context, req *flowcontrolv1.ReleaseRequest) (*flowcontrolv1.ReleaseResponse, error) {
+	if _, err := s.term(); err != nil {
+		return nil, err
+	}
 	if err := s.ctrl.Release(ctx, req.GetGrantId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -106,6 +138,9 @@ func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGr
 	ids := req.GetGrantIds()
 	if slices.Contains(ids, "") {
 		return nil, status.Error(codes.InvalidArgument, "grant_ids must not be empty")
+	}
+	if _, err := s.term(); err != nil {
+		return nil, err
 	}
 	resp := &flowcontrolv1.ReleaseGrantsResponse{}
 	for _, id := range ids {
@@ -123,6 +158,9 @@ func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGr
 
 // Dump returns the state of every priority level.
 func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrolv1.DumpResponse, error) {
+	if _, err := s.term(); err != nil {
+		return nil, err
+	}
 	resp := &flowcontrolv1.DumpResponse{}
 	for _, l := range s.ctrl.Dump() {
 		ps := &flowcontrolv1.PriorityLevelState{
@@ -155,6 +193,9 @@ func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrol
 
 // Heartbeat keeps a gateway's grants alive.
 func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequest) (*flowcontrolv1.HeartbeatResponse, error) {
+	if _, err := s.term(); err != nil {
+		return nil, err
+	}
 	interval, err := s.ctrl.Heartbeat(ctx, req.GetGatewayId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)

@@ -17,6 +17,20 @@ const transportTimeout = 10 * time.Second
 // transportPool is how many idle connections the transport keeps per peer.
 const transportPool = 3
 
+// replicationInFlight is the transport's MaxRPCsInFlight: 1, one
+// AppendEntries at a time per follower, which turns off raft's pipelined
+// replication. The pipeline (hashicorp/raft v1.8.0) can deadlock: when a
+// follower answers an AppendEntries with success=false, the decoding
+// goroutine stops reading responses while the sending loop may send one
+// more request, which waits forever for room (both channels unbuffered at
+// the default 2) — the leader never replicates to that follower again,
+// though its heartbeats go on (hashicorp/raft#612), and raft's Shutdown
+// waits forever for the stuck goroutine: a store member that had led hung
+// in Close with this stack in the watchfanout's exactly-once test under
+// load. Without the pipeline each request carries every entry that is
+// ready (up to MaxAppendEntries), so the group commit is kept.
+const replicationInFlight = 1
+
 // newTransport returns the raft transport for cfg.
 //
 // Without a PeerAddress the node uses raft's in-memory transport with the
@@ -56,7 +70,10 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	if cfg.ServerTLS != nil {
 		sl.Listener = tls.NewListener(lis, cfg.ServerTLS)
 	}
-	return raft.NewNetworkTransportWithLogger(sl, transportPool, transportTimeout, hl.Named("transport")), nil
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: sl, MaxPool: transportPool, Timeout: transportTimeout, Logger: hl.Named("transport"),
+		MaxRPCsInFlight: replicationInFlight,
+	}), nil
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.

@@ -11,8 +11,10 @@ import (
 // it uses:
 //
 //   - data: the gateways read, write, watch and hold leases (Range, Txn,
-//     WatchService, LeaseService); the watch fan-out tier and the
-//     flow-control service only read and watch (Range, Watch).
+//     WatchService, LeaseService); the watch fan-out tier only reads and
+//     watches (Range, Watch); the flow-control service reads, watches
+//     and writes (Txn) its replicas' leader-election Lease, and no other
+//     key (checkTxnKeyScope).
 //   - operators: membership changes, leadership transfer, compaction,
 //     snapshots and status; they read and write no keys, so an operator's
 //     certificate is no way around the API's authentication.
@@ -33,7 +35,7 @@ func Access() identity.Policy {
 	)
 	return identity.Policy{
 		storev1.KVService_Range_FullMethodName:   {gw, wf, fc},
-		storev1.KVService_Txn_FullMethodName:     {gw, peer},
+		storev1.KVService_Txn_FullMethodName:     {gw, fc, peer},
 		storev1.KVService_Compact_FullMethodName: {op, peer},
 
 		storev1.WatchService_Watch_FullMethodName: {gw, wf, fc},

@@ -72,16 +72,20 @@ func TestPlannedCertificatesPassAccess(t *testing.T) {
 		pkiplan.GatewayClient: {rng, txn, watch, grant, keepAlive, revoke, ttl, list},
 		// The watch fan-out tier reads and watches.
 		pkiplan.WatchFanout: {rng, watch, list},
+		// Flow control reads and watches its configuration and writes
+		// its replicas' leader-election Lease.
+		pkiplan.FlowControl: {rng, txn, watch, list},
 		// A member forwards writes, leases, compactions and membership
 		// changes to the leader, asks it for a read index, and joins.
 		pkiplan.Store: {txn, grant, keepAlive, revoke, compact, add, remove, promote, transfer, readIndex, list},
 		// The store CLI.
 		pkiplan.Operator: {list, add, remove, promote, transfer, compact, status, snapshot},
 	}
-	// And what each must not do: no caller but the gateway writes keys
-	// from outside, no operator reads them.
+	// And what each must not do: no caller but the gateway and flow
+	// control writes keys from outside, no operator reads them.
 	refused := map[pkiplan.Kind][]string{
 		pkiplan.WatchFanout: {txn, grant, add, compact, snapshot},
+		pkiplan.FlowControl: {grant, add, compact, snapshot},
 		pkiplan.Operator:    {rng, txn, watch, grant},
 	}
 	policy := Access()

@@ -253,6 +253,9 @@ func (k *kvServer) Txn(ctx context.Context, req *storev1.TxnRequest) (*storev1.T
 	if err := mvcc.ValidateTxn(req); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := checkTxnKeyScope(ctx, req); err != nil {
+		return nil, err
+	}
 	if err := k.s.cfg.Limits.CheckTxnLimits(req, proto.Size(req)); err != nil {
 		return nil, toStatus(err)
 	}

@@ -321,3 +321,54 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatalf("watch with empty key: %v", err)
 	}
 }
+
+// TestWatchAheadOfTheMember: a watch that resumes on a member which has
+// not yet applied its start revision (the member a client fails over to
+// lags the one it left) gets every event from that revision on, once and
+// in order, none before it, and no progress notification claims a
+// revision whose events it has not been sent.
+func TestWatchAheadOfTheMember(t *testing.T) {
+	f := newFixture(t, Options{})
+	for i := range 3 {
+		f.apply(put("a", fmt.Sprint(i))) // revisions 1..3
+	}
+	const start = 6
+	w, err := f.hub.Watch(&storev1.WatchCreateRequest{Key: []byte("a"), StartRevision: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Rev() != 3 {
+		t.Fatalf("created at %d, want the member's revision 3", w.Rev())
+	}
+	s := run(t, w)
+	w.RequestProgress()
+	for i := 3; i < 8; i++ {
+		f.apply(put("a", fmt.Sprint(i))) // revisions 4..8
+		w.RequestProgress()
+	}
+	polltest.Until(t, 10*time.Second, "events 6..8", func() bool { return len(s.events()) >= 3 })
+	polltest.Until(t, 10*time.Second, "a progress notification at 8", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		last := s.resps[len(s.resps)-1]
+		return last.ProgressNotify && last.Header.Revision == 8
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var revs []int64
+	for _, r := range s.resps {
+		for _, ev := range r.Events {
+			revs = append(revs, ev.Kv.ModRevision)
+		}
+		if r.ProgressNotify {
+			// Every event up to the notified revision was sent before it.
+			want := max(0, int(r.Header.Revision)-start+1)
+			if len(revs) < want {
+				t.Errorf("progress notification at %d after events %v", r.Header.Revision, revs)
+			}
+		}
+	}
+	if fmt.Sprint(revs) != "[6 7 8]" {
+		t.Errorf("events at %v, want [6 7 8]", revs)
+	}
+}

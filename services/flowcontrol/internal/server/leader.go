@@ -1,0 +1,47 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Leadership says whether this replica holds the fleet's seats now. Of
+// several replicas only the elected leader does; the others answer
+// UNAVAILABLE with a NotLeaderReason ErrorInfo naming the leader, and the
+// gateways go there.
+type Leadership interface {
+	// Term returns a context that ends when this replica's term as
+	// leader ends, or nil when it does not lead, with the leader's
+	// identity (its address; "" while none is known).
+	Term() (term context.Context, leader string)
+}
+
+// NotLeaderReason is the ErrorInfo reason of a follower's answer; its
+// metadata "leader" is the leader's address ("" while none is known).
+const NotLeaderReason = "NOT_LEADER"
+
+// notLeader is a follower's answer.
+func notLeader(leader string) error {
+	st := status.New(codes.Unavailable, "this flow-control replica is not the leader")
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason: NotLeaderReason, Domain: RejectedDomain, Metadata: map[string]string{"leader": leader},
+	}); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// term returns the current term's context, or the follower's error.
+func (s *Server) term() (context.Context, error) {
+	if s.leadership == nil {
+		return context.Background(), nil
+	}
+	term, leader := s.leadership.Term()
+	if term == nil || term.Err() != nil {
+		return nil, notLeader(leader)
+	}
+	return term, nil
+}
