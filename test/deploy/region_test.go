@@ -675,9 +675,18 @@ func loseRegion(t *testing.T, s *regionSim, clients []kubernetes.Interface, lr i
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	after, err := oc.CoreV1().ConfigMaps("reads").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// A consistent list through the same region, retried while the new
+	// leader settles (as a client-go reflector would).
+	var after *corev1.ConfigMapList
+	for {
+		after, err = clients[other].CoreV1().ConfigMaps("reads").List(ctx, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		if time.Since(cut) > time.Minute {
+			t.Fatalf("no consistent list through region %c within a minute of losing region %c: %v", 'a'+other, 'a'+lr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	have := map[string]string{}
 	for _, cm := range after.Items {
