@@ -15,8 +15,20 @@ import (
 // --store-address, --store-ca-file, --store-cert-file, --store-key-file.
 type StoreFlags struct {
 	// Address is the comma-separated addresses of the store's members.
-	Address                   string
+	Address string
+	// Local is the comma-separated addresses of the members near this
+	// process (RegisterLocal): serializable reads and watches go to them.
+	Local                     string
 	caFile, certFile, keyFile string
+}
+
+// LocalUsage is the usage of a --store-local-address flag.
+const LocalUsage = "comma-separated gRPC addresses of the store members in this replica's region or zone (a subset of --store-address, or added to it): serializable reads (resourceVersion=0, NotOlderThan) and watches go to them, writes and consistent reads to the leader; empty: reads spread over every member, watches at the leader"
+
+// RegisterLocal defines --store-local-address on fs, for a service whose
+// store client prefers nearby members (storeclient.Options.Local).
+func (s *StoreFlags) RegisterLocal(fs *flag.FlagSet) {
+	fs.StringVar(&s.Local, "store-local-address", "", LocalUsage)
 }
 
 // Register defines the flags on fs; org is the organization (O=) the

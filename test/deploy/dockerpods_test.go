@@ -57,11 +57,14 @@ func runChartOnDocker(t *testing.T, version string) {
 		out, err := exec.Command("docker", args...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	if out, err := docker("network", "create", "--subnet", subnet+".0/24", network); err != nil {
+	if out, err := docker("network", "create", "--label", topologyLabel+"="+network, "--subnet", subnet+".0/24", network); err != nil {
 		t.Fatalf("docker network create: %v: %s", err, out)
 	}
 	var containers []string
 	t.Cleanup(func() {
+		if *topologyKeep != "" && !t.Failed() {
+			return
+		}
 		for _, c := range containers {
 			if t.Failed() {
 				logs, _ := docker("logs", "--tail", "15", c)
@@ -122,7 +125,7 @@ func runChartOnDocker(t *testing.T, version string) {
 		env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
 		for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
 			name := network + "-" + p.name + "-" + c.Name
-			args := []string{"run", "--name", name, "--network", network, "--ip", p.ip, "--read-only"}
+			args := []string{"run", "--name", name, "--label", topologyLabel + "=" + network, "--network", network, "--ip", p.ip, "--read-only"}
 			args = append(args, addHosts...)
 			for k, v := range env {
 				args = append(args, "-e", k+"="+v)
@@ -171,7 +174,7 @@ func runChartOnDocker(t *testing.T, version string) {
 		}
 		return "https://" + strings.Split(port, "\n")[0]
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	kubeconfig := filepath.Join(scratchDir(t, "kubeconfig"), "admin.kubeconfig")
 	ks := secrets["meridian-admin-kubeconfig"]
 	if ks == nil {
 		t.Fatal("no Secret meridian-admin-kubeconfig rendered")
@@ -200,6 +203,10 @@ func runChartOnDocker(t *testing.T, version string) {
 		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
 	}
 	cli := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
+	if *topologyKeep != "" {
+		keepTopology(t, kubeconfig, []string{server(0), server(1)})
+		return
+	}
 	base, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +255,7 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 	if ca == nil {
 		t.Fatal("no Secret meridian-internal-ca rendered")
 	}
-	ops := t.TempDir()
+	ops := scratchDir(t, "ops")
 	for _, d := range []string{ops, filepath.Join(ops, "ca"), filepath.Join(ops, "ca", "internal")} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
@@ -322,7 +329,7 @@ func podVolumes(t *testing.T, p *pod, secrets map[string]*corev1.Secret) map[str
 	t.Helper()
 	dirs := map[string]string{}
 	mkdir := func(name string) string {
-		d := filepath.Join(t.TempDir(), name)
+		d := filepath.Join(scratchDir(t, p.name), name)
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,9 @@ func TestImages(t *testing.T) {
 	out, err := build.CombinedOutput()
 	names := []string{"store", "watchfanout", "admission", "flowcontrol", "apigateway", "meridian"}
 	t.Cleanup(func() {
+		if *topologyKeep != "" && !t.Failed() {
+			return // hack/topology.sh down removes them
+		}
 		for _, n := range names {
 			exec.Command("docker", "rmi", "-f", "meridian/"+n+":"+version).Run()
 		}

@@ -62,6 +62,12 @@ type Config struct {
 	// addresses separated by commas: the store client follows the leader
 	// and retries what is safe to retry. Required.
 	StoreAddress string
+	// StoreLocalAddress is the comma-separated addresses of the store
+	// members in this gateway's region or zone: serializable reads
+	// (resourceVersion=0, NotOlderThan, continued lists) and store watches
+	// go to them first (storeclient.Options.Local); writes and consistent
+	// reads go to the leader. Empty: no preference.
+	StoreLocalAddress string
 	// AdmissionAddress is the admission service's address; empty: no
 	// admission.
 	AdmissionAddress string
@@ -360,7 +366,7 @@ func (a *App) loadEncryption(ctx context.Context, reg *registry.Registry) (*stor
 
 // dialStore connects to the store's members; Close closes the connection.
 func (a *App) dialStore() (*storeclient.Client, error) {
-	conn, err := storeclient.Dial(storeclient.Endpoints(a.cfg.StoreAddress), a.cfg.ClientTLS)
+	conn, err := storeclient.Dial(storeclient.Endpoints(a.cfg.StoreAddress), a.cfg.ClientTLS, storeclient.Options{Local: storeclient.Endpoints(a.cfg.StoreLocalAddress)})
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: store: %w", err)
 	}

@@ -10,6 +10,12 @@
 // the leader (learned from MemberList at Dial, every RefreshInterval, and
 // after a failure); serializable reads are spread round-robin.
 //
+// With Options.Local (the members in the client's own region or zone),
+// serializable reads and watches go to those members instead (round-robin
+// over them), so that a region's reads and watches are served by its own
+// replica and only writes and linearizable reads cross to the leader.
+// They move to the other members when the local ones do not answer.
+//
 // # Retries
 //
 // A call that fails with UNAVAILABLE is retried on another member, with
@@ -48,6 +54,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +99,11 @@ type Options struct {
 	ProbeTimeout time.Duration
 	// DialOptions are added to every connection's options.
 	DialOptions []grpc.DialOption
+	// Local are the endpoints of the members near the client (its region
+	// or zone): serializable reads and watches go to them. An endpoint not
+	// among Dial's endpoints is added to them. Empty: serializable reads
+	// are spread over every member and watches go to the leader.
+	Local []string
 }
 
 // Defaults of Options.ProbeInterval and ProbeTimeout: a member that stops
@@ -111,6 +123,10 @@ type Client struct {
 
 	preferred atomic.Int32  // index of the endpoint believed to lead
 	rr        atomic.Uint32 // round-robin cursor for serializable reads
+	// near are the indexes of the endpoints serializable reads and watches
+	// start at: Options.Local's, or every endpoint when Local is empty
+	// (then watches start at the leader). Never empty; fixed at Dial.
+	near []int
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -147,6 +163,22 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 		creds = credentials.NewTLS(tlsConfig)
 	}
 	c := &Client{endpoints: append([]string(nil), endpoints...), opts: o}
+	for _, l := range o.Local {
+		i := slices.Index(c.endpoints, l)
+		if i < 0 {
+			i = len(c.endpoints)
+			c.endpoints = append(c.endpoints, l)
+		}
+		if !slices.Contains(c.near, i) {
+			c.near = append(c.near, i)
+		}
+	}
+	if len(c.near) == 0 {
+		for i := range c.endpoints {
+			c.near = append(c.near, i)
+		}
+	}
+	endpoints = c.endpoints
 	for _, ep := range endpoints {
 		dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{
@@ -213,7 +245,7 @@ var readMethods = map[string]bool{
 func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	idx := int(c.preferred.Load())
 	if r, ok := args.(*storev1.RangeRequest); ok && r.GetSerializable() {
-		idx = int(c.rr.Add(1)) % len(c.conns)
+		idx = c.nearIndex()
 	}
 	backoff := 10 * time.Millisecond
 	read := isRead(method, args)
@@ -302,10 +334,20 @@ func isRead(method string, args any) bool {
 	return ok && !wire.TxnWrites(t)
 }
 
-// NewStream opens a stream on the preferred member, trying the others
-// while the stream cannot be opened. Once open, a stream is never retried.
+// nearIndex is the endpoint the next serializable read or local watch
+// starts at: round-robin over the near endpoints.
+func (c *Client) nearIndex() int {
+	return c.near[int(c.rr.Add(1)%uint32(len(c.near)))]
+}
+
+// NewStream opens a stream on the preferred member (a watch, with
+// Options.Local, on a local member), trying the others while the stream
+// cannot be opened. Once open, a stream is never retried.
 func (c *Client) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	idx := int(c.preferred.Load())
+	if method == storev1.WatchService_Watch_FullMethodName && len(c.opts.Local) > 0 {
+		idx = c.nearIndex()
+	}
 	var err error
 	for attempt := 0; attempt < len(c.conns); attempt++ {
 		var s grpc.ClientStream

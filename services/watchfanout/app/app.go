@@ -48,6 +48,12 @@ type Config struct {
 	// cache's watch and reads move to another member when one goes away,
 	// and resume from the revision the cache reached. Required.
 	StoreAddress string
+	// StoreLocalAddress is the comma-separated addresses of the store
+	// members in this replica's region or zone: the cache's watch and its
+	// serializable reads go to them first (storeclient.Options.Local), so
+	// a region's replica follows its own region's member. Empty: the watch
+	// follows the leader.
+	StoreLocalAddress string
 	// StoreTLS is the client TLS configuration for the store (with a
 	// client certificate for mTLS); nil dials plaintext (tests only).
 	StoreTLS *tls.Config
@@ -206,7 +212,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// the member believed to lead, retries reads on another member, and
 	// opens a new watch on another member when one cannot be opened; the
 	// cache resumes its watch from the revision it reached.
-	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
+	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
+		Local: storeclient.Endpoints(cfg.StoreLocalAddress),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: dial store: %w", err)
 	}

@@ -27,6 +27,7 @@ type flags struct {
 	certFile, keyFile, clientCAFile, tokenFile string
 	authorizationMode                          string
 	storeAddr, admissionAddr, flowAddr         string
+	storeLocalAddr                             string
 	watchAddrs                                 string
 	svcCert, svcKey, svcCA                     string
 	encryptionConfig                           string
@@ -56,6 +57,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	f.oidc.AddFlags(fs)
 	fs.StringVar(&f.authorizationMode, "authorization-mode", app.AuthorizationRBAC, "RBAC (roles and bindings decide every request; system:masters may do anything) or AlwaysAllow (every authenticated request is allowed)")
 	fs.StringVar(&f.storeAddr, "store-address", ports.Store, "comma-separated gRPC addresses of the store's members (host:port): give every member, so that calls move to another member when one goes away (writes reach the leader from any member)")
+	fs.StringVar(&f.storeLocalAddr, "store-local-address", "", daemon.LocalUsage)
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
 	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service, or comma-separated the addresses of its replicas (host:port, as each replica's --advertise-address), of which the leader takes the calls; empty: no flow control")
 	fs.IntVar(&f.fallbackLimit, "flowcontrol-fallback-concurrency-limit", 0, "seats of this gateway's own limiter, used with the stored FlowSchemas and PriorityLevelConfigurations while the flow-control service does not answer: its share of the service's --concurrency-limit; 0: 600")
@@ -125,7 +127,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
 	cfg := app.Config{
-		StoreAddress: f.storeAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr, FlowControlFallbackLimit: f.fallbackLimit,
+		StoreAddress: f.storeAddr, StoreLocalAddress: f.storeLocalAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr, FlowControlFallbackLimit: f.fallbackLimit,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,

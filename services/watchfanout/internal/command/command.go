@@ -29,6 +29,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		Name: "watchfanout", Listen: ports.WatchFanout, MetricsListen: ports.WatchFanoutMetrics,
 		Flags: func(fs *flag.FlagSet) {
 			store.Register(fs, identity.WatchFanoutOrganization)
+			store.RegisterLocal(fs)
 			fs.StringVar(&cfg.EncryptionProviderConfig, "encryption-provider-config", "", "file with the apiserver.config.k8s.io/v1 EncryptionConfiguration the gateways are given (--encryption-provider-config): the cache decrypts the values the store holds with it")
 			fs.DurationVar(&cfg.HistoryWindow, "history-window", 0, "how long events stay in each resource's history (watches from older resourceVersions get 410); 0: 5m")
 			fs.IntVar(&cfg.HistoryMaxEvents, "history-max-events", 0, "cap on each resource's history; 0: 10000")
@@ -44,7 +45,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			if limit, err = memoryLimit(memLimit); err != nil {
 				return fmt.Errorf("watchfanout: %w", err)
 			}
-			cfg.StoreAddress = store.Address
+			cfg.StoreAddress, cfg.StoreLocalAddress = store.Address, store.Local
 			return cfg.Validate()
 		},
 		Build: func(ctx context.Context, env daemon.Env) (daemon.Server, error) {

@@ -1,0 +1,152 @@
+package deploy
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// delayProxy forwards every TCP connection accepted on one address to a
+// target address and holds each chunk of bytes for a fixed delay in each
+// direction before passing it on, in order: a link with that one-way
+// latency and no bandwidth limit. The multi-region simulation puts one
+// between each region and each store member of another region, because
+// this machine's kernel has no netem qdisc (tc qdisc add ... netem fails
+// with "Specified qdisc kind is unknown").
+type delayProxy struct {
+	lis    net.Listener
+	target string
+	delay  time.Duration
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// startDelayProxy listens on listen and forwards to target with delay each
+// way until the test ends.
+func startDelayProxy(t *testing.T, listen, target string, delay time.Duration) *delayProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("delay proxy on %s: %v", listen, err)
+	}
+	p := &delayProxy{lis: lis, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *delayProxy) serve() {
+	defer p.wg.Done()
+	for {
+		in, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+			if err != nil {
+				in.Close()
+				return
+			}
+			if !p.track(in, out) {
+				return
+			}
+			var pumps sync.WaitGroup
+			pumps.Add(2)
+			go func() { defer pumps.Done(); p.pump(out, in) }()
+			go func() { defer pumps.Done(); p.pump(in, out) }()
+			pumps.Wait()
+			p.untrack(in, out)
+		}()
+	}
+}
+
+// chunk is bytes read at a time, due at at+delay.
+type chunk struct {
+	b  []byte
+	at time.Time
+}
+
+// pump copies src to dst, each chunk delayed by p.delay; when src ends it
+// half-closes dst, and when dst fails it closes both.
+func (p *delayProxy) pump(dst, src net.Conn) {
+	ch := make(chan chunk, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range ch {
+			if d := time.Until(c.at.Add(p.delay)); d > 0 {
+				time.Sleep(d)
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				src.Close()
+				dst.Close()
+				for range ch {
+				}
+				return
+			}
+		}
+		if tc, ok := dst.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			ch <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
+		}
+		if err != nil {
+			if err != io.EOF {
+				dst.Close()
+			}
+			break
+		}
+	}
+	close(ch)
+	<-done
+}
+
+func (p *delayProxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *delayProxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *delayProxy) close() {
+	p.lis.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
