@@ -95,8 +95,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
+	tracing, err := telemetry.TracingFromEnv(ctx, "meridian")
+	if err != nil {
+		return err
+	}
+	defer daemon.ShutdownTracing(ctx, tracing, logger)
 	cp, err := allinone.Start(ctx, allinone.Config{
-		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
+		TracerProvider: tracing.Provider,
+		DataDir:        *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,

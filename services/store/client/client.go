@@ -46,6 +46,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/ports"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -110,6 +111,7 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 	for _, ep := range endpoints {
 		dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize))}, grpcclient.WindowDialOptions()...)
+		dopts = append(dopts, telemetry.GRPCClientOption())
 		dopts = append(dopts, o.DialOptions...)
 		conn, err := grpc.NewClient(ep, dopts...)
 		if err != nil {

@@ -153,6 +153,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	reg := telemetry.NewRegistry()
 	cfg.Registerer, cfg.Gatherer = reg, reg
+	tracing, err := telemetry.TracingFromEnv(ctx, "apigateway")
+	if err != nil {
+		return err
+	}
+	defer daemon.ShutdownTracing(ctx, tracing, logger)
+	cfg.TracerProvider = tracing.Provider
 
 	// Listen before connecting to anything, so that an address in use
 	// fails the start at once, naming the flag.

@@ -28,6 +28,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
@@ -184,6 +185,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := setAuditID(w, r)
 	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
+	nameRequestSpan(r.Context(), labels.verb, info, id)
 	var rt route
 	var ev *audit.Request
 	defer func() {
@@ -212,7 +214,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	if h.cfg.Auditor != nil {
 		received = time.Now()
 	}
+	_, authSpan := telemetry.StartSpan(r.Context(), telemetry.ScopeGateway, "authenticate")
 	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
+	if authSpan.IsRecording() {
+		authSpan.SetAttributes(attrAuthOK.Bool(ok), attrUser.String(u.Name))
+		authSpan.End()
+	}
 	if err != nil || (!ok && !h.cfg.Anonymous.Admits(r.URL.Path)) {
 		h.authn.Observe(ok, err)
 		if h.cfg.Auditor != nil {

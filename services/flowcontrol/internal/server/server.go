@@ -17,6 +17,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
@@ -63,6 +64,8 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	if d == nil {
 		return nil, status.Error(codes.InvalidArgument, "digest is required")
 	}
+	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
+	defer span.End()
 	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
@@ -76,6 +79,9 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		IsResourceRequest: d.GetIsResourceRequest(),
 		Width:             d.GetEstimatedWidth(),
 	})
+	if span.IsRecording() {
+		traceGrant(span, g, err)
+	}
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
