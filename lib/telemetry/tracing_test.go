@@ -100,3 +100,17 @@ func TestStartSpanFollowsParentSampling(t *testing.T) {
 		t.Errorf("child's scope = %q", byName["child"].InstrumentationScope.Name)
 	}
 }
+
+func TestSampledTraceparent(t *testing.T) {
+	for v, want := range map[string]bool{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": true,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00": false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03": true,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz": false,
+		"": false, "1": false,
+	} {
+		if got := sampledTraceparent(v); got != want {
+			t.Errorf("sampledTraceparent(%q) = %v", v, got)
+		}
+	}
+}

@@ -263,6 +263,9 @@ func (a *App) registerMetrics(reg prometheus.Registerer) error {
 			Name: "meridian_store_db_size_bytes", Help: "On-disk size of the store's pebble DB.",
 		}, func() float64 { return float64(a.dbSize()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "etcd_mvcc_db_total_size_in_bytes", Help: "Total size of the underlying database physically allocated in bytes (etcd's name; the pebble DB's on-disk size).",
+		}, func() float64 { return float64(a.dbSize()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_current_revision", Help: "Current store revision.",
 		}, func() float64 { return float64(a.store.Rev()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -181,10 +181,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		growstack.Grow()
 	}
+	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
 	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
+	defer h.metrics.begin(labels.verb)()
 	nameRequestSpan(r.Context(), labels.verb, info, id)
 	var rt route
 	var ev *audit.Request
@@ -200,7 +202,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		ev.Complete(rec.code())
-		h.metrics.observe(labels, rt, rec.code())
+		h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
+		telemetry.HTTPStatus(r.Context(), rec.code())
 	}()
 	h.serve(rec, r, info, &rt, id, &ev)
 }
@@ -379,6 +382,9 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		return
 	}
 	*rt = resourceRoute(info)
+	if info.Verb == "watch" {
+		defer h.metrics.watching(requestLabels{verb: "WATCH"}, *rt)()
+	}
 	// Seats are taken before the body is read, as kube-apiserver's flow
 	// control comes before its handlers: a slow upload occupies its own
 	// priority level's seats, not the server.

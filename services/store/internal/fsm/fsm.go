@@ -159,6 +159,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	}
 	commitEnd := time.Now()
 	f.metrics.commit.Observe(commitEnd.Sub(commitStart).Seconds())
+	f.metrics.etcdCommit.Observe(commitEnd.Sub(commitStart).Seconds())
 	f.pub.Publish(w.Rev(), events)
 	f.notifyAdvanced()
 	endSpans(traced, commitStart, commitEnd, w.Rev())

@@ -196,7 +196,10 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	hl := newHCLog(cfg.Logger, "raft")
-	st, err := openStores(cfg, hl, func(d time.Duration) { m.logSync.Observe(d.Seconds()) })
+	st, err := openStores(cfg, hl, func(d time.Duration) {
+		m.logSync.Observe(d.Seconds())
+		m.etcd.walFsync.Observe(d.Seconds())
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -358,6 +361,7 @@ func (n *Node) startLoops() {
 	n.metrics.observe(n)
 	ctx, stop := context.WithCancel(context.Background())
 	n.stopNudges = stop
+	go n.metrics.etcd.countLeaderChanges(ctx, n.raft)
 	go func() {
 		defer close(n.nudgerDone)
 		n.nudgeFollowers(ctx)
