@@ -44,10 +44,14 @@ type metrics struct {
 	inflight    *prometheus.GaugeVec
 }
 
-// routeLabels are the labels of the request metrics but
-// apiserver_request_total, which adds code, and
-// apiserver_current_inflight_requests.
-var routeLabels = []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"}
+// routeLabels are the labels of apiserver_request_duration_seconds;
+// apiserver_request_total adds code; apiserver_response_sizes and
+// apiserver_longrunning_requests have them without dry_run (sizeLabels),
+// as kube-apiserver's.
+var (
+	routeLabels = []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"}
+	sizeLabels  = []string{"verb", "group", "version", "resource", "subresource", "scope", "component"}
+)
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -65,11 +69,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name:    "apiserver_response_sizes",
 			Help:    "Response size distribution in bytes for each group, version, verb, resource, subresource, scope and component.",
 			Buckets: prometheus.ExponentialBuckets(1000, 10, 7),
-		}, routeLabels),
+		}, sizeLabels),
 		longRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "apiserver_longrunning_requests",
 			Help: "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way.",
-		}, routeLabels),
+		}, sizeLabels),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "apiserver_current_inflight_requests",
 			Help: "Number of requests currently being served by this apiserver, per request kind (readOnly, mutating); long-running requests are not counted.",
@@ -115,7 +119,7 @@ func (m *metrics) begin(verb string) func() {
 // watching counts a watch that reached rt as long-running until the
 // returned func is called.
 func (m *metrics) watching(l requestLabels, rt route) func() {
-	g := m.longRunning.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component)
+	g := m.longRunning.WithLabelValues(l.verb, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component)
 	g.Inc()
 	return g.Dec
 }
@@ -220,6 +224,6 @@ func (m *metrics) observe(l requestLabels, rt route, code int, took time.Duratio
 		m.duration.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component).Observe(took.Seconds())
 	}
 	if l.verb == "GET" || l.verb == "LIST" {
-		m.sizes.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component).Observe(float64(size))
+		m.sizes.WithLabelValues(l.verb, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component).Observe(float64(size))
 	}
 }
