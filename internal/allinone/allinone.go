@@ -70,6 +70,9 @@ type Config struct {
 	ServiceAccountMaxTokenExpiration time.Duration
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RequestLogLevel is the level of the gateway's one log line per API
+	// request; nil means debug.
+	RequestLogLevel slog.Leveler
 	// TracerProvider traces requests through every service (each
 	// service's spans under its own instrumentation scope,
 	// meridian/<service>); nil: no tracing.
@@ -311,6 +314,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			Registerer:               sh.registerer("apigateway"),
 			Gatherer:                 sh.metrics,
 			TracerProvider:           cfg.TracerProvider,
+			RequestLogLevel:          cfg.RequestLogLevel,
 			Logger:                   sh.logger("apigateway"),
 		})
 	})

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/meridian-cp/meridian/internal/allinone"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 )
 
 // A create sent with a W3C traceparent (as kubectl and client-go can send
@@ -41,10 +44,17 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(`trace-secret,tracer,1001,"team"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var logs telemetrytest.Buffer
+	logger, err := telemetry.NewLogger(&logs, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := newEnv(t, func(c *allinone.Config) {
 		c.TracerProvider = tp
 		c.TokenAuthFile = tokens
 		c.AuthorizationMode = "AlwaysAllow"
+		c.Logger = logger
+		c.RequestLogLevel = slog.LevelInfo
 	})
 
 	// A watcher for the fan-out to deliver to.
@@ -125,6 +135,32 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 	fanout := tr.wantChild(t, apply, "watchfanout.fanout")
 	if fanout.InstrumentationScope.Name != telemetry.ScopeWatchFanout {
 		t.Errorf("fan-out span's scope = %q", fanout.InstrumentationScope.Name)
+	}
+
+	// The create's one request log line, with its trace and span ids.
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" && m["verb"] == "POST" && m["name"] == "" && m["resource"] == "configmaps" {
+			line = m
+		}
+	}
+	if line == nil {
+		t.Fatalf("no request log line of the create in:\n%s", logs.String())
+	}
+	want := map[string]any{"user": "tracer", "code": float64(201), "namespace": "default", "trace_id": traceID.String(), "span_id": server.SpanContext.SpanID().String()}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("request log %s = %v, want %v; line %v", k, line[k], v, line)
+		}
+	}
+	for _, k := range []string{"audit_id", "latency", "flow_schema_uid"} {
+		if s, _ := line[k].(string); s == "" && line[k] == nil {
+			t.Errorf("request log has no %s: %v", k, line)
+		}
+	}
+	if line["flow_schema_uid"] == "" {
+		t.Errorf("request log names no flow schema: %v", line)
 	}
 }
 

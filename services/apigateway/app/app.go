@@ -110,6 +110,9 @@ type Config struct {
 	// may be nil.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// RequestLogLevel is the level of the one log line per API request;
+	// nil means debug.
+	RequestLogLevel slog.Leveler
 	// TracerProvider traces API requests (continuing a W3C traceparent a
 	// client sends), the gRPC API and the gateway's own spans
 	// (lib/telemetry); nil: no tracing.
@@ -528,6 +531,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		Metrics:         metrics,
 		Registerer:      a.cfg.Registerer,
 		Logger:          a.cfg.Logger,
+		RequestLogLevel: a.cfg.RequestLogLevel,
 	})
 }
 

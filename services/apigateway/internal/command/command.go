@@ -38,6 +38,7 @@ type flags struct {
 	shutdownDelay                              time.Duration
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
+	requestLogLevel                            string
 }
 
 // flagSet defines the flags on a new flag set that stores them in f and
@@ -68,6 +69,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, how long to keep serving with /readyz failing before the listeners close, so that load balancers stop sending requests (set it above their probe period times failure threshold)")
 	f.audit.AddFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.requestLogLevel, "request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	return fs
 }
@@ -119,6 +121,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	requestLogLevel, err := telemetry.ParseLevel(f.requestLogLevel)
+	if err != nil {
+		return fmt.Errorf("--request-log-level: %w", err)
+	}
 
 	serving, err := pki.LoadServerTLS(f.certFile, f.keyFile, "", logger)
 	if err != nil {
@@ -129,7 +135,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
-		RootCAFile: f.rootCAFile,
+		RootCAFile: f.rootCAFile, RequestLogLevel: requestLogLevel,
 	}
 	if cfg.RootCAFile == "" {
 		// meridian's API CA signs both the serving certificate and the

@@ -29,6 +29,7 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 		span.SetAttributes(attrFlowSchema.String(g.FlowSchemaUID), attrPriority.String(g.PriorityLevelUID))
 		span.End()
 	}
+	noteFlowSchema(r.Context(), g.FlowSchemaUID, g.PriorityLevelUID)
 	if g.FlowSchemaUID != "" {
 		// On a rejection too, as kube-apiserver sets them at classification.
 		w.Header().Set("X-Kubernetes-PF-FlowSchema-UID", g.FlowSchemaUID)

@@ -90,6 +90,10 @@ type Config struct {
 	MaxRequestBytes int64
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RequestLogLevel is the level of the one log line per request
+	// (audit id, user, verb, resource, code, latency, flow schema); nil
+	// means debug.
+	RequestLogLevel slog.Leveler
 	// Auditor writes audit events; nil audits nothing (and costs a nil
 	// check per request).
 	Auditor *audit.Auditor
@@ -187,6 +191,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
 	defer h.metrics.begin(labels.verb)()
+	ctx, rl := withRequestLog(r.Context(), h.cfg.Logger, h.requestLogLevel())
+	if rl != nil {
+		r = r.WithContext(ctx)
+	}
 	nameRequestSpan(r.Context(), labels.verb, info, id)
 	var rt route
 	var ev *audit.Request
@@ -204,6 +212,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Complete(rec.code())
 		h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
 		telemetry.HTTPStatus(r.Context(), rec.code())
+		if rl != nil {
+			h.logRequest(r.Context(), rl, id, labels.verb, info, rec.code(), time.Since(start))
+		}
 	}()
 	h.serve(rec, r, info, &rt, id, &ev)
 }
@@ -239,6 +250,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		h.authn.Observe(ok, err)
 		requestor = u
 	}
+	noteUser(r.Context(), requestor.Name)
 	if h.cfg.Auditor != nil {
 		if *ev = h.beginAudit(r, info, requestor, id, received); *ev != nil {
 			w = &auditWriter{ResponseWriter: w, ev: *ev}
@@ -260,6 +272,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	if impersonated {
 		requestor = as
+		noteUser(r.Context(), as.Name)
 		(*ev).SetImpersonatedUser(as)
 	}
 	// An anonymous request that got this far acts as system:anonymous
