@@ -34,6 +34,7 @@ var kubeMetrics = map[string][]string{
 	"apiserver_response_sizes":            {"component", "group", "resource", "scope", "subresource", "verb", "version"},
 	"apiserver_longrunning_requests":      {"component", "group", "resource", "scope", "subresource", "verb", "version"},
 	"apiserver_current_inflight_requests": {"request_kind"},
+	"apiserver_storage_objects":           {"resource"},
 
 	"etcd_server_has_leader":                    nil,
 	"etcd_server_is_leader":                     nil,
