@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		saMaxExp  = flag.Duration("service-account-max-token-expiration", 0, "the longest lifetime a TokenRequest gets (longer requests are cut to it); 0: 2^32 seconds")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		logFormat = flag.String("log-format", "text", "text or json")
+		reqLog    = flag.String("request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 		audit     gateway.AuditOptions
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
@@ -86,6 +87,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	requestLogLevel, err := telemetry.ParseLevel(*reqLog)
+	if err != nil {
+		return fmt.Errorf("--request-log-level: %w", err)
+	}
 	if *pprofAddr != "" {
 		// Profiles for benchmarks (docs/benchmarks.md); never on by default.
 		mux := http.NewServeMux()
@@ -95,7 +100,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
+	tracing, err := telemetry.TracingFromEnv(ctx, "meridian")
+	if err != nil {
+		return err
+	}
+	defer daemon.ShutdownTracing(ctx, tracing, logger)
 	cp, err := allinone.Start(ctx, allinone.Config{
+		TracerProvider: tracing.Provider, RequestLogLevel: requestLogLevel,
 		DataDir: *dataDir, Listen: *listen, GRPCListen: *grpcAddr, TokenAuthFile: *tokenFile,
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,

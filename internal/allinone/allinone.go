@@ -30,6 +30,7 @@ import (
 	store "github.com/meridian-cp/meridian/services/store/app"
 	watchfanout "github.com/meridian-cp/meridian/services/watchfanout/app"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures the control plane.
@@ -69,6 +70,13 @@ type Config struct {
 	ServiceAccountMaxTokenExpiration time.Duration
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RequestLogLevel is the level of the gateway's one log line per API
+	// request; nil means debug.
+	RequestLogLevel slog.Leveler
+	// TracerProvider traces requests through every service (each
+	// service's spans under its own instrumentation scope,
+	// meridian/<service>); nil: no tracing.
+	TracerProvider trace.TracerProvider
 
 	// Watchfanout tunes watchfanout; zero values keep its defaults.
 	Watchfanout WatchfanoutConfig
@@ -236,7 +244,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	if _, addrs.store, err = startService(cp, "store", onLoopback, func() (*store.App, error) {
 		return store.New(ctx, store.Config{
 			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true,
-			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"),
+			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
 		return addrs, err
@@ -245,6 +253,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	if _, addrs.admission, err = startService(cp, "admission", onLoopback, func() (*admission.App, error) {
 		return admission.New(ctx, admission.Config{
 			TLS: sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
+			TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
 		return addrs, err
@@ -255,6 +264,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&fcCert, sh.certs.internalCA.Pool(), ""),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig, ConcurrencyLimit: cfg.FlowControl.ConcurrencyLimit,
 			TLS: sh.serverTLS("flowcontrol"), Registerer: sh.registerer("flowcontrol"), Logger: sh.logger("flowcontrol"), Trust: sh.trust,
+			TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
 		return addrs, err
@@ -265,7 +275,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""),
 			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
 			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
-			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig,
+			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig, TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
 		return addrs, err
@@ -303,6 +313,8 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			Audit:                    cfg.Audit,
 			Registerer:               sh.registerer("apigateway"),
 			Gatherer:                 sh.metrics,
+			TracerProvider:           cfg.TracerProvider,
+			RequestLogLevel:          cfg.RequestLogLevel,
 			Logger:                   sh.logger("apigateway"),
 		})
 	})

@@ -19,8 +19,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/health"
 
 	"github.com/meridian-cp/meridian/lib/healthz"
@@ -129,6 +131,10 @@ type Env struct {
 	// Callers are the organizations allowed to call the service (enforced
 	// when TLS is set).
 	Callers []string
+	// TracerProvider is the process's, set up from the OTEL_* environment
+	// variables (telemetry.TracingFromEnv); a no-op provider when tracing
+	// is off.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a built service: app.App of each service satisfies it.
@@ -144,7 +150,8 @@ type Server interface {
 }
 
 // Run validates f, listens on f.Listen (and f.MetricsListen), builds the
-// environment, calls build, serves the result (and, on f.MetricsListen,
+// environment (tracing from the OTEL_* variables: TracingFromEnv of
+// lib/telemetry, flushed when Run returns), calls build, serves the result (and, on f.MetricsListen,
 // /metrics, /livez, /readyz and /healthz: ServeHealth) until ctx is done
 // or SIGINT/SIGTERM arrives, then closes it. The metrics listener is
 // served until Close has returned, so that /readyz answers NOT ready while
@@ -182,7 +189,16 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust(), Callers: f.Callers()}
+	tracing, err := telemetry.TracingFromEnv(ctx, name)
+	if err != nil {
+		lis.Close()
+		if metricsLis != nil {
+			metricsLis.Close()
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer ShutdownTracing(ctx, tracing, logger)
+	env := Env{Logger: logger, Registry: telemetry.NewRegistry(), TLS: tlsConf, Trust: f.Trust(), Callers: f.Callers(), TracerProvider: tracing.Provider}
 
 	srv, err := build(ctx, env)
 	if err != nil {
@@ -224,6 +240,17 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// ShutdownTracing flushes and stops t, waiting up to 5 seconds past ctx's
+// end for the exporter, and logs a failure: spans of the last requests
+// are worth a short wait at shutdown, not a failed exit.
+func ShutdownTracing(ctx context.Context, t *telemetry.Tracing, logger *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(sctx); err != nil {
+		logger.Warn("tracing shutdown", "error", err)
+	}
 }
 
 // Listen listens on TCP at addr, the value of the flag --name. When it

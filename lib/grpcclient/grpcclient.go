@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
 // MaxMsgSize is the largest message a client sends or receives (64 MiB):
@@ -56,7 +58,8 @@ func WindowDialOptions() []grpc.DialOption {
 // Dial returns a client connection to target (any grpc.NewClient target,
 // e.g. "dns:///store:7000" or "127.0.0.1:7000"). tlsConf nil means
 // plaintext, for tests only. opts are appended after the defaults, so they
-// may override them. Like grpc.NewClient it does not connect; the first
+// may override them. A call made under a span joins its trace
+// (telemetry.GRPCClientOption). Like grpc.NewClient it does not connect; the first
 // call does.
 func Dial(target string, tlsConf *tls.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
@@ -76,6 +79,7 @@ func Dial(target string, tlsConf *tls.Config, opts ...grpc.DialOption) (*grpc.Cl
 		),
 		grpc.WithInitialWindowSize(InitialWindowSize),
 		grpc.WithInitialConnWindowSize(InitialConnWindowSize),
+		telemetry.GRPCClientOption(),
 	}, opts...)
 	conn, err := grpc.NewClient(target, all...)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
 // DefaultMaxRecvMsgSize is the largest request message a server accepts
@@ -99,6 +101,10 @@ type Options struct {
 	// MaxRecvMsgSize is the largest request message in bytes; 0 means
 	// DefaultMaxRecvMsgSize (4 MiB).
 	MaxRecvMsgSize int
+	// TracerProvider traces every call but health checks, continuing the
+	// caller's trace (W3C trace context in metadata); nil or a no-op
+	// provider: no tracing work at all (telemetry.GRPCServerOptions).
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports every problem with o at once.
@@ -141,7 +147,8 @@ func StreamWorkers() grpc.ServerOption {
 // ServerOptions returns the grpc.ServerOptions of a meridian server:
 // credentials (TLS when opts.TLS is set, else insecure), keepalive, the
 // message size limit and the chained unary and stream interceptors
-// described in the package comment. Calling it several times with the same
+// described in the package comment, and the tracing stats handler when
+// opts.TracerProvider records. Calling it several times with the same
 // Registerer is fine: the metric collectors already registered are reused.
 func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	if err := opts.Validate(); err != nil {
@@ -183,6 +190,7 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	so = append(so, Keepalive()...)
 	so = append(so, Windows()...)
 	so = append(so, StreamWorkers())
+	so = append(so, telemetry.GRPCServerOptions(opts.TracerProvider)...)
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}

@@ -32,30 +32,39 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // NewLogger returns a logger writing to w at level (debug, info, warn or
-// error; case-insensitive) in format (json or text).
+// error; case-insensitive) in format (json or text). A record logged
+// with a context holding a span (logger.InfoContext(ctx, ...)) carries
+// its trace_id and span_id.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lvl slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "info", "":
-		lvl = slog.LevelInfo
-	case "warn", "warning":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	default:
-		return nil, fmt.Errorf("telemetry: unknown log level %q (want debug, info, warn or error)", level)
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
 	case "json", "":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(traceHandler{slog.NewJSONHandler(w, opts)}), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(traceHandler{slog.NewTextHandler(w, opts)}), nil
 	default:
 		return nil, fmt.Errorf("telemetry: unknown log format %q (want json or text)", format)
 	}
+}
+
+// ParseLevel parses a log level: debug, info (or empty), warn or error,
+// case-insensitive.
+func ParseLevel(level string) (slog.Level, error) {
+	switch strings.ToLower(level) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("telemetry: unknown log level %q (want debug, info, warn or error)", level)
 }
 
 // ServeMetrics serves g on /metrics on lis, and with profiles

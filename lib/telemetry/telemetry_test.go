@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
@@ -110,5 +111,20 @@ func TestRegisterReuses(t *testing.T) {
 	}
 	if _, err := telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "x_total", Help: "other"})); err == nil {
 		t.Fatal("conflicting registration accepted")
+	}
+}
+
+func TestLoggerTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := telemetry.NewLogger(&buf, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xab}, SpanID: trace.SpanID{0xcd}, TraceFlags: trace.FlagsSampled})
+	l.With("k", "v").InfoContext(trace.ContextWithSpanContext(context.Background(), sc), "traced")
+	l.InfoContext(context.Background(), "untraced")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"trace_id":"ab000000000000000000000000000000"`) || !strings.Contains(lines[0], `"span_id":"cd00000000000000"`) || strings.Contains(lines[1], "trace_id") {
+		t.Fatalf("log lines:\n%s", buf.String())
 	}
 }

@@ -75,9 +75,32 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule mirrors monitoring.coreos.com/v1 PrometheusRule.
+type prometheusRule struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		Groups []ruleGroup `json:"groups"`
+	} `json:"spec"`
+}
+
+// ruleGroup is a group of Prometheus alerting rules.
+type ruleGroup struct {
+	Name  string `json:"name"`
+	Rules []struct {
+		Alert       string            `json:"alert"`
+		Expr        string            `json:"expr"`
+		For         string            `json:"for,omitempty"`
+		Labels      map[string]string `json:"labels,omitempty"`
+		Annotations map[string]string `json:"annotations,omitempty"`
+	} `json:"rules"`
+}
+
 // crdKinds are the kinds decoded into the mirrors, by apiVersion/kind.
 var crdKinds = map[string]func() any{
 	"cert-manager.io/v1/Certificate":          func() any { return &certificate{} },
 	"cert-manager.io/v1/Issuer":               func() any { return &issuer{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &serviceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &prometheusRule{} },
 }

@@ -95,7 +95,10 @@ func binaries(t *testing.T) string {
 // and kubectl through both. Beyond each command succeeding: `member list`
 // shows three voters and one leader, `/readyz` prints ok, a `get` returns
 // the object, both watches see both ConfigMaps (each written through one
-// gateway), every service serves /metrics on its --metrics-listen, and
+// gateway), every service serves /metrics on its --metrics-listen, a
+// create's trace, exported over OTLP by each process, crosses the
+// gateway, a store member (proposal, raft log append, apply) and a
+// watchfanout replica with the right parents (crossProcessCreate), and
 // every process keeps running until SIGTERM and then exits 0.
 func TestDistributedDoc(t *testing.T) {
 	bin := binaries(t)
@@ -114,7 +117,9 @@ func TestDistributedDoc(t *testing.T) {
 		programs[name] = filepath.Join(bin, name)
 	}
 	// HOME: kubectl's discovery cache goes to the test's directory.
-	sh := &docshell.Shell{T: t, Dir: work, Programs: programs, Env: []string{"HOME=" + work}, Check: checkOutput}
+	// Every process exports its spans to an OTLP receiver in the test.
+	otlp := startOTLPReceiver(t)
+	sh := &docshell.Shell{T: t, Dir: work, Programs: programs, Env: append([]string{"HOME=" + work}, otlp.Env()...), Check: checkOutput}
 
 	for _, b := range blocks {
 		sh.Run(b)
@@ -136,6 +141,15 @@ func TestDistributedDoc(t *testing.T) {
 			out := w.Output()
 			return strings.Contains(out, "configmap/one\n") && strings.Contains(out, "configmap/two\n")
 		})
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := crossProcessCreate(otlp.Spans())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	for _, p := range services {
 		if p.Exited() {

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -44,6 +45,9 @@ type Config struct {
 	TLS *tls.Config
 	// Registerer receives the metrics; nil means none.
 	Registerer prometheus.Registerer
+	// TracerProvider traces the service's gRPC calls and its own spans
+	// (lib/telemetry); nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
@@ -96,6 +100,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Trust:          cfg.Trust,
 		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
 		MaxRecvMsgSize: maxRecv,
+		TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)

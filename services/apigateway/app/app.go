@@ -26,6 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
@@ -52,6 +53,7 @@ import (
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -116,6 +118,13 @@ type Config struct {
 	// may be nil.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// RequestLogLevel is the level of the one log line per API request;
+	// nil means debug.
+	RequestLogLevel slog.Leveler
+	// TracerProvider traces API requests (continuing a W3C traceparent a
+	// client sends), the gRPC API and the gateway's own spans
+	// (lib/telemetry); nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 	// GatewayID names this replica to flow control; empty: a random id.
@@ -302,7 +311,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	tlsConf := servingTLS(cfg)
 	a.grpc, err = grpcapi.New(grpcapi.Config{
-		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger},
+		Server:        grpcserver.Options{Service: "apigateway", TLS: tlsConf, Registerer: cfg.Registerer, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider},
 		Authenticator: authenticator,
 		Anonymous:     a.anonymousPolicy(),
 		Authorizer:    authorizer,
@@ -314,7 +323,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.http = newHTTPServer(handler, tlsConf, cfg.Logger)
+	a.http = newHTTPServer(telemetry.HTTPHandler(handler, cfg.TracerProvider, "apiserver"), tlsConf, cfg.Logger)
 	ok = true
 	return a, nil
 }
@@ -540,6 +549,7 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 		Metrics:         metrics,
 		Registerer:      a.cfg.Registerer,
 		Logger:          a.cfg.Logger,
+		RequestLogLevel: a.cfg.RequestLogLevel,
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -85,6 +86,9 @@ type Config struct {
 	TLS *tls.Config
 	// Registerer receives the metrics; nil means none.
 	Registerer prometheus.Registerer
+	// TracerProvider traces the service's gRPC calls and its own spans
+	// (lib/telemetry); nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
@@ -189,12 +193,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
 	srv, hs, err := grpcserver.New(grpcserver.Options{
-		Service:    "flowcontrol",
-		TLS:        cfg.TLS,
-		Registerer: cfg.Registerer,
-		Logger:     cfg.Logger,
-		Trust:      cfg.Trust,
-		Access:     identity.ServiceCallers(ServiceName, cfg.Callers),
+		Service:        "flowcontrol",
+		TLS:            cfg.TLS,
+		Registerer:     cfg.Registerer,
+		Logger:         cfg.Logger,
+		Trust:          cfg.Trust,
+		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
+		TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		ctrl.Close()

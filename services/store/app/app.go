@@ -20,6 +20,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
@@ -118,7 +119,7 @@ func (a *App) open(ctx context.Context) error {
 		return err
 	}
 	if a.fsm, err = fsm.New(a.store, a.hub, fsm.Options{
-		Logger: a.log, Registerer: reg, ReasonRestored: watch.ReasonRestored,
+		Logger: a.log, Registerer: reg, ReasonRestored: watch.ReasonRestored, TracerProvider: cfg.TracerProvider,
 		OnFatal: func(error) { a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING) },
 	}); err != nil {
 		return err
@@ -129,7 +130,7 @@ func (a *App) open(ctx context.Context) error {
 		ID: cfg.ID, DB: db, SnapshotDir: filepath.Join(cfg.DataDir, "snapshots"),
 		LogDir: filepath.Join(cfg.DataDir, "raft"), FS: guard.FS(), Fatal: a.fatalLog,
 		PeerAddress: cfg.PeerAddress, PeerAdvertise: cfg.PeerAdvertise, Bootstrap: cfg.Bootstrap && len(cfg.Join) == 0, RestoreOnStart: needsRestore,
-		FSM: a.fsm, Logger: a.log, Registerer: reg,
+		FSM: a.fsm, Logger: a.log, Registerer: reg, TracerProvider: cfg.TracerProvider,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, CommitTimeout: cfg.CommitTimeout,
 		AdmitWrite: guard.Admit,
@@ -174,6 +175,7 @@ func (a *App) open(ctx context.Context) error {
 			grpc.ChainUnaryInterceptor(access.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(access.StreamServerInterceptor()))
 	}
+	opts = append(opts, telemetry.GRPCServerOptions(cfg.TracerProvider)...)
 	opts = append(opts, cfg.GRPCServerOptions...)
 	a.grpc = grpc.NewServer(opts...)
 	a.srv = server.New(server.Config{
@@ -259,6 +261,9 @@ func (a *App) registerMetrics(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_db_size_bytes", Help: "On-disk size of the store's pebble DB.",
+		}, func() float64 { return float64(a.dbSize()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "etcd_mvcc_db_total_size_in_bytes", Help: "Total size of the underlying database physically allocated in bytes (etcd's name; the pebble DB's on-disk size).",
 		}, func() float64 { return float64(a.dbSize()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_current_revision", Help: "Current store revision.",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
@@ -104,6 +105,9 @@ type Config struct {
 	// Registerer receives the store's metrics; nil registers none. Close
 	// unregisters them.
 	Registerer prometheus.Registerer
+	// TracerProvider traces the service's gRPC calls and its own spans
+	// (lib/telemetry); nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// MaxValueBytes caps each value written; default 1.5 MiB. A whole

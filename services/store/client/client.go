@@ -71,6 +71,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/ports"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -185,6 +186,7 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 				Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
 			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize))}, grpcclient.WindowDialOptions()...)
+		dopts = append(dopts, telemetry.GRPCClientOption())
 		dopts = append(dopts, o.DialOptions...)
 		conn, err := grpc.NewClient(ep, dopts...)
 		if err != nil {

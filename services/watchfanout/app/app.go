@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -63,6 +64,9 @@ type Config struct {
 	TLS *tls.Config
 	// Registerer receives the metrics; nil means none.
 	Registerer prometheus.Registerer
+	// TracerProvider traces the service's gRPC calls and its own spans
+	// (lib/telemetry); nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Trust decides which mTLS peers may assert users; nil trusts none.
@@ -188,12 +192,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 	so, err := grpcserver.ServerOptions(grpcserver.Options{
-		Service:    "watchfanout",
-		TLS:        cfg.TLS,
-		Registerer: cfg.Registerer,
-		Logger:     cfg.Logger,
-		Trust:      cfg.Trust,
-		Access:     identity.ServiceCallers(ServiceName, cfg.Callers),
+		Service:        "watchfanout",
+		TLS:            cfg.TLS,
+		Registerer:     cfg.Registerer,
+		Logger:         cfg.Logger,
+		Trust:          cfg.Trust,
+		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
+		TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
@@ -222,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registry: reg, Codec: cdc,
 		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
 		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
-		Registerer: cfg.Registerer, Logger: logger, Decrypter: crypt,
+		Registerer: cfg.Registerer, Logger: logger, Decrypter: crypt, TracerProvider: cfg.TracerProvider,
 	}, conn)
 	if err != nil {
 		conn.Close()

@@ -22,7 +22,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		},
 		Check: func(*daemon.Flags) error { return cfg.Validate() },
 		Build: func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
-			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
+			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers, cfg.TracerProvider = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers, env.TracerProvider
 			return app.New(ctx, cfg)
 		},
 	}.Run(ctx, args, stderr)

@@ -151,11 +151,11 @@ func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (Re
 	if e.Set == nil {
 		return res, nil
 	}
-	for _, p := range e.Set.Matching(req) {
+	for i, p := range e.Set.Matching(req) {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
-		d, err := p.Evaluate(ctx, req)
+		d, err := evaluate(ctx, p, i, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, ctx.Err()

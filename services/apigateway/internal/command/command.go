@@ -39,6 +39,7 @@ type flags struct {
 	shutdownDelay                              time.Duration
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
+	requestLogLevel                            string
 }
 
 // flagSet defines the flags on a new flag set that stores them in f and
@@ -70,6 +71,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, how long to keep serving with /readyz failing before the listeners close, so that load balancers stop sending requests (set it above their probe period times failure threshold)")
 	f.audit.AddFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.requestLogLevel, "request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	return fs
 }
@@ -121,6 +123,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	requestLogLevel, err := telemetry.ParseLevel(f.requestLogLevel)
+	if err != nil {
+		return fmt.Errorf("--request-log-level: %w", err)
+	}
 
 	serving, err := pki.LoadServerTLS(f.certFile, f.keyFile, "", logger)
 	if err != nil {
@@ -131,7 +137,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
-		RootCAFile: f.rootCAFile,
+		RootCAFile: f.rootCAFile, RequestLogLevel: requestLogLevel,
 	}
 	if cfg.RootCAFile == "" {
 		// meridian's API CA signs both the serving certificate and the
@@ -155,6 +161,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	reg := telemetry.NewRegistry()
 	cfg.Registerer, cfg.Gatherer = reg, reg
+	tracing, err := telemetry.TracingFromEnv(ctx, "apigateway")
+	if err != nil {
+		return err
+	}
+	defer daemon.ShutdownTracing(ctx, tracing, logger)
+	cfg.TracerProvider = tracing.Provider
 
 	// Listen before connecting to anything, so that an address in use
 	// fails the start at once, naming the flag.

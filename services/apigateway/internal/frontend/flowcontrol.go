@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 )
@@ -22,7 +23,13 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 		gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 		digest.EstimatedWidth = h.cfg.WorkSize.ListSeats(gvr, r.URL.Query(), info.Name != "")
 	}
-	g, err := h.cfg.FlowControl.Acquire(r.Context(), digest)
+	ctx, span := telemetry.StartSpan(r.Context(), telemetry.ScopeGateway, "flowcontrol.acquire")
+	g, err := h.cfg.FlowControl.Acquire(ctx, digest)
+	if span.IsRecording() {
+		span.SetAttributes(attrFlowSchema.String(g.FlowSchemaUID), attrPriority.String(g.PriorityLevelUID))
+		span.End()
+	}
+	noteFlowSchema(r.Context(), g.FlowSchemaUID, g.PriorityLevelUID)
 	if g.FlowSchemaUID != "" {
 		// On a rejection too, as kube-apiserver sets them at classification.
 		w.Header().Set("X-Kubernetes-PF-FlowSchema-UID", g.FlowSchemaUID)

@@ -28,6 +28,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authn"
@@ -89,6 +90,10 @@ type Config struct {
 	MaxRequestBytes int64
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RequestLogLevel is the level of the one log line per request
+	// (audit id, user, verb, resource, code, latency, flow schema); nil
+	// means debug.
+	RequestLogLevel slog.Leveler
 	// Auditor writes audit events; nil audits nothing (and costs a nil
 	// check per request).
 	Auditor *audit.Auditor
@@ -180,10 +185,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		growstack.Grow()
 	}
+	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
 	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
+	defer h.metrics.begin(labels.verb)()
+	ctx, rl := withRequestLog(r.Context(), h.cfg.Logger, h.requestLogLevel())
+	if rl != nil {
+		r = r.WithContext(ctx)
+	}
+	nameRequestSpan(r.Context(), labels.verb, info, id)
 	var rt route
 	var ev *audit.Request
 	defer func() {
@@ -198,7 +210,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		ev.Complete(rec.code())
-		h.metrics.observe(labels, rt, rec.code())
+		h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
+		telemetry.HTTPStatus(r.Context(), rec.code())
+		if rl != nil {
+			h.logRequest(r.Context(), rl, id, labels.verb, info, rec.code(), time.Since(start))
+		}
 	}()
 	h.serve(rec, r, info, &rt, id, &ev)
 }
@@ -212,7 +228,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	if h.cfg.Auditor != nil {
 		received = time.Now()
 	}
+	_, authSpan := telemetry.StartSpan(r.Context(), telemetry.ScopeGateway, "authenticate")
 	u, ok, err := h.cfg.Authenticator.Authenticate(authn.Credentials{TLS: r.TLS, Authorization: r.Header.Get("Authorization")})
+	if authSpan.IsRecording() {
+		authSpan.SetAttributes(attrAuthOK.Bool(ok), attrUser.String(u.Name))
+		authSpan.End()
+	}
 	if err != nil || (!ok && !h.cfg.Anonymous.Admits(r.URL.Path)) {
 		h.authn.Observe(ok, err)
 		if h.cfg.Auditor != nil {
@@ -229,6 +250,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		h.authn.Observe(ok, err)
 		requestor = u
 	}
+	noteUser(r.Context(), requestor.Name)
 	if h.cfg.Auditor != nil {
 		if *ev = h.beginAudit(r, info, requestor, id, received); *ev != nil {
 			w = &auditWriter{ResponseWriter: w, ev: *ev}
@@ -250,6 +272,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	if impersonated {
 		requestor = as
+		noteUser(r.Context(), as.Name)
 		(*ev).SetImpersonatedUser(as)
 	}
 	// An anonymous request that got this far acts as system:anonymous
@@ -372,6 +395,9 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		return
 	}
 	*rt = resourceRoute(info)
+	if info.Verb == "watch" {
+		defer h.metrics.watching(requestLabels{verb: "WATCH"}, *rt)()
+	}
 	// Seats are taken before the body is read, as kube-apiserver's flow
 	// control comes before its handlers: a slow upload occupies its own
 	// priority level's seats, not the server.

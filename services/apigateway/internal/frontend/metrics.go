@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -26,15 +27,58 @@ import (
 // that is not served) is not counted there, as kube-apiserver's filters
 // and NotFound handler do not count it; failed authentication is counted
 // under authentication_attempts instead (authn.Metrics).
+//
+// apiserver_request_duration_seconds and apiserver_response_sizes (GET
+// and LIST only, as kube-apiserver) observe the same requests;
+// apiserver_request_duration_seconds leaves out WATCH, whose duration is
+// the watch's whole life (apiserver_longrunning_requests counts the
+// watches open). apiserver_current_inflight_requests is the number of
+// requests being served now by request_kind (readOnly: GET and LIST;
+// mutating: the rest), watches left out as kube-apiserver leaves out
+// long-running requests.
 type metrics struct {
-	requests *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	sizes       *prometheus.HistogramVec
+	longRunning *prometheus.GaugeVec
+	inflight    *prometheus.GaugeVec
 }
 
+// routeLabels are the labels of apiserver_request_duration_seconds;
+// apiserver_request_total adds code; apiserver_response_sizes and
+// apiserver_longrunning_requests have them without dry_run (sizeLabels),
+// as kube-apiserver's.
+var (
+	routeLabels = []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"}
+	sizeLabels  = []string{"verb", "group", "version", "resource", "subresource", "scope", "component"}
+)
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "apiserver_request_total",
-		Help: "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
-	}, []string{"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component", "code"})}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "apiserver_request_total",
+			Help: "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
+		}, append(slices.Clone(routeLabels), "code")),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "apiserver_request_duration_seconds",
+			Help: "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
+			// kube-apiserver's buckets.
+			Buckets: []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60},
+		}, routeLabels),
+		sizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apiserver_response_sizes",
+			Help:    "Response size distribution in bytes for each group, version, verb, resource, subresource, scope and component.",
+			Buckets: prometheus.ExponentialBuckets(1000, 10, 7),
+		}, sizeLabels),
+		longRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "apiserver_longrunning_requests",
+			Help: "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way.",
+		}, sizeLabels),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "apiserver_current_inflight_requests",
+			Help: "Number of requests currently being served by this apiserver, per request kind (readOnly, mutating); long-running requests are not counted.",
+		}, []string{"request_kind"}),
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -42,7 +86,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.requests, err = telemetry.Register(reg, m.requests); err != nil {
 		return nil, err
 	}
+	if m.duration, err = telemetry.Register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.sizes, err = telemetry.Register(reg, m.sizes); err != nil {
+		return nil, err
+	}
+	if m.longRunning, err = telemetry.Register(reg, m.longRunning); err != nil {
+		return nil, err
+	}
+	if m.inflight, err = telemetry.Register(reg, m.inflight); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// begin counts a request of verb in flight until the returned func is
+// called; a watch is not counted (it is long-running).
+func (m *metrics) begin(verb string) func() {
+	if verb == "WATCH" {
+		return func() {}
+	}
+	kind := "mutating"
+	if verb == "GET" || verb == "LIST" {
+		kind = "readOnly"
+	}
+	g := m.inflight.WithLabelValues(kind)
+	g.Inc()
+	return g.Dec
+}
+
+// watching counts a watch that reached rt as long-running until the
+// returned func is called.
+func (m *metrics) watching(l requestLabels, rt route) func() {
+	g := m.longRunning.WithLabelValues(l.verb, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component)
+	g.Inc()
+	return g.Dec
 }
 
 // route is the endpoint a request reached, as apiserver_request_total
@@ -134,10 +213,17 @@ func scope(info requestinfo.Info) string {
 	}
 }
 
-// observe counts a request that reached rt and was answered with code.
-func (m *metrics) observe(l requestLabels, rt route, code int) {
+// observe counts a request that reached rt and was answered with code
+// after took, with a response body of size bytes.
+func (m *metrics) observe(l requestLabels, rt route, code int, took time.Duration, size int64) {
 	if !rt.set {
 		return
 	}
 	m.requests.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component, strconv.Itoa(code)).Inc()
+	if l.verb != "WATCH" {
+		m.duration.WithLabelValues(l.verb, l.dryRun, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component).Observe(took.Seconds())
+	}
+	if l.verb == "GET" || l.verb == "LIST" {
+		m.sizes.WithLabelValues(l.verb, rt.group, rt.version, rt.resource, rt.subresource, rt.scope, rt.component).Observe(float64(size))
+	}
 }

@@ -14,6 +14,7 @@ type recorder struct {
 	http.ResponseWriter
 	status      int
 	wroteHeader bool
+	written     int64 // body bytes
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -27,7 +28,9 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = http.StatusOK, true
 	}
-	return r.ResponseWriter.Write(b)
+	n, err := r.ResponseWriter.Write(b)
+	r.written += int64(n)
+	return n, err
 }
 
 // Flush sends buffered data to the client.

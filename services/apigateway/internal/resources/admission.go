@@ -8,9 +8,11 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
+	"go.opentelemetry.io/otel/attribute"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +42,13 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	if s.cfg.Admission == nil {
 		return nil
 	}
+	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeGateway, "admission")
+	defer span.End()
 	if sc, ok := s.cfg.Admission.(Scoper); ok && !sc.InScope(op, res.GVR.Group, res.GVR.Resource, ref.GetSubresource()) {
+		if span.IsRecording() {
+			// No policy can match: admitted without a call.
+			span.SetAttributes(attribute.Bool("meridian.admission.in_scope", false))
+		}
 		return nil
 	}
 	u := user(ctx)

@@ -41,7 +41,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			return cfg.Validate()
 		},
 		Build: func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
-			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers
+			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers, cfg.TracerProvider = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers, env.TracerProvider
 			storeTLS, err := store.TLS(env.Logger)
 			if err != nil {
 				return nil, err

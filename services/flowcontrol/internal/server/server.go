@@ -17,6 +17,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
@@ -82,6 +83,8 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		defer cancel()
 		defer context.AfterFunc(term, cancel)()
 	}
+	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
+	defer span.End()
 	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
@@ -104,6 +107,9 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		}
 		_, leader := s.leadership.Term()
 		return nil, notLeader(leader)
+	}
+	if span.IsRecording() {
+		traceGrant(span, g, err)
 	}
 	if err != nil {
 		return nil, s.toStatus(ctx, err)

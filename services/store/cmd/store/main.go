@@ -136,6 +136,11 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return err
 	}
 	reg := telemetry.NewRegistry()
+	tracing, err := telemetry.TracingFromEnv(ctx, "store")
+	if err != nil {
+		return err
+	}
+	defer daemon.ShutdownTracing(ctx, tracing, log)
 
 	clientTLS, err := peerClientTLS(f, log)
 	if err != nil {
@@ -194,6 +199,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		Join:                join,
 		NonVoter:            f.nonVoter,
 		TLS:                 tlsConfig,
+		TracerProvider:      tracing.Provider,
 		ClientTLS:           clientTLS,
 		SnapshotThreshold:   f.snapshotThreshold,
 		TrailingLogs:        f.trailingLogs,

@@ -29,7 +29,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 )
@@ -58,6 +61,11 @@ type Options struct {
 	// ReasonRestored is the cancel reason given to watchers after a
 	// snapshot restore.
 	ReasonRestored string
+	// TracerProvider records a "store.apply" span, with a "store.commit"
+	// child (the pebble batch commit), for every applied entry whose
+	// Extensions hold a sampled traceparent (see raftnode), and gives the
+	// entry's events the apply span's traceparent; nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // FSM implements raft.BatchingFSM over an mvcc.Store.
@@ -112,6 +120,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	last := applied
 	w := f.store.NewWriteBatch()
 	defer w.Close()
+	var traced []trace.Span
 	for i, l := range logs {
 		if l.Index <= applied {
 			continue // durable already: applying again would double it
@@ -120,7 +129,17 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		var span trace.Span
+		if len(l.Extensions) > 0 {
+			_, span = telemetry.StartRemoteSpan(context.Background(), f.opts.TracerProvider, string(l.Extensions), telemetry.ScopeStore, "store.apply",
+				trace.WithTimestamp(start), trace.WithAttributes(attribute.Int64("raft.index", int64(l.Index)), attribute.Int("raft.batch_entries", len(logs))))
+		}
+		from := w.EventCount()
 		resp, err := f.applyCommand(w, l.Data)
+		if span != nil && span.IsRecording() {
+			w.TraceEvents(from, telemetry.Traceparent(trace.ContextWithSpan(context.Background(), span)))
+			traced = append(traced, span)
+		}
 		if err != nil && isStorageError(err) {
 			return f.fail(resps, err)
 		}
@@ -138,9 +157,12 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if err != nil {
 		return f.fail(resps, err)
 	}
-	f.metrics.commit.Observe(time.Since(commitStart).Seconds())
+	commitEnd := time.Now()
+	f.metrics.commit.Observe(commitEnd.Sub(commitStart).Seconds())
+	f.metrics.etcdCommit.Observe(commitEnd.Sub(commitStart).Seconds())
 	f.pub.Publish(w.Rev(), events)
 	f.notifyAdvanced()
+	endSpans(traced, commitStart, commitEnd, w.Rev())
 	f.metrics.apply.Observe(time.Since(start).Seconds())
 	f.metrics.batch.Observe(float64(len(logs)))
 	return resps
@@ -294,3 +316,18 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 
 // Release unpins the state.
 func (s *snapshot) Release() { s.snap.Close() }
+
+// endSpans ends the apply spans of a batch's traced entries, each with a
+// "store.commit" child for the batch's commit, from commitStart to
+// commitEnd (one commit serves every entry of the batch; pebble.NoSync:
+// durability is the raft log's fsync, "store.wal.append"), at revision
+// rev.
+func endSpans(spans []trace.Span, commitStart, commitEnd time.Time, rev int64) {
+	for _, s := range spans {
+		_, c := s.TracerProvider().Tracer(telemetry.ScopeStore).Start(trace.ContextWithSpan(context.Background(), s), "store.commit",
+			trace.WithTimestamp(commitStart), trace.WithAttributes(attribute.Int64("store.revision", rev)))
+		c.End(trace.WithTimestamp(commitEnd))
+		s.SetAttributes(attribute.Int64("store.revision", rev))
+		s.End()
+	}
+}

@@ -11,6 +11,8 @@ type metrics struct {
 	commit   prometheus.Histogram
 	batch    prometheus.Histogram
 	snapshot prometheus.Histogram
+	// etcdCommit is commit under etcd's name and buckets.
+	etcdCommit prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,9 +37,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to persist a raft snapshot of the state machine.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		etcdCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "etcd_disk_backend_commit_duration_seconds",
+			Help:    "The latency distributions of commit called by backend.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.apply, m.commit, m.batch, m.snapshot} {
+		for _, c := range []prometheus.Collector{m.apply, m.commit, m.batch, m.snapshot, m.etcdCommit} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("fsm: register metrics: %w", err)
 			}

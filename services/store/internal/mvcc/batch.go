@@ -40,6 +40,18 @@ func (s *Store) NewWriteBatch() *WriteBatch {
 // Rev returns the batch's working revision.
 func (w *WriteBatch) Rev() int64 { return w.rev }
 
+// TraceEvents sets the Traceparent of the batch's events from the from-th
+// on (those of the command applied last, when from is the count before
+// it, EventCount) to traceparent.
+func (w *WriteBatch) TraceEvents(from int, traceparent string) {
+	for _, ev := range w.events[from:] {
+		ev.Traceparent = traceparent
+	}
+}
+
+// EventCount returns how many events the batch made so far.
+func (w *WriteBatch) EventCount() int { return len(w.events) }
+
 // Commit writes the meta key (revision, compacted revision, applied) and
 // commits the batch with opts. On success it publishes the new revisions and
 // applied index and returns the events of the batch in revision order; the

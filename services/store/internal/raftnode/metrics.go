@@ -12,6 +12,7 @@ type metrics struct {
 	propose prometheus.Histogram
 	logSync prometheus.Histogram
 	nudges  prometheus.Counter
+	etcd    *etcdMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,6 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Barriers the leader appended to tell followers of a commit no entry followed (see raftnode's nudge.go).",
 		}),
 	}
+	m.etcd = newEtcdMetrics()
 	return m, m.register(m.pending, m.propose, m.logSync, m.nudges)
 }
 
@@ -50,8 +52,10 @@ func (m *metrics) register(cs ...prometheus.Collector) error {
 	return nil
 }
 
-// observe registers gauges that read the node's raft state.
+// observe registers gauges that read the node's raft state, and the
+// etcd-named metrics.
 func (m *metrics) observe(n *Node) {
+	_ = m.register(m.etcd.collectors(n)...)
 	_ = m.register(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_raft_state",

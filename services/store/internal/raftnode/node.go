@@ -21,6 +21,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/fsm"
@@ -128,6 +132,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the node's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// TracerProvider records the raft log's append (write + fsync) of
+	// traced proposals (raftwal.Options.TracerProvider); nil: none.
+	TracerProvider trace.TracerProvider
 	// ApplyTimeout bounds how long a proposal may wait to be enqueued;
 	// default 10s.
 	ApplyTimeout time.Duration
@@ -189,7 +196,10 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	hl := newHCLog(cfg.Logger, "raft")
-	st, err := openStores(cfg, hl, func(d time.Duration) { m.logSync.Observe(d.Seconds()) })
+	st, err := openStores(cfg, hl, func(d time.Duration) {
+		m.logSync.Observe(d.Seconds())
+		m.etcd.walFsync.Observe(d.Seconds())
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +267,7 @@ func openStores(cfg Config, hl hclog.Logger, observeSync func(time.Duration)) (_
 	if err != nil {
 		return nil, err
 	}
-	wl, err := raftwal.Open(raftwal.Options{Dir: cfg.LogDir, FS: cfg.FS, ObserveSync: observeSync, Fatal: cfg.Fatal})
+	wl, err := raftwal.Open(raftwal.Options{Dir: cfg.LogDir, FS: cfg.FS, ObserveSync: observeSync, Fatal: cfg.Fatal, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -351,6 +361,7 @@ func (n *Node) startLoops() {
 	n.metrics.observe(n)
 	ctx, stop := context.WithCancel(context.Background())
 	n.stopNudges = stop
+	go n.metrics.etcd.countLeaderChanges(ctx, n.raft)
 	go func() {
 		defer close(n.nudgerDone)
 		n.nudgeFollowers(ctx)
@@ -524,9 +535,22 @@ func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
-	f := n.raft.Apply(data, timeout)
+	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeStore, "store.propose")
+	defer span.End()
+	var f raft.ApplyFuture
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		// The entry carries the proposal's trace context: the log append
+		// (raftwal) and the apply (fsm) continue its trace, on every
+		// member.
+		f = n.raft.ApplyLog(raft.Log{Data: data, Extensions: []byte(tp)}, timeout)
+	} else {
+		f = n.raft.Apply(data, timeout)
+	}
 	if err := wait(ctx, f); err != nil {
 		return nil, mapErr(err)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int64("raft.index", int64(f.Index())))
 	}
 	n.metrics.propose.Observe(time.Since(start).Seconds())
 	n.signalNudge()

@@ -39,6 +39,7 @@
 package raftwal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -50,6 +51,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
 
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
 )
@@ -76,6 +81,10 @@ type Options struct {
 	// Fatal is called with the error of a failed fsync and must not
 	// return; nil panics.
 	Fatal func(error)
+	// TracerProvider records a "store.wal.append" span (write and
+	// fdatasync) for every appended entry whose Extensions hold a sampled
+	// W3C traceparent (what raftnode puts there); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Log is a raft.LogStore and raft.MonotonicLogStore.
@@ -85,6 +94,7 @@ type Log struct {
 	size    int64
 	observe func(time.Duration)
 	fatal   func(error)
+	tracer  trace.TracerProvider
 
 	// writeMu is held by StoreLogs and DeleteRange, mu by whoever changes
 	// the fields below (under writeMu) and, for reading, by GetLog.
@@ -120,7 +130,7 @@ func Open(o Options) (*Log, error) {
 	if o.Fatal == nil {
 		o.Fatal = func(err error) { panic(err) }
 	}
-	l := &Log{fs: o.FS, dir: o.Dir, size: o.SegmentBytes, observe: o.ObserveSync, fatal: o.Fatal}
+	l := &Log{fs: o.FS, dir: o.Dir, size: o.SegmentBytes, observe: o.ObserveSync, fatal: o.Fatal, tracer: o.TracerProvider}
 	if err := l.mkdir(); err != nil {
 		return nil, err
 	}
@@ -334,7 +344,31 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 	if l.observe != nil {
 		l.observe(time.Since(start))
 	}
+	l.traceAppend(logs, start, len(buf))
 	return nil
+}
+
+// traceAppend records the append of the traced entries among logs, which
+// began at start and wrote n bytes.
+func (l *Log) traceAppend(logs []*raft.Log, start time.Time, n int) {
+	if l.tracer == nil {
+		return
+	}
+	var end time.Time
+	for _, e := range logs {
+		if len(e.Extensions) == 0 {
+			continue
+		}
+		_, span := telemetry.StartRemoteSpan(context.Background(), l.tracer, string(e.Extensions), telemetry.ScopeStore, "store.wal.append", trace.WithTimestamp(start))
+		if !span.IsRecording() {
+			continue
+		}
+		if end.IsZero() {
+			end = time.Now()
+		}
+		span.SetAttributes(attribute.Int64("raft.index", int64(e.Index)), attribute.Int("raft.batch_entries", len(logs)), attribute.Int("raft.batch_bytes", n), attribute.Bool("fsync", true))
+		span.End(trace.WithTimestamp(end))
+	}
 }
 
 // createSegment creates and allocates the segment for entries from base,

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	"github.com/meridian-cp/meridian/services/store/internal/raftnode"
 	"github.com/meridian-cp/meridian/services/store/internal/wire"
 )
@@ -109,7 +110,8 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(f.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		telemetry.GRPCClientOption())
 	if err != nil {
 		return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
 	}

@@ -44,9 +44,12 @@ import (
 	"github.com/google/btree"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -100,6 +103,10 @@ type Options struct {
 	Decrypter Decrypter
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// TracerProvider records a "watchfanout.fanout" span (decode and
+	// dispatch to the watchers' queues) for every event of a traced
+	// write (storev1.Event.traceparent), in the write's trace; nil: none.
+	TracerProvider trace.TracerProvider
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -486,12 +493,19 @@ func (c *Cache) follow(ctx context.Context) error {
 		// before this batch's last event is complete once it is applied.
 		lastEvent = evs[len(evs)-1].GetKv().GetModRevision()
 		complete := max(c.Rev(), lastEvent-1)
+		var spans []trace.Span
 		for _, ev := range evs {
 			kv := ev.GetKv()
 			key := string(kv.GetKey())
 			r := c.resourceFor(key)
 			if r == nil {
 				continue
+			}
+			if tp := ev.GetTraceparent(); tp != "" {
+				if _, span := telemetry.StartRemoteSpan(ctx, c.opts.TracerProvider, tp, telemetry.ScopeWatchFanout, "watchfanout.fanout",
+					trace.WithAttributes(attribute.String("k8s.resource", r.res.GVR.Resource), attribute.Int64("store.revision", kv.GetModRevision()))); span.IsRecording() {
+					spans = append(spans, span)
+				}
 			}
 			var obj *object
 			if ev.GetType() == storev1.Event_TYPE_PUT {
@@ -507,6 +521,9 @@ func (c *Cache) follow(ctx context.Context) error {
 			r.applyBatch(chs, complete, now)
 			clear(chs)
 			batches[r] = chs[:0]
+		}
+		for _, s := range spans {
+			s.End()
 		}
 		if complete > c.Rev() {
 			c.setRev(complete)

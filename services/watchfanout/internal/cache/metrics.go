@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // metrics are the cache's metrics, on an injected registerer.
@@ -13,9 +14,13 @@ type metrics struct {
 	events     *prometheus.CounterVec
 	received   *prometheus.CounterVec
 	objects    *prometheus.GaugeVec
-	history    *prometheus.GaugeVec
-	revision   prometheus.Gauge
-	relists    prometheus.Counter
+	// storage is objects under kube-apiserver's name and label
+	// (resource: "configmaps", "deployments.apps"), which kube-apiserver
+	// also reports from its watch cache.
+	storage  *prometheus.GaugeVec
+	history  *prometheus.GaugeVec
+	revision prometheus.Gauge
+	relists  prometheus.Counter
 	// undecryptable counts stored values that did not decrypt.
 	undecryptable prometheus.Counter
 }
@@ -38,6 +43,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchfanout_cache_objects", Help: "Objects in the cache per resource.",
 		}, gvr),
+		storage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "apiserver_storage_objects", Help: "Number of stored objects at the time of last check split by kind.",
+		}, []string{"resource"}),
 		history: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchfanout_cache_history_events", Help: "Events in the history per resource.",
 		}, gvr),
@@ -52,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.history, m.revision, m.relists, m.undecryptable} {
+		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.storage, m.history, m.revision, m.relists, m.undecryptable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -64,6 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // resourceMetrics are metrics curried for one resource.
 type resourceMetrics struct {
 	watchers, objects, history prometheus.Gauge
+	storage                    prometheus.Gauge
 	events, received           prometheus.Counter
 	tooSlow, reset             prometheus.Counter
 }
@@ -75,7 +84,8 @@ func (m *metrics) forResource(group, version, resource string) *resourceMetrics 
 	}
 	return &resourceMetrics{
 		watchers: m.watchers.With(l), objects: m.objects.With(l), history: m.history.With(l),
-		events: m.events.With(l), received: m.received.With(l),
+		storage: m.storage.WithLabelValues(schema.GroupResource{Group: group, Resource: resource}.String()),
+		events:  m.events.With(l), received: m.received.With(l),
 		tooSlow: with("too_slow"), reset: with("reset"),
 	}
 }

@@ -134,6 +134,7 @@ func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) {
 	}
 	r.m.received.Add(float64(len(chs)))
 	r.m.objects.Set(float64(r.mu.state.Len()))
+	r.m.storage.Set(float64(r.mu.state.Len()))
 	r.advanceLocked(complete, now)
 }
 
@@ -215,6 +216,7 @@ func (r *Resource) reset(state *tree, rev int64) {
 	r.mu.watchers = newWatcherSet()
 	r.m.watchers.Set(0)
 	r.m.objects.Set(float64(state.Len()))
+	r.m.storage.Set(float64(state.Len()))
 	r.m.history.Set(0)
 }
 

@@ -1887,7 +1887,11 @@ type Event struct {
 	// kv is the key after the change.
 	Kv *KeyValue `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
 	// prev_kv is the key before the change, when requested and it existed.
-	PrevKv        *KeyValue `protobuf:"bytes,3,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
+	PrevKv *KeyValue `protobuf:"bytes,3,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
+	// traceparent is the W3C trace context of the store's apply span of the
+	// write that made this change, when that write was traced (sampled);
+	// empty otherwise. The watch tier continues the write's trace with it.
+	Traceparent   string `protobuf:"bytes,4,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1941,6 +1945,13 @@ func (x *Event) GetPrevKv() *KeyValue {
 		return x.PrevKv
 	}
 	return nil
+}
+
+func (x *Event) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // LeaseGrantRequest creates a lease.
@@ -3482,11 +3493,12 @@ const file_meridian_store_v1_store_proto_rawDesc = "" +
 	"\rcancel_reason\x18\x04 \x01(\tR\fcancelReason\x12)\n" +
 	"\x10compact_revision\x18\x05 \x01(\x03R\x0fcompactRevision\x12'\n" +
 	"\x0fprogress_notify\x18\x06 \x01(\bR\x0eprogressNotify\x120\n" +
-	"\x06events\x18\a \x03(\v2\x18.meridian.store.v1.EventR\x06events\"\xda\x01\n" +
+	"\x06events\x18\a \x03(\v2\x18.meridian.store.v1.EventR\x06events\"\xfc\x01\n" +
 	"\x05Event\x121\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1d.meridian.store.v1.Event.TypeR\x04type\x12+\n" +
 	"\x02kv\x18\x02 \x01(\v2\x1b.meridian.store.v1.KeyValueR\x02kv\x124\n" +
-	"\aprev_kv\x18\x03 \x01(\v2\x1b.meridian.store.v1.KeyValueR\x06prevKv\";\n" +
+	"\aprev_kv\x18\x03 \x01(\v2\x1b.meridian.store.v1.KeyValueR\x06prevKv\x12 \n" +
+	"\vtraceparent\x18\x04 \x01(\tR\vtraceparent\";\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x0f\n" +
