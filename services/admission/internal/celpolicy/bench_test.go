@@ -22,7 +22,7 @@ func BenchmarkEvaluate10(b *testing.B) {
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}}}},
-			Variables: []admissionregistrationv1.Variable{{Name: "labels", Expression: "object.metadata.?labels.orValue({})"}},
+			Variables:   []admissionregistrationv1.Variable{{Name: "labels", Expression: "object.metadata.?labels.orValue({})"}},
 			Validations: []admissionregistrationv1.Validation{{Expression: "object.metadata.name.size() < 64"}, {Expression: "!('forbidden' in variables.labels)"}, {Expression: "object.data.all(k, k.size() < 256)"}},
 		}}
 		vp := compileValidating(p, nil)

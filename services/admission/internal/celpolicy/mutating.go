@@ -14,7 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	"k8s.io/apiserver/pkg/cel/environment"
 
@@ -36,36 +35,13 @@ type mutatingPolicy struct {
 
 func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *mutatingPolicy {
 	mp := &mutatingPolicy{obj: p}
-	m, err := newMatcher(p.Spec.MatchConstraints)
+	cc, err := compileCommon(p.Name, p.Spec.MatchConstraints, p.Spec.ParamKind, p.Spec.Variables, p.Spec.MatchConditions, p.Spec.FailurePolicy, params)
+	mp.match, mp.params, mp.cond = cc.match, cc.params, cc.conditions
 	if err != nil {
 		mp.err = err
 		return mp
 	}
-	mp.match = m
-	if p.Spec.ParamKind != nil {
-		if mp.params, err = params(p.Spec.ParamKind); err != nil {
-			mp.err = err
-			return mp
-		}
-	}
-	opts := plugincel.OptionalVariableDeclarations{HasParams: p.Spec.ParamKind != nil, HasAuthorizer: true}
-	c, err := plugincel.NewCompositedCompiler(celenv.Base())
-	if err != nil {
-		mp.err = err
-		return mp
-	}
-	vars := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
-	for i, v := range p.Spec.Variables {
-		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
-	}
-	c.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
-	if len(p.Spec.MatchConditions) > 0 {
-		acc := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
-		for i := range p.Spec.MatchConditions {
-			acc[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
-		}
-		mp.cond = matchconditions.NewMatcher(c.CompileCondition(acc, opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
-	}
+	c, opts := cc.compiler, cc.opts
 	popts := opts
 	popts.HasPatchTypes = true
 	for _, m := range p.Spec.Mutations {

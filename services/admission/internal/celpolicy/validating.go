@@ -34,39 +34,14 @@ type validatingPolicy struct {
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *validatingPolicy {
 	vp := &validatingPolicy{obj: p}
-	m, err := newMatcher(p.Spec.MatchConstraints)
+	cc, err := compileCommon(p.Name, p.Spec.MatchConstraints, p.Spec.ParamKind, p.Spec.Variables, p.Spec.MatchConditions, p.Spec.FailurePolicy, params)
+	vp.match, vp.params = cc.match, cc.params
 	if err != nil {
 		vp.err = err
 		return vp
 	}
-	vp.match = m
-	if p.Spec.ParamKind != nil {
-		if vp.params, err = params(p.Spec.ParamKind); err != nil {
-			vp.err = err
-			return vp
-		}
-	}
-	hasParams := p.Spec.ParamKind != nil
-	opts := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
-	msgOpts := plugincel.OptionalVariableDeclarations{HasParams: hasParams}
-	c, err := plugincel.NewCompositedCompiler(celenv.Base())
-	if err != nil {
-		vp.err = err
-		return vp
-	}
-	vars := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
-	for i, v := range p.Spec.Variables {
-		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
-	}
-	c.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
-	var mc matchconditions.Matcher
-	if len(p.Spec.MatchConditions) > 0 {
-		acc := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
-		for i := range p.Spec.MatchConditions {
-			acc[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
-		}
-		mc = matchconditions.NewMatcher(c.CompileCondition(acc, opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
-	}
+	c, opts, mc := cc.compiler, cc.opts, cc.conditions
+	msgOpts := plugincel.OptionalVariableDeclarations{HasParams: opts.HasParams}
 	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
 	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
 	for i, v := range p.Spec.Validations {
@@ -86,6 +61,52 @@ func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, par
 		c.CompileCondition(messages, msgOpts, environment.StoredExpressions),
 		p.Spec.FailurePolicy, nil)
 	return vp
+}
+
+// common is what both kinds of policy compile alike: the match
+// constraints, the params' source, the compiler holding the variables,
+// and the match conditions (nil without any).
+type common struct {
+	match      *matcher
+	params     *paramSource
+	compiler   *plugincel.CompositedCompiler
+	opts       plugincel.OptionalVariableDeclarations
+	conditions matchconditions.Matcher
+}
+
+// compileCommon compiles what both kinds of policy share, as
+// kube-apiserver's plugins do: the stored-expression environment of
+// lib/kube/celenv, variables first, the authorizer declared.
+func compileCommon(name string, mr *admissionregistrationv1.MatchResources, pk *admissionregistrationv1.ParamKind,
+	variables []admissionregistrationv1.Variable, conditions []admissionregistrationv1.MatchCondition,
+	fp *admissionregistrationv1.FailurePolicyType, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) (common, error) {
+	var cc common
+	var err error
+	if cc.match, err = newMatcher(mr); err != nil {
+		return cc, err
+	}
+	if pk != nil {
+		if cc.params, err = params(pk); err != nil {
+			return cc, err
+		}
+	}
+	cc.opts = plugincel.OptionalVariableDeclarations{HasParams: pk != nil, HasAuthorizer: true}
+	if cc.compiler, err = plugincel.NewCompositedCompiler(celenv.Base()); err != nil {
+		return cc, err
+	}
+	vars := make([]plugincel.NamedExpressionAccessor, len(variables))
+	for i, v := range variables {
+		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	cc.compiler.CompileAndStoreVariables(vars, cc.opts, environment.StoredExpressions)
+	if len(conditions) > 0 {
+		acc := make([]plugincel.ExpressionAccessor, len(conditions))
+		for i := range conditions {
+			acc[i] = (*matchconditions.MatchCondition)(&conditions[i])
+		}
+		cc.conditions = matchconditions.NewMatcher(cc.compiler.CompileCondition(acc, cc.opts, environment.StoredExpressions), fp, "policy", "validate", name)
+	}
+	return cc, nil
 }
 
 // ignoreFailure is the policy's failurePolicy: Ignore.
