@@ -188,6 +188,10 @@ spec:
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("create of an env=prod ConfigMap without owner: %v, want 422 Invalid", err)
 	}
+	wantMsg := `configmaps "bad" is forbidden: ValidatingAdmissionPolicy 'prod-needs-owner' with binding 'prod-binding' denied request: prod ConfigMaps need an owner label`
+	if err.Error() != wantMsg {
+		t.Errorf("Status message %q, want %q", err.Error(), wantMsg)
+	}
 	cp.kubectl("apply", "-f", manifest(t, "good.yaml", prodConfigMap("good", "team-a")))
 	if _, _, err := cp.kubectlErr("get", "configmap", "bad"); err == nil {
 		t.Error("the denied ConfigMap was stored")
