@@ -22,6 +22,7 @@ targets=(
   "services/apigateway ./internal/authn FuzzParseTokenFile"
   "services/apigateway ./internal/authn/oidc FuzzIDToken"
   "lib ./kube/crdschema FuzzAdmit"
+  "services/admission ./internal/celpolicy FuzzRequestToCEL"
 )
 
 fail=0

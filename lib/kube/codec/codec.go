@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -49,6 +50,7 @@ func New() (*Codec, error) {
 	// autoscaling/v1 for the Scale of custom resources' scale subresource.
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, coordinationv1.AddToScheme,
 		rbacv1.AddToScheme, flowcontrolv1.AddToScheme, apiextensionsv1.AddToScheme, autoscalingv1.AddToScheme,
+		admissionregistrationv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("codec: %w", err)

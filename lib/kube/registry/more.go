@@ -109,6 +109,7 @@ func Standard() []*Resource {
 	standard = append(standard, RBAC()...)
 	standard = append(standard, FlowControl()...)
 	standard = append(standard, CustomResourceDefinitions())
+	standard = append(standard, AdmissionRegistration()...)
 	return standard
 }
 

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
+	"github.com/meridian-cp/meridian/lib/procstat"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
 )
@@ -119,32 +120,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ).
-const clockTicks = 100
-
 // processCPU returns the user + system CPU time process pid has used; 0
 // for pid 0.
 func processCPU(pid int) (time.Duration, error) {
 	if pid == 0 {
 		return 0, nil
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name (in parentheses, which may hold
-	// spaces): state is field 3, utime 14 and stime 15.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad CPU times", pid)
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return procstat.CPU(pid)
 }
 
 type result struct {

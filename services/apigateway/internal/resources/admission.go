@@ -3,6 +3,11 @@ package resources
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/google/uuid"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -17,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 const (
@@ -82,9 +88,15 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
 	}
 	// The policies' audit annotations go on the request's audit event,
-	// whether they admitted it or not.
+	// whether they admitted it or not; their warnings to the client.
 	audit.AddAnnotations(ctx, resp.GetAuditAnnotations())
+	if w := resp.GetWarnings(); len(w) > 0 {
+		warn(ctx, w...)
+	}
 	if resp.GetAllowed() {
+		if len(resp.GetPatch()) > 0 && obj != nil {
+			return s.applyAdmissionPatch(res, req.Object, resp.GetPatch(), obj, old)
+		}
 		return nil
 	}
 	st := resp.GetStatus()
@@ -96,11 +108,51 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	if reason == "" {
 		reason = metav1.StatusReasonForbidden
 	}
+	// The message is whole as the admission service words it (a policy's
+	// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy ...",
+	// a webhook's "admission webhook ... denied the request: ...").
+	details := &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource}
+	// A policy's denial is also its one cause, without the prefix, as
+	// kube-apiserver reports it (kubectl prints causes of 422s).
+	gr := schema.GroupResource{Group: res.GVR.Group, Resource: res.GVR.Resource}
+	if msg, ok := strings.CutPrefix(st.GetMessage(), fmt.Sprintf("%s %q is forbidden: ", gr.String(), req.Name)); ok {
+		details.Causes = []metav1.StatusCause{{Message: msg}}
+	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: code, Reason: reason,
-		Message: fmt.Sprintf("admission webhook denied the request: %s", st.GetMessage()),
-		Details: &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource},
+		Message: st.GetMessage(), Details: details,
 	}}
+}
+
+// applyAdmissionPatch applies the mutating policies' JSON patch to the
+// object sent (encoded, its JSON) and puts the result in obj, which is
+// validated again (old is nil on a create): a mutation cannot store what
+// the kind's validation refuses.
+func (s *Server) applyAdmissionPatch(res *registry.Resource, encoded, patch []byte, obj, old runtime.Object) error {
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission: the patch does not decode: %w", err))
+	}
+	patched, err := p.Apply(encoded)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission: applying the patch: %w", err))
+	}
+	out := res.New()
+	if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), out); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission: the patched object does not decode: %w", err))
+	}
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(out).Elem())
+	acc, _ := meta.Accessor(obj)
+	var errs field.ErrorList
+	if old == nil {
+		errs = res.Strategy.Validate(obj)
+	} else {
+		errs = res.Strategy.ValidateUpdate(obj, old)
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+	}
+	return nil
 }
 
 func userInfo(u identity.User) *admissionv1.UserInfo {
