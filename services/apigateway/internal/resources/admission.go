@@ -3,6 +3,7 @@ package resources
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"github.com/google/uuid"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -11,6 +12,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,9 +76,15 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
 	}
 	// The policies' audit annotations go on the request's audit event,
-	// whether they admitted it or not.
+	// and their warnings to the client, whether they admitted it or not.
 	audit.AddAnnotations(ctx, resp.GetAuditAnnotations())
+	if w := resp.GetWarnings(); len(w) > 0 {
+		warn(ctx, w...)
+	}
 	if resp.GetAllowed() {
+		if len(resp.GetPatch()) > 0 && obj != nil {
+			return s.applyAdmissionPatch(res, obj, old, req.Object, resp.GetPatch())
+		}
 		return nil
 	}
 	st := resp.GetStatus()
@@ -88,11 +96,50 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	if reason == "" {
 		reason = metav1.StatusReasonForbidden
 	}
+	// The admission service words the message as kube-apiserver does
+	// (the webhook or policy that denied, and why).
+	msg := st.GetMessage()
+	if msg == "" {
+		msg = "admission denied the request"
+	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: code, Reason: reason,
-		Message: fmt.Sprintf("admission webhook denied the request: %s", st.GetMessage()),
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
 		Details: &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource},
 	}}
+}
+
+// applyAdmissionPatch replaces obj with the JSON patch mutating admission
+// returned applied to encoded, obj as it was sent to admission; the
+// result is validated again (as an update of old, when not nil), as
+// kube-apiserver validates an object after its mutating admission.
+func (s *Server) applyAdmissionPatch(res *registry.Resource, obj, old runtime.Object, encoded, patch []byte) error {
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission returned an invalid patch: %w", err))
+	}
+	patched, err := p.Apply(encoded)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission returned a patch that does not apply: %w", err))
+	}
+	mutated := res.New()
+	if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), mutated); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("the object mutating admission made does not decode: %w", err))
+	}
+	before, _ := meta.Accessor(obj)
+	after, _ := meta.Accessor(mutated)
+	if after.GetName() != before.GetName() || after.GetNamespace() != before.GetNamespace() {
+		return apierrors.NewInternalError(fmt.Errorf("mutating admission may not change the object's name or namespace"))
+	}
+	errs := res.Strategy.Validate(mutated)
+	if old != nil {
+		errs = res.Strategy.ValidateUpdate(mutated, old)
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(res.GVK().GroupKind(), before.GetName(), errs)
+	}
+	// obj is the caller's object: it becomes the mutated one in place.
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(mutated).Elem())
+	return nil
 }
 
 func userInfo(u identity.User) *admissionv1.UserInfo {
