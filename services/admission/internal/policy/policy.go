@@ -25,9 +25,14 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"gomodules.xyz/jsonpatch/v2"
+	"google.golang.org/protobuf/proto"
 
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 )
@@ -102,6 +107,10 @@ type Decision struct {
 	Warnings []string
 	// AuditAnnotations are added to the request's audit event.
 	AuditAnnotations map[string]string
+	// Object, when not nil, is the request's object as the policy mutated
+	// it (JSON): the policies after it see it, and the Result's Patch
+	// turns the request's object into the last one.
+	Object []byte
 }
 
 // Denial is why a request was denied, as a Kubernetes Status.
@@ -137,6 +146,9 @@ type Result struct {
 	// AuditAnnotations of every policy evaluated; on a key clash the first
 	// policy's value is kept.
 	AuditAnnotations map[string]string
+	// Patch is the RFC 6902 JSON patch from the request's object to the
+	// object the mutating policies made; empty when none changed it.
+	Patch []byte
 }
 
 // Evaluator runs the pipeline over a Set.
@@ -145,12 +157,28 @@ type Evaluator struct {
 }
 
 // Admit evaluates the policies matching req in order and stops at the
-// first denial. It fails only when ctx is done.
-func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (Result, error) {
-	res := Result{Allowed: true}
+// first denial. A policy that mutates the object hands the mutated object
+// to the policies after it. Matching runs once, on the request's object,
+// so object selectors see the object as the client sent it. It fails
+// only when ctx is done.
+func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (res Result, _ error) {
+	res = Result{Allowed: true}
 	if e.Set == nil {
 		return res, nil
 	}
+	orig := req.GetObject()
+	defer func() {
+		if res.Allowed && !bytes.Equal(req.GetObject(), orig) {
+			p, err := jsonpatch.CreatePatch(orig, req.GetObject())
+			if err == nil && len(p) > 0 {
+				res.Patch, err = json.Marshal(p)
+			}
+			if err != nil {
+				res = Result{Denial: &Denial{Code: http.StatusInternalServerError, Reason: "InternalError",
+					Message: fmt.Sprintf("admission policy: computing the patch: %v", err)}}
+			}
+		}
+	}()
 	for _, p := range e.Set.Matching(req) {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -182,6 +210,13 @@ func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (Re
 			den := normalize(*d.Denial)
 			res.Allowed, res.Denial = false, &den
 			return res, nil
+		}
+		if d.Object != nil {
+			// The request is not modified: the policies after this one
+			// get a copy carrying the mutated object.
+			next := proto.Clone(req).(*admissionv1.AdmitRequest)
+			next.Object = d.Object
+			req = next
 		}
 	}
 	return res, nil

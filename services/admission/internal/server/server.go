@@ -98,6 +98,7 @@ func (s *Server) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (*adm
 		Allowed:          res.Allowed,
 		Warnings:         res.Warnings,
 		AuditAnnotations: res.AuditAnnotations,
+		Patch:            res.Patch,
 	}
 	if d := res.Denial; d != nil {
 		resp.Status = &admissionv1.DenialStatus{Code: d.Code, Reason: d.Reason, Message: d.Message}
