@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -42,7 +43,7 @@ type Codec struct {
 func New() (*Codec, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, coordinationv1.AddToScheme,
-		rbacv1.AddToScheme, flowcontrolv1.AddToScheme,
+		rbacv1.AddToScheme, flowcontrolv1.AddToScheme, admissionregistrationv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("codec: %w", err)

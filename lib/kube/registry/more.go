@@ -108,6 +108,7 @@ func Standard() []*Resource {
 	standard := append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases(), ResourceQuotas())
 	standard = append(standard, RBAC()...)
 	standard = append(standard, FlowControl()...)
+	standard = append(standard, AdmissionRegistration()...)
 	return standard
 }
 
