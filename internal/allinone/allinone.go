@@ -243,7 +243,10 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	}
 	cp.StoreAddr = addrs.store
 	if _, addrs.admission, err = startService(cp, "admission", onLoopback, func() (*admission.App, error) {
+		adCert := sh.certs.services["admission"]
 		return admission.New(ctx, admission.Config{
+			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&adCert, sh.certs.internalCA.Pool(), ""),
+			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			TLS: sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
 		})
 	}); err != nil {

@@ -27,6 +27,11 @@ const (
 	// service's client certificate: it reads and watches the store (its
 	// FlowSchemas and PriorityLevelConfigurations), and writes nothing.
 	FlowControlOrganization = "meridian:flowcontrol"
+	// AdmissionOrganization is the Organization of the admission
+	// service's client certificate: it reads and watches the store (its
+	// admission policies and bindings, their param objects and the
+	// namespaces), and writes nothing.
+	AdmissionOrganization = "meridian:admission"
 	// StorePeerOrganization is the Organization of a store member's
 	// certificate: the raft transport, requests forwarded to the leader
 	// and a new member asking to join.

@@ -64,7 +64,8 @@ const (
 	// WatchFanout is a watch fan-out replica's: it serves the gateways
 	// and dials the store (O=meridian:watchfanout).
 	WatchFanout Kind = "watchfanout"
-	// Admission is the admission service's serving certificate.
+	// Admission is the admission service's: it serves the gateways and
+	// dials the store (O=meridian:admission).
 	Admission Kind = "admission"
 	// FlowControl is the flow-control service's: it serves the gateways
 	// and dials the store (O=meridian:flowcontrol).
@@ -155,9 +156,11 @@ var kinds = map[Kind]kindInfo{
 		}}},
 	},
 	Admission: {
-		signer: InternalAuthority, server: true,
-		about: "the admission service: serves the gateways",
-		uses:  []Use{serving("admission")},
+		signer: InternalAuthority, orgs: []string{identity.AdmissionOrganization}, server: true, client: true,
+		about: "the admission service: serves the gateways, reads and watches the store (its policies, bindings, params and namespaces)",
+		uses: []Use{serving("admission"), {Command: "admission", Purpose: "reads and watches the store", Flags: []Flag{
+			{"--store-cert-file", CertFile}, {"--store-key-file", KeyFile}, {"--store-ca-file", InternalCAFile},
+		}}},
 	},
 	FlowControl: {
 		signer: InternalAuthority, orgs: []string{identity.FlowControlOrganization}, server: true, client: true,

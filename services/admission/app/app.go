@@ -1,6 +1,7 @@
-// Package app assembles the admission service: the policy pipeline behind
-// a gRPC server built by lib/grpcserver. The admission binary and the
-// all-in-one binary both use it.
+// Package app assembles the admission service: the policy pipeline over
+// the admission webhooks followed from the store, behind a gRPC
+// server built by lib/grpcserver. The admission binary and the all-in-one
+// binary both use it.
 package app
 
 import (
@@ -16,12 +17,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/server"
+	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
+	"github.com/meridian-cp/meridian/services/admission/internal/webhook"
+	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
 // ServiceName is the gRPC service served, as reported by the health
@@ -38,6 +46,19 @@ type Config struct {
 	// MaxRequestBytes is the largest AdmitRequest accepted, in bytes;
 	// 0 means DefaultMaxRequestBytes (8 MiB).
 	MaxRequestBytes int
+
+	// StoreAddress is the comma-separated addresses of the store's
+	// members, where the policies, bindings, param objects and
+	// namespaces are read and followed; empty serves no policies (every
+	// request is admitted; tests of the pipeline alone).
+	StoreAddress string
+	// StoreTLS is the store client's TLS configuration, with a client
+	// certificate of O=meridian:admission; nil dials plaintext (tests).
+	StoreTLS *tls.Config
+	// EncryptionProviderConfig is the gateways' EncryptionConfiguration
+	// file, to read param objects encrypted at rest; empty reads values
+	// as stored.
+	EncryptionProviderConfig string
 
 	// TLS is the server's TLS configuration; nil serves plaintext (tests
 	// only).
@@ -70,6 +91,9 @@ func (c *Config) Validate() error {
 // App is the admission service. New builds it, Serve serves it, Close
 // stops it.
 type App struct {
+	stop   context.CancelFunc // stops following the store
+	store  *storeclient.Client
+	crypt  *storagecrypt.Transformer
 	srv    *grpc.Server
 	admit  *server.Server
 	health *health.Server
@@ -100,15 +124,103 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	// No policy kinds are served yet: the empty set admits every request
-	// and its scope is empty, so gateways send no writes here.
-	s, err := server.New(policy.Empty{}, cfg.Registerer)
+	a := &App{srv: srv, health: hs, logger: cfg.Logger, stop: func() {}}
+	var set policy.Set = policy.Empty{}
+	if cfg.StoreAddress != "" {
+		if set, err = a.follow(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	s, err := server.New(set, cfg.Registerer)
 	if err != nil {
+		a.closeStore()
 		return nil, err
 	}
+	a.admit = s
 	admissionv1.RegisterAdmissionServiceServer(srv, s)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &App{srv: srv, admit: s, health: hs, logger: cfg.Logger}, nil
+	return a, nil
+}
+
+// follow dials the store and starts following the admission webhooks until
+// Close. The service serves at once: until the policies are read its set
+// is empty (scope empty), as a new policy applies once its scope reaches
+// the gateways.
+func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: registry.New(registry.Standard()...), Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("admission: encryption at rest: %w", err)
+	}
+	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
+	if err != nil {
+		_ = crypt.Close()
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.store, a.crypt, a.stop = st, crypt, cancel
+	decrypt := func(ctx context.Context, key string, value []byte) ([]byte, error) {
+		plain, _, err := crypt.Decrypt(ctx, key, value)
+		return plain, err
+	}
+	hooks, err := a.followWebhooks(bg, st, decrypt, logger)
+	if err != nil {
+		a.closeStore()
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return policy.Union{hooks}, nil
+}
+
+// followWebhooks follows the webhook configurations and the namespaces
+// (for namespaceSelectors) from the store into a webhook set.
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger) (*webhook.Set, error) {
+	reg := registry.New(registry.Standard()...)
+	gv := admissionregistrationv1.SchemeGroupVersion
+	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
+	mwc, _ := reg.Lookup(gv.WithResource("mutatingwebhookconfigurations"))
+	nsRes, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("namespaces"))
+	var cache *storecache.Cache
+	var hooks *webhook.Set
+	load := func(res *registry.Resource) {
+		if res != vwc && res != mwc {
+			return
+		}
+		var vs []*admissionregistrationv1.ValidatingWebhookConfiguration
+		for _, o := range cache.List(vwc, "", nil) {
+			vs = append(vs, o.(*admissionregistrationv1.ValidatingWebhookConfiguration))
+		}
+		var ms []*admissionregistrationv1.MutatingWebhookConfiguration
+		for _, o := range cache.List(mwc, "", nil) {
+			ms = append(ms, o.(*admissionregistrationv1.MutatingWebhookConfiguration))
+		}
+		hooks.Load(vs, ms)
+	}
+	hooks = webhook.New(webhook.Config{Logger: logger, Namespaces: func(name string) *corev1.Namespace {
+		ns, _ := cache.Get(nsRes, "", name).(*corev1.Namespace)
+		return ns
+	}})
+	var err error
+	// The cache calls load only from its followers, which Follow starts
+	// after cache is set.
+	if cache, err = storecache.New(ctx, st, decrypt, logger, load); err != nil {
+		return nil, err
+	}
+	cache.Follow(nsRes)
+	cache.Follow(vwc)
+	cache.Follow(mwc)
+	return hooks, nil
+}
+
+// closeStore stops following the store and closes its client.
+func (a *App) closeStore() {
+	a.stop()
+	if a.store != nil {
+		_ = a.store.Close()
+		_ = a.crypt.Close()
+	}
 }
 
 // Serve serves gRPC on lis until Close; it returns nil after Close.
@@ -129,6 +241,7 @@ func (a *App) Close() error {
 		a.health.Shutdown()
 		a.admit.Close()
 		a.srv.GracefulStop()
+		a.closeStore()
 	})
 	return nil
 }

@@ -11,8 +11,9 @@ import (
 // it uses:
 //
 //   - data: the gateways read, write, watch and hold leases (Range, Txn,
-//     WatchService, LeaseService); the watch fan-out tier and the
-//     flow-control service only read and watch (Range, Watch).
+//     WatchService, LeaseService); the watch fan-out tier, the
+//     flow-control service and the admission service only read and
+//     watch (Range, Watch).
 //   - operators: membership changes, leadership transfer, compaction,
 //     snapshots and status; they read and write no keys, so an operator's
 //     certificate is no way around the API's authentication.
@@ -28,19 +29,20 @@ func Access() identity.Policy {
 		gw   = identity.GatewayOrganization
 		wf   = identity.WatchFanoutOrganization
 		fc   = identity.FlowControlOrganization
+		ad   = identity.AdmissionOrganization
 		op   = identity.OperatorOrganization
 		peer = identity.StorePeerOrganization
 	)
 	return identity.Policy{
-		storev1.KVService_Range_FullMethodName:   {gw, wf, fc},
+		storev1.KVService_Range_FullMethodName:   {gw, wf, fc, ad},
 		storev1.KVService_Txn_FullMethodName:     {gw, peer},
 		storev1.KVService_Compact_FullMethodName: {op, peer},
 
-		storev1.WatchService_Watch_FullMethodName: {gw, wf, fc},
+		storev1.WatchService_Watch_FullMethodName: {gw, wf, fc, ad},
 
 		identity.Service(storev1.LeaseService_ServiceDesc.ServiceName): {gw, peer},
 
-		storev1.ClusterService_MemberList_FullMethodName:         {gw, wf, fc, op, peer},
+		storev1.ClusterService_MemberList_FullMethodName:         {gw, wf, fc, ad, op, peer},
 		storev1.ClusterService_MemberAdd_FullMethodName:          {op, peer},
 		storev1.ClusterService_MemberRemove_FullMethodName:       {op, peer},
 		storev1.ClusterService_MemberPromote_FullMethodName:      {op, peer},
