@@ -21,6 +21,7 @@ targets=(
   "services/apigateway ./internal/authn FuzzClientCertificate"
   "services/apigateway ./internal/authn FuzzParseTokenFile"
   "services/apigateway ./internal/authn/oidc FuzzIDToken"
+  "services/admission ./internal/webhook FuzzDecodeReview"
 )
 
 fail=0
