@@ -247,7 +247,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		return admission.New(ctx, admission.Config{
 			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&adCert, sh.certs.internalCA.Pool(), ""),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
-			TLS: sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
+			TLS:                      sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
 		})
 	}); err != nil {
 		return addrs, err

@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // prodOwnerPolicy denies ConfigMaps labelled env=prod that have no owner
@@ -122,4 +129,218 @@ webhooks:
 		t.Error("the refused policy was stored")
 	}
 	cp.kubectl("delete", "-f", manifest(t, "objs2.yaml", objs))
+}
+
+// eventually retries f (every 100ms, up to 30s) until it returns "",
+// then fails the test with f's last message: a policy applies once the
+// admission service has read it and its scope has reached the gateway.
+func eventually(t *testing.T, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestValidatingAdmissionPolicy: a policy and binding deny ConfigMaps
+// labelled env=prod without an owner label, with kube-apiserver's
+// message and the validation's reason (Invalid → 422); others are
+// stored. Rebound with Warn, the same write is stored and kubectl prints
+// the warning.
+func TestValidatingAdmissionPolicy(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	binding := func(action string) string {
+		return `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: prod-binding
+spec:
+  policyName: prod-needs-owner
+  validationActions: [` + action + `]
+`
+	}
+	cp.kubectl("apply", "-f", manifest(t, "p.yaml", prodOwnerPolicy+"---\n"+binding("Deny")))
+	want := `The configmaps "bad" is invalid: : ValidatingAdmissionPolicy 'prod-needs-owner' with binding 'prod-binding' denied request: prod ConfigMaps need an owner label`
+	eventually(t, func() string {
+		_, errOut, err := cp.kubectlErr("create", "configmap", "bad", "--dry-run=server")
+		if err != nil {
+			return "a ConfigMap without labels was refused: " + errOut
+		}
+		_, errOut, err = cp.kubectlErr("apply", "--dry-run=server", "-f", manifest(t, "bad.yaml", prodConfigMap("bad", "")))
+		if err == nil || !strings.Contains(errOut, want) {
+			return fmt.Sprintf("kubectl apply of an env=prod ConfigMap without owner: err %v, stderr %q, want %q", err, errOut, want)
+		}
+		return ""
+	})
+	// The status kubectl got: 422 Invalid, as the validation's reason says.
+	c := cp.client()
+	_, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad", Labels: map[string]string{"env": "prod"}},
+	}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("create of an env=prod ConfigMap without owner: %v, want 422 Invalid", err)
+	}
+	cp.kubectl("apply", "-f", manifest(t, "good.yaml", prodConfigMap("good", "team-a")))
+	if _, _, err := cp.kubectlErr("get", "configmap", "bad"); err == nil {
+		t.Error("the denied ConfigMap was stored")
+	}
+
+	cp.kubectl("apply", "-f", manifest(t, "warn.yaml", binding("Warn")))
+	eventually(t, func() string {
+		_, errOut, err := cp.kubectlErr("apply", "--dry-run=server", "-f", manifest(t, "bad.yaml", prodConfigMap("bad", "")))
+		wantWarn := "Warning: Validation failed for ValidatingAdmissionPolicy 'prod-needs-owner' with binding 'prod-binding': prod ConfigMaps need an owner label"
+		if err != nil || !strings.Contains(errOut, wantWarn) {
+			return fmt.Sprintf("kubectl apply under Warn: err %v, stderr %q, want %q", err, errOut, wantWarn)
+		}
+		return ""
+	})
+}
+
+// prodConfigMap is a ConfigMap labelled env=prod, with an owner label
+// when owner is not empty.
+func prodConfigMap(name, owner string) string {
+	s := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  labels:\n    env: prod\n"
+	if owner != "" {
+		s += "    owner: " + owner + "\n"
+	}
+	return s
+}
+
+// TestParamAdmissionPolicy: a policy reads its limit from a ConfigMap
+// named by the binding's paramRef; a missing param under
+// parameterNotFoundAction Deny denies.
+func TestParamAdmissionPolicy(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	cp.kubectl("apply", "-f", manifest(t, "p.yaml", `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: max-keys
+spec:
+  paramKind:
+    apiVersion: v1
+    kind: ConfigMap
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["secrets"]
+  validations:
+  - expression: "size(object.data) <= int(params.data.max)"
+    messageExpression: "'at most ' + params.data.max + ' keys'"
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: max-keys
+spec:
+  policyName: max-keys
+  validationActions: [Deny]
+  paramRef:
+    name: limits
+    namespace: default
+    parameterNotFoundAction: Deny
+`))
+	eventually(t, func() string {
+		_, errOut, err := cp.kubectlErr("create", "secret", "generic", "s0", "--from-literal=a=1", "--dry-run=server")
+		if err == nil || !strings.Contains(errOut, "no params found for policy binding with `Deny` parameterNotFoundAction") {
+			return fmt.Sprintf("a create without the param: err %v, stderr %q", err, errOut)
+		}
+		return ""
+	})
+	cp.kubectl("create", "configmap", "limits", "--from-literal=max=1")
+	eventually(t, func() string {
+		_, errOut, err := cp.kubectlErr("create", "secret", "generic", "s2", "--from-literal=a=1", "--from-literal=b=2")
+		if err == nil || !strings.Contains(errOut, "denied request: at most 1 keys") || !strings.Contains(errOut, "forbidden") {
+			return fmt.Sprintf("a secret over the param's limit: err %v, stderr %q", err, errOut)
+		}
+		return ""
+	})
+	cp.kubectl("create", "secret", "generic", "s1", "--from-literal=a=1")
+}
+
+// TestMutatingAdmissionPolicy: a MutatingAdmissionPolicy adds a label to
+// ConfigMaps; the stored object carries it, and a validating policy sees
+// the mutated object (it requires the label).
+func TestMutatingAdmissionPolicy(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	cp.kubectl("apply", "-f", manifest(t, "p.yaml", `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: add-team
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  matchConditions:
+  - name: not-root-ca
+    expression: "object.metadata.name != 'kube-root-ca.crt'"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{metadata: Object.metadata{labels: {'team': 'platform'}}}"
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: "[JSONPatch{op: 'add', path: '/data', value: {'added': 'yes'}}]"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: add-team
+spec:
+  policyName: add-team
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: needs-team
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "object.metadata.name == 'kube-root-ca.crt' || object.metadata.labels[?'team'].orValue('') == 'platform'"
+    message: "no team label"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: needs-team
+spec:
+  policyName: needs-team
+  validationActions: [Deny]
+`))
+	n := 0
+	eventually(t, func() string {
+		n++
+		name := fmt.Sprintf("cm%d", n)
+		out, errOut, err := cp.kubectlErr("create", "configmap", name, "-o", "jsonpath={.metadata.labels.team} {.data.added}")
+		if err != nil {
+			return fmt.Sprintf("kubectl create configmap: %v: %s", err, errOut)
+		}
+		if out != "platform yes" {
+			return fmt.Sprintf("created ConfigMap: label and data %q, want %q", out, "platform yes")
+		}
+		if got := cp.kubectl("get", "configmap", name, "-o", "jsonpath={.metadata.labels.team}"); got != "platform" {
+			return fmt.Sprintf("stored ConfigMap's team label = %q, want platform", got)
+		}
+		return ""
+	})
 }

@@ -1,5 +1,6 @@
 // Package app assembles the admission service: the policy pipeline over
-// the admission webhooks followed from the store, behind a gRPC
+// the CEL admission policies and the admission webhooks followed from
+// the store, behind a gRPC
 // server built by lib/grpcserver. The admission binary and the all-in-one
 // binary both use it.
 package app
@@ -25,6 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/celpolicy"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/server"
 	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
@@ -142,7 +144,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// follow dials the store and starts following the admission webhooks until
+// follow dials the store and starts following the CEL policies and the
+// admission webhooks until
 // Close. The service serves at once: until the policies are read its set
 // is empty (scope empty), as a new policy applies once its scope reaches
 // the gateways.
@@ -166,12 +169,17 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
 		plain, _, err := crypt.Decrypt(ctx, key, value)
 		return plain, err
 	}
+	set, _, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt})
+	if err != nil {
+		a.closeStore()
+		return nil, fmt.Errorf("admission: %w", err)
+	}
 	hooks, err := a.followWebhooks(bg, st, decrypt, logger)
 	if err != nil {
 		a.closeStore()
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return policy.Union{hooks}, nil
+	return policy.Union{set, hooks}, nil
 }
 
 // followWebhooks follows the webhook configurations and the namespaces

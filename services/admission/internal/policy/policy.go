@@ -161,14 +161,14 @@ type Evaluator struct {
 // to the policies after it. Matching runs once, on the request's object,
 // so object selectors see the object as the client sent it. It fails
 // only when ctx is done.
-func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (res Result, _ error) {
+func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (res Result, err error) {
 	res = Result{Allowed: true}
 	if e.Set == nil {
 		return res, nil
 	}
 	orig := req.GetObject()
 	defer func() {
-		if res.Allowed && !bytes.Equal(req.GetObject(), orig) {
+		if err == nil && res.Allowed && !bytes.Equal(req.GetObject(), orig) {
 			p, err := jsonpatch.CreatePatch(orig, req.GetObject())
 			if err == nil && len(p) > 0 {
 				res.Patch, err = json.Marshal(p)

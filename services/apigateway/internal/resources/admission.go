@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/google/uuid"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -12,11 +16,11 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 const (
@@ -76,14 +80,14 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
 	}
 	// The policies' audit annotations go on the request's audit event,
-	// and their warnings to the client, whether they admitted it or not.
+	// whether they admitted it or not; their warnings to the client.
 	audit.AddAnnotations(ctx, resp.GetAuditAnnotations())
 	if w := resp.GetWarnings(); len(w) > 0 {
 		warn(ctx, w...)
 	}
 	if resp.GetAllowed() {
 		if len(resp.GetPatch()) > 0 && obj != nil {
-			return s.applyAdmissionPatch(res, obj, old, req.Object, resp.GetPatch())
+			return s.applyAdmissionPatch(res, req.Object, resp.GetPatch(), obj, old)
 		}
 		return nil
 	}
@@ -96,49 +100,50 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	if reason == "" {
 		reason = metav1.StatusReasonForbidden
 	}
-	// The admission service words the message as kube-apiserver does
-	// (the webhook or policy that denied, and why).
-	msg := st.GetMessage()
-	if msg == "" {
-		msg = "admission denied the request"
+	// The message is whole as the admission service words it (a policy's
+	// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy ...",
+	// a webhook's "admission webhook ... denied the request: ...").
+	details := &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource}
+	// A policy's denial is also its one cause, without the prefix, as
+	// kube-apiserver reports it (kubectl prints causes of 422s).
+	gr := schema.GroupResource{Group: res.GVR.Group, Resource: res.GVR.Resource}
+	if msg, ok := strings.CutPrefix(st.GetMessage(), fmt.Sprintf("%s %q is forbidden: ", gr.String(), req.Name)); ok {
+		details.Causes = []metav1.StatusCause{{Message: msg}}
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
-		Details: &metav1.StatusDetails{Name: req.Name, Group: res.GVR.Group, Kind: res.GVR.Resource},
+		Status: metav1.StatusFailure, Code: code, Reason: reason,
+		Message: st.GetMessage(), Details: details,
 	}}
 }
 
-// applyAdmissionPatch replaces obj with the JSON patch mutating admission
-// returned applied to encoded, obj as it was sent to admission; the
-// result is validated again (as an update of old, when not nil), as
-// kube-apiserver validates an object after its mutating admission.
-func (s *Server) applyAdmissionPatch(res *registry.Resource, obj, old runtime.Object, encoded, patch []byte) error {
+// applyAdmissionPatch applies the mutating policies' JSON patch to the
+// object sent (encoded, its JSON) and puts the result in obj, which is
+// validated again (old is nil on a create): a mutation cannot store what
+// the kind's validation refuses.
+func (s *Server) applyAdmissionPatch(res *registry.Resource, encoded, patch []byte, obj, old runtime.Object) error {
 	p, err := jsonpatch.DecodePatch(patch)
 	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("admission returned an invalid patch: %w", err))
+		return apierrors.NewInternalError(fmt.Errorf("admission: the patch does not decode: %w", err))
 	}
 	patched, err := p.Apply(encoded)
 	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("admission returned a patch that does not apply: %w", err))
+		return apierrors.NewInternalError(fmt.Errorf("admission: applying the patch: %w", err))
 	}
-	mutated := res.New()
-	if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), mutated); err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("the object mutating admission made does not decode: %w", err))
+	out := res.New()
+	if err := s.cfg.Codec.Decode(patched, negotiation.JSON, res.GVK(), out); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("admission: the patched object does not decode: %w", err))
 	}
-	before, _ := meta.Accessor(obj)
-	after, _ := meta.Accessor(mutated)
-	if after.GetName() != before.GetName() || after.GetNamespace() != before.GetNamespace() {
-		return apierrors.NewInternalError(fmt.Errorf("mutating admission may not change the object's name or namespace"))
-	}
-	errs := res.Strategy.Validate(mutated)
-	if old != nil {
-		errs = res.Strategy.ValidateUpdate(mutated, old)
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(out).Elem())
+	acc, _ := meta.Accessor(obj)
+	var errs field.ErrorList
+	if old == nil {
+		errs = res.Strategy.Validate(obj)
+	} else {
+		errs = res.Strategy.ValidateUpdate(obj, old)
 	}
 	if len(errs) > 0 {
-		return apierrors.NewInvalid(res.GVK().GroupKind(), before.GetName(), errs)
+		return apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
 	}
-	// obj is the caller's object: it becomes the mutated one in place.
-	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(mutated).Elem())
 	return nil
 }
 

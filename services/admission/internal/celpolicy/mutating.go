@@ -1,0 +1,210 @@
+package celpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/meridian-cp/meridian/lib/kube/celenv"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/policy"
+)
+
+// mutatingPolicy is one MutatingAdmissionPolicy, compiled once as
+// kube-apiserver's plugin compiles it.
+type mutatingPolicy struct {
+	obj      *admissionregistrationv1.MutatingAdmissionPolicy
+	match    *matcher
+	cond     matchconditions.Matcher // nil without matchConditions
+	patchers []patch.Patcher
+	params   *paramSource
+	err      error
+}
+
+func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *mutatingPolicy {
+	mp := &mutatingPolicy{obj: p}
+	m, err := newMatcher(p.Spec.MatchConstraints)
+	if err != nil {
+		mp.err = err
+		return mp
+	}
+	mp.match = m
+	if p.Spec.ParamKind != nil {
+		if mp.params, err = params(p.Spec.ParamKind); err != nil {
+			mp.err = err
+			return mp
+		}
+	}
+	opts := plugincel.OptionalVariableDeclarations{HasParams: p.Spec.ParamKind != nil, HasAuthorizer: true}
+	c, err := plugincel.NewCompositedCompiler(celenv.Base())
+	if err != nil {
+		mp.err = err
+		return mp
+	}
+	vars := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
+	for i, v := range p.Spec.Variables {
+		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	c.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
+	if len(p.Spec.MatchConditions) > 0 {
+		acc := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
+		for i := range p.Spec.MatchConditions {
+			acc[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
+		}
+		mp.cond = matchconditions.NewMatcher(c.CompileCondition(acc, opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	popts := opts
+	popts.HasPatchTypes = true
+	for _, m := range p.Spec.Mutations {
+		switch {
+		case m.PatchType == admissionregistrationv1.PatchTypeJSONPatch && m.JSONPatch != nil:
+			mp.patchers = append(mp.patchers, patch.NewJSONPatcher(c.CompileMutatingEvaluator(&patch.JSONPatchCondition{Expression: m.JSONPatch.Expression}, popts, environment.StoredExpressions)))
+		case m.PatchType == admissionregistrationv1.PatchTypeApplyConfiguration && m.ApplyConfiguration != nil:
+			mp.patchers = append(mp.patchers, patch.NewApplyConfigurationPatcher(c.CompileMutatingEvaluator(&patch.ApplyConfigurationCondition{Expression: m.ApplyConfiguration.Expression}, popts, environment.StoredExpressions)))
+		}
+	}
+	return mp
+}
+
+func (p *mutatingPolicy) ignoreFailure() bool {
+	return p.obj.Spec.FailurePolicy != nil && *p.obj.Spec.FailurePolicy == admissionregistrationv1.Ignore
+}
+
+// mutatingBinding is one binding of one policy matching a request.
+type mutatingBinding struct {
+	policy  *mutatingPolicy
+	binding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+}
+
+// mutatingChain runs every MutatingAdmissionPolicy binding matching one
+// request, in order, as one Policy of the pipeline (so it runs before the
+// validating policies): each sees the object as the ones before it left
+// it, and when a later one changed the object, those with
+// reinvocationPolicy IfNeeded run once more. The Decision carries the
+// final object.
+type mutatingChain struct {
+	req      *request
+	bindings []mutatingBinding
+	oi       admission.ObjectInterfaces
+	tc       managedfields.TypeConverter
+}
+
+var _ policy.Policy = (*mutatingChain)(nil)
+
+// Evaluate applies the mutations. A mutation that fails denies the request
+// under failurePolicy Fail and is skipped under Ignore.
+func (m *mutatingChain) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	a, err := m.req.attributes(req)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	va := a.versioned
+	if va.VersionedObject.Object() == nil {
+		return policy.Decision{}, nil
+	}
+	start := va.VersionedObject.Object().DeepCopyObject()
+	ran := make([]bool, len(m.bindings))
+	changedAfter := make([]bool, len(m.bindings))
+	for pass := 0; pass < 2; pass++ {
+		for i, b := range m.bindings {
+			if pass == 1 && (!ran[i] || !changedAfter[i] || b.policy.obj.Spec.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy) {
+				continue
+			}
+			before := va.VersionedObject.Object().DeepCopyObject()
+			if d, stop := m.invoke(ctx, b, a); stop {
+				return d, ctx.Err()
+			}
+			ran[i] = true
+			if !equality.Semantic.DeepEqual(before, va.VersionedObject.Object()) {
+				for j := 0; j < i; j++ {
+					changedAfter[j] = true
+				}
+			}
+		}
+		if pass == 0 && !anyTrue(changedAfter) {
+			break
+		}
+	}
+	if equality.Semantic.DeepEqual(start, va.VersionedObject.Object()) {
+		return policy.Decision{}, nil
+	}
+	js, err := json.Marshal(va.VersionedObject.Object())
+	if err != nil {
+		return policy.Decision{}, fmt.Errorf("encoding the mutated object: %w", err)
+	}
+	return policy.Decision{Object: js}, nil
+}
+
+func anyTrue(bs []bool) bool {
+	for _, b := range bs {
+		if b {
+			return true
+		}
+	}
+	return false
+}
+
+// invoke runs one binding's mutations over a's object; stop is true when
+// the request is denied (d says why) or ctx ended.
+func (m *mutatingChain) invoke(ctx context.Context, b mutatingBinding, a *attributes) (d policy.Decision, stop bool) {
+	fail := func(err error) (policy.Decision, bool) {
+		if b.policy.ignoreFailure() || ctx.Err() != nil {
+			return policy.Decision{}, ctx.Err() != nil
+		}
+		msg := fmt.Sprintf("policy '%s' with binding '%s' denied request: %v", b.policy.obj.Name, b.binding.Name, err)
+		return policy.Decision{Denial: &policy.Denial{Code: http.StatusUnprocessableEntity, Reason: string(metav1.StatusReasonInvalid), Message: forbiddenMessage(a, msg)}}, true
+	}
+	if b.policy.err != nil {
+		return fail(fmt.Errorf("failed to configure policy: %w", b.policy.err))
+	}
+	params, err := b.policy.params.collect(b.binding.Spec.ParamRef, a)
+	if err != nil {
+		return fail(fmt.Errorf("failed to configure binding: %w", err))
+	}
+	ns := m.req.namespace()
+	for _, param := range params {
+		if b.policy.cond != nil {
+			res := b.policy.cond.Match(ctx, a.versioned, param, m.req.authz)
+			if res.Error != nil {
+				return fail(res.Error)
+			}
+			if !res.Matches {
+				continue
+			}
+		}
+		for _, p := range b.policy.patchers {
+			obj, err := p.Patch(ctx, patch.Request{
+				MatchedResource:     a.GetResource(),
+				VersionedAttributes: a.versioned,
+				ObjectInterfaces:    m.oi,
+				OptionalVariables:   plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: m.req.authz},
+				Namespace:           ns,
+				TypeConverter:       m.tc,
+			}, celenv.RuntimeBudget)
+			if err != nil {
+				return fail(err)
+			}
+			a.versioned.UpdateObject(obj)
+		}
+	}
+	return policy.Decision{}, false
+}
+
+// newObjectInterfaces are the object interfaces the patchers use: every
+// object here is unstructured, so an empty scheme serves.
+func newObjectInterfaces() admission.ObjectInterfaces {
+	return admission.NewObjectInterfacesFromScheme(runtime.NewScheme())
+}

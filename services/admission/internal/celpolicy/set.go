@@ -1,0 +1,401 @@
+// Package celpolicy is the admission service's CEL policies:
+// ValidatingAdmissionPolicies and MutatingAdmissionPolicies with their
+// bindings, and the param objects and namespaces they read, followed from
+// the store. Each policy is compiled once, when it changes, against
+// lib/kube/celenv through k8s.io/apiserver's admission CEL libraries (the
+// same variables, cost budgets, messages and failure handling as
+// kube-apiserver's plugins). Set is a policy.Set: for a request it
+// returns one Policy running every matching mutating binding (in name
+// order of policy, then binding), then one per matching validating
+// binding.
+package celpolicy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/policy"
+)
+
+// Config configures a Set.
+type Config struct {
+	// Store holds the objects. Required.
+	Store Store
+	// Decrypt, when set, turns stored values into encoded objects (values
+	// encrypted at rest); nil reads values as they are.
+	Decrypt Decrypt
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Set is the CEL policies followed from the store. It implements
+// policy.Set; Matching and Scope are safe for concurrent use.
+type Set struct {
+	cache    *cache
+	logger   *slog.Logger
+	registry *registry.Registry
+	oi       admission.ObjectInterfaces
+	tc       managedfields.TypeConverter
+
+	resources struct {
+		vap, vapb, map_, mapb, namespaces *registry.Resource
+	}
+
+	rebuildMu sync.Mutex                 // one rebuild at a time
+	compiled  map[string]compiledVersion // policy key → compiled at a resourceVersion
+	state     atomic.Pointer[state]
+}
+
+type compiledVersion struct {
+	rv         string
+	validating *validatingPolicy
+	mutating   *mutatingPolicy
+}
+
+// state is one version of the policy set; it is never modified once
+// published.
+type state struct {
+	validating []validatingEntry
+	mutating   []mutatingEntry
+	scope      policy.Scope
+	changed    chan struct{} // closed when the next state is published
+}
+
+type validatingEntry struct {
+	policy   *validatingPolicy
+	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	matchers []*matcher
+}
+
+type mutatingEntry struct {
+	policy   *mutatingPolicy
+	bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
+	matchers []*matcher
+}
+
+// New returns a Set following the store until ctx ends, and a channel
+// closed once its policies, bindings and namespaces have been read.
+func New(ctx context.Context, cfg Config) (*Set, <-chan struct{}, error) {
+	if cfg.Store == nil {
+		return nil, nil, fmt.Errorf("celpolicy: a Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	reg := registry.New(registry.Standard()...)
+	s := &Set{logger: cfg.Logger, registry: reg, oi: newObjectInterfaces(), tc: managedfields.NewDeducedTypeConverter(), compiled: map[string]compiledVersion{}}
+	gv := admissionregistrationv1.SchemeGroupVersion
+	lookup := func(gvr schema.GroupVersionResource) *registry.Resource {
+		r, _ := reg.Lookup(gvr)
+		return r
+	}
+	s.resources.vap = lookup(gv.WithResource("validatingadmissionpolicies"))
+	s.resources.vapb = lookup(gv.WithResource("validatingadmissionpolicybindings"))
+	s.resources.map_ = lookup(gv.WithResource("mutatingadmissionpolicies"))
+	s.resources.mapb = lookup(gv.WithResource("mutatingadmissionpolicybindings"))
+	s.resources.namespaces = lookup(corev1.SchemeGroupVersion.WithResource("namespaces"))
+	s.state.Store(&state{changed: make(chan struct{})})
+	c, err := newCache(ctx, cfg.Store, cfg.Decrypt, cfg.Logger, s.onChange)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.cache = c
+	synced := make(chan struct{})
+	waits := []<-chan struct{}{
+		c.follow(s.resources.namespaces), c.follow(s.resources.vap), c.follow(s.resources.vapb),
+		c.follow(s.resources.map_), c.follow(s.resources.mapb),
+	}
+	go func() {
+		for _, w := range waits {
+			select {
+			case <-w:
+			case <-ctx.Done():
+				return
+			}
+		}
+		close(synced)
+	}()
+	return s, synced, nil
+}
+
+// onChange rebuilds the set after a change of policies or bindings;
+// namespaces and params are read at evaluation.
+func (s *Set) onChange(res *registry.Resource) {
+	switch res {
+	case s.resources.vap, s.resources.vapb, s.resources.map_, s.resources.mapb:
+		s.rebuild()
+	}
+}
+
+// paramSource returns where params of kind pk come from, following its
+// resource from now on.
+func (s *Set) paramSource(pk *admissionregistrationv1.ParamKind) (*paramSource, error) {
+	gv, err := schema.ParseGroupVersion(pk.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range s.registry.Resources(gv) {
+		if r.Kind == pk.Kind {
+			s.cache.follow(r)
+			return &paramSource{kind: pk, res: r, cache: s.cache}, nil
+		}
+	}
+	return nil, fmt.Errorf("paramKind kind `%s` not known", gv.WithKind(pk.Kind).String())
+}
+
+// rebuild compiles what changed and publishes the new state.
+func (s *Set) rebuild() {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	seen := map[string]bool{}
+	next := &state{changed: make(chan struct{})}
+
+	vbindings := map[string][]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	for _, o := range s.cache.list(s.resources.vapb, "", nil) {
+		b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+		vbindings[b.Spec.PolicyName] = append(vbindings[b.Spec.PolicyName], b)
+	}
+	for _, o := range sortedByName(s.cache.list(s.resources.vap, "", nil)) {
+		p := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		key := "v/" + p.Name
+		seen[key] = true
+		cv, ok := s.compiled[key]
+		if !ok || cv.rv != p.ResourceVersion {
+			cv = compiledVersion{rv: p.ResourceVersion, validating: compileValidating(p, s.paramSource)}
+			s.compiled[key] = cv
+		}
+		bs := vbindings[p.Name]
+		if len(bs) == 0 {
+			continue
+		}
+		e := validatingEntry{policy: cv.validating}
+		for _, b := range sortedBindings(bs) {
+			m, err := newMatcher(b.Spec.MatchResources)
+			if err != nil {
+				s.logger.Warn("admission policies: a binding's matchResources do not compile; left out", "binding", b.Name, "error", err)
+				continue
+			}
+			e.bindings, e.matchers = append(e.bindings, b), append(e.matchers, m)
+		}
+		next.validating = append(next.validating, e)
+		next.scope.Rules = append(next.scope.Rules, scopeRules(p.Spec.MatchConstraints)...)
+	}
+
+	mbindings := map[string][]*admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+	for _, o := range s.cache.list(s.resources.mapb, "", nil) {
+		b := o.(*admissionregistrationv1.MutatingAdmissionPolicyBinding)
+		mbindings[b.Spec.PolicyName] = append(mbindings[b.Spec.PolicyName], b)
+	}
+	for _, o := range sortedByName(s.cache.list(s.resources.map_, "", nil)) {
+		p := o.(*admissionregistrationv1.MutatingAdmissionPolicy)
+		key := "m/" + p.Name
+		seen[key] = true
+		cv, ok := s.compiled[key]
+		if !ok || cv.rv != p.ResourceVersion {
+			cv = compiledVersion{rv: p.ResourceVersion, mutating: compileMutating(p, s.paramSource)}
+			s.compiled[key] = cv
+		}
+		bs := mbindings[p.Name]
+		if len(bs) == 0 {
+			continue
+		}
+		e := mutatingEntry{policy: cv.mutating}
+		slices.SortFunc(bs, func(a, b *admissionregistrationv1.MutatingAdmissionPolicyBinding) int {
+			return strings.Compare(a.Name, b.Name)
+		})
+		for _, b := range bs {
+			m, err := newMatcher(b.Spec.MatchResources)
+			if err != nil {
+				s.logger.Warn("admission policies: a binding's matchResources do not compile; left out", "binding", b.Name, "error", err)
+				continue
+			}
+			e.bindings, e.matchers = append(e.bindings, b), append(e.matchers, m)
+		}
+		next.mutating = append(next.mutating, e)
+		next.scope.Rules = append(next.scope.Rules, scopeRules(p.Spec.MatchConstraints)...)
+	}
+	for k := range s.compiled {
+		if !seen[k] {
+			delete(s.compiled, k)
+		}
+	}
+	// Publish the new state (its wider scope included) before closing the
+	// old one's channel, so scope watchers read the new scope.
+	prev := s.state.Swap(next)
+	close(prev.changed)
+	s.logger.Debug("admission policies applied", "validating", len(next.validating), "mutating", len(next.mutating))
+}
+
+// scopeRules are the pipeline scope of a policy's match constraints: its
+// resource rules without versions (see policy.Scope). A policy without
+// constraints matches nothing.
+func scopeRules(m *admissionregistrationv1.MatchResources) []policy.Rule {
+	if m == nil {
+		return nil
+	}
+	var out []policy.Rule
+	for _, r := range m.ResourceRules {
+		var ops []admissionv1.Operation
+		for _, op := range r.Operations {
+			switch op {
+			case admissionregistrationv1.Create:
+				ops = append(ops, admissionv1.Operation_OPERATION_CREATE)
+			case admissionregistrationv1.Update:
+				ops = append(ops, admissionv1.Operation_OPERATION_UPDATE)
+			case admissionregistrationv1.Delete:
+				ops = append(ops, admissionv1.Operation_OPERATION_DELETE)
+			case admissionregistrationv1.Connect:
+				ops = append(ops, admissionv1.Operation_OPERATION_CONNECT)
+			}
+		}
+		if slices.Contains(r.Operations, admissionregistrationv1.OperationAll) {
+			ops = nil // every operation
+		}
+		out = append(out, policy.Rule{Operations: ops, APIGroups: r.APIGroups, Resources: r.Resources})
+	}
+	return out
+}
+
+// Scope returns the current scope and a channel closed when it changes.
+func (s *Set) Scope() (policy.Scope, <-chan struct{}) {
+	st := s.state.Load()
+	return st.scope, st.changed
+}
+
+// Matching returns, for req, one Policy running the matching mutating
+// bindings, then one per matching validating binding. A request whose
+// objects do not decode gets one Policy denying it.
+func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
+	st := s.state.Load()
+	if len(st.validating) == 0 && len(st.mutating) == 0 {
+		return nil
+	}
+	r := &request{set: s, authz: mastersAuthorizer{}}
+	a, err := r.attributes(req)
+	if err != nil {
+		return []policy.Policy{badRequest{err}}
+	}
+	// kube-apiserver exempts its admission configuration kinds from
+	// admission policies, so a bad policy can always be fixed.
+	if rules.IsExemptAdmissionConfigurationResource(a) {
+		return nil
+	}
+	ns := r.namespace()
+	var out []policy.Policy
+	var chain *mutatingChain
+	for _, e := range st.mutating {
+		if e.policy.match != nil && !e.policy.match.matches(a, ns) {
+			continue
+		}
+		for i, b := range e.bindings {
+			if !e.matchers[i].matches(a, ns) {
+				continue
+			}
+			if chain == nil {
+				chain = &mutatingChain{req: r, oi: s.oi, tc: s.tc}
+				out = append(out, chain)
+			}
+			chain.bindings = append(chain.bindings, mutatingBinding{policy: e.policy, binding: b})
+		}
+	}
+	for _, e := range st.validating {
+		if e.policy.match != nil && !e.policy.match.matches(a, ns) {
+			continue
+		}
+		for i, b := range e.bindings {
+			if e.matchers[i].matches(a, ns) {
+				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b})
+			}
+		}
+	}
+	return out
+}
+
+var _ policy.Set = (*Set)(nil)
+
+// request is what the policies of one request share: its decoded
+// attributes (decoded again for the request a mutation produced) and its
+// namespace.
+type request struct {
+	set   *Set
+	authz authorizer.UnconditionalAuthorizer
+
+	mu    sync.Mutex
+	req   *admissionv1.AdmitRequest
+	attrs *attributes
+	err   error
+	ns    *corev1.Namespace
+	nsSet bool
+}
+
+// attributes returns req decoded.
+func (r *request) attributes(req *admissionv1.AdmitRequest) (*attributes, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if req != r.req {
+		r.req = req
+		r.attrs, r.err = newAttributes(req)
+	}
+	return r.attrs, r.err
+}
+
+// namespace returns the request's namespace object, nil for a
+// cluster-scoped request, a Namespace itself, or a namespace not read yet.
+func (r *request) namespace() *corev1.Namespace {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nsSet || r.attrs == nil {
+		return r.ns
+	}
+	r.nsSet = true
+	a := r.attrs
+	name := a.GetNamespace()
+	if k := a.GetKind(); k.Group == "" && k.Kind == "Namespace" {
+		name = ""
+	}
+	if name != "" {
+		if o, ok := r.set.cache.get(r.set.resources.namespaces, "", name).(*corev1.Namespace); ok {
+			r.ns = o
+		}
+	}
+	return r.ns
+}
+
+// badRequest denies a request whose objects do not decode.
+type badRequest struct{ err error }
+
+func (b badRequest) Evaluate(context.Context, *admissionv1.AdmitRequest) (policy.Decision, error) {
+	return policy.Decision{}, fmt.Errorf("admission policies: decoding the request: %w", b.err)
+}
+
+// sortedByName sorts objects of one kind by name.
+func sortedByName(objs []runtime.Object) []runtime.Object {
+	name := func(o runtime.Object) string { return o.(metav1.Object).GetName() }
+	sort.Slice(objs, func(i, j int) bool { return name(objs[i]) < name(objs[j]) })
+	return objs
+}
+
+func sortedBindings(bs []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	slices.SortFunc(bs, func(a, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) int {
+		return strings.Compare(a.Name, b.Name)
+	})
+	return bs
+}

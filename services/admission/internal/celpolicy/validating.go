@@ -1,0 +1,229 @@
+package celpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/meridian-cp/meridian/lib/kube/celenv"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/policy"
+)
+
+// validatingPolicy is one ValidatingAdmissionPolicy, compiled once (as
+// kube-apiserver's plugin compiles it: stored-expression environment,
+// variables first, authorizer declared).
+type validatingPolicy struct {
+	obj       *admissionregistrationv1.ValidatingAdmissionPolicy
+	match     *matcher
+	validator validating.Validator
+	params    *paramSource // nil without paramKind
+	err       error        // a configuration error: the policy cannot be evaluated
+}
+
+func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *validatingPolicy {
+	vp := &validatingPolicy{obj: p}
+	m, err := newMatcher(p.Spec.MatchConstraints)
+	if err != nil {
+		vp.err = err
+		return vp
+	}
+	vp.match = m
+	if p.Spec.ParamKind != nil {
+		if vp.params, err = params(p.Spec.ParamKind); err != nil {
+			vp.err = err
+			return vp
+		}
+	}
+	hasParams := p.Spec.ParamKind != nil
+	opts := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
+	msgOpts := plugincel.OptionalVariableDeclarations{HasParams: hasParams}
+	c, err := plugincel.NewCompositedCompiler(celenv.Base())
+	if err != nil {
+		vp.err = err
+		return vp
+	}
+	vars := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
+	for i, v := range p.Spec.Variables {
+		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	c.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
+	var mc matchconditions.Matcher
+	if len(p.Spec.MatchConditions) > 0 {
+		acc := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
+		for i := range p.Spec.MatchConditions {
+			acc[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
+		}
+		mc = matchconditions.NewMatcher(c.CompileCondition(acc, opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	annotations := make([]plugincel.ExpressionAccessor, len(p.Spec.AuditAnnotations))
+	for i, a := range p.Spec.AuditAnnotations {
+		annotations[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
+	}
+	vp.validator = validating.NewValidator(
+		c.CompileCondition(validations, opts, environment.StoredExpressions),
+		mc,
+		c.CompileCondition(annotations, opts, environment.StoredExpressions),
+		c.CompileCondition(messages, msgOpts, environment.StoredExpressions),
+		p.Spec.FailurePolicy, nil)
+	return vp
+}
+
+// ignoreFailure is the policy's failurePolicy: Ignore.
+func (p *validatingPolicy) ignoreFailure() bool {
+	return p.obj.Spec.FailurePolicy != nil && *p.obj.Spec.FailurePolicy == admissionregistrationv1.Ignore
+}
+
+// validatingInvocation is one binding of one policy, for one request.
+type validatingInvocation struct {
+	req     *request
+	policy  *validatingPolicy
+	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+var _ policy.Policy = (*validatingInvocation)(nil)
+
+// Evaluate runs the policy's validations for each param object the
+// binding selects, and turns failed validations into what the binding's
+// validationActions say: a denial (Deny), warnings (Warn), audit
+// annotations (Audit). Errors are decided by failurePolicy here, so it
+// never returns one but ctx's.
+func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	a, err := v.req.attributes(req)
+	if err != nil {
+		return v.configError(err), nil
+	}
+	var d policy.Decision
+	p, b := v.policy, v.binding
+	if p.err != nil {
+		return v.configError(fmt.Errorf("failed to configure policy: %w", p.err)), nil
+	}
+	params, err := p.params.collect(b.Spec.ParamRef, a)
+	if err != nil {
+		return v.configError(fmt.Errorf("failed to configure binding: %w", err)), nil
+	}
+	ns := v.req.namespace()
+	var failures []validating.ValidationFailureValue
+	annotations := map[string]string{}
+	for _, param := range params {
+		res := p.validator.Validate(ctx, a.GetResource(), a.versioned, param, ns, celenv.RuntimeBudget, v.req.authz)
+		if ctx.Err() != nil {
+			return policy.Decision{}, ctx.Err()
+		}
+		for i, dec := range res.Decisions {
+			if dec.Action != validating.ActionDeny {
+				continue
+			}
+			for _, action := range b.Spec.ValidationActions {
+				switch action {
+				case admissionregistrationv1.Deny:
+					if d.Denial == nil {
+						d.Denial = v.denial(a, dec.Message, dec.Reason)
+					}
+				case admissionregistrationv1.Warn:
+					d.Warnings = append(d.Warnings, fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' with binding '%s': %s", p.obj.Name, b.Name, dec.Message))
+				case admissionregistrationv1.Audit:
+					failures = append(failures, validating.ValidationFailureValue{
+						ExpressionIndex: i, Message: dec.Message, ValidationActions: b.Spec.ValidationActions, Binding: b.Name, Policy: b.Spec.PolicyName,
+					})
+				}
+			}
+		}
+		for _, an := range res.AuditAnnotations {
+			switch an.Action {
+			case validating.AuditAnnotationActionPublish:
+				value := an.Value
+				if len(value) > maxAuditAnnotationValueLength {
+					value = value[:maxAuditAnnotationValueLength]
+				}
+				key := p.obj.Name + "/" + an.Key
+				if prev, ok := annotations[key]; ok && prev != value {
+					value = prev + ", " + value
+				}
+				annotations[key] = value
+			case validating.AuditAnnotationActionError:
+				if d.Denial == nil {
+					d.Denial = v.denial(a, an.Error, "")
+				}
+			}
+		}
+	}
+	if len(failures) > 0 {
+		if js, err := json.Marshal(failures); err == nil {
+			annotations["validation.policy.admission.k8s.io/validation_failure"] = string(js)
+		}
+	}
+	if len(annotations) > 0 {
+		d.AuditAnnotations = annotations
+	}
+	return d, nil
+}
+
+// maxAuditAnnotationValueLength bounds one audit annotation's value, as
+// kube-apiserver bounds it.
+const maxAuditAnnotationValueLength = 10 * 1024
+
+// denial is a Deny decision as kube-apiserver words it: the policy and
+// binding named, the validation's reason (Invalid when none) and its
+// HTTP code, and the "<resource> "<name>" is forbidden: " prefix of
+// admission errors.
+func (v *validatingInvocation) denial(a *attributes, message string, reason metav1.StatusReason) *policy.Denial {
+	msg := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", v.policy.obj.Name, v.binding.Name, message)
+	if reason == "" {
+		reason = metav1.StatusReasonInvalid
+	}
+	return &policy.Denial{Code: reasonToCode(reason), Reason: string(reason), Message: forbiddenMessage(a, msg)}
+}
+
+// configError is a policy or binding that cannot be evaluated: ignored
+// under failurePolicy Ignore, else a denial naming both.
+func (v *validatingInvocation) configError(err error) policy.Decision {
+	if v.policy.ignoreFailure() {
+		return policy.Decision{}
+	}
+	msg := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %v", v.policy.obj.Name, v.binding.Name, err)
+	return policy.Decision{Denial: &policy.Denial{Code: http.StatusUnprocessableEntity, Reason: string(metav1.StatusReasonInvalid), Message: msg}}
+}
+
+// forbiddenMessage is msg as admission.NewForbidden words it for a.
+func forbiddenMessage(a admission.Attributes, msg string) string {
+	var se *apierrors.StatusError
+	if errors.As(admission.NewForbidden(a, errors.New(msg)), &se) {
+		return se.ErrStatus.Message
+	}
+	return msg
+}
+
+// reasonToCode is the HTTP code of a validation's reason, as
+// kube-apiserver maps it.
+func reasonToCode(r metav1.StatusReason) int32 {
+	switch r {
+	case metav1.StatusReasonForbidden:
+		return http.StatusForbidden
+	case metav1.StatusReasonUnauthorized:
+		return http.StatusUnauthorized
+	case metav1.StatusReasonRequestEntityTooLarge:
+		return http.StatusRequestEntityTooLarge
+	default:
+		return http.StatusUnprocessableEntity
+	}
+}
