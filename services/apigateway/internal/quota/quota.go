@@ -285,7 +285,7 @@ func (q *Quotas) Run(ctx context.Context, objs Objects) {
 	}()
 	defer func() { cancel(); <-followed }()
 	quotas := map[string]*corev1.ResourceQuota{} // by store key
-	dirty := map[string]bool{}                  // keys to recount
+	dirty := map[string]bool{}                   // keys to recount
 	resync := time.NewTicker(q.cfg.Resync)
 	defer resync.Stop()
 	for {
