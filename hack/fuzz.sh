@@ -23,6 +23,7 @@ targets=(
   "services/apigateway ./internal/authn/oidc FuzzIDToken"
   "lib ./kube/crdschema FuzzAdmit"
   "services/admission ./internal/celpolicy FuzzRequestToCEL"
+  "services/admission ./internal/webhook FuzzDecodeReview"
 )
 
 fail=0

@@ -185,7 +185,7 @@ func TestUnconfiguredResources(t *testing.T) {
 
 	for _, tc := range []struct{ resources, want string }{
 		{"[secrets]", "secrets"},
-		{"['*.']", "namespaces configmaps secrets serviceaccounts events events"},
+		{"['*.']", "namespaces configmaps secrets serviceaccounts events resourcequotas events"},
 		{"['*.coordination.k8s.io']", "leases"},
 		{"['*.*']", names(registry.Standard())}, // every resource meridian stores
 		{"[events]", "events events"},

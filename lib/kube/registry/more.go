@@ -105,7 +105,7 @@ func Leases() *Resource {
 
 // Standard is every built-in resource meridian serves.
 func Standard() []*Resource {
-	standard := append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases())
+	standard := append(Core(), ServiceAccounts(), CoreEvents(), Events(), Leases(), ResourceQuotas())
 	standard = append(standard, RBAC()...)
 	standard = append(standard, FlowControl()...)
 	standard = append(standard, CustomResourceDefinitions())

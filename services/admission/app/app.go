@@ -1,5 +1,6 @@
 // Package app assembles the admission service: the policy pipeline over
-// the CEL admission policies followed from the store, behind a gRPC
+// the CEL admission policies and the admission webhooks followed from
+// the store, behind a gRPC
 // server built by lib/grpcserver. The admission binary and the all-in-one
 // binary both use it.
 package app
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -27,6 +30,8 @@ import (
 	"github.com/meridian-cp/meridian/services/admission/internal/celpolicy"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/server"
+	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
+	"github.com/meridian-cp/meridian/services/admission/internal/webhook"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
 
@@ -144,7 +149,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// follow dials the store and starts following the CEL policies until
+// follow dials the store and starts following the CEL policies and the
+// admission webhooks until
 // Close. The service serves at once: until the policies are read its set
 // is empty (scope empty), as a new policy applies once its scope reaches
 // the gateways.
@@ -164,18 +170,61 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.store, a.crypt, a.stop = st, crypt, cancel
-	set, _, err := celpolicy.New(bg, celpolicy.Config{
-		Store: st, Logger: logger,
-		Decrypt: func(ctx context.Context, key string, value []byte) ([]byte, error) {
-			plain, _, err := crypt.Decrypt(ctx, key, value)
-			return plain, err
-		},
-	})
+	decrypt := func(ctx context.Context, key string, value []byte) ([]byte, error) {
+		plain, _, err := crypt.Decrypt(ctx, key, value)
+		return plain, err
+	}
+	set, _, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt})
 	if err != nil {
 		a.closeStore()
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return set, nil
+	hooks, err := a.followWebhooks(bg, st, decrypt, logger)
+	if err != nil {
+		a.closeStore()
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return policy.Union{set, hooks}, nil
+}
+
+// followWebhooks follows the webhook configurations and the namespaces
+// (for namespaceSelectors) from the store into a webhook set.
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger) (*webhook.Set, error) {
+	reg := registry.New(registry.Standard()...)
+	gv := admissionregistrationv1.SchemeGroupVersion
+	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
+	mwc, _ := reg.Lookup(gv.WithResource("mutatingwebhookconfigurations"))
+	nsRes, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("namespaces"))
+	var cache *storecache.Cache
+	var hooks *webhook.Set
+	load := func(res *registry.Resource) {
+		if res != vwc && res != mwc {
+			return
+		}
+		var vs []*admissionregistrationv1.ValidatingWebhookConfiguration
+		for _, o := range cache.List(vwc, "", nil) {
+			vs = append(vs, o.(*admissionregistrationv1.ValidatingWebhookConfiguration))
+		}
+		var ms []*admissionregistrationv1.MutatingWebhookConfiguration
+		for _, o := range cache.List(mwc, "", nil) {
+			ms = append(ms, o.(*admissionregistrationv1.MutatingWebhookConfiguration))
+		}
+		hooks.Load(vs, ms)
+	}
+	hooks = webhook.New(webhook.Config{Logger: logger, Namespaces: func(name string) *corev1.Namespace {
+		ns, _ := cache.Get(nsRes, "", name).(*corev1.Namespace)
+		return ns
+	}})
+	var err error
+	// The cache calls load only from its followers, which Follow starts
+	// after cache is set.
+	if cache, err = storecache.New(ctx, st, decrypt, logger, load); err != nil {
+		return nil, err
+	}
+	cache.Follow(nsRes)
+	cache.Follow(vwc)
+	cache.Follow(mwc)
+	return hooks, nil
 }
 
 // closeStore stops following the store and closes its client.

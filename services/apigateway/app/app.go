@@ -46,6 +46,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/grpcapi"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/quota"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
@@ -56,6 +57,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Config configures the gateway.
@@ -279,9 +282,19 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if rbac != nil {
 		rsCfg.WriteGuard = rbac
 	}
+	var quotas *quota.Quotas
+	if _, ok := reg.Lookup(corev1.SchemeGroupVersion.WithResource("resourcequotas")); ok {
+		if quotas, err = quota.New(quota.Config{Registry: reg, Codec: c, Store: store, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("apigateway: %w", err)
+		}
+		rsCfg.Quota = quotas
+	}
 	resourceServer, err := resources.New(rsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: %w", err)
+	}
+	if quotas != nil {
+		a.background(bg, func(ctx context.Context) { quotas.Run(ctx, resourceServer) })
 	}
 	health, err := a.newHealthChecks(bg, storeConn, crypt, svc.dependencies)
 	if err != nil {

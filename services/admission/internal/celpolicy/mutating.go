@@ -80,6 +80,10 @@ type mutatingChain struct {
 
 var _ policy.Policy = (*mutatingChain)(nil)
 
+// Mutating reports true: a policy.Union runs it before every validating
+// policy.
+func (m *mutatingChain) Mutating() bool { return true }
+
 // Evaluate applies the mutations. A mutation that fails denies the request
 // under failurePolicy Fail and is skipped under Ignore.
 func (m *mutatingChain) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {

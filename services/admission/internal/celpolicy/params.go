@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
 )
 
 // paramSource is where a policy's param objects come from: the followed
@@ -17,7 +18,7 @@ import (
 type paramSource struct {
 	kind  *admissionregistrationv1.ParamKind
 	res   *registry.Resource
-	cache *cache
+	cache *storecache.Cache
 }
 
 // collect returns the param objects a binding's paramRef selects for the
@@ -49,7 +50,7 @@ func (ps *paramSource) collect(ref *admissionregistrationv1.ParamRef, a *attribu
 	case ref.Name != "" && ref.Selector != nil:
 		return nil, errors.New("paramRef.name and paramRef.selector are mutually exclusive")
 	case ref.Name != "":
-		if o := ps.cache.get(ps.res, ns, ref.Name); o != nil {
+		if o := ps.cache.Get(ps.res, ns, ref.Name); o != nil {
 			found = []runtime.Object{o}
 		}
 	case ref.Selector != nil:
@@ -57,7 +58,7 @@ func (ps *paramSource) collect(ref *admissionregistrationv1.ParamRef, a *attribu
 		if err != nil {
 			return nil, err
 		}
-		found = ps.cache.list(ps.res, ns, sel)
+		found = ps.cache.List(ps.res, ns, sel)
 	default:
 		return nil, errors.New("one of name or selector must be provided")
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
+	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
 )
 
 // Config configures a Set.
@@ -49,7 +50,7 @@ type Config struct {
 // Set is the CEL policies followed from the store. It implements
 // policy.Set; Matching and Scope are safe for concurrent use.
 type Set struct {
-	cache    *cache
+	cache    *storecache.Cache
 	logger   *slog.Logger
 	registry *registry.Registry
 	oi       admission.ObjectInterfaces
@@ -113,15 +114,15 @@ func New(ctx context.Context, cfg Config) (*Set, <-chan struct{}, error) {
 	s.resources.mapb = lookup(gv.WithResource("mutatingadmissionpolicybindings"))
 	s.resources.namespaces = lookup(corev1.SchemeGroupVersion.WithResource("namespaces"))
 	s.state.Store(&state{changed: make(chan struct{})})
-	c, err := newCache(ctx, cfg.Store, cfg.Decrypt, cfg.Logger, s.onChange)
+	c, err := storecache.New(ctx, cfg.Store, cfg.Decrypt, cfg.Logger, s.onChange)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.cache = c
 	synced := make(chan struct{})
 	waits := []<-chan struct{}{
-		c.follow(s.resources.namespaces), c.follow(s.resources.vap), c.follow(s.resources.vapb),
-		c.follow(s.resources.map_), c.follow(s.resources.mapb),
+		c.Follow(s.resources.namespaces), c.Follow(s.resources.vap), c.Follow(s.resources.vapb),
+		c.Follow(s.resources.map_), c.Follow(s.resources.mapb),
 	}
 	go func() {
 		for _, w := range waits {
@@ -154,7 +155,7 @@ func (s *Set) paramSource(pk *admissionregistrationv1.ParamKind) (*paramSource, 
 	}
 	for _, r := range s.registry.Resources(gv) {
 		if r.Kind == pk.Kind {
-			s.cache.follow(r)
+			s.cache.Follow(r)
 			return &paramSource{kind: pk, res: r, cache: s.cache}, nil
 		}
 	}
@@ -169,11 +170,11 @@ func (s *Set) rebuild() {
 	next := &state{changed: make(chan struct{})}
 
 	vbindings := map[string][]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	for _, o := range s.cache.list(s.resources.vapb, "", nil) {
+	for _, o := range s.cache.List(s.resources.vapb, "", nil) {
 		b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
 		vbindings[b.Spec.PolicyName] = append(vbindings[b.Spec.PolicyName], b)
 	}
-	for _, o := range sortedByName(s.cache.list(s.resources.vap, "", nil)) {
+	for _, o := range sortedByName(s.cache.List(s.resources.vap, "", nil)) {
 		p := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 		key := "v/" + p.Name
 		seen[key] = true
@@ -200,11 +201,11 @@ func (s *Set) rebuild() {
 	}
 
 	mbindings := map[string][]*admissionregistrationv1.MutatingAdmissionPolicyBinding{}
-	for _, o := range s.cache.list(s.resources.mapb, "", nil) {
+	for _, o := range s.cache.List(s.resources.mapb, "", nil) {
 		b := o.(*admissionregistrationv1.MutatingAdmissionPolicyBinding)
 		mbindings[b.Spec.PolicyName] = append(mbindings[b.Spec.PolicyName], b)
 	}
-	for _, o := range sortedByName(s.cache.list(s.resources.map_, "", nil)) {
+	for _, o := range sortedByName(s.cache.List(s.resources.map_, "", nil)) {
 		p := o.(*admissionregistrationv1.MutatingAdmissionPolicy)
 		key := "m/" + p.Name
 		seen[key] = true
@@ -372,7 +373,7 @@ func (r *request) namespace() *corev1.Namespace {
 		name = ""
 	}
 	if name != "" {
-		if o, ok := r.set.cache.get(r.set.resources.namespaces, "", name).(*corev1.Namespace); ok {
+		if o, ok := r.set.cache.Get(r.set.resources.namespaces, "", name).(*corev1.Namespace); ok {
 			r.ns = o
 		}
 	}

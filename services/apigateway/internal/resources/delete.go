@@ -140,6 +140,9 @@ func (s *Server) deleteOne(ctx context.Context, d deleteRequest) (runtime.Object
 		if err != nil {
 			return nil, storageError(err, res, ref.GetNamespace(), ref.GetName())
 		}
+		if s.cfg.Quota != nil {
+			s.cfg.Quota.Replenish(ref.GetNamespace(), gr)
+		}
 		return status, nil
 	}
 	return nil, apierrors.NewConflict(gr, ref.GetName(), errors.New("too many concurrent writers; try again"))

@@ -14,6 +14,9 @@ import (
 // changed meanwhile, so the update loop can retry.
 func (s *Server) removeFinalized(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, modRev int64) error {
 	_, err := s.cfg.Store.Delete(ctx, res.Key(ref.GetNamespace(), ref.GetName()), modRev)
+	if err == nil && s.cfg.Quota != nil {
+		s.cfg.Quota.Replenish(ref.GetNamespace(), res.GVR.GroupResource())
+	}
 	if err == nil || errors.Is(err, storage.ErrConflict) {
 		return err
 	}

@@ -56,6 +56,8 @@ type Config struct {
 	// WriteGuard checks creates and updates before they are validated
 	// (RBAC's escalation prevention); nil checks nothing.
 	WriteGuard WriteGuard
+	// Quota charges creates against ResourceQuotas; nil charges nothing.
+	Quota Quota
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -78,6 +80,18 @@ type WriteGuard interface {
 	// a create), by the user in ctx. Its errors are Kubernetes errors and
 	// end the write.
 	GuardWrite(ctx context.Context, res *registry.Resource, namespace, name string, obj, old runtime.Object) error
+}
+
+// Quota charges creates against the namespace's ResourceQuotas
+// (quota.Quotas implements it).
+type Quota interface {
+	// Charge counts a new object of gr named name in ns against every
+	// quota of ns that limits gr, after admission and before the object
+	// is stored; its errors are Kubernetes errors (403 exceeded quota)
+	// and end the create. A dry run checks and writes nothing.
+	Charge(ctx context.Context, ns string, gr schema.GroupResource, name string, dryRun bool) error
+	// Replenish reports that an object of gr in ns was deleted.
+	Replenish(ns string, gr schema.GroupResource)
 }
 
 // Server implements apiv1.ResourceServiceServer.

@@ -183,6 +183,11 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 		if err := s.admit(ctx, res, ref, obj, nil, apiv1Create, dryRun); err != nil {
 			return nil, err
 		}
+		if s.cfg.Quota != nil {
+			if err := s.cfg.Quota.Charge(ctx, acc.GetNamespace(), res.GVR.GroupResource(), acc.GetName(), dryRun); err != nil {
+				return nil, err
+			}
+		}
 		if dryRun {
 			return obj, nil
 		}

@@ -1,4 +1,9 @@
-package celpolicy
+// Package storecache is the admission service's view of the objects it
+// reads from the store (policies, webhook configurations, namespaces,
+// params): each resource read with one Range of its key prefix, then
+// followed with one Watch from the revision after it; a watch that fails
+// starts over with a new Range.
+package storecache
 
 import (
 	"context"
@@ -30,13 +35,13 @@ var _ Store = (*storeclient.Client)(nil)
 // at rest).
 type Decrypt func(ctx context.Context, key string, value []byte) ([]byte, error)
 
-// cache holds the objects of the resources it follows, each read with one
+// Cache holds the objects of the resources it follows, each read with one
 // Range of its key prefix and then followed with one Watch from the
 // revision after it (a watch that fails starts over with a new Range).
 // A resource is followed from the first call of follow until the cache's
 // context ends. onChange is called, on the follower's goroutine, after
 // each batch of changes is visible.
-type cache struct {
+type Cache struct {
 	ctx      context.Context
 	store    Store
 	decrypt  Decrypt
@@ -51,21 +56,30 @@ type cache struct {
 	followed map[*registry.Resource]bool
 }
 
-func newCache(ctx context.Context, store Store, decrypt Decrypt, logger *slog.Logger, onChange func(*registry.Resource)) (*cache, error) {
+// New returns a Cache following the store until ctx ends; onChange (nil:
+// none) is called after each batch of changes of a followed resource is
+// visible, on its follower's goroutine.
+func New(ctx context.Context, store Store, decrypt Decrypt, logger *slog.Logger, onChange func(*registry.Resource)) (*Cache, error) {
 	c, err := codec.New()
 	if err != nil {
-		return nil, fmt.Errorf("celpolicy: %w", err)
+		return nil, fmt.Errorf("storecache: %w", err)
 	}
-	return &cache{
+	if onChange == nil {
+		onChange = func(*registry.Resource) {}
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Cache{
 		ctx: ctx, store: store, decrypt: decrypt, codec: c, logger: logger, retry: time.Second, onChange: onChange,
 		objects: map[*registry.Resource]map[string]runtime.Object{}, synced: map[*registry.Resource]chan struct{}{},
 		followed: map[*registry.Resource]bool{},
 	}, nil
 }
 
-// follow starts following res unless it is followed already, and returns
+// Follow starts following res unless it is followed already, and returns
 // a channel closed once its objects have been read.
-func (c *cache) follow(res *registry.Resource) <-chan struct{} {
+func (c *Cache) Follow(res *registry.Resource) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.followed[res] {
@@ -78,16 +92,16 @@ func (c *cache) follow(res *registry.Resource) <-chan struct{} {
 	return c.synced[res]
 }
 
-// get returns the object of res named name in namespace ns, or nil.
-func (c *cache) get(res *registry.Resource, ns, name string) runtime.Object {
+// Get returns the object of res named name in namespace ns, or nil.
+func (c *Cache) Get(res *registry.Resource, ns, name string) runtime.Object {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.objects[res][res.Key(ns, name)]
 }
 
-// list returns the objects of res in namespace ns ("" for every
+// List returns the objects of res in namespace ns ("" for every
 // namespace, or cluster-scoped) whose labels sel matches.
-func (c *cache) list(res *registry.Resource, ns string, sel labels.Selector) []runtime.Object {
+func (c *Cache) List(res *registry.Resource, ns string, sel labels.Selector) []runtime.Object {
 	prefix := res.KeyPrefix(ns)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -106,13 +120,13 @@ func (c *cache) list(res *registry.Resource, ns string, sel labels.Selector) []r
 	return out
 }
 
-func (c *cache) run(res *registry.Resource) {
+func (c *Cache) run(res *registry.Resource) {
 	for c.ctx.Err() == nil {
 		err := c.read(res)
 		if c.ctx.Err() != nil {
 			return
 		}
-		c.logger.Warn("admission policies: reading the objects again", "resource", res.GVR.String(), "error", err, "retry", c.retry)
+		c.logger.Warn("admission: reading the objects again", "resource", res.GVR.String(), "error", err, "retry", c.retry)
 		select {
 		case <-c.ctx.Done():
 		case <-time.After(c.retry):
@@ -121,7 +135,7 @@ func (c *cache) run(res *registry.Resource) {
 }
 
 // read lists res's objects, then follows them until the watch fails.
-func (c *cache) read(res *registry.Resource) error {
+func (c *Cache) read(res *registry.Resource) error {
 	prefix := res.KeyPrefix("")
 	resp, err := c.store.KV().Range(c.ctx, &storev1.RangeRequest{Key: []byte(prefix), RangeEnd: storeclient.PrefixEnd(prefix)})
 	if err != nil {
@@ -167,18 +181,18 @@ func (c *cache) read(res *registry.Resource) error {
 
 // decode returns the object of kv, or nil (logged) when it does not
 // decrypt or decode.
-func (c *cache) decode(res *registry.Resource, kv *storev1.KeyValue) runtime.Object {
+func (c *Cache) decode(res *registry.Resource, kv *storev1.KeyValue) runtime.Object {
 	key, value := string(kv.GetKey()), kv.GetValue()
 	if c.decrypt != nil {
 		var err error
 		if value, err = c.decrypt(c.ctx, key, value); err != nil {
-			c.logger.Error("admission policies: an object does not decrypt; left out", "key", key, "error", err)
+			c.logger.Error("admission: an object does not decrypt; left out", "key", key, "error", err)
 			return nil
 		}
 	}
 	obj := res.New()
 	if err := c.codec.DecodeStorage(value, kv.GetModRevision(), obj); err != nil {
-		c.logger.Error("admission policies: an object does not decode; left out", "key", key, "error", err)
+		c.logger.Error("admission: an object does not decode; left out", "key", key, "error", err)
 		return nil
 	}
 	obj.GetObjectKind().SetGroupVersionKind(res.GVK())
