@@ -39,7 +39,8 @@ type pod struct {
 // /readyz?verbose, and writes and reads a ConfigMap; and the store CLI,
 // with an operator certificate issued from the chart's internal CA as
 // docs/deploy.md says, lists the 3 voters and the non-voter that joined
-// and saves a snapshot.
+// and saves a snapshot; and a ValidatingAdmissionPolicy denies through
+// every gateway (admitInChart).
 func runChartOnDocker(t *testing.T, version string) {
 	const ns = "mrd"
 	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
@@ -216,6 +217,7 @@ func runChartOnDocker(t *testing.T, version string) {
 		clients = append(clients, clientFor(t, base, server(i), 10*time.Second, 0))
 		watchClients = append(watchClients, clientFor(t, base, server(i), 0, 0))
 	}
+	admitInChart(t, kubectl, clients)
 	if n := *tierCPURequests; n > 0 {
 		measureTierCPU(t, n, network, storeLeader(t, cli), clientFor(t, base, server(0), 10*time.Second, float32(*tierCPURate)))
 	}
