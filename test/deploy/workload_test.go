@@ -78,7 +78,10 @@ func classify(err error) (string, bool) {
 		return kind, s.Code == 429 || s.Code >= 500
 	}
 	msg := err.Error()
-	for _, k := range []string{"connection refused", "connection reset by peer", "broken pipe", "no route to host", "http2: client connection lost", "http2: server sent GOAWAY"} {
+	// "unexpected EOF": the connection closed mid-response, as when the
+	// gateway is killed after it sent the write on but before it replied;
+	// the write may have landed, and the retry finds it (AlreadyExists).
+	for _, k := range []string{"connection refused", "connection reset by peer", "broken pipe", "no route to host", "http2: client connection lost", "http2: server sent GOAWAY", "unexpected EOF"} {
 		if strings.Contains(msg, k) {
 			return k, true
 		}
