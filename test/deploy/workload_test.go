@@ -59,6 +59,14 @@ func (c *errorCounts) add(who string, err error) (retried bool) {
 	return retried
 }
 
+// gaveUp records a write the client stopped retrying: whatever its
+// error, a write given up on is a failure the client saw.
+func (c *errorCounts) gaveUp(who string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fatals = append(c.fatals, fmt.Sprintf("%s: gave up: %v", who, err))
+}
+
 func (c *errorCounts) note(kind string) {
 	c.mu.Lock()
 	c.kinds[kind]++
@@ -168,8 +176,11 @@ func startWorkload(t *testing.T, clients, watchClients []kubernetes.Interface) *
 	return w
 }
 
-// writeBackoff is the writers' retry: up to about a minute per write.
-var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 40, Cap: 2 * time.Second}
+// writeBackoff is the writers' retry: every 250 ms for up to a minute
+// per write, longer than a killed gateway or store leader takes to come
+// back. (A growing backoff with a Cap would not do: wait.Backoff stops
+// stepping once the cap is reached, after a few seconds.)
+var writeBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Jitter: 0.1, Steps: 240}
 
 // write creates ConfigMap n and updates ConfigMap n-1, in turn, until ctx
 // ends, each with client-go's retry on transient errors. A create retried
@@ -201,7 +212,7 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 			return err
 		})
 		if err != nil {
-			w.errs.add("create "+ns+"/"+name+" (gave up)", fmt.Errorf("gave up: %w", err))
+			w.errs.gaveUp("create "+ns+"/"+name, err)
 			return
 		}
 		w.ack(record{"ADDED", name, got.ResourceVersion, want}, ns)
@@ -235,7 +246,7 @@ func (w *workload) write(ctx context.Context, c kubernetes.Interface, ns, writer
 				return err
 			})
 			if err != nil {
-				w.errs.add("update "+ns+"/"+upd.Name+" (gave up)", fmt.Errorf("gave up: %w", err))
+				w.errs.gaveUp("update "+ns+"/"+upd.Name, err)
 				return
 			}
 			w.ack(record{"MODIFIED", upd.Name, updated.ResourceVersion, want}, ns)
