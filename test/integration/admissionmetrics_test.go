@@ -76,31 +76,8 @@ func TestAdmissionMetrics(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-bad"},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy:    &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: rules[0]}}},
-			Validations:      []admissionregistrationv1.Validation{{Expression: `!has(object.data) || !('bad' in object.data)`, Message: "no bad key"}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-bad-binding"},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: "no-bad", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
+	denyBadKey(t, e, "no-bad")
 	cms := e.client.CoreV1().ConfigMaps("default")
-	// The policy denies once its scope has reached the gateway.
-	polltest.Until(t, 30*time.Second, "the policy to deny", func() bool {
-		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Data: map[string]string{"bad": "1"}}, metav1.CreateOptions{})
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
-	})
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "good"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -168,4 +145,42 @@ func seriesCount(mf *dto.MetricFamily, want map[string]string) float64 {
 		}
 	}
 	return n
+}
+
+// denyBadKey creates the ValidatingAdmissionPolicy name, which denies
+// ConfigMaps with a data key "bad", bound as name+"-binding" with
+// validationActions Deny, and waits until the gateway calls admission
+// for ConfigMap creates: until such a create is denied.
+func denyBadKey(t *testing.T, e *env, name string) {
+	t.Helper()
+	ctx := t.Context()
+	ar := e.client.AdmissionregistrationV1()
+	fail := admissionregistrationv1.Fail
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: `!has(object.data) || !('bad' in object.data)`, Message: "no bad key"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-binding"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := e.client.CoreV1().ConfigMaps("default")
+	// The policy denies once its scope has reached the gateway.
+	polltest.Until(t, 30*time.Second, "the policy to deny", func() bool {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Data: map[string]string{"bad": "1"}}, metav1.CreateOptions{})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	})
 }

@@ -124,7 +124,13 @@ type validatingInvocation struct {
 	metrics *admissionmetrics.Metrics // nil: none
 }
 
-var _ policy.Policy = (*validatingInvocation)(nil)
+var (
+	_ policy.Policy = (*validatingInvocation)(nil)
+	_ policy.Named  = (*validatingInvocation)(nil)
+)
+
+// Name is the policy's name, which its trace span carries.
+func (v *validatingInvocation) Name() string { return v.policy.obj.Name }
 
 // Evaluate checks the request (check) and records the check in the
 // policy metrics: one series per enforcement action taken (deny, warn,
