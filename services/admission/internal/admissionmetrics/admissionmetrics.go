@@ -127,9 +127,9 @@ func (m *Metrics) ObserveWebhook(name string, op admissionv1.Operation, typ stri
 }
 
 // ObservePolicyCheck records one check of a ValidatingAdmissionPolicy
-// through one binding: enforcementAction is "allow" when it admitted the
-// request, else the actions taken ("deny", "warn", "audit", joined by ","
-// as kube-apiserver does for several).
+// through one binding under one enforcement action: "allow" when no
+// validation failed, else each action the binding took ("deny", "warn",
+// "audit"), one call per action as kube-apiserver records them.
 func (m *Metrics) ObservePolicyCheck(policy, binding, enforcementAction, errorType string, elapsed time.Duration) {
 	if m == nil {
 		return
