@@ -31,12 +31,17 @@ import (
 // all-in-one has not: each is checked to be registered under that name
 // in the Go source instead.
 var eventMetrics = map[string]string{
-	"apiserver_flowcontrol_rejected_requests_total":  "lib/flowcontrol/apf/metrics.go",
-	"apiserver_flowcontrol_current_inqueue_requests": "lib/flowcontrol/apf/metrics.go",
-	"watchfanout_terminated_watchers_total":          "services/watchfanout/internal/cache/metrics.go",
-	"meridian_admission_duration_seconds":            "services/admission/internal/server/server.go",
-	"apiserver_audit_event_total":                    "services/apigateway/internal/audit/metrics.go",
-	"meridian_apigateway_dependency_degraded":        "lib/healthz/monitor.go",
+	"apiserver_flowcontrol_rejected_requests_total":                "lib/flowcontrol/apf/metrics.go",
+	"apiserver_flowcontrol_current_inqueue_requests":               "lib/flowcontrol/apf/metrics.go",
+	"watchfanout_terminated_watchers_total":                        "services/watchfanout/internal/cache/metrics.go",
+	"meridian_admission_duration_seconds":                          "services/admission/internal/server/server.go",
+	"apiserver_admission_step_admission_duration_seconds":          "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_admission_webhook_admission_duration_seconds":       "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_admission_webhook_rejection_count":                  "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_validating_admission_policy_check_total":            "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_validating_admission_policy_check_duration_seconds": "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_audit_event_total":                                  "services/apigateway/internal/audit/metrics.go",
+	"meridian_apigateway_dependency_degraded":                      "lib/healthz/monitor.go",
 }
 
 // externalMetrics are exported by another component the chart relies

@@ -35,6 +35,8 @@ var kubeMetrics = map[string][]string{
 	"apiserver_longrunning_requests":      {"component", "group", "resource", "scope", "subresource", "verb", "version"},
 	"apiserver_current_inflight_requests": {"request_kind"},
 	"apiserver_storage_objects":           {"resource"},
+	"apiserver_watch_events_total":        {"group", "resource", "version"},
+	"apiserver_watch_events_sizes":        {"group", "resource", "version"},
 
 	"etcd_server_has_leader":                    nil,
 	"etcd_server_is_leader":                     nil,
@@ -78,6 +80,10 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A create the watch sees: a watch event is sent.
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	<-wctx.Done()
 	w.Stop()
 	cancel()
@@ -103,6 +109,10 @@ func TestMetricNamesAndLabels(t *testing.T) {
 				break
 			}
 		}
+	}
+	cmLabels := map[string]string{"group": "", "version": "v1", "resource": "configmaps"}
+	if n := seriesCount(families["apiserver_watch_events_sizes"], cmLabels); n < 1 {
+		t.Errorf("apiserver_watch_events_sizes%v: %v samples after a watched create, want at least 1", cmLabels, n)
 	}
 	verbs := map[string]bool{}
 	for _, m := range families["apiserver_request_total"].GetMetric() {

@@ -29,7 +29,8 @@ import (
 // A create sent with a W3C traceparent (as kubectl and client-go can send
 // one) by a user whom flow control does not exempt makes one trace, under
 // the client's span, that crosses the gateway (authentication, flow
-// control, admission), the flow-control service's queue, the store's
+// control, admission), the admission service's evaluation of a
+// ValidatingAdmissionPolicy, the flow-control service's queue, the store's
 // proposal, raft log append with fsync, apply and commit, and the watch
 // tier's fan-out of the resulting event, every span under the right
 // parent.
@@ -56,6 +57,10 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 		c.Logger = logger
 		c.RequestLogLevel = slog.LevelInfo
 	})
+
+	// A policy on ConfigMap creates, so that the gateway calls the
+	// admission service.
+	denyBadKey(t, e, "traced-policy")
 
 	// A watcher for the fan-out to deliver to.
 	w, err := e.client.CoreV1().ConfigMaps("default").Watch(t.Context(), metav1.ListOptions{})
@@ -116,7 +121,23 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 			t.Errorf("flowcontrol.wait lacks %s: %v", k, wait.Attributes)
 		}
 	}
-	tr.wantDescendant(t, server, "admission")
+	admission := tr.mustFind(t, "admission")
+	if !tr.isDescendant(admission, server) {
+		t.Errorf("the gateway's admission span is not under its request span")
+	}
+	policy := tr.mustFind(t, "admission.policy")
+	if !tr.isDescendant(policy, admission) {
+		t.Errorf("the admission service's admission.policy span is not under the gateway's admission span; spans: %s", tr)
+	}
+	if policy.InstrumentationScope.Name != telemetry.ScopeAdmission {
+		t.Errorf("admission.policy span's scope = %q", policy.InstrumentationScope.Name)
+	}
+	if got := attrValue(policy, "admission.policy.name"); got != "traced-policy" {
+		t.Errorf("admission.policy span names policy %q, want traced-policy: %v", got, policy.Attributes)
+	}
+	if got := attrValue(policy, "admission.allowed"); got != "true" {
+		t.Errorf("admission.policy span: admission.allowed = %q, want true", got)
+	}
 
 	propose := tr.mustFind(t, "store.propose")
 	storeServer := tr.parent(propose)
@@ -257,4 +278,15 @@ func hasAttr(s *tracetest.SpanStub, key string) bool {
 		}
 	}
 	return false
+}
+
+// attrValue is the value of s's attribute key, as text; "" when s has
+// none.
+func attrValue(s *tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit()
+		}
+	}
+	return ""
 }

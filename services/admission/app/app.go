@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/celpolicy"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/server"
@@ -174,12 +175,17 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
 		plain, _, err := crypt.Decrypt(ctx, key, value)
 		return plain, err
 	}
-	set, _, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt})
+	metrics, err := admissionmetrics.New(cfg.Registerer)
 	if err != nil {
 		a.closeStore()
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	hooks, err := a.followWebhooks(bg, st, decrypt, logger)
+	set, _, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt, Metrics: metrics})
+	if err != nil {
+		a.closeStore()
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	hooks, err := a.followWebhooks(bg, st, decrypt, logger, metrics)
 	if err != nil {
 		a.closeStore()
 		return nil, fmt.Errorf("admission: %w", err)
@@ -189,7 +195,7 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
 
 // followWebhooks follows the webhook configurations and the namespaces
 // (for namespaceSelectors) from the store into a webhook set.
-func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger) (*webhook.Set, error) {
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics) (*webhook.Set, error) {
 	reg := registry.New(registry.Standard()...)
 	gv := admissionregistrationv1.SchemeGroupVersion
 	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
@@ -211,7 +217,7 @@ func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt s
 		}
 		hooks.Load(vs, ms)
 	}
-	hooks = webhook.New(webhook.Config{Logger: logger, Namespaces: func(name string) *corev1.Namespace {
+	hooks = webhook.New(webhook.Config{Logger: logger, Metrics: metrics, Namespaces: func(name string) *corev1.Namespace {
 		ns, _ := cache.Get(nsRes, "", name).(*corev1.Namespace)
 		return ns
 	}})

@@ -32,6 +32,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 	"github.com/meridian-cp/meridian/services/admission/internal/storecache"
 )
@@ -45,6 +46,8 @@ type Config struct {
 	Decrypt Decrypt
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics receives each ValidatingAdmissionPolicy check; nil: none.
+	Metrics *admissionmetrics.Metrics
 }
 
 // Set is the CEL policies followed from the store. It implements
@@ -52,6 +55,7 @@ type Config struct {
 type Set struct {
 	cache    *storecache.Cache
 	logger   *slog.Logger
+	metrics  *admissionmetrics.Metrics // nil: none
 	registry *registry.Registry
 	oi       admission.ObjectInterfaces
 	tc       managedfields.TypeConverter
@@ -102,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Set, <-chan struct{}, error) {
 		cfg.Logger = slog.Default()
 	}
 	reg := registry.New(registry.Standard()...)
-	s := &Set{logger: cfg.Logger, registry: reg, oi: newObjectInterfaces(), tc: managedfields.NewDeducedTypeConverter(), compiled: map[string]compiledVersion{}}
+	s := &Set{logger: cfg.Logger, metrics: cfg.Metrics, registry: reg, oi: newObjectInterfaces(), tc: managedfields.NewDeducedTypeConverter(), compiled: map[string]compiledVersion{}}
 	gv := admissionregistrationv1.SchemeGroupVersion
 	lookup := func(gvr schema.GroupVersionResource) *registry.Resource {
 		r, _ := reg.Lookup(gvr)
@@ -323,7 +327,7 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 		}
 		for i, b := range e.bindings {
 			if e.matchers[i].matches(a, ns) {
-				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b})
+				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b, metrics: s.metrics})
 			}
 		}
 	}

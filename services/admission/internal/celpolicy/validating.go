@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
@@ -119,28 +121,71 @@ type validatingInvocation struct {
 	req     *request
 	policy  *validatingPolicy
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	metrics *admissionmetrics.Metrics // nil: none
 }
 
-var _ policy.Policy = (*validatingInvocation)(nil)
+var (
+	_ policy.Policy = (*validatingInvocation)(nil)
+	_ policy.Named  = (*validatingInvocation)(nil)
+)
 
-// Evaluate runs the policy's validations for each param object the
+// Name is the policy's name, which its trace span carries.
+func (v *validatingInvocation) Name() string { return v.policy.obj.Name }
+
+// Evaluate checks the request (check) and records the check in the
+// policy metrics: one series per enforcement action taken (deny, warn,
+// audit), or allow.
+func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	start := time.Now()
+	d, invalid, err := v.check(ctx, req)
+	if err != nil || v.metrics == nil {
+		return d, err
+	}
+	elapsed := time.Since(start)
+	errorType := admissionmetrics.PolicyNoError
+	if invalid {
+		errorType = admissionmetrics.PolicyInvalidError
+	}
+	var actions []string
+	if d.Denial != nil {
+		actions = append(actions, "deny")
+	}
+	if len(d.Warnings) > 0 {
+		actions = append(actions, "warn")
+	}
+	if _, ok := d.AuditAnnotations[validationFailureAnnotation]; ok {
+		// kube-apiserver counts Audit only with a failed validation,
+		// which is when it writes this annotation.
+		actions = append(actions, "audit")
+	}
+	if len(actions) == 0 {
+		actions = append(actions, "allow")
+	}
+	for _, a := range actions {
+		v.metrics.ObservePolicyCheck(v.policy.obj.Name, v.binding.Name, a, errorType, elapsed)
+	}
+	return d, nil
+}
+
+// check runs the policy's validations for each param object the
 // binding selects, and turns failed validations into what the binding's
 // validationActions say: a denial (Deny), warnings (Warn), audit
 // annotations (Audit). Errors are decided by failurePolicy here, so it
-// never returns one but ctx's.
-func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+// never returns one but ctx's; invalid reports that the policy or
+// binding could not be configured or evaluated.
+func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.AdmitRequest) (_ policy.Decision, invalid bool, _ error) {
 	a, err := v.req.attributes(req)
 	if err != nil {
-		return v.configError(err), nil
+		return v.configError(err), true, nil
 	}
 	var d policy.Decision
 	p, b := v.policy, v.binding
 	if p.err != nil {
-		return v.configError(fmt.Errorf("failed to configure policy: %w", p.err)), nil
+		return v.configError(fmt.Errorf("failed to configure policy: %w", p.err)), true, nil
 	}
 	params, err := p.params.collect(b.Spec.ParamRef, a)
 	if err != nil {
-		return v.configError(fmt.Errorf("failed to configure binding: %w", err)), nil
+		return v.configError(fmt.Errorf("failed to configure binding: %w", err)), true, nil
 	}
 	ns := v.req.namespace()
 	var failures []validating.ValidationFailureValue
@@ -148,7 +193,7 @@ func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.Ad
 	for _, param := range params {
 		res := p.validator.Validate(ctx, a.GetResource(), a.versioned, param, ns, celenv.RuntimeBudget, v.req.authz)
 		if ctx.Err() != nil {
-			return policy.Decision{}, ctx.Err()
+			return policy.Decision{}, false, ctx.Err()
 		}
 		for i, dec := range res.Decisions {
 			if dec.Action != validating.ActionDeny {
@@ -190,13 +235,13 @@ func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.Ad
 	}
 	if len(failures) > 0 {
 		if js, err := json.Marshal(failures); err == nil {
-			annotations["validation.policy.admission.k8s.io/validation_failure"] = string(js)
+			annotations[validationFailureAnnotation] = string(js)
 		}
 	}
 	if len(annotations) > 0 {
 		d.AuditAnnotations = annotations
 	}
-	return d, nil
+	return d, false, nil
 }
 
 // maxAuditAnnotationValueLength bounds one audit annotation's value, as
@@ -224,6 +269,12 @@ func (v *validatingInvocation) configError(err error) policy.Decision {
 	msg := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %v", v.policy.obj.Name, v.binding.Name, err)
 	return policy.Decision{Denial: &policy.Denial{Code: http.StatusUnprocessableEntity, Reason: string(metav1.StatusReasonInvalid), Message: msg}}
 }
+
+const (
+	// validationFailureAnnotation is kube-apiserver's audit annotation of
+	// the failed validations whose binding says Audit.
+	validationFailureAnnotation = "validation.policy.admission.k8s.io/validation_failure"
+)
 
 // forbiddenMessage is msg as admission.NewForbidden words it for a.
 func forbiddenMessage(a admission.Attributes, msg string) string {

@@ -30,11 +30,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	"google.golang.org/protobuf/proto"
 
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 )
 
 // Policy decides about one request. Evaluate must be safe for concurrent
@@ -154,6 +156,9 @@ type Result struct {
 // Evaluator runs the pipeline over a Set.
 type Evaluator struct {
 	Set Set
+	// Metrics receives each request's admit and validate step durations
+	// (apiserver_admission_step_admission_duration_seconds); nil: none.
+	Metrics *admissionmetrics.Metrics
 }
 
 // Admit evaluates the policies matching req in order and stops at the
@@ -179,10 +184,13 @@ func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (re
 			}
 		}
 	}()
+	steps := steps{metrics: e.Metrics, op: req.GetOperation(), start: time.Now(), typ: admissionmetrics.TypeAdmit}
+	defer func() { steps.end(err == nil && !res.Allowed) }()
 	for i, p := range e.Set.Matching(req) {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
+		steps.next(p)
 		d, err := evaluate(ctx, p, i, req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -241,4 +249,35 @@ func normalize(d Denial) Denial {
 		d.Message = "denied by admission policy"
 	}
 	return d
+}
+
+// steps times a request's admit step (its mutating policies, which come
+// first) and its validate step (the others) for the step metric.
+type steps struct {
+	metrics *admissionmetrics.Metrics
+	op      admissionv1.Operation
+	start   time.Time
+	typ     string // the step running
+	ran     bool   // a policy of typ ran
+}
+
+// next starts timing p, ending the admit step when p does not mutate.
+func (s *steps) next(p Policy) {
+	if s.metrics == nil {
+		return
+	}
+	if m, ok := p.(Mutator); s.typ == admissionmetrics.TypeAdmit && !(ok && m.Mutating()) {
+		s.end(false)
+		s.typ, s.start = admissionmetrics.TypeValidate, time.Now()
+	}
+	s.ran = true
+}
+
+// end records the running step, if any policy ran in it.
+func (s *steps) end(rejected bool) {
+	if s.metrics == nil || !s.ran {
+		return
+	}
+	s.metrics.ObserveStep(s.op, s.typ, rejected, time.Since(s.start))
+	s.ran = false
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
@@ -51,7 +52,11 @@ func New(set policy.Set, reg prometheus.Registerer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Server{set: set, eval: policy.Evaluator{Set: set}, duration: h, scopes: grpcserver.NewChanges("admission")}, nil
+	m, err := admissionmetrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{set: set, eval: policy.Evaluator{Set: set, Metrics: m}, duration: h, scopes: grpcserver.NewChanges("admission")}, nil
 }
 
 // Close ends every WatchScope stream with UNAVAILABLE (the gateways then

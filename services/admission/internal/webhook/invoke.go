@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	admitv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
@@ -73,16 +75,36 @@ type outcome struct {
 	annotations map[string]string
 	// failedOpen is set when the call failed under failurePolicy Ignore.
 	failedOpen bool
+	// errorType is why denial is set, as the rejection metric says it
+	// (admissionmetrics.Webhook*).
+	errorType string
 }
 
-// call calls h about req with object as the request's object.
+// call calls h about req with object as the request's object, and
+// records the call in the webhook metrics.
 func (s *Set) call(ctx context.Context, h *hook, req *admitv1.AdmitRequest, object []byte) outcome {
+	start := time.Now()
+	o := s.callHook(ctx, h, req, object)
+	typ := admissionmetrics.TypeValidate
+	if h.mutating {
+		typ = admissionmetrics.TypeAdmit
+	}
+	var code int32
+	if o.denial != nil {
+		code = o.denial.Code
+	}
+	s.cfg.Metrics.ObserveWebhook(h.name, req.GetOperation(), typ, o.denial != nil, o.errorType, code, time.Since(start))
+	return o
+}
+
+// callHook calls h about req with object as the request's object.
+func (s *Set) callHook(ctx context.Context, h *hook, req *admitv1.AdmitRequest, object []byte) outcome {
 	fail := func(err error) outcome {
 		if h.ignore {
 			s.cfg.Logger.Warn("admission webhook failed; failing open", "webhook", h.name, "configuration", h.config, "error", err)
 			return outcome{object: object, failedOpen: true}
 		}
-		return outcome{denial: &policy.Denial{Code: http.StatusInternalServerError, Reason: string(metav1.StatusReasonInternalError),
+		return outcome{errorType: admissionmetrics.WebhookCallingError, denial: &policy.Denial{Code: http.StatusInternalServerError, Reason: string(metav1.StatusReasonInternalError),
 			Message: fmt.Sprintf("Internal error occurred: failed calling webhook %q: %v", h.name, err)}}
 	}
 	if h.err != nil {
@@ -102,7 +124,7 @@ func (s *Set) call(ctx context.Context, h *hook, req *admitv1.AdmitRequest, obje
 		}
 	}
 	if req.GetDryRun() && !h.dryRunSafe {
-		return outcome{denial: &policy.Denial{Code: http.StatusBadRequest, Reason: string(metav1.StatusReasonBadRequest),
+		return outcome{errorType: admissionmetrics.WebhookInternalError, denial: &policy.Denial{Code: http.StatusBadRequest, Reason: string(metav1.StatusReasonBadRequest),
 			Message: fmt.Sprintf("admission webhook %q does not support dry run", h.name)}}
 	}
 	if h.version == "" {
@@ -128,20 +150,20 @@ func (s *Set) call(ctx context.Context, h *hook, req *admitv1.AdmitRequest, obje
 		out.annotations[h.name+"/"+k] = val
 	}
 	if !v.allowed {
-		out.denial = denial(h.name, v.result)
+		out.denial, out.errorType = denial(h.name, v.result), admissionmetrics.WebhookNoError
 		return out
 	}
 	if len(v.patch) > 0 {
 		p, err := jsonpatch.DecodePatch(v.patch)
 		if err != nil {
-			return outcome{denial: internal(fmt.Errorf("admission webhook %q returned an invalid patch: %w", h.name, err))}
+			return outcome{errorType: admissionmetrics.WebhookInternalError, denial: internal(fmt.Errorf("admission webhook %q returned an invalid patch: %w", h.name, err))}
 		}
 		patched, err := p.Apply(object)
 		if err != nil {
-			return outcome{denial: internal(fmt.Errorf("admission webhook %q returned a patch that does not apply: %w", h.name, err))}
+			return outcome{errorType: admissionmetrics.WebhookInternalError, denial: internal(fmt.Errorf("admission webhook %q returned a patch that does not apply: %w", h.name, err))}
 		}
 		if _, err := decodeObject(patched); err != nil {
-			return outcome{denial: internal(fmt.Errorf("admission webhook %q made the object invalid: %w", h.name, err))}
+			return outcome{errorType: admissionmetrics.WebhookInternalError, denial: internal(fmt.Errorf("admission webhook %q made the object invalid: %w", h.name, err))}
 		}
 		out.object = patched
 	}

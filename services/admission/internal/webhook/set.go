@@ -38,6 +38,7 @@ import (
 
 	kubewebhook "github.com/meridian-cp/meridian/lib/kube/webhook"
 	admitv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
@@ -55,6 +56,8 @@ type Config struct {
 	Namespaces Namespaces
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics receives each call's duration and rejection; nil: none.
+	Metrics *admissionmetrics.Metrics
 }
 
 // Set is the webhooks of the configurations it was given. Matching and

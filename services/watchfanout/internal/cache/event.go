@@ -332,3 +332,11 @@ func newBookmark(res *registry.Resource, enc *encoders, rev int64, initialEnd bo
 	}
 	return &Event{Rev: rev, obj: &object{fixed: obj}, Bookmark: true, enc: enc, at: time.Now()}, nil
 }
+
+// size is the bytes of the event's object as stored; 0 for a bookmark.
+func (e *Event) size() int {
+	if e.obj == nil {
+		return 0
+	}
+	return len(e.obj.value)
+}

@@ -12,8 +12,12 @@ type metrics struct {
 	watchers   *prometheus.GaugeVec
 	terminated *prometheus.CounterVec
 	events     *prometheus.CounterVec
-	received   *prometheus.CounterVec
-	objects    *prometheus.GaugeVec
+	// sizes is kube-apiserver's watch event size histogram, observed
+	// beside events: one sample per queued event, the bytes of its
+	// object as stored (what a protobuf watcher's frame carries).
+	sizes    *prometheus.HistogramVec
+	received *prometheus.CounterVec
+	objects  *prometheus.GaugeVec
 	// storage is objects under kube-apiserver's name and label
 	// (resource: "configmaps", "deployments.apps"), which kube-apiserver
 	// also reports from its watch cache.
@@ -36,6 +40,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, append(gvr, "reason")),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_watch_events_total", Help: "Events queued to watchers.",
+		}, gvr),
+		sizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "apiserver_watch_events_sizes", Help: "Watch event size distribution in bytes.",
+			// kube-apiserver's buckets.
+			Buckets: prometheus.ExponentialBuckets(1024, 2.0, 8),
 		}, gvr),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_watch_cache_events_received_total", Help: "Events the cache received from the store.",
@@ -60,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.received, m.objects, m.storage, m.history, m.revision, m.relists, m.undecryptable} {
+		for _, c := range []prometheus.Collector{m.watchers, m.terminated, m.events, m.sizes, m.received, m.objects, m.storage, m.history, m.revision, m.relists, m.undecryptable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -74,6 +83,7 @@ type resourceMetrics struct {
 	watchers, objects, history prometheus.Gauge
 	storage                    prometheus.Gauge
 	events, received           prometheus.Counter
+	sizes                      prometheus.Observer
 	tooSlow, reset             prometheus.Counter
 }
 
@@ -85,7 +95,7 @@ func (m *metrics) forResource(group, version, resource string) *resourceMetrics 
 	return &resourceMetrics{
 		watchers: m.watchers.With(l), objects: m.objects.With(l), history: m.history.With(l),
 		storage: m.storage.WithLabelValues(schema.GroupResource{Group: group, Resource: resource}.String()),
-		events:  m.events.With(l), received: m.received.With(l),
+		events:  m.events.With(l), sizes: m.sizes.With(l), received: m.received.With(l),
 		tooSlow: with("too_slow"), reset: with("reset"),
 	}
 }

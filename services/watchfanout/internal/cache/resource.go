@@ -243,6 +243,10 @@ func (r *Resource) dispatchLocked(ev *Event) {
 	r.mu.watchers.forEvent(&v, func(w *Watcher) { n += r.offerLocked(w, &v) })
 	if n > 0 {
 		r.m.events.Add(float64(n))
+		size := float64(ev.size())
+		for range n {
+			r.m.sizes.Observe(size)
+		}
 	}
 }
 

@@ -1,0 +1,139 @@
+// Package admissionmetrics holds the admission service's metrics under
+// kube-apiserver's names and labels (the Kubernetes metrics reference,
+// kubernetes.io/docs/reference/instrumentation/metrics/), so that
+// dashboards and alerts written for kube-apiserver's admission work
+// unchanged.
+package admissionmetrics
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-cp/meridian/lib/telemetry"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+)
+
+// Step types, as kube-apiserver's "type" label.
+const (
+	// TypeAdmit is the mutating step.
+	TypeAdmit = "admit"
+	// TypeValidate is the validating step.
+	TypeValidate = "validate"
+)
+
+// Error types of apiserver_admission_webhook_rejection_count.
+const (
+	// WebhookNoError: the webhook answered and denied the request.
+	WebhookNoError = "no_error"
+	// WebhookCallingError: calling the webhook failed (failurePolicy Fail).
+	WebhookCallingError = "calling_webhook_error"
+	// WebhookInternalError: the webhook's answer could not be used.
+	WebhookInternalError = "apiserver_internal_error"
+)
+
+// Error types of apiserver_validating_admission_policy_check_total.
+const (
+	// PolicyNoError: the policy was evaluated.
+	PolicyNoError = "no_error"
+	// PolicyInvalidError: the policy or its binding could not be
+	// configured or evaluated.
+	PolicyInvalidError = "invalid_error"
+)
+
+// Metrics are the admission metrics. A nil *Metrics records nothing.
+type Metrics struct {
+	step          *prometheus.HistogramVec // operation, rejected, type
+	webhook       *prometheus.HistogramVec // name, operation, rejected, type
+	rejections    *prometheus.CounterVec   // error_type, name, operation, rejection_code, type
+	check         *prometheus.CounterVec   // policy, policy_binding, enforcement_action, error_type
+	checkDuration *prometheus.HistogramVec // policy, policy_binding, enforcement_action, error_type
+}
+
+// New registers the metrics with reg (nil: a private registry).
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var m Metrics
+	var err error
+	// Buckets are kube-apiserver's for these series.
+	if m.step, err = telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "apiserver_admission_step_admission_duration_seconds",
+		Help:    "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and step type (validate or admit).",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1.0, 2.5},
+	}, []string{"operation", "rejected", "type"})); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	if m.webhook, err = telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "apiserver_admission_webhook_admission_duration_seconds",
+		Help:    "Admission webhook latency histogram in seconds, identified by name and broken out for each operation and API resource and type (validate or admit).",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10, 25},
+	}, []string{"name", "operation", "rejected", "type"})); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	if m.rejections, err = telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "apiserver_admission_webhook_rejection_count",
+		Help: "Admission webhook rejection count, identified by name and broken out for each admission type (validating or admit) and operation. Additional labels specify an error type (calling_webhook_error or apiserver_internal_error if an error occurred; no_error otherwise) and optionally a non-zero rejection code if the webhook rejects the request with an HTTP status code.",
+	}, []string{"error_type", "name", "operation", "rejection_code", "type"})); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	labels := []string{"policy", "policy_binding", "enforcement_action", "error_type"}
+	if m.check, err = telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "apiserver_validating_admission_policy_check_total",
+		Help: "Validation admission policy check total, labeled by policy and further identified by binding and enforcement action taken.",
+	}, labels)); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	if m.checkDuration, err = telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "apiserver_validating_admission_policy_check_duration_seconds",
+		Help:    "Validation admission latency for individual validation expressions in seconds, labeled by policy and further including binding and enforcement action taken.",
+		Buckets: []float64{0.0000005, 0.001, 0.01, 0.1, 1.0},
+	}, labels)); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	return &m, nil
+}
+
+// Operation is the label value of op: CREATE, UPDATE, DELETE or CONNECT.
+func Operation(op admissionv1.Operation) string {
+	return strings.TrimPrefix(op.String(), "OPERATION_")
+}
+
+// ObserveStep records one admission step (typ TypeAdmit or TypeValidate)
+// of a request.
+func (m *Metrics) ObserveStep(op admissionv1.Operation, typ string, rejected bool, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	m.step.WithLabelValues(Operation(op), strconv.FormatBool(rejected), typ).Observe(elapsed.Seconds())
+}
+
+// ObserveWebhook records one call of the webhook name; when it rejected
+// the request, errorType says why and code is the HTTP status code of
+// the rejection.
+func (m *Metrics) ObserveWebhook(name string, op admissionv1.Operation, typ string, rejected bool, errorType string, code int32, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	o := Operation(op)
+	m.webhook.WithLabelValues(name, o, strconv.FormatBool(rejected), typ).Observe(elapsed.Seconds())
+	if rejected {
+		m.rejections.WithLabelValues(errorType, name, o, strconv.Itoa(int(code)), typ).Inc()
+	}
+}
+
+// ObservePolicyCheck records one check of a ValidatingAdmissionPolicy
+// through one binding under one enforcement action: "allow" when no
+// validation failed, else each action the binding took ("deny", "warn",
+// "audit"), one call per action as kube-apiserver records them.
+func (m *Metrics) ObservePolicyCheck(policy, binding, enforcementAction, errorType string, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	m.check.WithLabelValues(policy, binding, enforcementAction, errorType).Inc()
+	m.checkDuration.WithLabelValues(policy, binding, enforcementAction, errorType).Observe(elapsed.Seconds())
+}

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meridian-cp/meridian/lib/kube/webhook/webhooktest"
+	"github.com/meridian-cp/meridian/lib/polltest"
+)
+
+// admissionMetrics are kube-apiserver's admission metrics with their
+// labels (Kubernetes metrics reference), which the all-in-one's /metrics
+// exports once a policy and a webhook have been consulted.
+var admissionMetrics = map[string][]string{
+	"apiserver_admission_step_admission_duration_seconds":          {"operation", "rejected", "type"},
+	"apiserver_admission_webhook_admission_duration_seconds":       {"name", "operation", "rejected", "type"},
+	"apiserver_admission_webhook_rejection_count":                  {"error_type", "name", "operation", "rejection_code", "type"},
+	"apiserver_validating_admission_policy_check_total":            {"enforcement_action", "error_type", "policy", "policy_binding"},
+	"apiserver_validating_admission_policy_check_duration_seconds": {"enforcement_action", "error_type", "policy", "policy_binding"},
+}
+
+// A ValidatingAdmissionPolicy that denies and a validating webhook that
+// answers (and denies once) move kube-apiserver's admission series on the
+// all-in-one's /metrics, under their names and labels: the policy's check
+// counted as allow and as deny for its binding, the webhook's calls timed
+// by name, its rejection counted with its code, the validate step timed
+// rejected and not.
+func TestAdmissionMetrics(t *testing.T) {
+	hook := webhooktest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		var obj corev1.ConfigMap
+		_ = json.Unmarshal(review.Request.Object.Raw, &obj)
+		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: obj.Labels["hook"] != "deny"}
+		if !resp.Allowed {
+			resp.Result = &metav1.Status{Code: http.StatusForbidden, Message: "the hook says no"}
+		}
+		review.Request, review.Response = nil, resp
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+	}))
+	e := newEnv(t)
+	ctx := t.Context()
+	ar := e.client.AdmissionregistrationV1()
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+	}}
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	url := hook.URL + "/validate"
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "metrics"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "metrics.example.com", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: hook.CABundle},
+			Rules: rules, FailurePolicy: &fail, SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	denyBadKey(t, e, "no-bad")
+	cms := e.client.CoreV1().ConfigMaps("default")
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "good"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hooked", Labels: map[string]string{"hook": "deny"}}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("create the webhook denies: %v, want Forbidden", err)
+	}
+
+	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range admissionMetrics {
+		mf := families[name]
+		if len(mf.GetMetric()) == 0 {
+			t.Errorf("%s: not exported", name)
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if got := labelNames(m); !slices.Equal(got, want) {
+				t.Errorf("%s: labels %v, want %v", name, got, want)
+				break
+			}
+		}
+	}
+	for _, c := range []struct {
+		metric string
+		labels map[string]string
+	}{
+		{"apiserver_validating_admission_policy_check_total", map[string]string{"policy": "no-bad", "policy_binding": "no-bad-binding", "enforcement_action": "deny", "error_type": "no_error"}},
+		{"apiserver_validating_admission_policy_check_total", map[string]string{"policy": "no-bad", "policy_binding": "no-bad-binding", "enforcement_action": "allow", "error_type": "no_error"}},
+		{"apiserver_validating_admission_policy_check_duration_seconds", map[string]string{"policy": "no-bad", "enforcement_action": "deny"}},
+		{"apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "rejected": "false", "type": "validate"}},
+		{"apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "rejected": "true", "type": "validate"}},
+		{"apiserver_admission_webhook_rejection_count", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "error_type": "no_error", "rejection_code": "403", "type": "validate"}},
+		{"apiserver_admission_step_admission_duration_seconds", map[string]string{"operation": "CREATE", "rejected": "true", "type": "validate"}},
+		{"apiserver_admission_step_admission_duration_seconds", map[string]string{"operation": "CREATE", "rejected": "false", "type": "validate"}},
+	} {
+		if n := seriesCount(families[c.metric], c.labels); n < 1 {
+			t.Errorf("%s%v: count %v, want at least 1", c.metric, c.labels, n)
+		}
+	}
+}
+
+// seriesCount sums the counts (counters' values, histograms' sample
+// counts) of mf's series carrying every label of want.
+func seriesCount(mf *dto.MetricFamily, want map[string]string) float64 {
+	var n float64
+	for _, m := range mf.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && got[k] == v
+		}
+		if match {
+			n += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return n
+}
+
+// denyBadKey creates the ValidatingAdmissionPolicy name, which denies
+// ConfigMaps with a data key "bad", bound as name+"-binding" with
+// validationActions Deny, and waits until the gateway calls admission
+// for ConfigMap creates: until such a create is denied.
+func denyBadKey(t *testing.T, e *env, name string) {
+	t.Helper()
+	ctx := t.Context()
+	ar := e.client.AdmissionregistrationV1()
+	fail := admissionregistrationv1.Fail
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: `!has(object.data) || !('bad' in object.data)`, Message: "no bad key"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-binding"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := e.client.CoreV1().ConfigMaps("default")
+	// The policy denies once its scope has reached the gateway.
+	polltest.Until(t, 30*time.Second, "the policy to deny", func() bool {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Data: map[string]string{"bad": "1"}}, metav1.CreateOptions{})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	})
+}
