@@ -422,8 +422,9 @@ func configMap(name string) *corev1.ConfigMap {
 // stop. Timings are logged,
 // never asserted. Needs root (ip netns) and not -short.
 func TestMultiRegion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the multi-region simulation runs 2 layouts of 5 members and 3 regions: not in -short")
+	if testing.Short() || !*regionFigures && os.Getenv("MERIDIAN_MULTI_REGION") == "" {
+		t.Skip("the multi-region simulation runs 2 layouts of 5 members and 3 regions, minutes on 2 cores: " +
+			"run it with -region-figures or MERIDIAN_MULTI_REGION=1 (docs/deploy.md)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("the multi-region simulation needs root for ip netns")
