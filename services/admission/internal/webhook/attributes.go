@@ -2,48 +2,24 @@ package webhook
 
 import (
 	"encoding/json"
-	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	admitv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admitattrs"
 )
 
 // attributes converts req, with object as its object (the one earlier
 // mutating webhooks made), to what Kubernetes' admission libraries read:
 // rule matchers and match conditions.
 func attributes(req *admitv1.AdmitRequest, object []byte) (*admission.VersionedAttributes, error) {
-	obj, err := decodeObject(object)
-	if err != nil {
-		return nil, fmt.Errorf("object: %w", err)
-	}
-	old, err := decodeObject(req.GetOldObject())
-	if err != nil {
-		return nil, fmt.Errorf("oldObject: %w", err)
-	}
-	var opts runtime.Object
-	if o := req.GetOptions(); len(o) > 0 {
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(o); err != nil {
-			return nil, fmt.Errorf("options: %w", err)
-		}
-		opts = u
-	}
-	k, r := req.GetKind(), req.GetResource()
-	gvk := schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
-	gvr := schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}
-	a := admission.NewAttributesRecord(obj, old, gvk, req.GetNamespace(), req.GetName(), gvr,
-		req.GetSubResource(), admission.Operation(operation(req.GetOperation())), opts, req.GetDryRun(), userInfo(req.GetUserInfo()))
-	return &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}, nil
+	return admitattrs.Versioned(req, object)
 }
 
-// decodeObject decodes a JSON object; empty data is an untyped nil, as
-// the admission libraries test it.
+// decodeObject decodes a JSON object; empty data is nil.
 func decodeObject(data []byte) (runtime.Object, error) {
 	if len(data) == 0 {
 		return nil, nil
@@ -53,17 +29,6 @@ func decodeObject(data []byte) (runtime.Object, error) {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: m}, nil
-}
-
-func userInfo(u *admitv1.UserInfo) user.Info {
-	info := &user.DefaultInfo{Name: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()}
-	if len(u.GetExtra()) > 0 {
-		info.Extra = map[string][]string{}
-		for k, v := range u.GetExtra() {
-			info.Extra[k] = v.GetValues()
-		}
-	}
-	return info
 }
 
 // objectLabels returns the labels of a's object and old object: what an
