@@ -99,6 +99,7 @@ func (c *Config) Validate() error {
 // stops it.
 type App struct {
 	stop   context.CancelFunc // stops following the store
+	done   chan struct{}      // closed by Close
 	store  *storeclient.Client
 	crypt  *storagecrypt.Transformer
 	srv    *grpc.Server
@@ -132,10 +133,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	a := &App{srv: srv, health: hs, logger: cfg.Logger, stop: func() {}}
-	var set policy.Set = policy.Empty{}
+	a := &App{srv: srv, health: hs, logger: cfg.Logger, stop: func() {}, done: make(chan struct{})}
+	var (
+		set    policy.Set = policy.Empty{}
+		synced []<-chan struct{}
+	)
 	if cfg.StoreAddress != "" {
-		if set, err = a.follow(ctx, cfg); err != nil {
+		if set, synced, err = a.follow(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -146,28 +150,44 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.admit = s
 	admissionv1.RegisterAdmissionServiceServer(srv, s)
-	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// Ready once every followed resource has been read: a service that
+	// cannot reach its store (a wrong or missing --store-address) serves
+	// an empty policy set, so it must not report ready and take traffic
+	// as if the cluster's policies applied. Close's health.Shutdown makes
+	// a late SetServingStatus a no-op.
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	go func() {
+		for _, ch := range synced {
+			select {
+			case <-ch:
+			case <-a.done:
+				return
+			}
+		}
+		hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}()
 	return a, nil
 }
 
 // follow dials the store and starts following the CEL policies and the
-// admission webhooks until
-// Close. The service serves at once: until the policies are read its set
-// is empty (scope empty), as a new policy applies once its scope reaches
-// the gateways.
-func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
+// admission webhooks until Close, and returns the channels closed once
+// each followed resource has first been read. The service serves at
+// once: until the policies are read its set is empty (scope empty), as a
+// new policy applies once its scope reaches the gateways; readiness
+// waits for the channels.
+func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, []<-chan struct{}, error) {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	crypt, err := storagecrypt.Load(ctx, cfg.EncryptionProviderConfig, storagecrypt.Options{Registry: registry.New(registry.Standard()...), Logger: logger})
 	if err != nil {
-		return nil, fmt.Errorf("admission: encryption at rest: %w", err)
+		return nil, nil, fmt.Errorf("admission: encryption at rest: %w", err)
 	}
 	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
 	if err != nil {
 		_ = crypt.Close()
-		return nil, fmt.Errorf("admission: %w", err)
+		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.store, a.crypt, a.stop = st, crypt, cancel
@@ -178,24 +198,25 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, error) {
 	metrics, err := admissionmetrics.New(cfg.Registerer)
 	if err != nil {
 		a.closeStore()
-		return nil, fmt.Errorf("admission: %w", err)
+		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	set, _, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt, Metrics: metrics})
+	set, policiesRead, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt, Metrics: metrics})
 	if err != nil {
 		a.closeStore()
-		return nil, fmt.Errorf("admission: %w", err)
+		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	hooks, err := a.followWebhooks(bg, st, decrypt, logger, metrics)
+	hooks, hooksRead, err := a.followWebhooks(bg, st, decrypt, logger, metrics)
 	if err != nil {
 		a.closeStore()
-		return nil, fmt.Errorf("admission: %w", err)
+		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	return policy.Union{set, hooks}, nil
+	return policy.Union{set, hooks}, append(hooksRead, policiesRead), nil
 }
 
 // followWebhooks follows the webhook configurations and the namespaces
-// (for namespaceSelectors) from the store into a webhook set.
-func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics) (*webhook.Set, error) {
+// (for namespaceSelectors) from the store into a webhook set, and returns
+// the channels closed once each has first been read.
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics) (*webhook.Set, []<-chan struct{}, error) {
 	reg := registry.New(registry.Standard()...)
 	gv := admissionregistrationv1.SchemeGroupVersion
 	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
@@ -225,12 +246,9 @@ func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt s
 	// The cache calls load only from its followers, which Follow starts
 	// after cache is set.
 	if cache, err = storecache.New(ctx, st, decrypt, logger, load); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cache.Follow(nsRes)
-	cache.Follow(vwc)
-	cache.Follow(mwc)
-	return hooks, nil
+	return hooks, []<-chan struct{}{cache.Follow(nsRes), cache.Follow(vwc), cache.Follow(mwc)}, nil
 }
 
 // closeStore stops following the store and closes its client.
@@ -257,6 +275,7 @@ func (a *App) Health() (*health.Server, []string) { return a.health, []string{Se
 // call more than once.
 func (a *App) Close() error {
 	a.closeOnce.Do(func() {
+		close(a.done)
 		a.health.Shutdown()
 		a.admit.Close()
 		a.srv.GracefulStop()
