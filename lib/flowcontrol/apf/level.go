@@ -57,6 +57,9 @@ type request struct {
 	queue         *queue // nil for a level without queues
 	enqueued      time.Time
 	dispatched    time.Time // when it took its seats
+	// arrivalR is the level's virtual time when it was queued; charged
+	// the seat-seconds its queue was charged at dispatch (fairqueue.go).
+	arrivalR, charged float64
 	// ready is closed when the request is dispatched, or rejected while
 	// queued (its state then stateRemoved, reason set).
 	ready  chan struct{}
@@ -93,8 +96,11 @@ type level struct {
 		waiting      int // queued requests in all queues
 		seatsWaiting int // their widths
 		active       int // live queues with queued or executing requests
-		// vt is the level's virtual time R, in seat-seconds; at syncedAt.
-		vt       float64
+		// vt is the level's virtual time R, in seat-seconds
+		// (fairqueue.go); syncedAt is when demand was last integrated.
+		vt float64
+		// estimate is what a dispatched request is charged per seat.
+		estimate estimator
 		syncedAt time.Time
 		next     int // queue where the next tie-breaking scan starts
 		queues   []*queue
@@ -142,7 +148,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	old := l.cfg.Queuing
 	seats := cfg.Seats
 	if cfg.MaxSeats > 0 && l.cfg.MaxSeats > 0 {
@@ -196,7 +202,7 @@ func (l *level) width(w uint32) int {
 // come. It returns the rejection of a request that cannot be admitted.
 func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *RejectedError {
 	r.width = l.width(width)
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	switch {
 	case l.cfg.Seats == 0 && l.cfg.MaxSeats == 0:
 		return l.reject(r.schema, ReasonConcurrencyLimit) // nothing could ever dispatch it
@@ -281,7 +287,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		return nil, 0, cause
 	}
 	now := l.now()
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	l.removeLocked(r)
 	// The removed request may have been the head blocking dispatch.
 	l.dispatchLocked(now)
@@ -315,7 +321,7 @@ func (l *level) release(r *request, ran bool) {
 	}
 	now := l.now()
 	executed := now.Sub(r.dispatched)
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	r.state = stateRemoved
 	l.mu.seatsInUse -= r.width
 	delete(l.mu.executing, r)
@@ -324,6 +330,9 @@ func (l *level) release(r *request, ran bool) {
 		q.seatsInUse -= r.width
 		l.correctLocked(q, r, executed)
 		l.activeLocked(q, busy)
+	}
+	if ran {
+		l.mu.estimate.observe(executed)
 	}
 	l.dispatchLocked(now)
 	l.mu.Unlock()
