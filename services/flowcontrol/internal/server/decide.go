@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,12 +17,18 @@ import (
 
 var _ flowcontrolv1.DecisionServiceServer = (*Server)(nil)
 
+// workerIdle is how long a Decide stream keeps an idle worker.
+const workerIdle = 10 * time.Second
+
 // Decide serves the Acquire and ReleaseGrants calls of one stream with
 // the unary methods (Acquire, ReleaseGrants), so both paths decide,
 // check leadership and map errors alike.
 //
-// Each Acquire runs in its own goroutine, since it may wait in its queue;
-// ReleaseGrants never waits and runs in Decide's. Answers are sent as
+// Each Acquire runs in a worker goroutine of its own while it runs, since
+// it may wait in its queue; workers are kept (idle for up to
+// workerIdle) and reused by later Acquires, so a decision does not pay
+// for a new goroutine growing its stack. ReleaseGrants never waits and
+// runs in Decide's goroutine. Answers are sent as
 // calls finish, one Send at a time (sendMu). When the client closes its
 // side, the calls in progress are answered before Decide returns; when
 // the stream ends otherwise, or the Server closes (UNAVAILABLE), they
@@ -32,12 +39,40 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 	var (
 		sendMu  sync.Mutex
 		sendErr error
-		wg      sync.WaitGroup
+		// calls counts the Acquires in progress; workers the worker
+		// goroutines.
+		calls, workers sync.WaitGroup
+		jobs           = make(chan func()) // to idle workers
 		// callsMu guards calls: the cancel functions of the Acquires in
 		// progress, by id.
-		callsMu sync.Mutex
-		calls   = map[uint64]context.CancelFunc{}
+		callsMu   sync.Mutex
+		cancelers = map[uint64]context.CancelFunc{}
 	)
+	// run runs f in an idle worker, or a new one.
+	run := func(f func()) {
+		select {
+		case jobs <- f:
+			return
+		default:
+		}
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			idle := time.NewTimer(workerIdle)
+			defer idle.Stop()
+			for {
+				f()
+				idle.Reset(workerIdle)
+				select {
+				case f = <-jobs:
+				case <-idle.C:
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	send := func(resp *flowcontrolv1.DecideResponse) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
@@ -49,8 +84,8 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 		}
 	}
 	defer func() {
-		cancelAll() // the calls in progress end at once
-		wg.Wait()
+		cancelAll() // the calls in progress end at once; the workers too
+		workers.Wait()
 	}()
 	// Recv blocks until a message or the stream's end, so it runs in its
 	// own goroutine, which ends with the stream.
@@ -78,7 +113,7 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 			if !errors.Is(err, io.EOF) {
 				return err
 			}
-			wg.Wait()
+			calls.Wait()
 			sendMu.Lock()
 			defer sendMu.Unlock()
 			return sendErr
@@ -90,14 +125,14 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 		case *flowcontrolv1.DecideRequest_Acquire:
 			actx, cancel := context.WithCancel(ctx)
 			callsMu.Lock()
-			calls[id] = cancel
+			cancelers[id] = cancel
 			callsMu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			calls.Add(1)
+			run(func() {
+				defer calls.Done()
 				resp, err := s.Acquire(actx, call.Acquire)
 				callsMu.Lock()
-				delete(calls, id)
+				delete(cancelers, id)
 				callsMu.Unlock()
 				cancel()
 				out := &flowcontrolv1.DecideResponse{Id: id}
@@ -107,7 +142,7 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 					out.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
 				}
 				send(out)
-			}()
+			})
 		case *flowcontrolv1.DecideRequest_ReleaseGrants:
 			resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
 			out := &flowcontrolv1.DecideResponse{Id: id}
@@ -120,7 +155,7 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 		case *flowcontrolv1.DecideRequest_Cancel:
 			if call.Cancel {
 				callsMu.Lock()
-				if cancel := calls[id]; cancel != nil {
+				if cancel := cancelers[id]; cancel != nil {
 					cancel()
 				}
 				callsMu.Unlock()
