@@ -176,7 +176,7 @@ func (l *level) removeLocked(r *request) {
 	r.state = stateRemoved
 	boundLocked(q)
 	l.activeLocked(q, busy)
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+	l.flowMetrics(r.schema).inQueue.Dec()
 }
 
 // correctLocked charges q the real execution time of r instead of what
@@ -219,7 +219,7 @@ func (l *level) dispatchLocked(now time.Time) {
 		l.mu.waiting--
 		l.mu.next = (qi + 1) % len(l.mu.queues)
 		r.dispatched = now
-		l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+		l.flowMetrics(r.schema).inQueue.Dec()
 		l.startLocked(r)
 	}
 }

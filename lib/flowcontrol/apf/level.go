@@ -85,6 +85,9 @@ type level struct {
 	uid     string
 	dealer  dealer
 	metrics *metrics
+	// flows caches the metrics of each flow schema seen, by name
+	// (*flowMetrics).
+	flows sync.Map
 	// now is the clock of virtual time and execution times (tests set it).
 	now func() time.Time
 	// counts of outcomes since the level was made, for the dumps.
@@ -175,7 +178,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	for _, r := range waiting {
 		if cfg.Queuing == nil {
 			r.state, r.reason = stateRemoved, ReasonConcurrencyLimit
-			l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+			l.flowMetrics(r.schema).inQueue.Dec()
 			close(r.ready)
 			continue
 		}
@@ -219,7 +222,7 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 		return l.reject(r.schema, ReasonQueueFull)
 	}
 	l.pushLocked(q, r)
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Inc()
+	l.flowMetrics(r.schema).inQueue.Inc()
 	l.dispatchLocked(now)
 	return nil
 }
@@ -241,7 +244,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	l.mu.Unlock()
 	if dispatched {
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		return r, wait, nil
 	}
 
@@ -255,11 +258,11 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		l.mu.Unlock()
 		if state != stateDispatched {
 			// Rejected while queued: its level stopped queuing.
-			l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+			l.flowMetrics(schema).observeWait(false, time.Since(start))
 			return nil, 0, l.reject(schema, reason)
 		}
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		return r, wait, nil
 	case <-ctx.Done():
 		cause = ctx.Err()
@@ -273,13 +276,13 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	if r.state == stateRemoved {
 		// Rejected while queued, at the same moment.
 		l.mu.Unlock()
-		l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+		l.flowMetrics(schema).observeWait(false, time.Since(start))
 		return nil, 0, cause
 	}
 	if r.state == stateDispatched {
 		l.mu.Unlock()
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		if _, timedOut := cause.(*RejectedError); timedOut {
 			return r, wait, nil // dispatched just in time: use it
 		}
@@ -296,7 +299,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		l.cancelled.Add(1)
 		l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, ReasonCancelled).Inc()
 	}
-	l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+	l.flowMetrics(schema).observeWait(false, time.Since(start))
 	return nil, 0, cause
 }
 
@@ -336,9 +339,9 @@ func (l *level) release(r *request, ran bool) {
 	}
 	l.dispatchLocked(now)
 	l.mu.Unlock()
-	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Sub(float64(r.width))
+	l.flowMetrics(r.schema).executingSeats.Sub(float64(r.width))
 	if ran {
-		l.metrics.execution.WithLabelValues(l.cfg.Name, r.schema).Observe(executed.Seconds())
+		l.flowMetrics(r.schema).execution.Observe(executed.Seconds())
 	}
 }
 
@@ -349,8 +352,18 @@ func (l *level) startLocked(r *request) {
 	l.dispatched.Add(1)
 	r.state = stateDispatched
 	close(r.ready)
-	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Add(float64(r.width))
-	l.metrics.dispatched.WithLabelValues(l.cfg.Name, r.schema).Inc()
+	fm := l.flowMetrics(r.schema)
+	fm.executingSeats.Add(float64(r.width))
+	fm.dispatched.Inc()
+}
+
+// flowMetrics returns the metrics of schema's requests at l.
+func (l *level) flowMetrics(schema string) *flowMetrics {
+	if fm, ok := l.flows.Load(schema); ok {
+		return fm.(*flowMetrics)
+	}
+	fm, _ := l.flows.LoadOrStore(schema, l.metrics.newFlowMetrics(l.cfg.Name, schema))
+	return fm.(*flowMetrics)
 }
 
 // seatsInUse returns the seats held, for tests and status.
