@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
@@ -117,5 +119,76 @@ func TestDecideStream(t *testing.T) {
 		if l.GetSeatsInUse() != 0 || l.GetWaiting() != 0 {
 			t.Fatalf("level %s: %d seats in use, %d waiting at the end", l.GetName(), l.GetSeatsInUse(), l.GetWaiting())
 		}
+	}
+}
+
+// TestDecideStreamEndsOnClose: a gateway's Decide stream does not hold
+// the service's shutdown: Close ends it with UNAVAILABLE, and a request
+// queued on it leaves its queue with the same answer.
+func TestDecideStreamEndsOnClose(t *testing.T) {
+	a, err := app.New(t.Context(), app.Config{ConcurrencyLimit: 1, StoreAddress: tinyStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := daemontest.Serve(t, a)
+	conn, err := grpcclient.Dial(served.Addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := t.Context()
+	dc, err := decideclient.Open(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(user string) *flowcontrolv1.AcquireRequest {
+		return &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Digest: &flowcontrolv1.RequestDigest{
+			User: user, Groups: []string{"system:authenticated"}, Verb: "get",
+			Resource: "configmaps", Namespace: "default", Name: "x", IsResourceRequest: true,
+		}}
+	}
+	polltest.Until(t, 10*time.Second, "the stored configuration", func() bool {
+		resp, err := dc.Acquire(ctx, req("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetGrant().GetPriorityLevel() == "tiny" {
+			return true
+		}
+		_, err = dc.ReleaseGrants(ctx, []string{resp.GetGrant().GetId()})
+		return err != nil
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := dc.Acquire(ctx, req("bob")) // queued behind alice
+		errc <- err
+	}()
+	polltest.Until(t, 5*time.Second, "a queued request", func() bool {
+		d, err := flowcontrolv1.NewFlowControlServiceClient(conn).Dump(ctx, &flowcontrolv1.DumpRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetPriorityLevels() {
+			if l.GetName() == "tiny" {
+				return l.GetWaiting() == 1
+			}
+		}
+		return false
+	})
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while a Decide stream was open")
+	}
+	if err := <-errc; status.Code(err) != codes.Unavailable {
+		t.Fatalf("queued Acquire at shutdown: %v, want Unavailable", err)
+	}
+	if err := served.Wait(); err != nil {
+		t.Fatalf("Serve after Close: %v", err)
 	}
 }
