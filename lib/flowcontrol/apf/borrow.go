@@ -45,7 +45,7 @@ type demandStats struct {
 // takeDemandLocked ends the level's demand period at now: it returns its
 // statistics, updates the smoothed demand, and starts the next period.
 func (l *level) takeDemandLocked(now time.Time) demandStats {
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	d := l.mu.demand
 	current := float64(l.mu.seatsInUse + l.mu.seatsWaiting)
 	l.mu.demand = integrator{max: current}
@@ -133,7 +133,7 @@ func allocate(total float64, items [][3]float64) []float64 {
 func (l *level) setSeats(seats int, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	l.cfg.Seats = seats
 	l.setLimitGaugesLocked()
 	if l.cfg.Queuing != nil {

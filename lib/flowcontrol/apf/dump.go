@@ -54,7 +54,7 @@ func (l *level) dump() LevelDump {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.syncTimeLocked(l.now())
+	l.syncDemandLocked(l.now())
 	d.Seats, d.SeatsInUse, d.ActiveQueues, d.Waiting, d.Executing = l.cfg.Seats, l.mu.seatsInUse, l.mu.active, l.mu.waiting, len(l.mu.executing)
 	d.VirtualTime = l.mu.vt
 	index := map[*queue]int{}

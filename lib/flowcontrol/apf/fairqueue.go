@@ -2,26 +2,80 @@ package apf
 
 import "time"
 
-// Fair queuing, as Kubernetes' queueset (KEP-1040), in seat-seconds.
+// Fair queuing in seat-seconds, as Kubernetes' queueset (KEP-1040)
+// with its virtual time self-clocked (start-time fair queuing, SFQ).
 //
-// A level keeps a virtual time R that advances, while any of its live
-// queues is busy, at min(seats requested, seats) / busy queues per real
-// second: the service each busy queue would get if the seats were shared
-// equally. Each queue keeps nextR, the R at which its next request would
-// start: set to R when an idle queue gets a request (no credit for its
-// idleness), increased by width × EstimatedServiceTime when a request is
-// dispatched, and corrected at release by width × (estimate − real
-// execution time), so a queue pays for the seat-seconds its requests
-// really used. The next request dispatched is the head of the non-empty
-// queue whose head would finish first (nextR + width × estimate; ties in
-// round-robin order), when enough seats are free: a head waiting for
-// seats blocks smaller ones behind it, so wide requests are not starved.
+// Each queue keeps nextR, the virtual time at which its next request
+// would start: increased by width × the level's estimate when a request
+// is dispatched, and corrected at release by what it was charged less
+// width × its real execution time, so a queue pays for the seat-seconds
+// its requests really used. The next request dispatched is the head of
+// the non-empty queue whose head would finish first (nextR + width ×
+// estimate; ties in round-robin order), when enough seats are free: a
+// head waiting for seats blocks smaller ones behind it, so wide requests
+// are not starved.
+//
+// The level's virtual time R is the largest nextR a request was
+// dispatched at. A queue that was idle starts, when it gets a request,
+// at R or at the earliest nextR of a queue with a request waiting, if
+// that is earlier: no credit for its idleness, and no later than the
+// heads of backlogged queues; as it is the least loaded of the queues
+// tied with it, its request takes the next free seat. A flow gets that
+// only while its queue has nothing else queued or running: once its
+// request runs, its nextR moves on by the request's charge, as any
+// queue's. kube-apiserver instead
+// advances R in real time at min(seats requested, seats) / busy queues;
+// that rate counts every busy queue as served an equal share, but a
+// flow that holds one seat for a short request while its queue is busy
+// (a mouse) takes more than that share meanwhile, so the backlogged
+// queues (an elephant's) get less, their nextR falls behind R without
+// bound, and every request of a mouse waits behind all their heads.
+//
+// The estimate is the level's moving average of its requests' real
+// execution times (estimator), not a fixed guess: with a fixed estimate
+// far above the real times (kube-apiserver once charged 3 s), a queue's
+// nextR jumps ahead while its request runs and falls back at release,
+// and the order of heads follows those swings rather than the service
+// each flow received.
+//
+// As kube-apiserver's anti-windup (boundNextDispatch), a queue's nextR
+// is never below the R at which its head arrived.
 
-// EstimatedServiceTime is what a dispatched request is charged until its
-// real execution time is known (kube-apiserver's estimate).
+// EstimatedServiceTime is what a level charges a dispatched request
+// until it has seen one finish; from then on it charges the moving
+// average of its requests' execution times (estimator).
 const EstimatedServiceTime = 3 * time.Second
 
-var estimate = EstimatedServiceTime.Seconds()
+// estimateWeight is the weight of each new execution time in a level's
+// moving average: about the last 16 requests count.
+const estimateWeight = 1.0 / 16
+
+// estimator is a level's estimate of a request's execution time per
+// seat, in seconds: EstimatedServiceTime until the first observation,
+// then an exponentially weighted moving average of the real times.
+type estimator struct {
+	seconds  float64
+	observed bool
+}
+
+// get returns the current estimate in seconds.
+func (e *estimator) get() float64 {
+	if !e.observed {
+		return EstimatedServiceTime.Seconds()
+	}
+	return e.seconds
+}
+
+// observe adds one real execution time; the first one replaces the
+// initial guess.
+func (e *estimator) observe(executed time.Duration) {
+	x := max(executed.Seconds(), 0)
+	if !e.observed {
+		e.seconds, e.observed = x, true
+		return
+	}
+	e.seconds += estimateWeight * (x - e.seconds)
+}
 
 // queue is a FIFO of requests of the flows dealt to it.
 type queue struct {
@@ -57,12 +111,9 @@ func (l *level) activeLocked(q *queue, wasBusy bool) {
 	}
 }
 
-// syncTimeLocked advances virtual time to now. Every change of the busy
-// queues or of the seats requested is preceded by it.
-//
-// It also integrates the level's seat demand (borrow.go) over the same
-// interval.
-func (l *level) syncTimeLocked(now time.Time) {
+// syncDemandLocked integrates the level's seat demand (borrow.go) up to
+// now. Every change of the seats requested is preceded by it.
+func (l *level) syncDemandLocked(now time.Time) {
 	requested := float64(l.mu.seatsInUse + l.mu.seatsWaiting)
 	l.mu.demand.max = max(l.mu.demand.max, requested)
 	elapsed := now.Sub(l.mu.syncedAt).Seconds()
@@ -71,10 +122,6 @@ func (l *level) syncTimeLocked(now time.Time) {
 	}
 	l.mu.syncedAt = now
 	l.mu.demand.add(requested, elapsed)
-	if l.mu.active == 0 {
-		return
-	}
-	l.mu.vt += elapsed * min(requested, float64(l.cfg.Seats)) / float64(l.mu.active)
 }
 
 // chooseQueueLocked deals the flow's hand and picks the queue in it with
@@ -91,12 +138,19 @@ func (l *level) chooseQueueLocked(hash uint64) *queue {
 	return best
 }
 
-// pushLocked appends r to q; an idle queue starts at the current virtual
-// time.
+// pushLocked appends r to q; an idle queue starts at R, or at the
+// earliest head's nextR if that is earlier (fairqueue.go).
 func (l *level) pushLocked(q *queue, r *request) {
 	busy := q.busy()
+	r.arrivalR = l.mu.vt
 	if !busy {
 		q.nextR = l.mu.vt
+		for _, o := range l.mu.queues {
+			if len(o.reqs) > 0 && o.nextR < q.nextR {
+				q.nextR = o.nextR
+			}
+		}
+		r.arrivalR = q.nextR
 	}
 	r.queue = q
 	q.reqs = append(q.reqs, r)
@@ -120,20 +174,31 @@ func (l *level) removeLocked(r *request) {
 	l.mu.seatsWaiting -= r.width
 	l.mu.waiting--
 	r.state = stateRemoved
+	boundLocked(q)
 	l.activeLocked(q, busy)
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+	l.flowMetrics(r.schema).inQueue.Dec()
 }
 
-// correctLocked charges q the real execution time of r instead of the
-// estimate it was charged at dispatch.
+// correctLocked charges q the real execution time of r instead of what
+// it was charged at dispatch.
 func (l *level) correctLocked(q *queue, r *request, executed time.Duration) {
-	q.nextR -= float64(r.width) * (estimate - executed.Seconds())
+	q.nextR -= r.charged - float64(r.width)*executed.Seconds()
+	boundLocked(q)
+}
+
+// boundLocked raises q's nextR to the R at which its head arrived
+// (anti-windup, above).
+func boundLocked(q *queue) {
+	if len(q.reqs) > 0 && q.nextR < q.reqs[0].arrivalR {
+		q.nextR = q.reqs[0].arrivalR
+	}
 }
 
 // dispatchLocked dispatches queued requests while seats allow, at now.
 func (l *level) dispatchLocked(now time.Time) {
+	est := l.mu.estimate.get()
 	for l.mu.waiting > 0 {
-		qi := l.selectQueueLocked()
+		qi := l.selectQueueLocked(est)
 		q := l.mu.queues[qi]
 		r := q.reqs[0]
 		if l.mu.seatsInUse+r.width > l.cfg.Seats {
@@ -147,28 +212,34 @@ func (l *level) dispatchLocked(now time.Time) {
 		q.seatsWaiting -= r.width
 		l.mu.seatsWaiting -= r.width
 		q.seatsInUse += r.width
-		q.nextR += float64(r.width) * estimate
+		l.mu.vt = max(l.mu.vt, q.nextR)
+		r.charged = float64(r.width) * est
+		q.nextR += r.charged
+		boundLocked(q)
 		l.mu.waiting--
 		l.mu.next = (qi + 1) % len(l.mu.queues)
 		r.dispatched = now
-		l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+		l.flowMetrics(r.schema).inQueue.Dec()
 		l.startLocked(r)
 	}
 }
 
 // selectQueueLocked returns the non-empty queue whose head would finish
-// first in virtual time. l.mu.waiting must be > 0.
-func (l *level) selectQueueLocked() int {
+// first in virtual time, at est seconds per seat; of equal ones, the
+// least loaded (seats waiting and in use), then the first in round-robin
+// order. l.mu.waiting must be > 0.
+func (l *level) selectQueueLocked(est float64) int {
 	n := len(l.mu.queues)
-	best, bestFinish := -1, 0.0
+	best, bestFinish, bestLoad := -1, 0.0, 0
 	for k := 0; k < n; k++ {
 		i := (l.mu.next + k) % n
 		q := l.mu.queues[i]
 		if len(q.reqs) == 0 {
 			continue
 		}
-		if finish := q.nextR + float64(q.reqs[0].width)*estimate; best < 0 || finish < bestFinish {
-			best, bestFinish = i, finish
+		finish, load := q.nextR+float64(q.reqs[0].width)*est, q.seatsWaiting+q.seatsInUse
+		if best < 0 || finish < bestFinish || (finish == bestFinish && load < bestLoad) {
+			best, bestFinish, bestLoad = i, finish, load
 		}
 	}
 	return best

@@ -53,7 +53,7 @@ func (s *sim) submit(flow string, width int) (*request, error) {
 func (s *sim) cancel(r *request) {
 	s.l.mu.Lock()
 	if r.state == stateQueued {
-		s.l.syncTimeLocked(s.now)
+		s.l.syncDemandLocked(s.now)
 		s.l.removeLocked(r)
 		s.l.dispatchLocked(s.now)
 		s.forget(r)
@@ -179,9 +179,11 @@ func TestSeatSecondsFairness(t *testing.T) {
 
 // TestDispatchByVirtualFinishTime: one seat, random flows, arrival
 // times and execution times; each release dispatches the head whose
-// virtual finish time (its queue's nextR, after the released request's
-// correction, + width × estimate) is the least of all heads, computed
-// here from the queues' state before the release.
+// virtual finish time is the least of all heads: its queue's nextR
+// (after the released request's correction, and never below the R at
+// which the head arrived) + width × the level's estimate (after it
+// took in the released request's time), computed here from the queues'
+// state before the release.
 func TestDispatchByVirtualFinishTime(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := newSim(t, 1, 32, 2)
@@ -201,19 +203,24 @@ func TestDispatchByVirtualFinishTime(t *testing.T) {
 		}
 		victim := ex[0]
 		s.now = s.now.Add(time.Duration(1+rng.IntN(2000)) * time.Millisecond)
-		executed := s.now.Sub(victim.dispatched).Seconds()
+		executed := s.now.Sub(victim.dispatched)
 		best := -1.0
+		finish := map[*queue]float64{}
 		s.l.mu.Lock()
+		est := s.l.mu.estimate
+		est.observe(executed)
 		for _, q := range s.l.mu.queues {
 			if len(q.reqs) == 0 {
 				continue
 			}
 			next := q.nextR
 			if q == victim.queue {
-				next -= estimate - executed
+				next -= victim.charged - executed.Seconds()
 			}
-			if f := next + estimate; best < 0 || f < best {
-				best = f
+			next = max(next, q.reqs[0].arrivalR)
+			finish[q] = next + est.get()
+			if best < 0 || finish[q] < best {
+				best = finish[q]
 			}
 		}
 		s.l.mu.Unlock()
@@ -225,8 +232,7 @@ func TestDispatchByVirtualFinishTime(t *testing.T) {
 		if len(ex) != 1 {
 			t.Fatalf("%d executing after a release with requests queued", len(ex))
 		}
-		// Its queue was charged the estimate when it was dispatched.
-		if got := ex[0].queue.nextR; got-best > 1e-9 || best-got > 1e-9 {
+		if got := finish[ex[0].queue]; got-best > 1e-9 || best-got > 1e-9 {
 			t.Fatalf("dispatched a head finishing at %f; the least was %f", got, best)
 		}
 		checked++
@@ -338,5 +344,58 @@ func TestSeatsNeverNegativeOrLeaked(t *testing.T) {
 			t.Fatalf("seed %d: at the end %d seats, %d waiting, %d active", seed, s.l.mu.seatsInUse, s.l.mu.waiting, s.l.mu.active)
 		}
 		s.l.mu.Unlock()
+	}
+}
+
+// TestEstimateFollowsExecutionTimes: a level charges the 3 s guess until
+// a request finishes, then the moving average of real execution times;
+// and whatever the estimate was at dispatch, a queue ends up charged
+// exactly the seat-seconds its requests ran.
+func TestEstimateFollowsExecutionTimes(t *testing.T) {
+	s := newSim(t, 2, 1, 1)
+	start := s.l.mu.queues[0].nextR
+	first, err := s.submit("f", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.charged != EstimatedServiceTime.Seconds() {
+		t.Fatalf("first request charged %v seat-seconds, want the %s guess", first.charged, EstimatedServiceTime)
+	}
+	// The queue stays busy from here on (the next request is queued
+	// before the last is released), so nothing resets its nextR. The
+	// requests are 20 ms and two seats wide; each is dispatched at one
+	// estimate and released at another.
+	next, err := s.submit("f", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = s.now.Add(40 * time.Millisecond)
+	s.release(first)
+	ran := 40 * time.Millisecond
+	if got := s.l.mu.estimate.get(); got != 0.04 {
+		t.Fatalf("estimate %v after one 40ms request, want 0.04", got)
+	}
+	for i := range 200 {
+		r := next
+		if r.state != stateDispatched {
+			t.Fatalf("request %d not dispatched", i)
+		}
+		if i < 199 {
+			if next, err = s.submit("f", 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.now = s.now.Add(20 * time.Millisecond)
+		ran += 2 * 20 * time.Millisecond
+		s.release(r)
+		if i < 199 && next.charged != 2*s.l.mu.estimate.get() {
+			t.Fatalf("request %d charged %v, want 2 × the estimate %v", i+1, next.charged, s.l.mu.estimate.get())
+		}
+	}
+	if got := s.l.mu.estimate.get(); got < 0.0199 || got > 0.0201 {
+		t.Fatalf("estimate %v after 200 requests of 20ms, want about 0.02", got)
+	}
+	if got, want := s.l.mu.queues[0].nextR-start, ran.Seconds(); got-want > 1e-9 || want-got > 1e-9 {
+		t.Fatalf("queue charged %v seat-seconds, its requests ran %v", got, want)
 	}
 }

@@ -57,6 +57,9 @@ type request struct {
 	queue         *queue // nil for a level without queues
 	enqueued      time.Time
 	dispatched    time.Time // when it took its seats
+	// arrivalR is the level's virtual time when it was queued; charged
+	// the seat-seconds its queue was charged at dispatch (fairqueue.go).
+	arrivalR, charged float64
 	// ready is closed when the request is dispatched, or rejected while
 	// queued (its state then stateRemoved, reason set).
 	ready  chan struct{}
@@ -82,6 +85,9 @@ type level struct {
 	uid     string
 	dealer  dealer
 	metrics *metrics
+	// flows caches the metrics of each flow schema seen, by name
+	// (*flowMetrics).
+	flows sync.Map
 	// now is the clock of virtual time and execution times (tests set it).
 	now func() time.Time
 	// counts of outcomes since the level was made, for the dumps.
@@ -93,8 +99,11 @@ type level struct {
 		waiting      int // queued requests in all queues
 		seatsWaiting int // their widths
 		active       int // live queues with queued or executing requests
-		// vt is the level's virtual time R, in seat-seconds; at syncedAt.
-		vt       float64
+		// vt is the level's virtual time R, in seat-seconds
+		// (fairqueue.go); syncedAt is when demand was last integrated.
+		vt float64
+		// estimate is what a dispatched request is charged per seat.
+		estimate estimator
 		syncedAt time.Time
 		next     int // queue where the next tie-breaking scan starts
 		queues   []*queue
@@ -142,7 +151,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	old := l.cfg.Queuing
 	seats := cfg.Seats
 	if cfg.MaxSeats > 0 && l.cfg.MaxSeats > 0 {
@@ -169,7 +178,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 	for _, r := range waiting {
 		if cfg.Queuing == nil {
 			r.state, r.reason = stateRemoved, ReasonConcurrencyLimit
-			l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Dec()
+			l.flowMetrics(r.schema).inQueue.Dec()
 			close(r.ready)
 			continue
 		}
@@ -196,7 +205,7 @@ func (l *level) width(w uint32) int {
 // come. It returns the rejection of a request that cannot be admitted.
 func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *RejectedError {
 	r.width = l.width(width)
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	switch {
 	case l.cfg.Seats == 0 && l.cfg.MaxSeats == 0:
 		return l.reject(r.schema, ReasonConcurrencyLimit) // nothing could ever dispatch it
@@ -213,7 +222,7 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 		return l.reject(r.schema, ReasonQueueFull)
 	}
 	l.pushLocked(q, r)
-	l.metrics.inQueue.WithLabelValues(l.cfg.Name, r.schema).Inc()
+	l.flowMetrics(r.schema).inQueue.Inc()
 	l.dispatchLocked(now)
 	return nil
 }
@@ -235,7 +244,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	l.mu.Unlock()
 	if dispatched {
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		return r, wait, nil
 	}
 
@@ -249,11 +258,11 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		l.mu.Unlock()
 		if state != stateDispatched {
 			// Rejected while queued: its level stopped queuing.
-			l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+			l.flowMetrics(schema).observeWait(false, time.Since(start))
 			return nil, 0, l.reject(schema, reason)
 		}
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		return r, wait, nil
 	case <-ctx.Done():
 		cause = ctx.Err()
@@ -267,13 +276,13 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	if r.state == stateRemoved {
 		// Rejected while queued, at the same moment.
 		l.mu.Unlock()
-		l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+		l.flowMetrics(schema).observeWait(false, time.Since(start))
 		return nil, 0, cause
 	}
 	if r.state == stateDispatched {
 		l.mu.Unlock()
 		wait := time.Since(start)
-		l.metrics.observeWait(l.cfg.Name, schema, true, wait)
+		l.flowMetrics(schema).observeWait(true, wait)
 		if _, timedOut := cause.(*RejectedError); timedOut {
 			return r, wait, nil // dispatched just in time: use it
 		}
@@ -281,7 +290,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		return nil, 0, cause
 	}
 	now := l.now()
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	l.removeLocked(r)
 	// The removed request may have been the head blocking dispatch.
 	l.dispatchLocked(now)
@@ -290,7 +299,7 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 		l.cancelled.Add(1)
 		l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, ReasonCancelled).Inc()
 	}
-	l.metrics.observeWait(l.cfg.Name, schema, false, time.Since(start))
+	l.flowMetrics(schema).observeWait(false, time.Since(start))
 	return nil, 0, cause
 }
 
@@ -315,7 +324,7 @@ func (l *level) release(r *request, ran bool) {
 	}
 	now := l.now()
 	executed := now.Sub(r.dispatched)
-	l.syncTimeLocked(now)
+	l.syncDemandLocked(now)
 	r.state = stateRemoved
 	l.mu.seatsInUse -= r.width
 	delete(l.mu.executing, r)
@@ -325,11 +334,14 @@ func (l *level) release(r *request, ran bool) {
 		l.correctLocked(q, r, executed)
 		l.activeLocked(q, busy)
 	}
+	if ran {
+		l.mu.estimate.observe(executed)
+	}
 	l.dispatchLocked(now)
 	l.mu.Unlock()
-	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Sub(float64(r.width))
+	l.flowMetrics(r.schema).executingSeats.Sub(float64(r.width))
 	if ran {
-		l.metrics.execution.WithLabelValues(l.cfg.Name, r.schema).Observe(executed.Seconds())
+		l.flowMetrics(r.schema).execution.Observe(executed.Seconds())
 	}
 }
 
@@ -340,8 +352,18 @@ func (l *level) startLocked(r *request) {
 	l.dispatched.Add(1)
 	r.state = stateDispatched
 	close(r.ready)
-	l.metrics.executingSeats.WithLabelValues(l.cfg.Name, r.schema).Add(float64(r.width))
-	l.metrics.dispatched.WithLabelValues(l.cfg.Name, r.schema).Inc()
+	fm := l.flowMetrics(r.schema)
+	fm.executingSeats.Add(float64(r.width))
+	fm.dispatched.Inc()
+}
+
+// flowMetrics returns the metrics of schema's requests at l.
+func (l *level) flowMetrics(schema string) *flowMetrics {
+	if fm, ok := l.flows.Load(schema); ok {
+		return fm.(*flowMetrics)
+	}
+	fm, _ := l.flows.LoadOrStore(schema, l.metrics.newFlowMetrics(l.cfg.Name, schema))
+	return fm.(*flowMetrics)
 }
 
 // seatsInUse returns the seats held, for tests and status.

@@ -1,7 +1,6 @@
 package apf
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +81,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return &m, nil
 }
 
-func (m *metrics) observeWait(level, schema string, executed bool, d time.Duration) {
-	m.wait.WithLabelValues(level, schema, strconv.FormatBool(executed)).Observe(d.Seconds())
+// flowMetrics are the series of one priority level and flow schema,
+// looked up once (level.flowMetrics) instead of by label values on each
+// request.
+type flowMetrics struct {
+	executingSeats, inQueue   prometheus.Gauge
+	dispatched                prometheus.Counter
+	waitExecuted, waitDropped prometheus.Observer
+	execution                 prometheus.Observer
+}
+
+func (m *metrics) newFlowMetrics(level, schema string) *flowMetrics {
+	return &flowMetrics{
+		executingSeats: m.executingSeats.WithLabelValues(level, schema),
+		inQueue:        m.inQueue.WithLabelValues(level, schema),
+		dispatched:     m.dispatched.WithLabelValues(level, schema),
+		waitExecuted:   m.wait.WithLabelValues(level, schema, "true"),
+		waitDropped:    m.wait.WithLabelValues(level, schema, "false"),
+		execution:      m.execution.WithLabelValues(level, schema),
+	}
+}
+
+// observeWait records a request's queue wait: executed, or rejected or
+// cancelled.
+func (f *flowMetrics) observeWait(executed bool, d time.Duration) {
+	if executed {
+		f.waitExecuted.Observe(d.Seconds())
+		return
+	}
+	f.waitDropped.Observe(d.Seconds())
 }

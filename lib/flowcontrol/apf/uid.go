@@ -3,7 +3,7 @@ package apf
 import (
 	"crypto/rand"
 	"crypto/sha1"
-	"fmt"
+	"encoding/hex"
 )
 
 // uidNamespace is the UUIDv5 namespace of the configuration objects' UIDs:
@@ -37,6 +37,17 @@ func newGrantID() string {
 	return format(u)
 }
 
+// format writes u in the canonical 8-4-4-4-12 hex form.
 func format(u [16]byte) string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:16])
+	return string(b[:])
 }

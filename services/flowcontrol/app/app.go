@@ -213,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.fc = server.New(ctrl, gate)
 	flowcontrolv1.RegisterFlowControlServiceServer(srv, a.fc)
+	flowcontrolv1.RegisterDecisionServiceServer(srv, a.fc)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.StoreAddress != "" {
 		if err := a.startFollower(ctx, cfg); err != nil {

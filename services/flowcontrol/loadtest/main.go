@@ -5,7 +5,8 @@
 // By default it starts the service in process on a loopback listener;
 // --target measures a running service instead (plaintext), and
 // --target-pid names that service's process to report its CPU time per
-// Acquire + Release (read from /proc/<pid>/stat, Linux).
+// Acquire + Release (read from /proc/<pid>/stat, Linux). --stream makes
+// the calls on one DecisionService.Decide stream instead of unary calls.
 //
 //	go run ./loadtest --duration 5s --concurrency 1,16,64
 package main
@@ -32,6 +33,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/procstat"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
+	"github.com/meridian-cp/meridian/services/flowcontrol/decideclient"
 )
 
 func main() {
@@ -49,6 +51,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	users := fs.Int("users", 0, "distinct users (flows); 0 means one per worker")
 	pid := fs.Int("target-pid", 0, "process id of the --target service: report its CPU time per operation")
 	batch := fs.Bool("batch-release", false, "release grants as the gateway does: queued and sent together in ReleaseGrants calls (up to 512), instead of one Release per grant")
+	useStream := fs.Bool("stream", false, "make the Acquire and ReleaseGrants calls on one Decide stream (DecisionService) instead of unary calls")
 	scenario := fs.String("scenario", "", "\"mice\": the elephants-and-mice run (--duration per phase, --service-time) instead of the Acquire+Release loops")
 	serviceTime := fs.Duration("service-time", 20*time.Millisecond, "with --scenario mice: how long each request holds its seat")
 	limit := fs.Int("concurrency-limit", 0, "server concurrency limit of the in-process service (global-default gets 20/245 of it); 0 means the default (600)")
@@ -95,16 +98,31 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *scenario == "mice" {
 		return miceScenario(ctx, client, out, *duration, *serviceTime)
 	}
-	fmt.Fprintf(out, "flowcontrol Acquire+Release over gRPC on %s, %s per level\n", addr, *duration)
+	mode := "unary calls"
+	if *useStream {
+		mode = "one Decide stream"
+	}
+	fmt.Fprintf(out, "flowcontrol Acquire+Release over gRPC (%s) on %s, %s per level\n", mode, addr, *duration)
 	fmt.Fprintf(out, "%-12s %12s %12s %12s %12s %10s %14s\n", "concurrency", "ops", "ops/s", "p50", "p99", "rejected", "server CPU/op")
 	for _, n := range conc {
 		cpu0, err := processCPU(*pid)
 		if err != nil {
 			return err
 		}
-		r, err := measure(ctx, client, n, *users, *duration, *batch)
+		var sc *decideclient.Client
+		if *useStream {
+			if sc, err = decideclient.Open(ctx, conn); err != nil {
+				return err
+			}
+		}
+		r, err := measure(ctx, client, sc, n, *users, *duration, *batch)
 		if err != nil {
 			return err
+		}
+		if sc != nil {
+			if err := sc.Close(); err != nil {
+				return err
+			}
 		}
 		cpu1, err := processCPU(*pid)
 		if err != nil {
@@ -146,7 +164,9 @@ func (r result) percentile(p float64) time.Duration {
 // measure runs n workers for d; each loops Acquire + Release and records
 // the round trip of the pair (with batch, of the Acquire: the release is
 // queued for one sender that sends ReleaseGrants of what has queued).
-func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, users int, d time.Duration, batch bool) (result, error) {
+// With sc, the calls go on its stream (a release as a ReleaseGrants of
+// one grant) instead of c's unary calls.
+func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, sc *decideclient.Client, n, users int, d time.Duration, batch bool) (result, error) {
 	if users <= 0 {
 		users = n
 	}
@@ -162,6 +182,23 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 		_, err := c.Release(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseRequest{GrantId: id})
 		return err
 	}
+	releaseGrants := func(ids []string) error {
+		_, err := c.ReleaseGrants(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+		return err
+	}
+	acquire := func(req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+		return c.Acquire(ctx, req)
+	}
+	if sc != nil {
+		releaseGrants = func(ids []string) error {
+			_, err := sc.ReleaseGrants(context.WithoutCancel(ctx), ids)
+			return err
+		}
+		release = func(id string) error { return releaseGrants([]string{id}) }
+		acquire = func(req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+			return sc.Acquire(ctx, req)
+		}
+	}
 	var sent sync.WaitGroup
 	drain := func() {}
 	if batch {
@@ -175,7 +212,7 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 				for len(ids) < 512 && len(queue) > 0 {
 					ids = append(ids, <-queue)
 				}
-				if _, err := c.ReleaseGrants(context.WithoutCancel(ctx), &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids}); err != nil {
+				if err := releaseGrants(ids); err != nil {
 					errc <- err
 				}
 			}
@@ -198,7 +235,7 @@ func measure(ctx context.Context, c flowcontrolv1.FlowControlServiceClient, n, u
 			rejected := 0
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				resp, err := c.Acquire(ctx, req)
+				resp, err := acquire(req)
 				if err != nil {
 					// gRPC may see the run's deadline pass before ctx does.
 					if ctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -21,12 +22,17 @@ import (
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
-// Server implements flowcontrolv1.FlowControlServiceServer. Close ends
+// Server implements flowcontrolv1.FlowControlServiceServer and, over
+// the same methods, flowcontrolv1.DecisionServiceServer. Close ends
 // its exemption streams; the gRPC server's GracefulStop waits for them.
 type Server struct {
 	flowcontrolv1.UnimplementedFlowControlServiceServer
+	flowcontrolv1.UnimplementedDecisionServiceServer
 	ctrl       *apf.Controller
 	exemptions *grpcserver.Changes // the WatchExemptions streams
+	// closing is closed by Close: it ends the Decide streams.
+	closing   chan struct{}
+	closeOnce sync.Once
 	// leadership gates every call about seats; nil: this replica always
 	// leads (a single replica).
 	leadership Leadership
@@ -41,12 +47,15 @@ var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 // WatchExemptions, which follows the configuration every replica reads,
 // is served by all.
 func New(ctrl *apf.Controller, leadership Leadership) *Server {
-	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol"), leadership: leadership}
+	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol"), closing: make(chan struct{}), leadership: leadership}
 }
 
-// Close ends every WatchExemptions stream with UNAVAILABLE and makes new
-// ones end at once. It is safe to call more than once.
-func (s *Server) Close() { s.exemptions.Close() }
+// Close ends every WatchExemptions and Decide stream with UNAVAILABLE
+// and makes new ones end at once. It is safe to call more than once.
+func (s *Server) Close() {
+	s.exemptions.Close()
+	s.closeOnce.Do(func() { close(s.closing) })
+}
 
 // WatchExemptions sends the exemptions, then the new list each time the
 // configuration changes (a fixed configuration never does), until the
