@@ -38,8 +38,10 @@ spec:
 `
 
 // TestAdmissionPolicyKindsServed: kubectl applies, lists and deletes the
-// five admissionregistration.k8s.io/v1 kinds, and a policy whose
-// expression does not compile is refused with 422 naming the field.
+// five admissionregistration.k8s.io/v1 kinds, a policy whose expression
+// does not compile is refused with 422 naming the field, and a policy
+// whose expression is ill-typed for the kind it matches gets a
+// type-checking warning in its status.
 func TestAdmissionPolicyKindsServed(t *testing.T) {
 	requireKubectl(t)
 	cp := start(t, "")
@@ -128,8 +130,45 @@ webhooks:
 	if _, _, err := cp.kubectlErr("get", "validatingadmissionpolicy", "bad-policy"); err == nil {
 		t.Error("the refused policy was stored")
 	}
+
+	// Type checking: a comparison of a ConfigMap's data value (a string)
+	// with an integer compiles (object is dynamic) and is stored, and the
+	// status controller reports it against v1 ConfigMap.
+	cp.kubectl("apply", "-f", manifest(t, "typed.yaml", typedPolicy))
+	eventually(t, func() string {
+		got := cp.kubectl("get", "validatingadmissionpolicy", "data-typed", "-o",
+			"jsonpath={.metadata.generation} {.status.observedGeneration} {.status.typeChecking.expressionWarnings[*].fieldRef}")
+		if got != "1 1 spec.validations[1].expression" {
+			return fmt.Sprintf("generation, observedGeneration, warned fields = %q, want %q", got, "1 1 spec.validations[1].expression")
+		}
+		return ""
+	})
+	warning := cp.kubectl("get", "validatingadmissionpolicy", "data-typed", "-o", "jsonpath={.status.typeChecking.expressionWarnings[0].warning}")
+	for _, want := range []string{"/v1, Kind=ConfigMap", "found no matching overload for '_==_' applied to '(string, int)'"} {
+		if !strings.Contains(warning, want) {
+			t.Errorf("type-checking warning %q, want it to contain %q", warning, want)
+		}
+	}
 	cp.kubectl("delete", "-f", manifest(t, "objs2.yaml", objs))
 }
+
+// typedPolicy validates ConfigMaps; its second validation compares a
+// string with an integer.
+const typedPolicy = `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: data-typed
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "size(object.data) <= 5"
+  - expression: "object.data.replicas == 3"
+`
 
 // eventually retries f (every 100ms, up to 30s) until it returns "",
 // then fails the test with f's last message: a policy applies once the

@@ -42,6 +42,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/clusterroleaggregation"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/gc"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/namespace"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/vapstatus"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/fieldmanager"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
@@ -567,7 +568,8 @@ func (a *App) newHandler(bg context.Context, reg *registry.Registry, authenticat
 }
 
 // startControllers runs the namespace controller, the garbage collector,
-// the ClusterRole aggregation controller, the APF configuration
+// the ClusterRole aggregation controller, the ValidatingAdmissionPolicy
+// status controller, the APF configuration
 // controller, the CRD controller and the controllers of every namespace's default
 // ServiceAccount and kube-root-ca.crt until bg ends.
 func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *codec.Codec, store *storage.Store, rs *resources.Server) error {
@@ -595,6 +597,11 @@ func (a *App) startControllers(bg context.Context, reg *registry.Registry, c *co
 	a.background(bg, namespaces.Run)
 	a.background(bg, collector.Run)
 	a.background(bg, aggregation.Run)
+	vapStatus, err := vapstatus.New(vapstatus.Config{Registry: reg, Codec: c, Store: store, Objects: rs, Logger: a.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("apigateway: %w", err)
+	}
+	a.background(bg, vapStatus.Run)
 	if err := a.startCRDController(bg, reg, c, store, rs); err != nil {
 		return err
 	}

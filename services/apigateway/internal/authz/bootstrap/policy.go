@@ -46,6 +46,7 @@ const (
 	networkingGroup     = "networking.k8s.io"
 	policyGroup         = "policy"
 	rbacGroup           = rbacv1.GroupName
+	admissionGroup      = "admissionregistration.k8s.io"
 )
 
 // Labels and annotations of every bootstrap object.
@@ -272,6 +273,15 @@ func ClusterRoles() []rbacv1.ClusterRole {
 				newRule("escalate", "get", "list", "watch", "update", "patch").groups(rbacGroup).resources("clusterroles").rule(),
 			},
 		},
+		{
+			// The ValidatingAdmissionPolicy status controller reads policies
+			// and writes their type-checking status.
+			ObjectMeta: metav1.ObjectMeta{Name: "system:controller:validatingadmissionpolicy-status-controller"},
+			Rules: []rbacv1.PolicyRule{
+				newRule("get", "list", "watch").groups(admissionGroup).resources("validatingadmissionpolicies").rule(),
+				newRule("get", "patch", "update").groups(admissionGroup).resources("validatingadmissionpolicies/status").rule(),
+			},
+		},
 	}
 	for i := range roles {
 		addDefaultMetadata(&roles[i].ObjectMeta)
@@ -312,6 +322,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		// documents; what they say is in its own token already.
 		bind("system:service-account-issuer-discovery", group("system:serviceaccounts")),
 		bind("system:controller:clusterrole-aggregation-controller", sa("kube-system", "clusterrole-aggregation-controller")),
+		bind("system:controller:validatingadmissionpolicy-status-controller", sa("kube-system", "validatingadmissionpolicy-status-controller")),
 	}
 }
 

@@ -1,0 +1,167 @@
+// Package vapstatus is the gateway's ValidatingAdmissionPolicy status
+// controller, as kube-controller-manager's
+// validatingadmissionpolicy-status-controller: for each policy whose
+// status.observedGeneration is not its generation, it type-checks the
+// policy's validations against the schemas of the kinds its
+// matchConstraints name (k8s.io/apiserver's validating.TypeChecker, at
+// most 10 kinds, none for wildcards) and writes
+// status.typeChecking.expressionWarnings (fieldRef and warning) with
+// observedGeneration = generation. The warnings never change what the
+// policy does: an expression that refers to a field the kind lacks still
+// compiles (object is dynamic at admission) and fails only when
+// evaluated.
+//
+// It reads policies through one store watch (package storewatch) and
+// writes the status subresource through the API's own update
+// (resources.Server.UpdateObject), as
+// system:serviceaccount:kube-system:validatingadmissionpolicy-status-controller,
+// whom the bootstrap policy lets update that status. Every gateway runs
+// it; the replicas compute the same status from the same generation, and
+// an update that would store what is stored writes nothing.
+package vapstatus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+)
+
+// Objects writes policies' status as the API does, for the user in ctx.
+// *resources.Server implements it.
+type Objects interface {
+	// UpdateObject replaces the object (or subresource) ref names with
+	// mutate's result from the stored one, retried over concurrent
+	// writes; nothing is written when the result is what is stored.
+	// mutate must not modify old.
+	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+}
+
+// Config configures a Controller.
+type Config struct {
+	// Registry serves ValidatingAdmissionPolicies, and the kinds whose
+	// schemas the policies are checked against. Required.
+	Registry *registry.Registry
+	// Codec decodes stored policies. Required.
+	Codec *codec.Codec
+	// Store holds them. Required.
+	Store storewatch.Store
+	// Objects carries out the status updates. Required.
+	Objects Objects
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Retry is how often failed updates are tried again, and how long a
+	// failed watch waits before the policies are read again; 0 means 1
+	// second.
+	Retry time.Duration
+}
+
+// Controller keeps policies' type-checking status; Run runs it.
+type Controller struct {
+	cfg     Config
+	res     *registry.Resource
+	checker *validating.TypeChecker
+}
+
+// User is the identity the controller writes as.
+var User = identity.User{
+	Name:   "system:serviceaccount:kube-system:validatingadmissionpolicy-status-controller",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+}
+
+// New returns a Controller, or an error naming every required field cfg
+// lacks.
+func New(cfg Config) (*Controller, error) {
+	var errs []error
+	if cfg.Registry == nil {
+		errs = append(errs, errors.New("vapstatus: a Registry is required"))
+	}
+	if cfg.Codec == nil {
+		errs = append(errs, errors.New("vapstatus: a Codec is required"))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("vapstatus: a Store is required"))
+	}
+	if cfg.Objects == nil {
+		errs = append(errs, errors.New("vapstatus: Objects are required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res, ok := cfg.Registry.Lookup(admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"))
+	if !ok {
+		return nil, errors.New("vapstatus: the registry serves no ValidatingAdmissionPolicies")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
+	}
+	return &Controller{cfg: cfg, res: res, checker: &validating.TypeChecker{
+		SchemaResolver: openapi.NewSchemaResolver(cfg.Registry),
+		RestMapper:     registry.NewRESTMapper(cfg.Registry),
+	}}, nil
+}
+
+// Run keeps the status until ctx ends: it reads every policy, checks
+// those whose observedGeneration lags, then does so again after every
+// change the store's watch reports, and every Retry while an update
+// failed. A failed watch is replaced by a new read after Retry.
+func (c *Controller) Run(ctx context.Context) {
+	policies := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
+		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		return p, c.cfg.Codec.DecodeStorage(value, rev, p)
+	}, c.cfg.Logger)
+	storewatch.Reconcile(identity.WithUser(ctx, User), storewatch.Config{
+		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ValidatingAdmissionPolicies to type-check",
+		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, c.cfg.Retry, policies.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, policies.Objects) })
+}
+
+// syncAll writes the status of every policy whose observedGeneration is
+// not its generation, and reports whether all of them are up to date.
+func (c *Controller) syncAll(ctx context.Context, policies map[string]*admissionregistrationv1.ValidatingAdmissionPolicy) bool {
+	ok := true
+	for name, p := range policies {
+		if p.Status.ObservedGeneration >= p.Generation {
+			continue
+		}
+		if err := c.update(ctx, name); err != nil {
+			c.cfg.Logger.Warn("validatingadmissionpolicy status: update failed; retrying", "policy", name, "error", err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// update type-checks the stored policy name and writes its status,
+// unless the status is already that of its generation.
+func (c *Controller) update(ctx context.Context, name string) error {
+	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: name, Subresource: "status"}
+	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+		p := old.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		if p.Status.ObservedGeneration >= p.Generation {
+			return old, nil
+		}
+		updated := p.DeepCopy()
+		updated.Status.ObservedGeneration = p.Generation
+		updated.Status.TypeChecking = &admissionregistrationv1.TypeChecking{ExpressionWarnings: c.checker.Check(p)}
+		return updated, nil
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
