@@ -356,6 +356,7 @@ func (g *gate) authorize(ctx context.Context, method string, req any) (context.C
 		digest.EstimatedWidth = g.work.ListSeats(schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
 			listQuery(l), ref.GetName() != "")
 	}
+	g.work.EstimateWrite(digest)
 	grant, err := g.fc.Acquire(ctx, digest)
 	if err != nil {
 		return nil, nil, apistatus.ToGRPC(err)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -44,4 +46,26 @@ func (s *Server) term() (context.Context, error) {
 		return nil, notLeader(leader)
 	}
 	return term, nil
+}
+
+// terms names the terms a Server leads, for the term fields of its
+// answers: a gateway holding grants of another term than the one that
+// answers re-registers them (AdoptGrants). The grants of a term are
+// released when it ends (apf.Controller.Forget), so a term's id must
+// never be reused: each is random.
+type terms struct {
+	mu  sync.Mutex
+	ctx context.Context // the term named id
+	id  string
+}
+
+// id returns the id of term, a new one when term is not the term named
+// last.
+func (t *terms) idOf(term context.Context) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.id == "" || t.ctx != term {
+		t.ctx, t.id = term, rand.Text()
+	}
+	return t.id
 }
