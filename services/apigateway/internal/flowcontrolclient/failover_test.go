@@ -242,6 +242,7 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 		}
 		return seats == 1 && executing == 1
 	})
+	t.Logf("the request running across the change counted by the new leader %s after the kill", time.Since(killed).Round(10*time.Millisecond))
 	across.Release()
 	// No seat leaked on the new leader once every request has ended and
 	// its release has been sent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -54,18 +55,28 @@ func (s *Server) term() (context.Context, error) {
 // released when it ends (apf.Controller.Forget), so a term's id must
 // never be reused: each is random.
 type terms struct {
-	mu  sync.Mutex
-	ctx context.Context // the term named id
+	cur atomic.Pointer[namedTerm] // read without mu on every answer
+	mu  sync.Mutex                // serializes naming a new term
+}
+
+// namedTerm is a term and its id.
+type namedTerm struct {
+	ctx context.Context
 	id  string
 }
 
-// id returns the id of term, a new one when term is not the term named
+// idOf returns the id of term, a new one when term is not the term named
 // last.
 func (t *terms) idOf(term context.Context) string {
+	if n := t.cur.Load(); n != nil && n.ctx == term {
+		return n.id
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.id == "" || t.ctx != term {
-		t.ctx, t.id = term, rand.Text()
+	if n := t.cur.Load(); n != nil && n.ctx == term {
+		return n.id
 	}
-	return t.id
+	n := &namedTerm{ctx: term, id: rand.Text()}
+	t.cur.Store(n)
+	return n.id
 }
