@@ -103,9 +103,10 @@ func (h *heldGrants) moved(grants []*flowcontrolv1.HeldGrant, term string) {
 }
 
 // adoptLoop re-registers the grants of other terms with the leader each
-// time an answer names a new term, until ctx ends. While no replica
-// answers it tries again every adoptRetry; a service that does not know
-// AdoptGrants (older) is not asked again for those grants.
+// time an answer names a new term, until ctx ends, at most maxBatch per
+// call. While no replica answers it tries again every adoptRetry; on any
+// other error (a service that does not know AdoptGrants, a refusal) those
+// grants are left as they are, uncounted by the leader until they end.
 func (c *Client) adoptLoop(ctx context.Context) {
 	for {
 		select {
@@ -118,22 +119,27 @@ func (c *Client) adoptLoop(ctx context.Context) {
 			if len(grants) == 0 {
 				break
 			}
+			grants = grants[:min(len(grants), maxBatch)]
 			resp, err := c.adopt(ctx, grants)
-			if status.Code(err) == codes.Unimplemented {
-				c.grants.moved(grants, term)
-				break
-			}
-			if err != nil {
+			switch status.Code(err) {
+			case codes.OK:
+				c.log.Info("flow control: re-registered this gateway's grants with a new leader",
+					"adopted", resp.GetAdopted(), "held", resp.GetHeld(), "released", resp.GetReleased(), "unknown", resp.GetUnknown())
+				held := resp.GetTerm()
+				if held == "" {
+					held = term // a reply naming no term: taken as the one asked
+				}
+				c.grants.moved(grants, held)
+			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
 				c.log.Warn("flow control: re-registering this gateway's grants with the leader failed; retrying", "grants", len(grants), "error", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(adoptRetry):
 				}
-				continue
+			default:
+				c.log.Warn("flow control: the leader did not take this gateway's grants; they run uncounted until they end", "grants", len(grants), "error", err)
+				c.grants.moved(grants, term)
 			}
-			c.log.Info("flow control: re-registered this gateway's grants with a new leader",
-				"adopted", resp.GetAdopted(), "held", resp.GetHeld(), "released", resp.GetReleased(), "unknown", resp.GetUnknown())
-			c.grants.moved(grants, resp.GetTerm())
 		}
 	}
 }
