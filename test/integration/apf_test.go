@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,4 +188,38 @@ func clientCert(t *testing.T, c rest.TLSClientConfig) tls.Certificate {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// TestWatchGivesSeatBackAfterInitialEvents: alice's watch takes her one
+// seat and gives it back once it has sent its initial events (through
+// the real gateway, ResourceService and flow-control service), so her
+// list is served while the watch stays open; were the seat held for the
+// watch's life, the list would be a 429.
+func TestWatchGivesSeatBackAfterInitialEvents(t *testing.T) {
+	e := newAPFEnv(t, 1)
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+e.addrs[0]+
+		"/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", nil)
+	var watch *http.Response
+	polltest.Until(t, 10*time.Second, "alice's watch admitted", func() bool {
+		resp, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close() // her seat of the setup's lists not released yet
+			return false
+		}
+		watch = resp
+		return true
+	})
+	defer watch.Body.Close()
+	lines := bufio.NewScanner(watch.Body)
+	for !strings.Contains(lines.Text(), "k8s.io/initial-events-end") {
+		if !lines.Scan() {
+			t.Fatalf("the watch ended before its initial events did: %v", lines.Err())
+		}
+	}
+	polltest.Until(t, 10*time.Second, "alice's list served while her watch is open", func() bool {
+		return e.list(e.http, e.addrs[0]).StatusCode == http.StatusOK
+	})
 }

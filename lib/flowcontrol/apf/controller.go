@@ -132,6 +132,9 @@ type held struct {
 	gateway string
 	level   *level
 	req     *request
+	// linger is how long its seats stay taken after its Release
+	// (Digest.AdditionalLatency).
+	linger time.Duration
 }
 
 type schema struct {
@@ -162,12 +165,15 @@ type Controller struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	// mu guards grants and gateways. It is never held while a level's mu
-	// is taken.
+	// mu guards grants, gateways and released. A level's mu may be
+	// taken while it is held (Adopt), never the other way round.
 	mu struct {
 		sync.Mutex
 		grants   map[string]*held
 		gateways map[string]*gateway
+		// released are the ids of grants released while not held, with
+		// when: their Adopt may still come (adopt.go).
+		released map[string]time.Time
 	}
 }
 
@@ -191,6 +197,7 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{cfg: cfg, metrics: m, closed: make(chan struct{})}
 	c.mu.grants = map[string]*held{}
 	c.mu.gateways = map[string]*gateway{}
+	c.mu.released = map[string]time.Time{}
 	c.cur.Store(&state{levels: map[string]*level{}, changed: make(chan struct{})})
 	if err := c.Apply(Bootstrap(cfg.ServerConcurrencyLimit)); err != nil {
 		return nil, err
@@ -350,7 +357,8 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 		return g, nil
 	}
 	g.ID = newGrantID()
-	h := &held{grant: g, gateway: gatewayID, level: s.level}
+	h := &held{grant: g, gateway: gatewayID, level: s.level, linger: max(d.AdditionalLatency, 0)}
+	d.Width = max(d.Width, d.FinalSeats)
 	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
 	if err != nil {
 		var rej *RejectedError
@@ -378,7 +386,9 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 
 // Release returns a grant's seats and dispatches waiting requests. It fails
 // with ErrUnknownGrant when the grant is not held (released before, or
-// expired with its gateway).
+// expired with its gateway, or handed out by a previous leader and not
+// adopted yet: its id is then remembered so that its Adopt charges
+// nothing).
 func (c *Controller) Release(_ context.Context, grantID string) error {
 	if grantID == "" {
 		return fmt.Errorf("%w: grant_id is required", ErrInvalid)
@@ -390,12 +400,14 @@ func (c *Controller) Release(_ context.Context, grantID string) error {
 		if gw := c.mu.gateways[h.gateway]; gw != nil {
 			delete(gw.grants, grantID)
 		}
+	} else {
+		c.releasedLocked(grantID, time.Now())
 	}
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownGrant, grantID)
 	}
-	h.level.release(h.req, true)
+	c.finish(h)
 	return nil
 }
 
@@ -439,10 +451,11 @@ func (c *Controller) gatewayLocked(gatewayID string) *gateway {
 }
 
 // expire forgets the gateways last seen before now-Lease and releases
-// their grants.
+// their grants, and forgets the released ids remembered before then.
 func (c *Controller) expire(now time.Time) {
 	var expired []*held
 	c.mu.Lock()
+	c.forgetReleasedLocked(now)
 	for id, gw := range c.mu.gateways {
 		if now.Sub(gw.lastSeen) <= c.cfg.Lease {
 			continue
@@ -465,8 +478,8 @@ func (c *Controller) expire(now time.Time) {
 // Forget releases every held grant and forgets every gateway, and returns
 // how many grants it released: what a flow-control replica does when its
 // term as leader ends, so that nothing it held outlives the term (the
-// gateways take their seats from the new leader, and this replica starts
-// empty should it lead again).
+// gateways re-register the grants they still hold with the new leader,
+// Adopt, and this replica starts empty should it lead again).
 func (c *Controller) Forget() int {
 	var all []*held
 	c.mu.Lock()
@@ -475,6 +488,7 @@ func (c *Controller) Forget() int {
 	}
 	clear(c.mu.grants)
 	clear(c.mu.gateways)
+	clear(c.mu.released)
 	c.mu.Unlock()
 	for _, h := range all {
 		h.level.release(h.req, false)

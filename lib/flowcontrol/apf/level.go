@@ -57,6 +57,9 @@ type request struct {
 	queue         *queue // nil for a level without queues
 	enqueued      time.Time
 	dispatched    time.Time // when it took its seats
+	// adopted: dispatched by a previous leader (adopt.go); its run time
+	// here is a part of its real one, so it feeds no estimate.
+	adopted bool
 	// arrivalR is the level's virtual time when it was queued; charged
 	// the seat-seconds its queue was charged at dispatch (fairqueue.go).
 	arrivalR, charged float64
@@ -334,7 +337,7 @@ func (l *level) release(r *request, ran bool) {
 		l.correctLocked(q, r, executed)
 		l.activeLocked(q, busy)
 	}
-	if ran {
+	if ran && !r.adopted {
 		l.mu.estimate.observe(executed)
 	}
 	l.dispatchLocked(now)

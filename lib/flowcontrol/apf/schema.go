@@ -3,6 +3,7 @@ package apf
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
 )
@@ -42,6 +43,13 @@ type Digest struct {
 	IsResourceRequest bool
 	// Width is the number of seats the request occupies; 0 means 1.
 	Width uint32
+	// FinalSeats and AdditionalLatency are the cost of the watch
+	// notifications a write causes (kube-apiserver's mutating work
+	// estimate): the request occupies max(Width, FinalSeats) seats while
+	// it runs, and keeps them for AdditionalLatency after its Release
+	// (linger.go).
+	FinalSeats        uint32
+	AdditionalLatency time.Duration
 }
 
 // effectiveGroups returns d's groups plus system:authenticated or

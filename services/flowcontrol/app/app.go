@@ -256,7 +256,13 @@ func (a *App) startFollower(ctx context.Context, cfg Config) error {
 			plain, _, err := crypt.Decrypt(ctx, key, value)
 			return plain, err
 		}
-		ecfg.OnStartedLeading = a.leader.start
+		ecfg.OnStartedLeading = func(term context.Context) {
+			// A term starts empty: an AdoptGrants that raced with the
+			// end of this replica's previous term may have left grants
+			// behind; the gateways re-register what they hold.
+			a.ctrl.Forget()
+			a.leader.start(term)
+		}
 		ecfg.OnStoppedLeading = func() {
 			a.leader.stop()
 			// Nothing held in this term outlives it: the gateways take

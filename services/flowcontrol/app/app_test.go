@@ -316,7 +316,9 @@ func TestConfigValidate(t *testing.T) {
 // other answers every call about seats UNAVAILABLE with a NOT_LEADER
 // ErrorInfo naming it, and serves the exemptions. When the leader stops,
 // the other takes the Lease at once (it was released) and serves from an
-// empty table: the old leader's grants are unknown there.
+// empty table, in a term of another id; the gateway re-registers the
+// old leader's grant there (AdoptGrants), which then holds the level's
+// one seat until its release, once.
 func TestLeaderElection(t *testing.T) {
 	storeAddr := tinyStore(t)
 	type replica struct {
@@ -398,6 +400,15 @@ func TestLeaderElection(t *testing.T) {
 	notLeader("Heartbeat", err)
 	_, err = follower.c.Dump(ctx, &flowcontrolv1.DumpRequest{})
 	notLeader("Dump", err)
+	held := &flowcontrolv1.AdoptGrantsRequest{GatewayId: "gw-1", Grants: []*flowcontrolv1.HeldGrant{{
+		Id: grant.GetId(), FlowSchema: grant.GetFlowSchema(), PriorityLevel: grant.GetPriorityLevel(), Seats: grant.GetSeats(),
+	}}}
+	_, err = follower.c.AdoptGrants(ctx, held)
+	notLeader("AdoptGrants", err)
+	hb, err := leader.c.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: "gw-1"})
+	if err != nil || hb.GetTerm() == "" {
+		t.Fatalf("leader's heartbeat: %v, %v; want its term", hb, err)
+	}
 	stream, err := follower.c.WatchExemptions(ctx, &flowcontrolv1.WatchExemptionsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -420,8 +431,38 @@ func TestLeaderElection(t *testing.T) {
 		}
 		return true
 	})
+	adopted, err := follower.c.AdoptGrants(ctx, held)
+	if err != nil || adopted.GetAdopted() != 1 {
+		t.Fatalf("the old leader's grant re-registered with the new one: %v, %v", adopted, err)
+	}
+	if adopted.GetTerm() == "" || adopted.GetTerm() == hb.GetTerm() {
+		t.Fatalf("the new leader's term %q, the old one's %q: want another", adopted.GetTerm(), hb.GetTerm())
+	}
+	tinySeats := func() uint32 {
+		t.Helper()
+		d, err := follower.c.Dump(ctx, &flowcontrolv1.DumpRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetPriorityLevels() {
+			if l.GetName() == "tiny" {
+				return l.GetSeatsInUse()
+			}
+		}
+		t.Fatal("no level tiny")
+		return 0
+	}
+	if n := tinySeats(); n != 1 {
+		t.Fatalf("the new leader holds %d of tiny's seats with the old grant adopted, want 1", n)
+	}
+	if _, err := follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: grant.GetId()}); err != nil {
+		t.Fatalf("the adopted grant released on the new leader: %v", err)
+	}
 	if _, err := follower.c.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: grant.GetId()}); status.Code(err) != codes.NotFound {
-		t.Fatalf("the old leader's grant released on the new one: %v, want NOT_FOUND", err)
+		t.Fatalf("the adopted grant released twice: %v, want NOT_FOUND", err)
+	}
+	if n := tinySeats(); n != 0 {
+		t.Fatalf("the new leader holds %d of tiny's seats at the end, want 0", n)
 	}
 }
 

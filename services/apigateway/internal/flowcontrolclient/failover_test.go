@@ -111,7 +111,9 @@ func aliceDigest() *flowcontrolv1.RequestDigest {
 // steady load through the leader. The leader is killed (SIGKILL): every
 // request still gets a decision (a grant from a replica, or one of the
 // gateway's fallback limiter while no replica leads), the client moves to
-// the new leader, and once the load ends the new leader holds no seat.
+// the new leader and re-registers there the grant of a request that ran
+// across the change, which the new leader then counts (one seat) until
+// that request ends; once it has, the new leader holds no seat.
 // Then the other two are killed: the fallback limiter limits — a second
 // request of a one-seat level waits for the first.
 func TestLeaderKilledUnderLoad(t *testing.T) {
@@ -195,6 +197,11 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	}
 	polltest.Until(t, 10*time.Second, "load through the leader", func() bool { return granted.Load() > 200 })
 	beforeFallback := fallbackDispatched(fallback)
+	// A request that runs across the leader change.
+	across, err := c.Acquire(ctx, aliceDigest())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	killed := time.Now()
 	procs[first].kill()
@@ -218,6 +225,25 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	t.Logf("leader %s killed; %s took the lease after %s; %d granted, %d rejected, %d decided by the fallback",
 		first, second, tookOver.Round(10*time.Millisecond), granted.Load(), rejected.Load(), fallbackDispatched(fallback)-beforeFallback)
 
+	// The new leader counts the request that ran across the change, and
+	// nothing else once the load has ended.
+	polltest.Until(t, 30*time.Second, "the new leader holds the seat of the request running across the change", func() bool {
+		d, err := c.Dump(ctx)
+		if err != nil {
+			return false
+		}
+		var seats, executing uint32
+		for _, l := range d.GetPriorityLevels() {
+			seats += l.GetSeatsInUse()
+			executing += l.GetExecuting()
+			if l.GetWaiting() != 0 {
+				return false
+			}
+		}
+		return seats == 1 && executing == 1
+	})
+	t.Logf("the request running across the change counted by the new leader %s after the kill", time.Since(killed).Round(10*time.Millisecond))
+	across.Release()
 	// No seat leaked on the new leader once every request has ended and
 	// its release has been sent.
 	polltest.Until(t, 30*time.Second, "the new leader holds no seat", func() bool {

@@ -37,6 +37,7 @@ func (c *Client) acquireLocally(ctx context.Context, d *flowcontrolv1.RequestDig
 		User: d.GetUser(), Groups: d.GetGroups(), Verb: d.GetVerb(), APIGroup: d.GetApiGroup(), Resource: d.GetResource(),
 		Subresource: d.GetSubresource(), Namespace: d.GetNamespace(), Name: d.GetName(), Path: d.GetPath(),
 		IsResourceRequest: d.GetIsResourceRequest(), Width: d.GetEstimatedWidth(),
+		FinalSeats: d.GetFinalSeats(), AdditionalLatency: d.GetAdditionalLatency().AsDuration(),
 	})
 	var rej *apf.RejectedError
 	switch {

@@ -24,6 +24,12 @@
 // redirect rather than a follower forwarding the call keeps one hop per
 // decision (the leader's CPU per decision is the service's limit), and
 // keeps a follower from holding calls for a leader it cannot reach.
+//
+// A new leader (or a restarted replica) starts with no grant. Every
+// answer names the leader's term; the client keeps the grants it holds
+// with their term and re-registers those of another term with the
+// leader that answers (AdoptGrants, adopt.go), so requests running
+// across a leader change stay counted and are released once.
 package flowcontrolclient
 
 import (
@@ -63,6 +69,9 @@ const (
 	// ReleaseGrants (an older version) gets one Release per grant before
 	// ReleaseGrants is tried again.
 	batchRetry = time.Minute
+	// heartbeatRetry is how soon a heartbeat that found no replica
+	// answering is sent again.
+	heartbeatRetry = time.Second
 )
 
 // Client acquires seats. A nil *Client serves every request at once. Run
@@ -90,6 +99,8 @@ type Client struct {
 	// fallback limits requests while the service does not answer; nil
 	// serves them without seats.
 	fallback *apf.Controller
+	// grants are the grants held from the service, with their terms.
+	grants heldGrants
 }
 
 // exemption is a WatchExemptions entry: callers whose every request gets an
@@ -126,7 +137,7 @@ func NewReplicas(replicas []Replica, gatewayID string, log *slog.Logger) *Client
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{replicas: slices.Clone(replicas), gatewayID: gatewayID, log: log, queue: make(chan string, queueSize)}
+	return &Client{replicas: slices.Clone(replicas), gatewayID: gatewayID, log: log, queue: make(chan string, queueSize), grants: newHeldGrants()}
 }
 
 // call runs fn on the replica that answered last and, while the answer is
@@ -276,14 +287,19 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 		return nop, nil
 	}
 	g := resp.GetGrant()
+	if g.GetId() == "" {
+		c.grants.observe(resp.GetTerm())
+	}
 	out := Grant{FlowSchemaUID: g.GetFlowSchemaUid(), PriorityLevelUID: g.GetPriorityLevelUid(), Release: nop.Release}
 	if g.GetExempt() || g.GetId() == "" {
 		return out, nil
 	}
 	id := g.GetId()
+	c.grants.add(&flowcontrolv1.HeldGrant{Id: id, FlowSchema: g.GetFlowSchema(), PriorityLevel: g.GetPriorityLevel(), Seats: g.GetSeats()}, resp.GetTerm())
 	var released atomic.Bool
 	out.Release = func() {
 		if released.CompareAndSwap(false, true) {
+			c.grants.remove(id)
 			c.release(id)
 		}
 	}
@@ -348,18 +364,22 @@ func (c *Client) release(id string) {
 }
 
 // Run sends the queued releases and the heartbeats that keep this
-// gateway's grants alive, and follows the service's exemptions, until ctx
-// ends; then it sends what is still queued (each attempt bounded by
-// releaseTimeout) and returns.
+// gateway's grants alive, re-registers its grants with a new leader, and
+// follows the service's exemptions, until ctx ends; then it sends what
+// is still queued (each attempt bounded by releaseTimeout) and returns.
 func (c *Client) Run(ctx context.Context) {
 	if c == nil {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		c.heartbeat(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.adoptLoop(ctx)
 	}()
 	go func() {
 		defer wg.Done()
@@ -445,7 +465,8 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	defer cancel()
 	if time.Now().UnixNano() >= c.noBatchUntil.Load() {
 		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) error {
-			_, err := fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+			resp, err := fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+			c.grants.observe(resp.GetTerm())
 			return err
 		})
 		if status.Code(err) != codes.Unimplemented {
@@ -467,7 +488,10 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// heartbeat keeps this gateway's grants alive until ctx ends.
+// heartbeat keeps this gateway's grants alive until ctx ends. While no
+// replica answers it tries every heartbeatRetry (at most the interval),
+// so that a new leader learns of this gateway, and the gateway of the
+// new term, soon after a change.
 func (c *Client) heartbeat(ctx context.Context) {
 	interval := 5 * time.Second
 	for {
@@ -476,13 +500,19 @@ func (c *Client) heartbeat(ctx context.Context) {
 			resp, err = fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})
 			return err
 		})
-		if err == nil && resp.GetInterval().AsDuration() > 0 {
-			interval = resp.GetInterval().AsDuration()
+		next := interval
+		if err == nil {
+			if d := resp.GetInterval().AsDuration(); d > 0 {
+				interval, next = d, d
+			}
+			c.grants.observe(resp.GetTerm())
+		} else {
+			next = min(interval, heartbeatRetry)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(next):
 		}
 	}
 }

@@ -36,6 +36,10 @@ type fakeFlowControl struct {
 	released map[string]int // grant id → times released
 	calls    int            // release calls (Release or ReleaseGrants)
 	gate     chan struct{}
+	// term is the term its answers name ("" none, as a service older
+	// than terms); adopted are the grant ids of each AdoptGrants call.
+	term    string
+	adopted [][]string
 }
 
 func (f *fakeFlowControl) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
@@ -66,7 +70,18 @@ func (f *fakeFlowControl) Acquire(_ context.Context, req *flowcontrolv1.AcquireR
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
-	return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{Id: fmt.Sprintf("g-%d", f.next), Seats: 1}}, nil
+	return &flowcontrolv1.AcquireResponse{Term: f.term, Grant: &flowcontrolv1.Grant{Id: fmt.Sprintf("g-%d", f.next), Seats: 1, PriorityLevel: "pl"}}, nil
+}
+
+func (f *fakeFlowControl) AdoptGrants(_ context.Context, req *flowcontrolv1.AdoptGrantsRequest) (*flowcontrolv1.AdoptGrantsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for _, g := range req.GetGrants() {
+		ids = append(ids, g.GetId())
+	}
+	f.adopted = append(f.adopted, ids)
+	return &flowcontrolv1.AdoptGrantsResponse{Term: f.term, Adopted: uint32(len(ids))}, nil
 }
 
 func (f *fakeFlowControl) wait() {

@@ -8,13 +8,18 @@ import (
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 )
 
 // acquire takes seats for a request and sets the X-Kubernetes-PF-*
-// headers. The returned func releases them. A watch holds its seats only
-// while it starts: its long life is not concurrency. A list takes the
-// seats of the objects it will process (worksize).
-func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestinfo.Info) (func(), error) {
+// headers. The returned func releases them; the returned request is r,
+// or for a watch r with a context that releases them once the watch has
+// sent its initial events (watchinit): a watch holds its seats only
+// while it sends the state it starts with, as kube-apiserver's, its long
+// life after that is not concurrency. A list takes the seats of the
+// objects it will process, a write those of the notifications it
+// causes (worksize).
+func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestinfo.Info) (*http.Request, func(), error) {
 	digest := &flowcontrolv1.RequestDigest{
 		Verb: info.Verb, ApiGroup: info.APIGroup, Resource: info.Resource, Subresource: info.Subresource,
 		Namespace: info.Namespace, Name: info.Name, Path: info.Path, IsResourceRequest: info.IsResourceRequest,
@@ -23,6 +28,8 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 		gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 		digest.EstimatedWidth = h.cfg.WorkSize.ListSeats(gvr, r.URL.Query(), info.Name != "")
 	}
+	// A write is charged for the watch notifications it causes.
+	h.cfg.WorkSize.EstimateWrite(digest)
 	ctx, span := telemetry.StartSpan(r.Context(), telemetry.ScopeGateway, "flowcontrol.acquire")
 	g, err := h.cfg.FlowControl.Acquire(ctx, digest)
 	if span.IsRecording() {
@@ -36,11 +43,10 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 		w.Header().Set("X-Kubernetes-PF-PriorityLevel-UID", g.PriorityLevelUID)
 	}
 	if err != nil {
-		return nil, err
+		return r, nil, err
 	}
 	if info.Verb == "watch" {
-		g.Release()
-		return func() {}, nil
+		r = r.WithContext(watchinit.With(r.Context(), g.Release))
 	}
-	return g.Release, nil
+	return r, g.Release, nil
 }

@@ -69,8 +69,8 @@ type Config struct {
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowcontrolclient.Client
-	// WorkSize estimates the seats of lists; nil makes every request one
-	// seat.
+	// WorkSize estimates the seats of lists and writes and counts the
+	// watches served; nil makes every request one seat.
 	WorkSize *worksize.Tracker
 	// Livez, Readyz and Healthz are the checks of /livez, /readyz and
 	// /healthz beyond "ping". kube-apiserver's meanings: /livez fails only
@@ -397,18 +397,21 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	*rt = resourceRoute(info)
 	if info.Verb == "watch" {
 		defer h.metrics.watching(requestLabels{verb: "WATCH"}, *rt)()
+		// Writes of the resource are charged for notifying this watch.
+		defer h.cfg.WorkSize.Watching(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Namespace)()
 	}
 	// Seats are taken before the body is read, as kube-apiserver's flow
 	// control comes before its handlers: a slow upload occupies its own
 	// priority level's seats, not the server.
-	release, err := h.acquire(w, r, info)
+	r, release, err := h.acquire(w, r, info)
 	if err != nil {
 		writeStatus(w, toStatus(err))
 		return
 	}
 	// Seats go back once the response is written, on every path (a panic
-	// below included). release only queues the grant: the flow-control
-	// round trip never holds the end of the response.
+	// below included), or a watch's once its initial events are sent
+	// (release runs once). release only queues the grant: the
+	// flow-control round trip never holds the end of the response.
 	defer release()
 	if err := h.rewrite(r, info); err != nil {
 		writeStatus(w, toStatus(err))

@@ -32,6 +32,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -356,6 +357,7 @@ func (g *gate) authorize(ctx context.Context, method string, req any) (context.C
 		digest.EstimatedWidth = g.work.ListSeats(schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
 			listQuery(l), ref.GetName() != "")
 	}
+	g.work.EstimateWrite(digest)
 	grant, err := g.fc.Acquire(ctx, digest)
 	if err != nil {
 		return nil, nil, apistatus.ToGRPC(err)
@@ -400,7 +402,10 @@ func (g *gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 }
 
 // stream admits a stream on its first message (the request of a
-// server-streaming call). A watch holds its seats only while it starts.
+// server-streaming call). A watch holds its seats only while it sends
+// its initial events (watchinit), and counts as a watcher of its
+// resource while it is open (worksize); a list gives its seats back once
+// admitted.
 func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if exempt(info.FullMethod) {
 		return h(srv, ss)
@@ -414,6 +419,7 @@ func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 		_ = ss.SetHeader(md)
 	}
 	err := h(srv, gs)
+	gs.done()
 	if gs.admitted && g.auditor != nil {
 		completeAudit(audit.FromContext(gs.ctx), nil, err)
 	}
@@ -427,6 +433,20 @@ type gatedStream struct {
 	ctx      context.Context
 	admitted bool
 	auditID  string
+	// release gives a watch's seats back, unwatch uncounts it; nil for
+	// other streams. done calls both when the stream ends.
+	release, unwatch func()
+}
+
+// done ends what the stream held: a watch's seats (if its initial events
+// did not already give them back) and its count.
+func (s *gatedStream) done() {
+	if s.release != nil {
+		s.release()
+	}
+	if s.unwatch != nil {
+		s.unwatch()
+	}
 }
 
 func (s *gatedStream) Context() context.Context {
@@ -447,8 +467,14 @@ func (s *gatedStream) RecvMsg(m any) error {
 	if err != nil {
 		return err
 	}
-	release()
 	s.ctx, s.admitted = ctx, true
+	if w, ok := m.(*apiv1.WatchRequest); ok {
+		s.release = release
+		s.ctx = watchinit.With(ctx, release)
+		s.unwatch = s.gate.work.Watching(schema.GroupResource{Group: w.GetRef().GetGroup(), Resource: w.GetRef().GetResource()}, w.GetRef().GetNamespace())
+	} else {
+		release()
+	}
 	if s.gate.auditor != nil && verb(s.method) == "watch" {
 		// A watch's response starts once it is admitted: its
 		// ResponseStarted stage.

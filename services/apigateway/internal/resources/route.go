@@ -13,6 +13,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -124,6 +125,10 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 	}, func() { s.m.watchResumed(resource, resumedOnReplica) })
 	defer ws.Close()
 	for {
+		if ws.InitialEventsDelivered() {
+			// Sent too: the stream's Send below returned.
+			watchinit.Sent(ctx)
+		}
 		msg, err := ws.Recv()
 		switch {
 		case err == nil:

@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -44,6 +45,9 @@ const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 // replica can, the store serves it (runWatch), from the start or from the
 // last event watchfanout delivered. The watch lasts until the client's
 // timeoutSeconds (or WatchTimeout) across those moves.
+//
+// Once its initial events are sent (at once for a watch without any) it
+// calls watchinit.Sent, which gives the watch's flow-control seats back.
 func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
 	ctx := stream.Context()
 	w, err := s.newWatch(ctx, req)
@@ -201,6 +205,9 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 		return storageError(err, w.res, req.GetRef().GetNamespace(), "")
 	}
 	defer watcher.Close()
+	// The initial events (if any) are sent and the watch is established:
+	// its flow-control seats go back.
+	watchinit.Sent(ctx)
 	for {
 		batch, err := watcher.Recv()
 		if err != nil {

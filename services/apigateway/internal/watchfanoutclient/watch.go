@@ -153,6 +153,10 @@ func (w *Watch) ResumeFrom() (rv string, ok bool) {
 	return w.rv, true
 }
 
+// InitialEventsDelivered reports whether every initial event of the
+// watch (if it asked for any) has been delivered by Recv.
+func (w *Watch) InitialEventsDelivered() bool { return w.phase == live }
+
 // Served reports whether a replica took the watch at some point: after
 // ErrNoReplica, whether the store goes on with a watch watchfanout served,
 // or serves one no replica took.

@@ -3,7 +3,10 @@
 // seat per 100 objects it will process, at least 1 and at most 10, from
 // each resource's object count, which a Tracker reads from the store
 // every minute (kube-apiserver's object count tracker does the same).
-// Every other request takes one seat.
+// A write is charged for the watch notifications it causes, from the
+// number of watches of its resource this gateway serves, as
+// kube-apiserver's mutating work estimator (watchers.go). Every other
+// request takes one seat.
 package worksize
 
 import (
@@ -48,6 +51,9 @@ type Tracker struct {
 
 	mu     sync.RWMutex
 	counts map[schema.GroupVersionResource]int64
+	// watches are the watches this gateway serves, by resource and
+	// namespace (watchers.go).
+	watches map[watchKey]int
 }
 
 // NewTracker returns a Tracker of reg's resources; interval 0 means
@@ -59,7 +65,7 @@ func NewTracker(reg *registry.Registry, counter Counter, interval time.Duration,
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tracker{reg: reg, counter: counter, interval: interval, log: log, counts: map[schema.GroupVersionResource]int64{}}
+	return &Tracker{reg: reg, counter: counter, interval: interval, log: log, counts: map[schema.GroupVersionResource]int64{}, watches: map[watchKey]int{}}
 }
 
 // Run reads the counts at once and every interval until ctx ends.

@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -44,4 +47,36 @@ func (s *Server) term() (context.Context, error) {
 		return nil, notLeader(leader)
 	}
 	return term, nil
+}
+
+// terms names the terms a Server leads, for the term fields of its
+// answers: a gateway holding grants of another term than the one that
+// answers re-registers them (AdoptGrants). The grants of a term are
+// released when it ends (apf.Controller.Forget), so a term's id must
+// never be reused: each is random.
+type terms struct {
+	cur atomic.Pointer[namedTerm] // read without mu on every answer
+	mu  sync.Mutex                // serializes naming a new term
+}
+
+// namedTerm is a term and its id.
+type namedTerm struct {
+	ctx context.Context
+	id  string
+}
+
+// idOf returns the id of term, a new one when term is not the term named
+// last.
+func (t *terms) idOf(term context.Context) string {
+	if n := t.cur.Load(); n != nil && n.ctx == term {
+		return n.id
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.cur.Load(); n != nil && n.ctx == term {
+		return n.id
+	}
+	n := &namedTerm{ctx: term, id: rand.Text()}
+	t.cur.Store(n)
+	return n.id
 }

@@ -36,14 +36,17 @@ type Server struct {
 	// leadership gates every call about seats; nil: this replica always
 	// leads (a single replica).
 	leadership Leadership
+	// terms names the terms, for the term fields of the answers.
+	terms terms
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 
 // New returns a Server over ctrl; the caller owns ctrl. With a
-// Leadership, Acquire, Release, ReleaseGrants, Heartbeat and Dump are
-// served only during a term (else UNAVAILABLE, NotLeaderReason), and an
-// Acquire still queued when the term ends fails the same way;
+// Leadership, Acquire, Release, ReleaseGrants, AdoptGrants, Heartbeat
+// and Dump are served only during a term (else UNAVAILABLE,
+// NotLeaderReason), and an Acquire still queued when the term ends fails
+// the same way; without one, the Server's lifetime is one term;
 // WatchExemptions, which follows the configuration every replica reads,
 // is served by all.
 func New(ctrl *apf.Controller, leadership Leadership) *Server {
@@ -106,6 +109,8 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		Path:              d.GetPath(),
 		IsResourceRequest: d.GetIsResourceRequest(),
 		Width:             d.GetEstimatedWidth(),
+		FinalSeats:        d.GetFinalSeats(),
+		AdditionalLatency: d.GetAdditionalLatency().AsDuration(),
 	})
 	if term.Err() != nil {
 		// The term ended while the request waited, or just after it was
@@ -123,7 +128,7 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &flowcontrolv1.AcquireResponse{Grant: &flowcontrolv1.Grant{
+	return &flowcontrolv1.AcquireResponse{Term: s.terms.idOf(term), Grant: &flowcontrolv1.Grant{
 		Id:               g.ID,
 		FlowSchema:       g.FlowSchema,
 		FlowSchemaUid:    g.FlowSchemaUID,
@@ -154,10 +159,11 @@ func (s *Server) ReleaseGrants(ctx context.Context, req *flowcontrolv1.ReleaseGr
 	if slices.Contains(ids, "") {
 		return nil, status.Error(codes.InvalidArgument, "grant_ids must not be empty")
 	}
-	if _, err := s.term(); err != nil {
+	term, err := s.term()
+	if err != nil {
 		return nil, err
 	}
-	resp := &flowcontrolv1.ReleaseGrantsResponse{}
+	resp := &flowcontrolv1.ReleaseGrantsResponse{Term: s.terms.idOf(term)}
 	for _, id := range ids {
 		switch err := s.ctrl.Release(ctx, id); {
 		case err == nil:
@@ -208,14 +214,45 @@ func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrol
 
 // Heartbeat keeps a gateway's grants alive.
 func (s *Server) Heartbeat(ctx context.Context, req *flowcontrolv1.HeartbeatRequest) (*flowcontrolv1.HeartbeatResponse, error) {
-	if _, err := s.term(); err != nil {
+	term, err := s.term()
+	if err != nil {
 		return nil, err
 	}
 	interval, err := s.ctrl.Heartbeat(ctx, req.GetGatewayId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &flowcontrolv1.HeartbeatResponse{Interval: durationpb.New(interval)}, nil
+	return &flowcontrolv1.HeartbeatResponse{Interval: durationpb.New(interval), Term: s.terms.idOf(term)}, nil
+}
+
+// AdoptGrants charges the grants a gateway holds from a previous term to
+// this term (apf.Controller.Adopt).
+func (s *Server) AdoptGrants(ctx context.Context, req *flowcontrolv1.AdoptGrantsRequest) (*flowcontrolv1.AdoptGrantsResponse, error) {
+	term, err := s.term()
+	if err != nil {
+		return nil, err
+	}
+	grants := make([]apf.Grant, 0, len(req.GetGrants()))
+	for _, g := range req.GetGrants() {
+		grants = append(grants, apf.Grant{ID: g.GetId(), FlowSchema: g.GetFlowSchema(), PriorityLevel: g.GetPriorityLevel(), Seats: int(g.GetSeats())})
+	}
+	res, err := s.ctrl.Adopt(ctx, req.GetGatewayId(), grants)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if term.Err() != nil {
+		// The term ended meanwhile, and its Forget may have run before
+		// this Adopt: the gateway goes to the next leader. What was
+		// adopted here stays until the gateway's lease expires on this
+		// replica (its heartbeats go elsewhere) or the replica's next
+		// term starts (empty), whichever comes first.
+		_, leader := s.leadership.Term()
+		return nil, notLeader(leader)
+	}
+	return &flowcontrolv1.AdoptGrantsResponse{
+		Term: s.terms.idOf(term), Adopted: uint32(res.Adopted), Held: uint32(res.Held),
+		Released: uint32(res.Released), Unknown: uint32(res.Unknown),
+	}, nil
 }
 
 // RejectedReason and RejectedDomain name the ErrorInfo of a rejection;

@@ -55,8 +55,14 @@ type RequestDigest struct {
 	// estimated_width is the number of seats the request will occupy while
 	// it runs (1 for most; more for large lists); 0 means 1.
 	EstimatedWidth uint32 `protobuf:"varint,11,opt,name=estimated_width,json=estimatedWidth,proto3" json:"estimated_width,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// final_seats and additional_latency are what a write's watch
+	// notifications cost (kube-apiserver's mutating work estimate): the
+	// request occupies max(estimated_width, final_seats) seats while it
+	// runs and keeps them for additional_latency after its release.
+	FinalSeats        uint32               `protobuf:"varint,12,opt,name=final_seats,json=finalSeats,proto3" json:"final_seats,omitempty"`
+	AdditionalLatency *durationpb.Duration `protobuf:"bytes,13,opt,name=additional_latency,json=additionalLatency,proto3" json:"additional_latency,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RequestDigest) Reset() {
@@ -164,6 +170,20 @@ func (x *RequestDigest) GetEstimatedWidth() uint32 {
 		return x.EstimatedWidth
 	}
 	return 0
+}
+
+func (x *RequestDigest) GetFinalSeats() uint32 {
+	if x != nil {
+		return x.FinalSeats
+	}
+	return 0
+}
+
+func (x *RequestDigest) GetAdditionalLatency() *durationpb.Duration {
+	if x != nil {
+		return x.AdditionalLatency
+	}
+	return nil
 }
 
 // AcquireRequest asks for seats.
@@ -336,7 +356,11 @@ func (x *Grant) GetQueueWait() *durationpb.Duration {
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// grant is the granted seats.
-	Grant         *Grant `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant *Grant `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	// term identifies the leader's term that holds the grant (a replica's
+	// process lifetime when there is no election); a gateway holding
+	// grants of another term re-registers them (AdoptGrants).
+	Term          string `protobuf:"bytes,2,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +400,13 @@ func (x *AcquireResponse) GetGrant() *Grant {
 		return x.Grant
 	}
 	return nil
+}
+
+func (x *AcquireResponse) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
 }
 
 // ReleaseRequest returns seats.
@@ -514,7 +545,9 @@ type ReleaseGrantsResponse struct {
 	Released uint32 `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
 	// not_found is the number of grants that were not held (already
 	// released, or expired with their gateway): nothing to return.
-	NotFound      uint32 `protobuf:"varint,2,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	NotFound uint32 `protobuf:"varint,2,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	// term is the leader's term, as AcquireResponse.term.
+	Term          string `protobuf:"bytes,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +594,13 @@ func (x *ReleaseGrantsResponse) GetNotFound() uint32 {
 		return x.NotFound
 	}
 	return 0
+}
+
+func (x *ReleaseGrantsResponse) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
 }
 
 // HeartbeatRequest keeps grants alive.
@@ -614,7 +654,9 @@ type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// interval is the longest gap between heartbeats before grants expire,
 	// halved.
-	Interval      *durationpb.Duration `protobuf:"bytes,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	Interval *durationpb.Duration `protobuf:"bytes,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	// term is the leader's term, as AcquireResponse.term.
+	Term          string `protobuf:"bytes,2,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -656,6 +698,223 @@ func (x *HeartbeatResponse) GetInterval() *durationpb.Duration {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+// HeldGrant is a grant a gateway holds, as a previous leader granted it.
+type HeldGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the grant's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// flow_schema is the name of the flow schema that classified it.
+	FlowSchema string `protobuf:"bytes,2,opt,name=flow_schema,json=flowSchema,proto3" json:"flow_schema,omitempty"`
+	// priority_level is the name of the priority level charged.
+	PriorityLevel string `protobuf:"bytes,3,opt,name=priority_level,json=priorityLevel,proto3" json:"priority_level,omitempty"`
+	// seats is the number of seats it holds.
+	Seats         uint32 `protobuf:"varint,4,opt,name=seats,proto3" json:"seats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldGrant) Reset() {
+	*x = HeldGrant{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldGrant) ProtoMessage() {}
+
+func (x *HeldGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldGrant.ProtoReflect.Descriptor instead.
+func (*HeldGrant) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HeldGrant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HeldGrant) GetFlowSchema() string {
+	if x != nil {
+		return x.FlowSchema
+	}
+	return ""
+}
+
+func (x *HeldGrant) GetPriorityLevel() string {
+	if x != nil {
+		return x.PriorityLevel
+	}
+	return ""
+}
+
+func (x *HeldGrant) GetSeats() uint32 {
+	if x != nil {
+		return x.Seats
+	}
+	return 0
+}
+
+// AdoptGrantsRequest re-registers a gateway's grants.
+type AdoptGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gateway_id identifies the gateway replica that holds the grants.
+	GatewayId string `protobuf:"bytes,1,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	// grants are the grants it holds from previous terms.
+	Grants        []*HeldGrant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptGrantsRequest) Reset() {
+	*x = AdoptGrantsRequest{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptGrantsRequest) ProtoMessage() {}
+
+func (x *AdoptGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptGrantsRequest.ProtoReflect.Descriptor instead.
+func (*AdoptGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AdoptGrantsRequest) GetGatewayId() string {
+	if x != nil {
+		return x.GatewayId
+	}
+	return ""
+}
+
+func (x *AdoptGrantsRequest) GetGrants() []*HeldGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// AdoptGrantsResponse reports what the leader did with them.
+type AdoptGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the leader's term, which now holds the adopted grants.
+	Term string `protobuf:"bytes,1,opt,name=term,proto3" json:"term,omitempty"`
+	// adopted grants are charged to their levels and held.
+	Adopted uint32 `protobuf:"varint,2,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	// held grants were held already.
+	Held uint32 `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
+	// released grants were released here before they were adopted.
+	Released uint32 `protobuf:"varint,4,opt,name=released,proto3" json:"released,omitempty"`
+	// unknown grants name a priority level not served, or an exempt one.
+	Unknown       uint32 `protobuf:"varint,5,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptGrantsResponse) Reset() {
+	*x = AdoptGrantsResponse{}
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptGrantsResponse) ProtoMessage() {}
+
+func (x *AdoptGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptGrantsResponse.ProtoReflect.Descriptor instead.
+func (*AdoptGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AdoptGrantsResponse) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *AdoptGrantsResponse) GetAdopted() uint32 {
+	if x != nil {
+		return x.Adopted
+	}
+	return 0
+}
+
+func (x *AdoptGrantsResponse) GetHeld() uint32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *AdoptGrantsResponse) GetReleased() uint32 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *AdoptGrantsResponse) GetUnknown() uint32 {
+	if x != nil {
+		return x.Unknown
+	}
+	return 0
+}
+
 // WatchExemptionsRequest starts an exemptions stream.
 type WatchExemptionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -665,7 +924,7 @@ type WatchExemptionsRequest struct {
 
 func (x *WatchExemptionsRequest) Reset() {
 	*x = WatchExemptionsRequest{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +936,7 @@ func (x *WatchExemptionsRequest) String() string {
 func (*WatchExemptionsRequest) ProtoMessage() {}
 
 func (x *WatchExemptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[10]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +949,7 @@ func (x *WatchExemptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExemptionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchExemptionsRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{10}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{13}
 }
 
 // WatchExemptionsResponse is the current list of exemptions; each replaces
@@ -707,7 +966,7 @@ type WatchExemptionsResponse struct {
 
 func (x *WatchExemptionsResponse) Reset() {
 	*x = WatchExemptionsResponse{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +978,7 @@ func (x *WatchExemptionsResponse) String() string {
 func (*WatchExemptionsResponse) ProtoMessage() {}
 
 func (x *WatchExemptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[11]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +991,7 @@ func (x *WatchExemptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExemptionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchExemptionsResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{11}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchExemptionsResponse) GetExemptions() []*Exemption {
@@ -767,7 +1026,7 @@ type Exemption struct {
 
 func (x *Exemption) Reset() {
 	*x = Exemption{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +1038,7 @@ func (x *Exemption) String() string {
 func (*Exemption) ProtoMessage() {}
 
 func (x *Exemption) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[12]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +1051,7 @@ func (x *Exemption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exemption.ProtoReflect.Descriptor instead.
 func (*Exemption) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{12}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Exemption) GetFlowSchema() string {
@@ -846,7 +1105,7 @@ type DumpRequest struct {
 
 func (x *DumpRequest) Reset() {
 	*x = DumpRequest{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1117,7 @@ func (x *DumpRequest) String() string {
 func (*DumpRequest) ProtoMessage() {}
 
 func (x *DumpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[13]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1130,7 @@ func (x *DumpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpRequest.ProtoReflect.Descriptor instead.
 func (*DumpRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{13}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{16}
 }
 
 // DumpResponse is the state of every priority level, by name.
@@ -885,7 +1144,7 @@ type DumpResponse struct {
 
 func (x *DumpResponse) Reset() {
 	*x = DumpResponse{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1156,7 @@ func (x *DumpResponse) String() string {
 func (*DumpResponse) ProtoMessage() {}
 
 func (x *DumpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[14]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1169,7 @@ func (x *DumpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpResponse.ProtoReflect.Descriptor instead.
 func (*DumpResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{14}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DumpResponse) GetPriorityLevels() []*PriorityLevelState {
@@ -954,7 +1213,7 @@ type PriorityLevelState struct {
 
 func (x *PriorityLevelState) Reset() {
 	*x = PriorityLevelState{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1225,7 @@ func (x *PriorityLevelState) String() string {
 func (*PriorityLevelState) ProtoMessage() {}
 
 func (x *PriorityLevelState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[15]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1238,7 @@ func (x *PriorityLevelState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PriorityLevelState.ProtoReflect.Descriptor instead.
 func (*PriorityLevelState) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{15}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PriorityLevelState) GetName() string {
@@ -1098,7 +1357,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1369,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[16]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1382,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{16}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueState) GetWaiting() uint32 {
@@ -1190,7 +1449,7 @@ type RequestState struct {
 
 func (x *RequestState) Reset() {
 	*x = RequestState{}
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1461,7 @@ func (x *RequestState) String() string {
 func (*RequestState) ProtoMessage() {}
 
 func (x *RequestState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[17]
+	mi := &file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1474,7 @@ func (x *RequestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestState.ProtoReflect.Descriptor instead.
 func (*RequestState) Descriptor() ([]byte, []int) {
-	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{17}
+	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestState) GetFlowSchema() string {
@@ -1327,7 +1586,7 @@ var File_meridian_flowcontrol_v1_flowcontrol_proto protoreflect.FileDescriptor
 
 const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\n" +
-	")meridian/flowcontrol/v1/flowcontrol.proto\x12\x17meridian.flowcontrol.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x02\n" +
+	")meridian/flowcontrol/v1/flowcontrol.proto\x12\x17meridian.flowcontrol.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x03\n" +
 	"\rRequestDigest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
 	"\x06groups\x18\x02 \x03(\tR\x06groups\x12\x12\n" +
@@ -1340,7 +1599,10 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x04path\x18\t \x01(\tR\x04path\x12.\n" +
 	"\x13is_resource_request\x18\n" +
 	" \x01(\bR\x11isResourceRequest\x12'\n" +
-	"\x0festimated_width\x18\v \x01(\rR\x0eestimatedWidth\"o\n" +
+	"\x0festimated_width\x18\v \x01(\rR\x0eestimatedWidth\x12\x1f\n" +
+	"\vfinal_seats\x18\f \x01(\rR\n" +
+	"finalSeats\x12H\n" +
+	"\x12additional_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11additionalLatency\"o\n" +
 	"\x0eAcquireRequest\x12>\n" +
 	"\x06digest\x18\x01 \x01(\v2&.meridian.flowcontrol.v1.RequestDigestR\x06digest\x12\x1d\n" +
 	"\n" +
@@ -1355,22 +1617,41 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x05seats\x18\x06 \x01(\rR\x05seats\x12\x16\n" +
 	"\x06exempt\x18\a \x01(\bR\x06exempt\x128\n" +
 	"\n" +
-	"queue_wait\x18\b \x01(\v2\x19.google.protobuf.DurationR\tqueueWait\"G\n" +
+	"queue_wait\x18\b \x01(\v2\x19.google.protobuf.DurationR\tqueueWait\"[\n" +
 	"\x0fAcquireResponse\x124\n" +
-	"\x05grant\x18\x01 \x01(\v2\x1e.meridian.flowcontrol.v1.GrantR\x05grant\"+\n" +
+	"\x05grant\x18\x01 \x01(\v2\x1e.meridian.flowcontrol.v1.GrantR\x05grant\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\tR\x04term\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\"\x11\n" +
 	"\x0fReleaseResponse\"3\n" +
 	"\x14ReleaseGrantsRequest\x12\x1b\n" +
-	"\tgrant_ids\x18\x01 \x03(\tR\bgrantIds\"P\n" +
+	"\tgrant_ids\x18\x01 \x03(\tR\bgrantIds\"d\n" +
 	"\x15ReleaseGrantsResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\rR\breleased\x12\x1b\n" +
-	"\tnot_found\x18\x02 \x01(\rR\bnotFound\"1\n" +
+	"\tnot_found\x18\x02 \x01(\rR\bnotFound\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"1\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x01 \x01(\tR\tgatewayId\"J\n" +
+	"gateway_id\x18\x01 \x01(\tR\tgatewayId\"^\n" +
 	"\x11HeartbeatResponse\x125\n" +
-	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"\x18\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\tR\x04term\"y\n" +
+	"\tHeldGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vflow_schema\x18\x02 \x01(\tR\n" +
+	"flowSchema\x12%\n" +
+	"\x0epriority_level\x18\x03 \x01(\tR\rpriorityLevel\x12\x14\n" +
+	"\x05seats\x18\x04 \x01(\rR\x05seats\"o\n" +
+	"\x12AdoptGrantsRequest\x12\x1d\n" +
+	"\n" +
+	"gateway_id\x18\x01 \x01(\tR\tgatewayId\x12:\n" +
+	"\x06grants\x18\x02 \x03(\v2\".meridian.flowcontrol.v1.HeldGrantR\x06grants\"\x8d\x01\n" +
+	"\x13AdoptGrantsResponse\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\tR\x04term\x12\x18\n" +
+	"\aadopted\x18\x02 \x01(\rR\aadopted\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\rR\x04held\x12\x1a\n" +
+	"\breleased\x18\x04 \x01(\rR\breleased\x12\x18\n" +
+	"\aunknown\x18\x05 \x01(\rR\aunknown\"\x18\n" +
 	"\x16WatchExemptionsRequest\"]\n" +
 	"\x17WatchExemptionsResponse\x12B\n" +
 	"\n" +
@@ -1434,13 +1715,14 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x04name\x18\f \x01(\tR\x04name\x12\x1b\n" +
 	"\tapi_group\x18\r \x01(\tR\bapiGroup\x12\x1a\n" +
 	"\bresource\x18\x0e \x01(\tR\bresource\x12 \n" +
-	"\vsubresource\x18\x0f \x01(\tR\vsubresource2\xf1\x04\n" +
+	"\vsubresource\x18\x0f \x01(\tR\vsubresource2\xdb\x05\n" +
 	"\x12FlowControlService\x12\\\n" +
 	"\aAcquire\x12'.meridian.flowcontrol.v1.AcquireRequest\x1a(.meridian.flowcontrol.v1.AcquireResponse\x12\\\n" +
 	"\aRelease\x12'.meridian.flowcontrol.v1.ReleaseRequest\x1a(.meridian.flowcontrol.v1.ReleaseResponse\x12n\n" +
 	"\rReleaseGrants\x12-.meridian.flowcontrol.v1.ReleaseGrantsRequest\x1a..meridian.flowcontrol.v1.ReleaseGrantsResponse\x12b\n" +
 	"\tHeartbeat\x12).meridian.flowcontrol.v1.HeartbeatRequest\x1a*.meridian.flowcontrol.v1.HeartbeatResponse\x12v\n" +
-	"\x0fWatchExemptions\x12/.meridian.flowcontrol.v1.WatchExemptionsRequest\x1a0.meridian.flowcontrol.v1.WatchExemptionsResponse0\x01\x12S\n" +
+	"\x0fWatchExemptions\x12/.meridian.flowcontrol.v1.WatchExemptionsRequest\x1a0.meridian.flowcontrol.v1.WatchExemptionsResponse0\x01\x12h\n" +
+	"\vAdoptGrants\x12+.meridian.flowcontrol.v1.AdoptGrantsRequest\x1a,.meridian.flowcontrol.v1.AdoptGrantsResponse\x12S\n" +
 	"\x04Dump\x12$.meridian.flowcontrol.v1.DumpRequest\x1a%.meridian.flowcontrol.v1.DumpResponseBQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
 
 var (
@@ -1455,7 +1737,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescGZIP() []byte {
 	return file_meridian_flowcontrol_v1_flowcontrol_proto_rawDescData
 }
 
-var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_meridian_flowcontrol_v1_flowcontrol_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
 	(*RequestDigest)(nil),           // 0: meridian.flowcontrol.v1.RequestDigest
 	(*AcquireRequest)(nil),          // 1: meridian.flowcontrol.v1.AcquireRequest
@@ -1467,45 +1749,52 @@ var file_meridian_flowcontrol_v1_flowcontrol_proto_goTypes = []any{
 	(*ReleaseGrantsResponse)(nil),   // 7: meridian.flowcontrol.v1.ReleaseGrantsResponse
 	(*HeartbeatRequest)(nil),        // 8: meridian.flowcontrol.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),       // 9: meridian.flowcontrol.v1.HeartbeatResponse
-	(*WatchExemptionsRequest)(nil),  // 10: meridian.flowcontrol.v1.WatchExemptionsRequest
-	(*WatchExemptionsResponse)(nil), // 11: meridian.flowcontrol.v1.WatchExemptionsResponse
-	(*Exemption)(nil),               // 12: meridian.flowcontrol.v1.Exemption
-	(*DumpRequest)(nil),             // 13: meridian.flowcontrol.v1.DumpRequest
-	(*DumpResponse)(nil),            // 14: meridian.flowcontrol.v1.DumpResponse
-	(*PriorityLevelState)(nil),      // 15: meridian.flowcontrol.v1.PriorityLevelState
-	(*QueueState)(nil),              // 16: meridian.flowcontrol.v1.QueueState
-	(*RequestState)(nil),            // 17: meridian.flowcontrol.v1.RequestState
-	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(*HeldGrant)(nil),               // 10: meridian.flowcontrol.v1.HeldGrant
+	(*AdoptGrantsRequest)(nil),      // 11: meridian.flowcontrol.v1.AdoptGrantsRequest
+	(*AdoptGrantsResponse)(nil),     // 12: meridian.flowcontrol.v1.AdoptGrantsResponse
+	(*WatchExemptionsRequest)(nil),  // 13: meridian.flowcontrol.v1.WatchExemptionsRequest
+	(*WatchExemptionsResponse)(nil), // 14: meridian.flowcontrol.v1.WatchExemptionsResponse
+	(*Exemption)(nil),               // 15: meridian.flowcontrol.v1.Exemption
+	(*DumpRequest)(nil),             // 16: meridian.flowcontrol.v1.DumpRequest
+	(*DumpResponse)(nil),            // 17: meridian.flowcontrol.v1.DumpResponse
+	(*PriorityLevelState)(nil),      // 18: meridian.flowcontrol.v1.PriorityLevelState
+	(*QueueState)(nil),              // 19: meridian.flowcontrol.v1.QueueState
+	(*RequestState)(nil),            // 20: meridian.flowcontrol.v1.RequestState
+	(*durationpb.Duration)(nil),     // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
 }
 var file_meridian_flowcontrol_v1_flowcontrol_proto_depIdxs = []int32{
-	0,  // 0: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
-	18, // 1: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
-	2,  // 2: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
-	18, // 3: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
-	12, // 4: meridian.flowcontrol.v1.WatchExemptionsResponse.exemptions:type_name -> meridian.flowcontrol.v1.Exemption
-	15, // 5: meridian.flowcontrol.v1.DumpResponse.priority_levels:type_name -> meridian.flowcontrol.v1.PriorityLevelState
-	16, // 6: meridian.flowcontrol.v1.PriorityLevelState.queues:type_name -> meridian.flowcontrol.v1.QueueState
-	17, // 7: meridian.flowcontrol.v1.PriorityLevelState.requests:type_name -> meridian.flowcontrol.v1.RequestState
-	19, // 8: meridian.flowcontrol.v1.RequestState.arrive_time:type_name -> google.protobuf.Timestamp
-	19, // 9: meridian.flowcontrol.v1.RequestState.start_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
-	4,  // 11: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
-	6,  // 12: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
-	8,  // 13: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
-	10, // 14: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:input_type -> meridian.flowcontrol.v1.WatchExemptionsRequest
-	13, // 15: meridian.flowcontrol.v1.FlowControlService.Dump:input_type -> meridian.flowcontrol.v1.DumpRequest
-	3,  // 16: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
-	5,  // 17: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
-	7,  // 18: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
-	9,  // 19: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
-	11, // 20: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:output_type -> meridian.flowcontrol.v1.WatchExemptionsResponse
-	14, // 21: meridian.flowcontrol.v1.FlowControlService.Dump:output_type -> meridian.flowcontrol.v1.DumpResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 0: meridian.flowcontrol.v1.RequestDigest.additional_latency:type_name -> google.protobuf.Duration
+	0,  // 1: meridian.flowcontrol.v1.AcquireRequest.digest:type_name -> meridian.flowcontrol.v1.RequestDigest
+	21, // 2: meridian.flowcontrol.v1.Grant.queue_wait:type_name -> google.protobuf.Duration
+	2,  // 3: meridian.flowcontrol.v1.AcquireResponse.grant:type_name -> meridian.flowcontrol.v1.Grant
+	21, // 4: meridian.flowcontrol.v1.HeartbeatResponse.interval:type_name -> google.protobuf.Duration
+	10, // 5: meridian.flowcontrol.v1.AdoptGrantsRequest.grants:type_name -> meridian.flowcontrol.v1.HeldGrant
+	15, // 6: meridian.flowcontrol.v1.WatchExemptionsResponse.exemptions:type_name -> meridian.flowcontrol.v1.Exemption
+	18, // 7: meridian.flowcontrol.v1.DumpResponse.priority_levels:type_name -> meridian.flowcontrol.v1.PriorityLevelState
+	19, // 8: meridian.flowcontrol.v1.PriorityLevelState.queues:type_name -> meridian.flowcontrol.v1.QueueState
+	20, // 9: meridian.flowcontrol.v1.PriorityLevelState.requests:type_name -> meridian.flowcontrol.v1.RequestState
+	22, // 10: meridian.flowcontrol.v1.RequestState.arrive_time:type_name -> google.protobuf.Timestamp
+	22, // 11: meridian.flowcontrol.v1.RequestState.start_time:type_name -> google.protobuf.Timestamp
+	1,  // 12: meridian.flowcontrol.v1.FlowControlService.Acquire:input_type -> meridian.flowcontrol.v1.AcquireRequest
+	4,  // 13: meridian.flowcontrol.v1.FlowControlService.Release:input_type -> meridian.flowcontrol.v1.ReleaseRequest
+	6,  // 14: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:input_type -> meridian.flowcontrol.v1.ReleaseGrantsRequest
+	8,  // 15: meridian.flowcontrol.v1.FlowControlService.Heartbeat:input_type -> meridian.flowcontrol.v1.HeartbeatRequest
+	13, // 16: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:input_type -> meridian.flowcontrol.v1.WatchExemptionsRequest
+	11, // 17: meridian.flowcontrol.v1.FlowControlService.AdoptGrants:input_type -> meridian.flowcontrol.v1.AdoptGrantsRequest
+	16, // 18: meridian.flowcontrol.v1.FlowControlService.Dump:input_type -> meridian.flowcontrol.v1.DumpRequest
+	3,  // 19: meridian.flowcontrol.v1.FlowControlService.Acquire:output_type -> meridian.flowcontrol.v1.AcquireResponse
+	5,  // 20: meridian.flowcontrol.v1.FlowControlService.Release:output_type -> meridian.flowcontrol.v1.ReleaseResponse
+	7,  // 21: meridian.flowcontrol.v1.FlowControlService.ReleaseGrants:output_type -> meridian.flowcontrol.v1.ReleaseGrantsResponse
+	9,  // 22: meridian.flowcontrol.v1.FlowControlService.Heartbeat:output_type -> meridian.flowcontrol.v1.HeartbeatResponse
+	14, // 23: meridian.flowcontrol.v1.FlowControlService.WatchExemptions:output_type -> meridian.flowcontrol.v1.WatchExemptionsResponse
+	12, // 24: meridian.flowcontrol.v1.FlowControlService.AdoptGrants:output_type -> meridian.flowcontrol.v1.AdoptGrantsResponse
+	17, // 25: meridian.flowcontrol.v1.FlowControlService.Dump:output_type -> meridian.flowcontrol.v1.DumpResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_meridian_flowcontrol_v1_flowcontrol_proto_init() }
@@ -1519,7 +1808,7 @@ func file_meridian_flowcontrol_v1_flowcontrol_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc), len(file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	FlowControlService_ReleaseGrants_FullMethodName   = "/meridian.flowcontrol.v1.FlowControlService/ReleaseGrants"
 	FlowControlService_Heartbeat_FullMethodName       = "/meridian.flowcontrol.v1.FlowControlService/Heartbeat"
 	FlowControlService_WatchExemptions_FullMethodName = "/meridian.flowcontrol.v1.FlowControlService/WatchExemptions"
+	FlowControlService_AdoptGrants_FullMethodName     = "/meridian.flowcontrol.v1.FlowControlService/AdoptGrants"
 	FlowControlService_Dump_FullMethodName            = "/meridian.flowcontrol.v1.FlowControlService/Dump"
 )
 
@@ -64,6 +65,13 @@ type FlowControlServiceClient interface {
 	// applies to a gateway once it has received the new list. The stream
 	// ends with UNAVAILABLE when the service shuts down.
 	WatchExemptions(ctx context.Context, in *WatchExemptionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExemptionsResponse], error)
+	// AdoptGrants re-registers with a new leader the grants a gateway holds
+	// from a previous one (the gateway learns of the change from a term
+	// different from its grants'): each is charged to its priority level at
+	// once, without queuing, and held for the gateway under its id, so that
+	// its release returns the seats. Grants held already, or released here
+	// before they were adopted, are counted and charge nothing.
+	AdoptGrants(ctx context.Context, in *AdoptGrantsRequest, opts ...grpc.CallOption) (*AdoptGrantsResponse, error)
 	// Dump returns the state of every priority level, its queues and its
 	// queued and executing requests, for the API's
 	// /debug/api_priority_and_fairness/dump_* endpoints.
@@ -137,6 +145,16 @@ func (c *flowControlServiceClient) WatchExemptions(ctx context.Context, in *Watc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FlowControlService_WatchExemptionsClient = grpc.ServerStreamingClient[WatchExemptionsResponse]
 
+func (c *flowControlServiceClient) AdoptGrants(ctx context.Context, in *AdoptGrantsRequest, opts ...grpc.CallOption) (*AdoptGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdoptGrantsResponse)
+	err := c.cc.Invoke(ctx, FlowControlService_AdoptGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *flowControlServiceClient) Dump(ctx context.Context, in *DumpRequest, opts ...grpc.CallOption) (*DumpResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DumpResponse)
@@ -179,6 +197,13 @@ type FlowControlServiceServer interface {
 	// applies to a gateway once it has received the new list. The stream
 	// ends with UNAVAILABLE when the service shuts down.
 	WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error
+	// AdoptGrants re-registers with a new leader the grants a gateway holds
+	// from a previous one (the gateway learns of the change from a term
+	// different from its grants'): each is charged to its priority level at
+	// once, without queuing, and held for the gateway under its id, so that
+	// its release returns the seats. Grants held already, or released here
+	// before they were adopted, are counted and charge nothing.
+	AdoptGrants(context.Context, *AdoptGrantsRequest) (*AdoptGrantsResponse, error)
 	// Dump returns the state of every priority level, its queues and its
 	// queued and executing requests, for the API's
 	// /debug/api_priority_and_fairness/dump_* endpoints.
@@ -207,6 +232,9 @@ func (UnimplementedFlowControlServiceServer) Heartbeat(context.Context, *Heartbe
 }
 func (UnimplementedFlowControlServiceServer) WatchExemptions(*WatchExemptionsRequest, grpc.ServerStreamingServer[WatchExemptionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchExemptions not implemented")
+}
+func (UnimplementedFlowControlServiceServer) AdoptGrants(context.Context, *AdoptGrantsRequest) (*AdoptGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AdoptGrants not implemented")
 }
 func (UnimplementedFlowControlServiceServer) Dump(context.Context, *DumpRequest) (*DumpResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Dump not implemented")
@@ -315,6 +343,24 @@ func _FlowControlService_WatchExemptions_Handler(srv interface{}, stream grpc.Se
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FlowControlService_WatchExemptionsServer = grpc.ServerStreamingServer[WatchExemptionsResponse]
 
+func _FlowControlService_AdoptGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowControlServiceServer).AdoptGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlowControlService_AdoptGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowControlServiceServer).AdoptGrants(ctx, req.(*AdoptGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FlowControlService_Dump_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DumpRequest)
 	if err := dec(in); err != nil {
@@ -355,6 +401,10 @@ var FlowControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _FlowControlService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "AdoptGrants",
+			Handler:    _FlowControlService_AdoptGrants_Handler,
 		},
 		{
 			MethodName: "Dump",
