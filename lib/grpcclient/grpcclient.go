@@ -59,7 +59,7 @@ func WindowDialOptions() []grpc.DialOption {
 // e.g. "dns:///store:7000" or "127.0.0.1:7000"). tlsConf nil means
 // plaintext, for tests only. opts are appended after the defaults, so they
 // may override them. A call made under a span joins its trace
-// (telemetry.GRPCClientOption). Like grpc.NewClient it does not connect; the first
+// (telemetry.GRPCClientOptions). Like grpc.NewClient it does not connect; the first
 // call does.
 func Dial(target string, tlsConf *tls.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
@@ -79,8 +79,8 @@ func Dial(target string, tlsConf *tls.Config, opts ...grpc.DialOption) (*grpc.Cl
 		),
 		grpc.WithInitialWindowSize(InitialWindowSize),
 		grpc.WithInitialConnWindowSize(InitialConnWindowSize),
-		telemetry.GRPCClientOption(),
-	}, opts...)
+	}, telemetry.GRPCClientOptions()...)
+	all = append(all, opts...)
 	conn, err := grpc.NewClient(target, all...)
 	if err != nil {
 		return nil, fmt.Errorf("grpcclient: dial %s: %w", target, err)

@@ -103,7 +103,7 @@ type Options struct {
 	MaxRecvMsgSize int
 	// TracerProvider traces every call but health checks, continuing the
 	// caller's trace (W3C trace context in metadata); nil or a no-op
-	// provider: no tracing work at all (telemetry.GRPCServerOptions).
+	// provider: no tracing work at all (telemetry.GRPCServerInterceptors).
 	TracerProvider trace.TracerProvider
 }
 
@@ -169,6 +169,12 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 
 	unary := []grpc.UnaryServerInterceptor{}
 	stream := []grpc.StreamServerInterceptor{}
+	// Tracing first: every interceptor after it (metrics, the request
+	// log) sees the call's span.
+	if u, s := telemetry.GRPCServerInterceptors(opts.TracerProvider); u != nil {
+		unary = append(unary, u)
+		stream = append(stream, s)
+	}
 	if m != nil {
 		unary = append(unary, m.unaryInterceptor)
 		stream = append(stream, m.streamInterceptor)
@@ -190,7 +196,6 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	so = append(so, Keepalive()...)
 	so = append(so, Windows()...)
 	so = append(so, StreamWorkers())
-	so = append(so, telemetry.GRPCServerOptions(opts.TracerProvider)...)
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}

@@ -40,6 +40,7 @@ var eventMetrics = map[string]string{
 	"apiserver_admission_webhook_rejection_count":                  "services/admission/internal/admissionmetrics/admissionmetrics.go",
 	"apiserver_validating_admission_policy_check_total":            "services/admission/internal/admissionmetrics/admissionmetrics.go",
 	"apiserver_validating_admission_policy_check_duration_seconds": "services/admission/internal/admissionmetrics/admissionmetrics.go",
+	"apiserver_mutating_admission_policy_check_total":              "services/admission/internal/admissionmetrics/admissionmetrics.go",
 	"apiserver_audit_event_total":                                  "services/apigateway/internal/audit/metrics.go",
 	"meridian_apigateway_dependency_degraded":                      "lib/healthz/monitor.go",
 }

@@ -31,14 +31,18 @@ var admissionMetrics = map[string][]string{
 	"apiserver_admission_webhook_rejection_count":                  {"error_type", "name", "operation", "rejection_code", "type"},
 	"apiserver_validating_admission_policy_check_total":            {"enforcement_action", "error_type", "policy", "policy_binding"},
 	"apiserver_validating_admission_policy_check_duration_seconds": {"enforcement_action", "error_type", "policy", "policy_binding"},
+	"apiserver_mutating_admission_policy_check_total":              {"error_type", "policy", "policy_binding"},
+	"apiserver_mutating_admission_policy_check_duration_seconds":   {"error_type", "policy", "policy_binding"},
 }
 
-// A ValidatingAdmissionPolicy that denies and a validating webhook that
-// answers (and denies once) move kube-apiserver's admission series on the
-// all-in-one's /metrics, under their names and labels: the policy's check
-// counted as allow and as deny for its binding, the webhook's calls timed
-// by name, its rejection counted with its code, the validate step timed
-// rejected and not.
+// A ValidatingAdmissionPolicy that denies, a validating webhook that
+// answers (and denies once) and two MutatingAdmissionPolicies, one that
+// adds a label and one whose mutation fails (failurePolicy Ignore), move
+// kube-apiserver's admission series on the all-in-one's /metrics, under
+// their names and labels: the policy's check counted as allow and as deny
+// for its binding, each mutation counted and timed per policy and binding
+// with its error type, the webhook's calls timed by name, its rejection
+// counted with its code, the validate step timed rejected and not.
 func TestAdmissionMetrics(t *testing.T) {
 	hook := webhooktest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -77,6 +81,7 @@ func TestAdmissionMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	denyBadKey(t, e, "no-bad")
+	mutateConfigMaps(t, e)
 	cms := e.client.CoreV1().ConfigMaps("default")
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "good"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -115,6 +120,10 @@ func TestAdmissionMetrics(t *testing.T) {
 		{"apiserver_validating_admission_policy_check_total", map[string]string{"policy": "no-bad", "policy_binding": "no-bad-binding", "enforcement_action": "deny", "error_type": "no_error"}},
 		{"apiserver_validating_admission_policy_check_total", map[string]string{"policy": "no-bad", "policy_binding": "no-bad-binding", "enforcement_action": "allow", "error_type": "no_error"}},
 		{"apiserver_validating_admission_policy_check_duration_seconds", map[string]string{"policy": "no-bad", "enforcement_action": "deny"}},
+		{"apiserver_mutating_admission_policy_check_total", map[string]string{"policy": "add-mark", "policy_binding": "add-mark-binding", "error_type": "no_error"}},
+		{"apiserver_mutating_admission_policy_check_duration_seconds", map[string]string{"policy": "add-mark", "policy_binding": "add-mark-binding", "error_type": "no_error"}},
+		{"apiserver_mutating_admission_policy_check_total", map[string]string{"policy": "broken-patch", "policy_binding": "broken-patch-binding", "error_type": "invalid_error"}},
+		{"apiserver_admission_step_admission_duration_seconds", map[string]string{"operation": "CREATE", "rejected": "false", "type": "admit"}},
 		{"apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "rejected": "false", "type": "validate"}},
 		{"apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "rejected": "true", "type": "validate"}},
 		{"apiserver_admission_webhook_rejection_count", map[string]string{"name": "metrics.example.com", "operation": "CREATE", "error_type": "no_error", "rejection_code": "403", "type": "validate"}},
@@ -182,5 +191,48 @@ func denyBadKey(t *testing.T, e *env, name string) {
 	polltest.Until(t, 30*time.Second, "the policy to deny", func() bool {
 		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-"}, Data: map[string]string{"bad": "1"}}, metav1.CreateOptions{})
 		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	})
+}
+
+// mutateConfigMaps creates two MutatingAdmissionPolicies on ConfigMap
+// creates, each bound as name+"-binding": add-mark labels the object
+// mark=yes; broken-patch removes a data key no object has, which fails,
+// and is ignored (failurePolicy Ignore). It waits until a create comes
+// back labelled.
+func mutateConfigMaps(t *testing.T, e *env) {
+	t.Helper()
+	ctx := t.Context()
+	ar := e.client.AdmissionregistrationV1()
+	ignore := admissionregistrationv1.Ignore
+	match := &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+	}}}}
+	for name, m := range map[string]admissionregistrationv1.Mutation{
+		"add-mark": {PatchType: admissionregistrationv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{
+			Expression: `Object{metadata: Object.metadata{labels: {'mark': 'yes'}}}`}},
+		"broken-patch": {PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{
+			Expression: `[JSONPatch{op: 'remove', path: '/data/no-such-key'}]`}},
+	} {
+		if _, err := ar.MutatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+				FailurePolicy: &ignore, MatchConstraints: match, Mutations: []admissionregistrationv1.Mutation{m},
+				ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ar.MutatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-binding"},
+			Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cms := e.client.CoreV1().ConfigMaps("default")
+	polltest.Until(t, 30*time.Second, "the mutating policy to label a create", func() bool {
+		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "mutated-"}}, metav1.CreateOptions{})
+		return err == nil && cm.Labels["mark"] == "yes"
 	})
 }

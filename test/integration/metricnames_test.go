@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meridian-cp/meridian/internal/allinone"
+	"github.com/meridian-cp/meridian/lib/polltest"
 )
 
 // kubeMetrics are metrics of kube-apiserver and etcd with their labels,
@@ -75,28 +75,45 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	if _, err := cms.List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	w, err := cms.Watch(wctx, metav1.ListOptions{})
+	w, err := cms.Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A create the watch sees: a watch event is sent.
+	// A create the watch sees: a watch event is sent (and its size
+	// observed when it is queued, before it arrives).
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	<-wctx.Done()
+	timeout := time.After(30 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended before it delivered the create")
+			}
+			cm, isCM := ev.Object.(*corev1.ConfigMap)
+			seen = isCM && cm.Name == "watched"
+		case <-timeout:
+			t.Fatal("the watch did not deliver the create in 30s")
+		}
+	}
 	w.Stop()
-	cancel()
 
-	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The event's size is observed right after it is queued, which may be
+	// after the watcher received it: scrape until it is there.
+	cmLabels := map[string]string{"group": "", "version": "v1", "resource": "configmaps"}
+	var families map[string]*dto.MetricFamily
+	polltest.Until(t, 10*time.Second, "the watched create's apiserver_watch_events_sizes sample", func() bool {
+		body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		if families, err = parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+		return seriesCount(families["apiserver_watch_events_sizes"], cmLabels) >= 1
+	})
 	for name, want := range kubeMetrics {
 		mf, ok := families[name]
 		if !ok || len(mf.GetMetric()) == 0 {
@@ -109,10 +126,6 @@ func TestMetricNamesAndLabels(t *testing.T) {
 				break
 			}
 		}
-	}
-	cmLabels := map[string]string{"group": "", "version": "v1", "resource": "configmaps"}
-	if n := seriesCount(families["apiserver_watch_events_sizes"], cmLabels); n < 1 {
-		t.Errorf("apiserver_watch_events_sizes%v: %v samples after a watched create, want at least 1", cmLabels, n)
 	}
 	verbs := map[string]bool{}
 	for _, m := range families["apiserver_request_total"].GetMetric() {

@@ -169,13 +169,15 @@ func (a *App) open(ctx context.Context) error {
 		grpcserver.StreamWorkers(),
 	}, grpcserver.Keepalive()...)
 	opts = append(opts, grpcserver.Windows()...)
+	// Tracing's interceptors first, so that the access check runs under
+	// the call's span.
+	opts = append(opts, telemetry.GRPCServerOptions(cfg.TracerProvider)...)
 	if cfg.TLS != nil {
 		access := server.Access()
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)),
 			grpc.ChainUnaryInterceptor(access.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(access.StreamServerInterceptor()))
 	}
-	opts = append(opts, telemetry.GRPCServerOptions(cfg.TracerProvider)...)
 	opts = append(opts, cfg.GRPCServerOptions...)
 	a.grpc = grpc.NewServer(opts...)
 	a.srv = server.New(server.Config{

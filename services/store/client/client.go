@@ -186,7 +186,7 @@ func Dial(endpoints []string, tlsConfig *tls.Config, opts ...Options) (*Client, 
 				Time: grpcclient.KeepaliveTime, Timeout: grpcclient.KeepaliveTimeout, PermitWithoutStream: true,
 			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcclient.MaxMsgSize), grpc.MaxCallSendMsgSize(grpcclient.MaxMsgSize))}, grpcclient.WindowDialOptions()...)
-		dopts = append(dopts, telemetry.GRPCClientOption())
+		dopts = append(dopts, telemetry.GRPCClientOptions()...)
 		dopts = append(dopts, o.DialOptions...)
 		conn, err := grpc.NewClient(ep, dopts...)
 		if err != nil {

@@ -44,6 +44,20 @@ const (
 	PolicyInvalidError = "invalid_error"
 )
 
+// Error types of apiserver_mutating_admission_policy_check_total, as
+// kube-apiserver's mutating policy plugin classifies a mutation's error.
+const (
+	// MutationNoError: the mutation was applied.
+	MutationNoError = "no_error"
+	// MutationCompileError: the mutation's expression did not compile.
+	MutationCompileError = "compile_error"
+	// MutationInvalidError: the mutation failed for another reason (the
+	// policy or binding could not be configured, the patch was invalid).
+	MutationInvalidError = "invalid_error"
+	// MutationOutOfBudget: the expression ran out of cost budget.
+	MutationOutOfBudget = "out_of_budget"
+)
+
 // Metrics are the admission metrics. A nil *Metrics records nothing.
 type Metrics struct {
 	step          *prometheus.HistogramVec // operation, rejected, type
@@ -51,6 +65,8 @@ type Metrics struct {
 	rejections    *prometheus.CounterVec   // error_type, name, operation, rejection_code, type
 	check         *prometheus.CounterVec   // policy, policy_binding, enforcement_action, error_type
 	checkDuration *prometheus.HistogramVec // policy, policy_binding, enforcement_action, error_type
+	mutation      *prometheus.CounterVec   // policy, policy_binding, error_type
+	mutationTime  *prometheus.HistogramVec // policy, policy_binding, error_type
 }
 
 // New registers the metrics with reg (nil: a private registry).
@@ -95,6 +111,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}, labels)); err != nil {
 		return nil, fmt.Errorf("admission metrics: %w", err)
 	}
+	mlabels := []string{"policy", "policy_binding", "error_type"}
+	if m.mutation, err = telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "apiserver_mutating_admission_policy_check_total",
+		Help: "Mutation admission policy check total, labeled by policy and further identified by binding.",
+	}, mlabels)); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	if m.mutationTime, err = telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "apiserver_mutating_admission_policy_check_duration_seconds",
+		Help:    "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and binding.",
+		Buckets: []float64{0.0000005, 0.001, 0.01, 0.1, 1.0},
+	}, mlabels)); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
 	return &m, nil
 }
 
@@ -136,4 +166,33 @@ func (m *Metrics) ObservePolicyCheck(policy, binding, enforcementAction, errorTy
 	}
 	m.check.WithLabelValues(policy, binding, enforcementAction, errorType).Inc()
 	m.checkDuration.WithLabelValues(policy, binding, enforcementAction, errorType).Observe(elapsed.Seconds())
+}
+
+// ObserveMutation records one mutation of a MutatingAdmissionPolicy
+// applied through one binding (kube-apiserver records one per mutation of
+// the policy's spec.mutations it runs), with the error type of err
+// (MutationErrorType).
+func (m *Metrics) ObserveMutation(policy, binding string, err error, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	et := MutationErrorType(err)
+	m.mutation.WithLabelValues(policy, binding, et).Inc()
+	m.mutationTime.WithLabelValues(policy, binding, et).Observe(elapsed.Seconds())
+}
+
+// MutationErrorType is the error_type label of a mutation that ended with
+// err, classified as kube-apiserver's mutating policy plugin does (by the
+// CEL library's message prefixes).
+func MutationErrorType(err error) string {
+	switch {
+	case err == nil:
+		return MutationNoError
+	case strings.HasPrefix(err.Error(), "compilation"):
+		return MutationCompileError
+	case strings.HasPrefix(err.Error(), "validation failed due to running out of cost budget"):
+		return MutationOutOfBudget
+	default:
+		return MutationInvalidError
+	}
 }

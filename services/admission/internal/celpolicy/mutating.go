@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
+	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
 
@@ -76,6 +78,7 @@ type mutatingChain struct {
 	bindings []mutatingBinding
 	oi       admission.ObjectInterfaces
 	tc       managedfields.TypeConverter
+	metrics  *admissionmetrics.Metrics // nil: none
 }
 
 var _ policy.Policy = (*mutatingChain)(nil)
@@ -166,6 +169,7 @@ func (m *mutatingChain) invoke(ctx context.Context, b mutatingBinding, a *attrib
 			}
 		}
 		for _, p := range b.policy.patchers {
+			start := time.Now()
 			obj, err := p.Patch(ctx, patch.Request{
 				MatchedResource:     a.GetResource(),
 				VersionedAttributes: a.versioned,
@@ -174,6 +178,7 @@ func (m *mutatingChain) invoke(ctx context.Context, b mutatingBinding, a *attrib
 				Namespace:           ns,
 				TypeConverter:       m.tc,
 			}, celenv.RuntimeBudget)
+			m.metrics.ObserveMutation(b.policy.obj.Name, b.binding.Name, err, time.Since(start))
 			if err != nil {
 				return fail(err)
 			}

@@ -315,7 +315,7 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 				continue
 			}
 			if chain == nil {
-				chain = &mutatingChain{req: r, oi: s.oi, tc: s.tc}
+				chain = &mutatingChain{req: r, oi: s.oi, tc: s.tc, metrics: s.metrics}
 				out = append(out, chain)
 			}
 			chain.bindings = append(chain.bindings, mutatingBinding{policy: e.policy, binding: b})

@@ -109,9 +109,9 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if c := f.mu.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(f.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-		telemetry.GRPCClientOption())
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(f.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))},
+		telemetry.GRPCClientOptions()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("server: dial leader %s: %w", addr, err)
 	}

@@ -313,6 +313,15 @@ func (s *Subscription) Kind(ev *Event) (FrameKind, bool) {
 	return s.kindAfter(&v, s.from)
 }
 
+// Sent records ev, an event of Initial or of Replay that Kind accepted,
+// as sent to the watch: apiserver_watch_events_total and
+// apiserver_watch_events_sizes count it as dispatchLocked counts a live
+// event, as kube-apiserver counts every event a watch is sent.
+func (s *Subscription) Sent(ev *Event) {
+	s.res.m.events.Inc()
+	s.res.m.sizes.Observe(float64(ev.size()))
+}
+
 // Watch registers a watch. It returns *ExpiredError when opts.After is
 // older than the history, ErrClosed once the cache stopped. The caller must Close the subscription.
 func (r *Resource) Watch(opts WatchOptions) (*Subscription, error) {

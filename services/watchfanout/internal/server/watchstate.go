@@ -445,7 +445,9 @@ func (w *watch) sendInitial() error {
 		if !ev.Matches(w.flt) {
 			return true
 		}
-		err = w.b.event(ev, cache.FrameAdded, w.f)
+		if err = w.b.event(ev, cache.FrameAdded, w.f); err == nil {
+			sub.Sent(ev)
+		}
 		return err == nil && w.stopped.Load() == 0
 	})
 	if err != nil || w.stopped.Load() != 0 {
@@ -476,6 +478,7 @@ func (w *watch) replay() {
 				w.finish(err)
 				return
 			}
+			sub.Sent(ev)
 		}
 	}
 	sub.Replay = nil
