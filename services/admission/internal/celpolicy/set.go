@@ -4,7 +4,9 @@
 // the store. Each policy is compiled once, when it changes, against
 // lib/kube/celenv through k8s.io/apiserver's admission CEL libraries (the
 // same variables, cost budgets, messages and failure handling as
-// kube-apiserver's plugins). Set is a policy.Set: for a request it
+// kube-apiserver's plugins). ValidatingAdmissionPolicies are evaluated by
+// validate, which decides as kube-apiserver's validator but converts the
+// request to CEL values once per request, not once per policy. Set is a policy.Set: for a request it
 // returns one Policy running every matching mutating binding (in name
 // order of policy, then binding), then one per matching validating
 // binding.
@@ -349,6 +351,7 @@ type request struct {
 	err   error
 	ns    *corev1.Namespace
 	nsSet bool
+	in    *celInput // for attrs; nil until a validating policy needs it
 }
 
 // attributes returns req decoded.
@@ -358,6 +361,7 @@ func (r *request) attributes(req *admissionv1.AdmitRequest) (*attributes, error)
 	if req != r.req {
 		r.req = req
 		r.attrs, r.err = newAttributes(req)
+		r.in = nil
 	}
 	return r.attrs, r.err
 }
@@ -382,6 +386,25 @@ func (r *request) namespace() *corev1.Namespace {
 		}
 	}
 	return r.ns
+}
+
+// celInput returns the CEL values of the request's current attributes
+// (see attributes), built on first use.
+func (r *request) celInput() (*celInput, error) {
+	ns := r.namespace()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.attrs == nil {
+		return nil, r.err
+	}
+	if r.in == nil {
+		in, err := newCELInput(r.attrs, ns, r.authz)
+		if err != nil {
+			return nil, err
+		}
+		r.in = in
+	}
+	return r.in, nil
 }
 
 // badRequest denies a request whose objects do not decode.

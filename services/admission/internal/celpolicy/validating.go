@@ -25,13 +25,16 @@ import (
 
 // validatingPolicy is one ValidatingAdmissionPolicy, compiled once (as
 // kube-apiserver's plugin compiles it: stored-expression environment,
-// variables first, authorizer declared).
+// variables first, authorizer declared) and evaluated by validate.
 type validatingPolicy struct {
-	obj       *admissionregistrationv1.ValidatingAdmissionPolicy
-	match     *matcher
-	validator validating.Validator
-	params    *paramSource // nil without paramKind
-	err       error        // a configuration error: the policy cannot be evaluated
+	obj        *admissionregistrationv1.ValidatingAdmissionPolicy
+	match      *matcher
+	params     *paramSource            // nil without paramKind
+	conditions matchconditions.Matcher // nil without matchConditions
+	// validations, their message expressions (placeholders where a
+	// validation has none) and the audit annotations.
+	validations, messages, annotations expressions
+	err                                error // a configuration error: the policy cannot be evaluated
 }
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *validatingPolicy {
@@ -42,27 +45,31 @@ func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, par
 		vp.err = err
 		return vp
 	}
-	c, opts, mc := cc.compiler, cc.opts, cc.conditions
-	msgOpts := plugincel.OptionalVariableDeclarations{HasParams: opts.HasParams}
-	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
-	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	vp.conditions = cc.conditions
+	validations, messages, annotations := validatingAccessors(p)
+	vp.validations = compileExpressions(cc.compiler, validations, cc.opts)
+	vp.messages = compileExpressions(cc.compiler, messages, plugincel.OptionalVariableDeclarations{HasParams: cc.opts.HasParams})
+	vp.annotations = compileExpressions(cc.compiler, annotations, cc.opts)
+	return vp
+}
+
+// validatingAccessors are p's validations, message expressions (nil where
+// a validation has none) and audit annotations, as kube-apiserver's
+// plugin hands them to its compiler.
+func validatingAccessors(p *admissionregistrationv1.ValidatingAdmissionPolicy) (validations, messages, annotations []plugincel.ExpressionAccessor) {
+	validations = make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages = make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
 	for i, v := range p.Spec.Validations {
 		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
 		if v.MessageExpression != "" {
 			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
 		}
 	}
-	annotations := make([]plugincel.ExpressionAccessor, len(p.Spec.AuditAnnotations))
+	annotations = make([]plugincel.ExpressionAccessor, len(p.Spec.AuditAnnotations))
 	for i, a := range p.Spec.AuditAnnotations {
 		annotations[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
 	}
-	vp.validator = validating.NewValidator(
-		c.CompileCondition(validations, opts, environment.StoredExpressions),
-		mc,
-		c.CompileCondition(annotations, opts, environment.StoredExpressions),
-		c.CompileCondition(messages, msgOpts, environment.StoredExpressions),
-		p.Spec.FailurePolicy, nil)
-	return vp
+	return validations, messages, annotations
 }
 
 // common is what both kinds of policy compile alike: the match
@@ -188,10 +195,14 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 		return v.configError(fmt.Errorf("failed to configure binding: %w", err)), true, nil
 	}
 	ns := v.req.namespace()
+	in, err := v.req.celInput()
+	if err != nil {
+		return v.configError(err), true, nil
+	}
 	var failures []validating.ValidationFailureValue
-	annotations := map[string]string{}
+	var annotations map[string]string // allocated by the first annotation
 	for _, param := range params {
-		res := p.validator.Validate(ctx, a.GetResource(), a.versioned, param, ns, celenv.RuntimeBudget, v.req.authz)
+		res := p.validate(ctx, in, a, param, ns, v.req.authz, celenv.RuntimeBudget)
 		if ctx.Err() != nil {
 			return policy.Decision{}, false, ctx.Err()
 		}
@@ -221,6 +232,9 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 				if len(value) > maxAuditAnnotationValueLength {
 					value = value[:maxAuditAnnotationValueLength]
 				}
+				if annotations == nil {
+					annotations = map[string]string{}
+				}
 				key := p.obj.Name + "/" + an.Key
 				if prev, ok := annotations[key]; ok && prev != value {
 					value = prev + ", " + value
@@ -234,6 +248,9 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 		}
 	}
 	if len(failures) > 0 {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
 		if js, err := json.Marshal(failures); err == nil {
 			annotations[validationFailureAnnotation] = string(js)
 		}

@@ -1,0 +1,116 @@
+package celpolicy
+
+import (
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	celcommon "k8s.io/apiserver/pkg/cel/common"
+	"k8s.io/apiserver/pkg/cel/library"
+)
+
+// celInput is what every validating policy of one request reads, as CEL
+// values built once per request (kube-apiserver's plugin rebuilds them
+// for each policy and each list of expressions): object, oldObject,
+// request, namespaceObject (the trimmed copy the validations see and the
+// whole object the audit annotations see) and the authorizer.
+//
+// The values are lazy: the request and namespace convert their fields on
+// first use and cache them, without locking. That is safe because a
+// request's policies are evaluated one at a time (policy.Evaluator runs
+// them in order), and a celInput is never shared between requests.
+type celInput struct {
+	object, oldObject any // nil: no object (a delete has no object)
+	request           ref.Val
+	namespace         ref.Val // plugincel.CreateNamespaceObject of the namespace
+	rawNamespace      ref.Val // the namespace as stored
+	authorizer        any     // nil without an authorizer
+	resourceAuthz     any
+}
+
+// newCELInput converts the request a (with ns its namespace, nil when none)
+// as kube-apiserver's newActivation does, for policies matched against
+// a's own resource and kind.
+func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer) (*celInput, error) {
+	v := a.versioned
+	//nolint:staticcheck // SA1019: the field says which conversion kube-apiserver's plugins use.
+	v.VersionedObject.UseSchemalessTypeRef, v.VersionedOldObject.UseSchemalessTypeRef = true, true
+	old, err := v.VersionedOldObject.CELValue()
+	if err != nil {
+		return nil, err
+	}
+	obj, err := v.VersionedObject.CELValue()
+	if err != nil {
+		return nil, err
+	}
+	in := &celInput{
+		request: celcommon.SchemalessTypedToVal(plugincel.CreateAdmissionRequest(v.Attributes,
+			metav1.GroupVersionResource(a.GetResource()), metav1.GroupVersionKind(v.VersionedKind))),
+		namespace:    celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(ns)),
+		rawNamespace: celcommon.SchemalessTypedToVal(ns),
+	}
+	// object and oldObject stay untyped nil when absent, as in
+	// kube-apiserver's activation.
+	if old != nil {
+		in.oldObject = old
+	}
+	if obj != nil {
+		in.object = obj
+	}
+	if authz != nil {
+		in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), authz)
+		in.resourceAuthz = library.NewResourceAuthorizerVal(v.GetUserInfo(), authz, v)
+	}
+	return in, nil
+}
+
+// activation is the CEL activation of one list of a policy's expressions
+// (its validations, message expressions or audit annotations) for one
+// param: the request's shared values, the param, and the policy's
+// variables, evaluated lazily and once per list (as kube-apiserver's
+// composition context does).
+type activation struct {
+	in         *celInput
+	params     any
+	namespace  ref.Val
+	authorizer bool // whether the authorizer variables are bound
+	variables  ref.Val
+}
+
+var _ interpreter.Activation = (*activation)(nil)
+
+// ResolveName returns the value of a CEL variable, as kube-apiserver's
+// evaluationActivation does.
+func (a *activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case plugincel.ObjectVarName:
+		return a.in.object, true
+	case plugincel.OldObjectVarName:
+		return a.in.oldObject, true
+	case plugincel.ParamsVarName:
+		return a.params, true // params may be null
+	case plugincel.RequestVarName:
+		return a.in.request, true
+	case plugincel.NamespaceVarName:
+		return a.namespace, true
+	case plugincel.AuthorizerVarName:
+		if !a.authorizer || a.in.authorizer == nil {
+			return nil, false
+		}
+		return a.in.authorizer, true
+	case plugincel.RequestResourceAuthorizerVarName:
+		if !a.authorizer || a.in.resourceAuthz == nil {
+			return nil, false
+		}
+		return a.in.resourceAuthz, true
+	case plugincel.VariableVarName:
+		return a.variables, true
+	default:
+		return nil, false
+	}
+}
+
+// Parent is nil: the activation has no parent.
+func (a *activation) Parent() interpreter.Activation { return nil }

@@ -1,0 +1,154 @@
+package celpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	celtypes "github.com/google/cel-go/common/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+
+	"github.com/meridian-cp/meridian/lib/kube/celenv"
+)
+
+// validate evaluates the policy for one param (nil: none) over the
+// request's shared CEL input, with budget the runtime cost budget
+// (celenv.RuntimeBudget), with the decisions, messages, audit
+// annotations, cost budgets and failurePolicy handling of kube-apiserver's
+// validating.Validator (k8s.io/apiserver v0.37): match conditions first
+// (no match: no decisions); the validations under one runtime budget, the
+// message expressions under what they left, the audit annotations under a
+// budget of their own; an evaluation error or an exhausted budget is an
+// error decision, Deny under failurePolicy Fail and Admit under Ignore.
+// The request's values are built once per request (in) instead of once
+// per policy and list of expressions; that is the whole difference.
+func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validating.ValidateResult {
+	f := admissionregistrationv1.Fail
+	if fp := p.obj.Spec.FailurePolicy; fp != nil {
+		f = *fp
+	}
+	errorResult := func(msg string) validating.ValidateResult {
+		return validating.ValidateResult{Decisions: []validating.PolicyDecision{{Action: decisionForError(f), Evaluation: validating.EvalError, Message: msg}}}
+	}
+	if p.conditions != nil {
+		m := p.conditions.Match(ctx, a.versioned, param, authz)
+		if m.Error != nil {
+			return errorResult(m.Error.Error())
+		}
+		if !m.Matches {
+			return validating.ValidateResult{}
+		}
+	}
+	params := paramValue(param)
+	evalResults, remaining, err := p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
+	if err != nil {
+		return errorResult(err.Error())
+	}
+	var messageResults []plugincel.EvaluationResult
+	if !p.messages.empty {
+		messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+	}
+	decisions := make([]validating.PolicyDecision, len(evalResults))
+	for i, evalResult := range evalResults {
+		d := &decisions[i]
+		validation := evalResult.ExpressionAccessor.(*validating.ValidationCondition)
+		var messageResult *plugincel.EvaluationResult
+		if len(messageResults) > i {
+			messageResult = &messageResults[i]
+		}
+		switch {
+		case evalResult.Error != nil:
+			d.Action, d.Evaluation, d.Message = decisionForError(f), validating.EvalError, evalResult.Error.Error()
+		case errors.Is(err, apiservercel.ErrInternal) || errors.Is(err, apiservercel.ErrOutOfBudget):
+			d.Action, d.Evaluation, d.Message = decisionForError(f), validating.EvalError, fmt.Sprintf("failed messageExpression: %s", err)
+		case evalResult.EvalResult != celtypes.True:
+			d.Action, d.Evaluation = validating.ActionDeny, validating.EvalDeny
+			d.Reason = metav1.StatusReasonInvalid
+			if validation.Reason != nil {
+				d.Reason = *validation.Reason
+			}
+			d.Message = denyMessage(validation, messageResult)
+		default:
+			d.Action, d.Evaluation = validating.ActionAdmit, validating.EvalAdmit
+		}
+	}
+	if p.annotations.empty {
+		return validating.ValidateResult{Decisions: decisions, AuditAnnotations: []validating.PolicyAuditAnnotation{}}
+	}
+	annotationResults, _, err := p.annotations.forInput(ctx, &activation{in: in, params: params, namespace: in.rawNamespace}, budget)
+	if err != nil {
+		return errorResult(err.Error())
+	}
+	annotations := make([]validating.PolicyAuditAnnotation, len(annotationResults))
+	for i, r := range annotationResults {
+		an := &annotations[i]
+		c := r.ExpressionAccessor.(*validating.AuditAnnotationCondition)
+		an.Key = c.Key
+		if r.Error != nil {
+			an.Action, an.Error = auditAnnotationForError(f), r.Error.Error()
+			continue
+		}
+		switch r.EvalResult.Type() {
+		case celtypes.StringType:
+			if v := strings.TrimSpace(r.EvalResult.Value().(string)); v == "" {
+				an.Action = validating.AuditAnnotationActionExclude
+			} else {
+				an.Action, an.Value = validating.AuditAnnotationActionPublish, v
+			}
+		case celtypes.NullType:
+			an.Action = validating.AuditAnnotationActionExclude
+		default:
+			an.Action = validating.AuditAnnotationActionError
+			an.Error = fmt.Sprintf("valueExpression '%v' resulted in unsupported return type: %v. "+
+				"Return type must be either string or null.", c.ValueExpression, r.EvalResult.Type())
+		}
+	}
+	return validating.ValidateResult{Decisions: decisions, AuditAnnotations: annotations}
+}
+
+// denyMessage is a failed validation's message: its messageExpression's
+// result when that is a non-empty single-line string within the size
+// limit, else its message, else "failed expression: <expression>".
+func denyMessage(v *validating.ValidationCondition, m *plugincel.EvaluationResult) string {
+	var message string
+	if m != nil && m.Error == nil && m.EvalResult != nil {
+		if s, ok := m.EvalResult.Value().(string); ok {
+			message = strings.TrimSpace(s)
+			if len(message) > celenv.MaxMessageExpressionBytes || strings.ContainsAny(message, "\n") {
+				message = ""
+			}
+		}
+	}
+	if message == "" && len(v.Message) > 0 {
+		message = strings.TrimSpace(v.Message)
+	}
+	if message == "" {
+		message = fmt.Sprintf("failed expression: %v", strings.TrimSpace(v.Expression))
+	}
+	return message
+}
+
+// decisionForError is what an evaluation error decides under f.
+func decisionForError(f admissionregistrationv1.FailurePolicyType) validating.PolicyDecisionAction {
+	if f == admissionregistrationv1.Ignore {
+		return validating.ActionAdmit
+	}
+	return validating.ActionDeny
+}
+
+// auditAnnotationForError is what an audit annotation's evaluation error
+// does under f.
+func auditAnnotationForError(f admissionregistrationv1.FailurePolicyType) validating.PolicyAuditAnnotationAction {
+	if f == admissionregistrationv1.Ignore {
+		return validating.AuditAnnotationActionExclude
+	}
+	return validating.AuditAnnotationActionError
+}
