@@ -27,7 +27,7 @@ import (
 //	"0"                    Any: the cache as it is
 //	N                      NotOlderThan N: wait, then 504 ResourceVersionTooLarge
 func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-	r, err := s.resolve(req.GetResource())
+	r, err := s.resolve(ctx, req.GetResource())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -124,7 +124,7 @@ type listed struct {
 
 // read reads the page a list request asks for, with its metadata.
 func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, error) {
-	r, err := s.resolve(req.GetResource())
+	r, err := s.resolve(ctx, req.GetResource())
 	if err != nil {
 		return nil, err
 	}
