@@ -231,6 +231,10 @@ func TestCustomResourcesFollowCRDs(t *testing.T) {
 	wb.expect(t, "ADDED", "one", r1, "example.com/v1beta1", "blue")
 	wb.expect(t, "MODIFIED", "one", r3, "example.com/v1beta1", "blue")
 
+	// Not in protobuf, as kube-apiserver serves custom resources.
+	if _, err := e.watch.List(t.Context(), &watchv1.ListRequest{Resource: widgetsV1, Encoding: watchv1.Encoding_ENCODING_PROTOBUF}); apiStatus(t, err).GetCode() != 406 {
+		t.Errorf("protobuf list: %v, want 406", err)
+	}
 	r5 := e.putObject(wres, widget("b", "three", 5, nil))
 	w.expect(t, "ADDED", "three", r5, "example.com/v1", "blue")
 	for _, tc := range []struct {

@@ -90,13 +90,19 @@ func (c *Cache) newCustom(crd *apiextensionsv1.CustomResourceDefinition) []*Reso
 	return out
 }
 
-// dropCustom ends the watches of a CRD's Resources and forgets their
-// metrics. Called by the apply goroutine only, before the Resources that
-// replace them are made (they share metric labels).
+// dropCustom ends the watches of a CRD's Resources, once they are no
+// longer published. Called by the apply goroutine only.
 func (c *Cache) dropCustom(e *crdEntry) {
 	for _, r := range e.res {
 		r.closeWatchers(ErrGone)
-		c.m.forget(r.res.GVR)
+	}
+	// The metrics of a GVR served no more are forgotten; one served
+	// again shares its series with the Resource that replaced it.
+	set := c.set.Load()
+	for _, r := range e.res {
+		if _, ok := set.byGVR[r.res.GVR]; !ok {
+			c.m.forget(r.res.GVR)
+		}
 	}
 }
 
@@ -124,9 +130,10 @@ func (c *Cache) readCRDs(ctx context.Context, at int64) (map[string]*apiextensio
 // kept (list resets their state), the others dropped or made. Called by
 // the apply goroutine only.
 func (c *Cache) setCRDs(crds map[string]*apiextensionsv1.CustomResourceDefinition) {
+	var dropped []*crdEntry
 	for key, e := range c.crds {
 		if crd, ok := crds[key]; !ok || !sameServing(e.crd, crd) {
-			c.dropCustom(e)
+			dropped = append(dropped, e)
 			delete(c.crds, key)
 		}
 	}
@@ -138,6 +145,9 @@ func (c *Cache) setCRDs(crds map[string]*apiextensionsv1.CustomResourceDefinitio
 		c.crds[key] = &crdEntry{crd: crd, res: c.newCustom(crd)}
 	}
 	c.set.Store(newResourceSet(c.builtin, c.crds))
+	for _, e := range dropped {
+		c.dropCustom(e)
+	}
 }
 
 // applyCRD follows a change of a stored CRD seen in the store watch at
@@ -149,18 +159,24 @@ func (c *Cache) applyCRD(ctx context.Context, key string, crd *apiextensionsv1.C
 		old.crd = crd
 		return nil
 	}
-	if old != nil {
-		c.dropCustom(old)
-		delete(c.crds, key)
-	}
+	// The new Resources are loaded and published before the old ones'
+	// watches end: a client that sees its watch end and reads again
+	// finds the new state, never the old one.
+	var e *crdEntry
 	if crd != nil {
-		e := &crdEntry{crd: crd, res: c.newCustom(crd)}
+		e = &crdEntry{crd: crd, res: c.newCustom(crd)}
 		if err := c.loadCustom(ctx, e.res, rev); err != nil {
 			return err
 		}
+	}
+	delete(c.crds, key)
+	if e != nil {
 		c.crds[key] = e
 	}
 	c.set.Store(newResourceSet(c.builtin, c.crds))
+	if old != nil {
+		c.dropCustom(old)
+	}
 	if old != nil || crd != nil {
 		c.logger.Info("custom resources changed", "crd", key, "rev", rev, "served", len(c.crds[key].resources()))
 	}

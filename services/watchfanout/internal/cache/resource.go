@@ -404,8 +404,10 @@ func (r *Resource) closeWatchers(err error) {
 	defer r.mu.Unlock()
 	r.mu.closed = true
 	r.mu.watchers.all(func(w *Watcher) { w.terminate(err) })
+	// Sub, not Set(0): a Resource that replaces this one (a CRD changed)
+	// shares the series and may have watchers already.
+	r.m.watchers.Sub(float64(r.mu.watchers.len()))
 	r.mu.watchers = newWatcherSet()
-	r.m.watchers.Set(0)
 }
 
 // Bookmark returns a bookmark event at rev for one watch (it is not

@@ -31,7 +31,7 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -40,6 +40,9 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 		return nil, toGRPC(err)
 	}
 	if err := s.waitRead(ctx, rd); err != nil {
+		return nil, toGRPC(err)
+	}
+	if r, err = s.current(r); err != nil {
 		return nil, toGRPC(err)
 	}
 	ns := req.GetNamespace()
@@ -128,7 +131,7 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 	if err != nil {
 		return nil, err
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +173,10 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 		if err := s.waitRead(ctx, rd); err != nil {
 			return nil, err
 		}
+		if r, err = s.current(r); err != nil {
+			return nil, err
+		}
+		res = r.Registry()
 		snap = r.Snapshot(ns)
 	}
 

@@ -140,6 +140,18 @@ func (s *Server) resolve(ctx context.Context, ref *watchv1.Resource) (*cache.Res
 	return r, nil
 }
 
+// current returns the resource of r's GVR the cache serves now: after a
+// wait for a revision, r may have been replaced (its CRD changed at a
+// revision the wait covers) or dropped (404).
+func (s *Server) current(r *cache.Resource) (*cache.Resource, error) {
+	gvr := r.Registry().GVR
+	cur, ok := s.cfg.Cache.Resource(gvr)
+	if !ok {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+	}
+	return cur, nil
+}
+
 // filter parses selectors. Without any it is the resource's shared
 // filter.
 func filter(r *cache.Resource, labelSel, fieldSel string) (*selection.Filter, error) {

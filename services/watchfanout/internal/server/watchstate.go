@@ -211,7 +211,7 @@ func (w *watch) start() {
 		w.finish(err)
 		return
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		w.finish(err)
 		return
