@@ -174,6 +174,9 @@ func mergeCRDV2(crd *apiextensionsv1.CustomResourceDefinition, paths, defs map[s
 		return err
 	}
 	for p, item := range part.Paths {
+		if ops, ok := item.(map[string]any); ok {
+			addWriteParams(ops)
+		}
 		paths[p] = item
 	}
 	for name, d := range part.Definitions {
@@ -182,6 +185,25 @@ func mergeCRDV2(crd *apiextensionsv1.CustomResourceDefinition, paths, defs map[s
 		}
 	}
 	return nil
+}
+
+// addWriteParams adds the query parameters of writes to the POST, PUT
+// and PATCH operations of a CRD's path, as kube-apiserver publishes them:
+// kubectl reads fieldValidation there to learn that the server validates
+// fields itself, and then leaves validation to the server (its 422
+// texts) rather than validating against the document.
+func addWriteParams(ops map[string]any) {
+	for method, query := range map[string][]string{"post": writeParams, "put": writeParams, "patch": patchParams} {
+		op, ok := ops[method].(map[string]any)
+		if !ok {
+			continue
+		}
+		params, _ := op["parameters"].([]any)
+		for _, q := range query {
+			params = append(params, map[string]any{"name": q, "in": "query", "type": "string", "uniqueItems": true})
+		}
+		op["parameters"] = params
+	}
 }
 
 func v2op(action, desc string, gvk map[string]string, resp schema, query []string, body schema) map[string]any {

@@ -2,6 +2,8 @@ package openapi
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
@@ -75,6 +77,12 @@ func TestV2ListsCustomResources(t *testing.T) {
 	if _, ok := doc["paths"].(map[string]any)["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]; !ok {
 		t.Error("no path of a widget")
 	}
+	// kubectl leaves validation to the server when the PATCH operation
+	// of the kind takes fieldValidation.
+	patch, _ := doc["paths"].(map[string]any)["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"].(map[string]any)["patch"].(map[string]any)
+	if !strings.Contains(fmt.Sprint(patch["parameters"]), "name:fieldValidation") {
+		t.Errorf("a widget's PATCH does not take fieldValidation: %v", patch["parameters"])
+	}
 	kind, ok := models.LookupModel(model).(*kubeproto.Kind)
 	if !ok {
 		t.Fatalf("model %s: %v", model, models.LookupModel(model))
@@ -96,5 +104,36 @@ func TestV2ListsCustomResources(t *testing.T) {
 	reg.SetCustom(nil)
 	if _, models = docOf(); models.LookupModel(model) != nil {
 		t.Error("Widget still defined after its CRD went")
+	}
+}
+
+// TestV3CustomWriteParams: a CRD's v3 document lets kubectl see that the
+// server validates fields (fieldValidation on the kind's PATCH), so it
+// leaves validation to the server.
+func TestV3CustomWriteParams(t *testing.T) {
+	reg := registry.New(registry.Standard()...)
+	docs, err := New(reg, "v1.36.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.SetCustom(registry.CustomResources(v2TestCRD()))
+	js, ok := docs.Lookup("/openapi/v3/apis/example.com/v1")
+	if !ok {
+		t.Fatal("no document of example.com/v1")
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(js, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var patch struct {
+		Parameters []struct{ Name, In string } `json:"parameters"`
+	}
+	if err := json.Unmarshal(doc.Paths["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"], &patch); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fmt.Sprint(patch.Parameters), "{fieldValidation query}") {
+		t.Errorf("a widget's PATCH parameters: %v, want fieldValidation", patch.Parameters)
 	}
 }
