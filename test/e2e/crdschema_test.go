@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -112,7 +113,7 @@ func TestCRDSchema(t *testing.T) {
 }
 
 // TestCRDExplain: kubectl explain describes a custom resource's fields
-// from the CRD's schema, served in OpenAPI v3 as soon as it is
+// from the CRD's schema, served in OpenAPI v3 and v2 as soon as it is
 // established.
 func TestCRDExplain(t *testing.T) {
 	requireKubectl(t)
@@ -123,6 +124,13 @@ func TestCRDExplain(t *testing.T) {
 	for _, want := range []string{"GROUP:      example.com", "KIND:       Gadget", "VERSION:    v1", "color\t<string> -required-", "ports\t<[]Object>"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl explain gadgets.spec lacks %q:\n%s", want, out)
+		}
+	}
+	// The same from /openapi/v2, where kubectl falls back to it.
+	out = cp.kubectl("explain", "gadgets.spec", "--output", "plaintext-openapiv2")
+	for _, want := range []string{`KIND:\s+Gadget`, `VERSION:\s+example.com/v1`, `color\s+<string> -required-`, `ports\s+<\[\]Object>`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("kubectl explain gadgets.spec --output plaintext-openapiv2 lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -71,6 +71,31 @@ func (c *Custom) Schema() (*crdschema.Schema, error) {
 	return v.(*crdschema.Schema), nil
 }
 
+// DefaultOnRead applies the version's schema defaults to obj, a custom
+// resource read from storage, as kube-apiserver's decoder does for every
+// custom resource it reads: a default added to a CRD shows on objects
+// written before it. A schema that does not compile leaves obj as it is
+// (writes of the resource fail with the reason).
+func (c *Custom) DefaultOnRead(obj *unstructured.Unstructured) {
+	if sch, err := c.Schema(); err == nil {
+		sch.DefaultOnRead(obj)
+	}
+}
+
+// DefaultOnRead applies the defaults of a custom resource's schema to
+// obj, read from storage (Custom.DefaultOnRead); built-in objects are
+// left as they are. Every path that decodes stored objects for a client
+// calls it once per decoded copy, so reads and watch events carry the
+// defaults exactly once.
+func (r *Resource) DefaultOnRead(obj runtime.Object) {
+	if r.Custom == nil {
+		return
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		r.Custom.DefaultOnRead(u)
+	}
+}
+
 // Terminating reports whether the CRD is being deleted: its objects may
 // be read, updated and deleted, not created.
 func (c *Custom) Terminating() bool { return c.CRD.DeletionTimestamp != nil }

@@ -337,13 +337,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 				return
 			}
 			if path == "/openapi/v2" || path == "/openapi/v2/" {
-				if strings.Contains(r.Header.Get("Accept"), "protobuf") {
-					w.Header().Set("Content-Type", openapi.V2ProtobufMediaType)
-					_, _ = w.Write(h.openapiV2.Protobuf)
+				proto := strings.Contains(r.Header.Get("Accept"), "protobuf")
+				doc, err := h.openapiV2.JSON()
+				if proto {
+					doc, err = h.openapiV2.Protobuf()
+				}
+				if err != nil {
+					writeStatus(w, apierrors.NewInternalError(err).ErrStatus)
 					return
 				}
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(h.openapiV2.JSON)
+				if proto {
+					w.Header().Set("Content-Type", openapi.V2ProtobufMediaType)
+				} else {
+					w.Header().Set("Content-Type", "application/json")
+				}
+				_, _ = w.Write(doc)
 				return
 			}
 			if path == "/openapi/v3" {

@@ -11,6 +11,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // customDocs are the OpenAPI v3 documents of one generation of a
@@ -50,6 +51,7 @@ func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[strin
 			// One CRD's document failing leaves the others served.
 			continue
 		}
+		addWriteParamsV3(doc)
 		key := gvPath(res.GVR.GroupVersion())
 		m, ok := merged[key]
 		if !ok {
@@ -77,4 +79,27 @@ func buildCustom(custom []*registry.Resource, gen uint64, builtinPaths map[strin
 	}
 	c.root = root
 	return c, nil
+}
+
+// addWriteParamsV3 adds the query parameters of writes to the POST, PUT
+// and PATCH operations of a CRD's document, as kube-apiserver publishes
+// them (see addWriteParams): without fieldValidation there, kubectl
+// validates custom resources against the published schema itself instead
+// of leaving it to the server.
+func addWriteParamsV3(doc *spec3.OpenAPI) {
+	for _, p := range doc.Paths.Paths {
+		for _, o := range []struct {
+			op    *spec3.Operation
+			query []string
+		}{{p.Post, writeParams}, {p.Put, writeParams}, {p.Patch, patchParams}} {
+			if o.op == nil {
+				continue
+			}
+			for _, q := range o.query {
+				o.op.Parameters = append(o.op.Parameters, &spec3.Parameter{ParameterProps: spec3.ParameterProps{
+					Name: q, In: "query", Schema: spec.StringProperty(), AllowEmptyValue: false,
+				}})
+			}
+		}
+	}
 }

@@ -68,10 +68,6 @@ func (s *Server) decodeRead(res *registry.Resource, value []byte, modRevision in
 	if err := s.cfg.Codec.DecodeStorage(value, modRevision, obj); err != nil {
 		return nil, err
 	}
-	if res.Custom != nil {
-		if sch, err := res.Custom.Schema(); err == nil {
-			sch.DefaultOnRead(obj.(*unstructured.Unstructured))
-		}
-	}
+	res.DefaultOnRead(obj)
 	return obj, nil
 }

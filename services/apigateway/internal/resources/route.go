@@ -135,6 +135,16 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		case errors.Is(err, io.EOF) || ctx.Err() != nil:
 			return nil, true, nil
 		case errors.Is(err, watchfanoutclient.ErrNoReplica):
+			if w.res.Custom != nil && ws.Served() {
+				// A replica served the watch and none goes on with it:
+				// for a custom resource that is, first of all, its CRD
+				// deleted or changed (each replica ends the watches of
+				// the resources it drops). The watch ends, as
+				// kube-apiserver ends a CRD's watches then; the client
+				// re-watches from its last resourceVersion (404 once
+				// the CRD is gone).
+				return nil, true, nil
+			}
 			if ws.Served() {
 				s.m.watchResumed(resource, resumedOnStore)
 			}
@@ -163,10 +173,17 @@ func resumeRequest(req *apiv1.WatchRequest, rv string) *apiv1.WatchRequest {
 }
 
 // fromCache reports whether watchfanout serves res's reads and watches:
-// every built-in resource when there is watchfanout. Custom resources are
-// served from the store.
-func (s *Server) fromCache(res *registry.Resource) bool {
-	return s.cfg.Watchfanout != nil && res.Custom == nil
+// every resource, built-in or custom, when there is watchfanout. Each
+// replica follows the CRDs in its own store watch and serves a CRD's
+// versions from the revision that established it; one asked about a
+// resource it does not serve yet first catches up with the store, so a
+// custom resource this gateway serves is not answered 404 by a replica
+// that lags. Custom resources reach the client with their schema's
+// defaults applied once, where the stored object is decoded: by
+// watchfanout for what it serves (its frames are relayed untouched), by
+// decodeRead for what the store serves.
+func (s *Server) fromCache(*registry.Resource) bool {
+	return s.cfg.Watchfanout != nil
 }
 
 // cachedGet serves a get from watchfanout. handled is false when the store

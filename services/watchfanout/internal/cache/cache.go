@@ -33,12 +33,15 @@
 package cache
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -53,6 +56,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -164,9 +168,15 @@ type Cache struct {
 	m      *metrics
 	logger *slog.Logger
 
-	byGVR    map[schema.GroupVersionResource]*Resource
-	byPrefix map[string]*Resource // KeyPrefix("") → resource
-	all      []*Resource
+	// set is the served resources (resourceset.go); builtin the
+	// built-in ones, in it from the start.
+	set     atomic.Pointer[resourceSet]
+	builtin []*Resource
+	// crds are the CRDs followed, by store key (custom.go); crdPrefix
+	// is their key prefix, "" when the registry serves no CRDs. Used by
+	// Run's goroutine only.
+	crds      map[string]*crdEntry
+	crdPrefix string
 
 	synced   chan struct{}
 	syncOnce sync.Once
@@ -202,25 +212,30 @@ func New(opts Options, conn grpc.ClientConnInterface) (*Cache, error) {
 		opts: opts, kv: storev1.NewKVServiceClient(conn), m: m, logger: opts.Logger,
 		// The watch goes through resumeFilter, which keeps a resumed watch
 		// from delivering the same events twice.
-		wc:    storev1.NewWatchServiceClient(&resumeFilter{ClientConnInterface: conn}),
-		byGVR: map[schema.GroupVersionResource]*Resource{}, byPrefix: map[string]*Resource{},
+		wc:     storev1.NewWatchServiceClient(&resumeFilter{ClientConnInterface: conn}),
+		crds:   map[string]*crdEntry{},
 		synced: make(chan struct{}), revCh: make(chan struct{}),
 	}
 	c.fetch.kv = c.kv
 	for _, gv := range opts.Registry.GroupVersions() {
 		for _, res := range opts.Registry.Resources(gv) {
-			r := newResource(res, newEncoders(opts.Codec, res, nil), &c.opts, m.forResource(res.GVR.Group, res.GVR.Version, res.GVR.Resource))
-			c.byGVR[res.GVR] = r
-			c.byPrefix[res.KeyPrefix("")] = r
-			c.all = append(c.all, r)
+			if res.Custom != nil {
+				continue // the cache follows the CRDs itself (custom.go)
+			}
+			c.builtin = append(c.builtin, newResource(res, newEncoders(opts.Codec, res, nil), &c.opts, m.forResource(res.GVR.Group, res.GVR.Version, res.GVR.Resource)))
 		}
 	}
+	if res, ok := opts.Registry.Lookup(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")); ok {
+		c.crdPrefix = res.KeyPrefix("")
+	}
+	c.set.Store(newResourceSet(c.builtin, nil))
 	return c, nil
 }
 
-// Resource returns the cache of one resource.
+// Resource returns the cache of one resource: a built-in one, or a
+// version of an established CRD the cache has seen in its store watch.
 func (c *Cache) Resource(gvr schema.GroupVersionResource) (*Resource, bool) {
-	r, ok := c.byGVR[gvr]
+	r, ok := c.set.Load().byGVR[gvr]
 	return r, ok
 }
 
@@ -235,20 +250,11 @@ func (c *Cache) Rev() int64 {
 	return c.rev
 }
 
-// resourceFor finds the resource of a store key.
-func (c *Cache) resourceFor(key string) *Resource {
-	res := c.opts.Registry.ForKey(key)
-	if res == nil {
-		return nil
-	}
-	return c.byPrefix[res.KeyPrefix("")]
-}
-
 // setRev publishes rev as the complete revision (it may go back only in a
 // startup list) and advances every resource.
 func (c *Cache) setRev(rev int64) {
 	now := time.Now()
-	for _, r := range c.all {
+	for _, r := range c.set.Load().all {
 		r.advance(rev, now)
 	}
 	c.revMu.Lock()
@@ -342,8 +348,8 @@ func (c *Cache) Run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
-	for _, r := range c.all {
-		r.closeWatchers()
+	for _, r := range c.set.Load().all {
+		r.closeWatchers(ErrClosed)
 	}
 	return nil
 }
@@ -374,47 +380,23 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 			at = cur
 		}
 	}
+	// The CRDs first: the objects of their resources are in the list too.
+	crds, err := c.readCRDs(ctx, at)
+	if err != nil {
+		return err
+	}
+	c.setCRDs(crds)
+	set := c.set.Load()
 	trees := map[*Resource]*tree{}
-	for _, r := range c.all {
+	for _, r := range set.all {
 		trees[r] = btree.NewG(32, lessEvent)
 	}
-	start := []byte(Prefix)
-	end := storeclient.PrefixEnd(Prefix)
-	n := 0
-	page := c.opts.ListPageSize
-	for {
-		// SkipCount: the count of the keys after each page is not needed,
-		// and would make the store walk the rest of the range per page.
-		resp, err := c.kv.Range(ctx, &storev1.RangeRequest{Key: start, RangeEnd: end, Revision: at, Limit: page, Serializable: true, SkipCount: true})
-		if status.Code(err) == codes.ResourceExhausted && page > 1 {
-			// A page of large objects over gRPC's message limit: read
-			// it in smaller pages.
-			page /= 2
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("cache: list at %d: %w", at, err)
-		}
-		for _, kv := range resp.GetKvs() {
-			r := c.resourceFor(string(kv.GetKey()))
-			if r == nil {
-				continue
-			}
-			obj, err := c.newObject(ctx, r, kv)
-			if err != nil {
-				c.logger.Error("skipping undecodable object", "key", string(kv.GetKey()), "err", err)
-				continue
-			}
-			key := string(kv.GetKey())
-			rev := kv.GetModRevision()
-			trees[r].ReplaceOrInsert(&Event{Rev: rev, Key: key, Namespace: r.namespaceOf(key), obj: obj, own: ownEnvelope(obj, rev), enc: r.enc, at: time.Now()})
-			n++
-		}
-		kvs := resp.GetKvs()
-		if !resp.GetMore() || len(kvs) == 0 {
-			break
-		}
-		start = append(append([]byte(nil), kvs[len(kvs)-1].GetKey()...), 0)
+	n, err := c.scan(ctx, Prefix, at, func(kv *storev1.KeyValue) error {
+		c.insert(ctx, set.forKey(string(kv.GetKey())), kv, trees)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for r, t := range trees {
 		r.reset(t, at)
@@ -424,6 +406,19 @@ func (c *Cache) list(ctx context.Context, startup bool) error {
 	c.logger.Info("listed the store", "rev", at, "store_rev", cur, "compacted", compacted, "objects", n, "startup", startup)
 	c.syncTarget(cur)
 	return nil
+}
+
+// insert adds a listed value to the trees of rs, the resources stored
+// under its key (none: it is not served).
+func (c *Cache) insert(ctx context.Context, rs []*Resource, kv *storev1.KeyValue, trees map[*Resource]*tree) {
+	key, rev := string(kv.GetKey()), kv.GetModRevision()
+	objs := c.newObjects(ctx, rs, kv)
+	for i, r := range rs {
+		if objs[i] == nil {
+			continue
+		}
+		trees[r].ReplaceOrInsert(&Event{Rev: rev, Key: key, Namespace: r.namespaceOf(key), obj: objs[i], own: ownEnvelope(objs[i], rev), enc: r.enc, at: time.Now()})
+	}
 }
 
 // syncTarget records the revision at which the cache counts as synced.
@@ -494,34 +489,71 @@ func (c *Cache) follow(ctx context.Context) error {
 		lastEvent = evs[len(evs)-1].GetKv().GetModRevision()
 		complete := max(c.Rev(), lastEvent-1)
 		var spans []trace.Span
+		// flush applies the batches so far; every revision up to done is
+		// complete then.
+		flush := func(done int64) {
+			now := time.Now()
+			for r, chs := range batches {
+				r.applyBatch(chs, done, now)
+				clear(chs)
+				batches[r] = chs[:0]
+			}
+		}
+		set := c.set.Load()
 		for _, ev := range evs {
 			kv := ev.GetKv()
 			key := string(kv.GetKey())
-			r := c.resourceFor(key)
-			if r == nil {
+			rev := kv.GetModRevision()
+			if c.crdPrefix != "" && strings.HasPrefix(key, c.crdPrefix) {
+				// The served custom resources change at this revision:
+				// what came before it goes to the resources as they were.
+				var crd *apiextensionsv1.CustomResourceDefinition
+				if ev.GetType() == storev1.Event_TYPE_PUT {
+					if crd, err = c.decodeCRD(ctx, kv); err != nil {
+						c.logger.Error("skipping an undecodable CustomResourceDefinition", "key", key, "rev", rev, "err", err)
+					}
+				}
+				if ev.GetType() != storev1.Event_TYPE_PUT || crd != nil {
+					done := max(c.Rev(), rev-1)
+					flush(done)
+					if done > c.Rev() {
+						c.setRev(done)
+					}
+					if err := c.applyCRD(ctx, key, crd, rev); err != nil {
+						return err
+					}
+					set = c.set.Load()
+				}
+			}
+			rs := set.forKey(key)
+			if len(rs) == 0 {
 				continue
 			}
 			if tp := ev.GetTraceparent(); tp != "" {
 				if _, span := telemetry.StartRemoteSpan(ctx, c.opts.TracerProvider, tp, telemetry.ScopeWatchFanout, "watchfanout.fanout",
-					trace.WithAttributes(attribute.String("k8s.resource", r.res.GVR.Resource), attribute.Int64("store.revision", kv.GetModRevision()))); span.IsRecording() {
+					trace.WithAttributes(attribute.String("k8s.resource", rs[0].res.GVR.Resource), attribute.Int64("store.revision", rev))); span.IsRecording() {
 					spans = append(spans, span)
 				}
 			}
-			var obj *object
-			if ev.GetType() == storev1.Event_TYPE_PUT {
-				if obj, err = c.newObject(ctx, r, kv); err != nil {
-					c.logger.Error("skipping undecodable object", "key", key, "rev", kv.GetModRevision(), "err", err)
-					continue
-				}
+			put := ev.GetType() == storev1.Event_TYPE_PUT
+			var objs []*object
+			if put {
+				objs = c.newObjects(ctx, rs, kv)
 			}
-			batches[r] = append(batches[r], change{key: key, rev: kv.GetModRevision(), obj: obj})
+			for i, r := range rs {
+				if rev <= r.born {
+					continue // in the state the resource was loaded with
+				}
+				var obj *object // nil: a delete
+				if put {
+					if obj = objs[i]; obj == nil {
+						continue // undecodable for r
+					}
+				}
+				batches[r] = append(batches[r], change{key: key, rev: rev, obj: obj})
+			}
 		}
-		now := time.Now()
-		for r, chs := range batches {
-			r.applyBatch(chs, complete, now)
-			clear(chs)
-			batches[r] = chs[:0]
-		}
+		flush(complete)
 		for _, s := range spans {
 			s.End()
 		}
@@ -533,18 +565,52 @@ func (c *Cache) follow(ctx context.Context) error {
 	}
 }
 
-// newObject is the object of a stored value of r, decrypted once here: a
-// value that does not decrypt is kept as an unreadable object, whose
-// reads fail with the reason (the object is there; the cache cannot show
-// it).
-func (c *Cache) newObject(ctx context.Context, r *Resource, kv *storev1.KeyValue) (*object, error) {
-	value, err := c.Plain(ctx, string(kv.GetKey()), kv.GetValue())
-	if err != nil {
-		c.logger.Error("a stored value does not decrypt", "key", string(kv.GetKey()), "rev", kv.GetModRevision(), "err", err)
-		c.m.undecryptable.Inc()
-		return unreadable(kv.GetModRevision(), err), nil
+// newObjects returns the objects of a stored value for rs, the resources
+// stored under its key (nil when a resource cannot decode it: it is
+// skipped), decrypted once here: a value that does not decrypt is kept
+// as an unreadable object, whose reads fail with the reason (the object
+// is there; the cache cannot show it). The versions of a CRD share one
+// object (stored as JSON, it does not depend on the resource): each
+// decodes it as its own version.
+func (c *Cache) newObjects(ctx context.Context, rs []*Resource, kv *storev1.KeyValue) []*object {
+	out := make([]*object, len(rs))
+	if len(rs) == 0 {
+		return out
 	}
-	return newObject(r.enc, value, kv.GetModRevision(), &c.scratch)
+	key, rev := string(kv.GetKey()), kv.GetModRevision()
+	value, err := c.Plain(ctx, key, kv.GetValue())
+	if err != nil {
+		c.logger.Error("a stored value does not decrypt", "key", key, "rev", rev, "err", err)
+		c.m.undecryptable.Inc()
+		o := unreadable(rev, err)
+		for i := range out {
+			out[i] = o
+		}
+		return out
+	}
+	var spare []byte
+	if len(rs) > 1 {
+		spare = bytes.Clone(value) // newObject may write to value
+	}
+	for i, r := range rs {
+		if i > 0 && out[0] != nil && !out[0].spliceable {
+			if _, err := out[0].decodeRaw(r.enc, rev); err == nil {
+				out[i] = out[0]
+				continue
+			}
+		}
+		v := value
+		if i > 0 {
+			v = bytes.Clone(spare)
+		}
+		o, err := newObject(r.enc, v, rev, &c.scratch)
+		if err != nil {
+			c.logger.Error("skipping undecodable object", "key", key, "rev", rev, "resource", r.res.GVR.String(), "err", err)
+			continue
+		}
+		out[i] = o
+	}
+	return out
 }
 
 // Plain returns the plain value of what the store holds under key
@@ -566,7 +632,7 @@ func (c *Cache) bookmarks(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, r := range c.all {
+			for _, r := range c.set.Load().all {
 				if err := r.bookmark(); err != nil {
 					c.logger.Error("bookmark", "err", err)
 				}

@@ -108,3 +108,14 @@ func (m *resourceMetrics) terminated(err error) {
 		m.reset.Inc()
 	}
 }
+
+// forget deletes the series of a resource no longer served (a custom
+// resource whose CRD was deleted or replaced), so they do not linger at
+// their last values.
+func (m *metrics) forget(gvr schema.GroupVersionResource) {
+	l := prometheus.Labels{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.watchers, m.objects, m.history, m.events, m.sizes, m.received, m.terminated} {
+		v.DeletePartialMatch(l)
+	}
+	m.storage.DeleteLabelValues(gvr.GroupResource().String())
+}

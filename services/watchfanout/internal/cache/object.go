@@ -79,7 +79,7 @@ func newObject(enc *encoders, value []byte, rev int64, scratch *[]byte) (*object
 			o.value, o.po, o.spliceable = withRV, po, true
 		}
 	}
-	if _, err := o.decode(enc, rev); err != nil {
+	if _, err := o.decodeRaw(enc, rev); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -95,8 +95,23 @@ func ownEnvelope(o *object, rev int64) []byte {
 }
 
 // decode returns a new decoded copy of o with resourceVersion rev (a
-// bookmark's shared object, for a bookmark: not to be modified).
+// bookmark's shared object, for a bookmark: not to be modified), as
+// clients see it: a custom resource with its schema's defaults
+// (registry.Resource.DefaultOnRead). Every frame, read and selector
+// decodes through here, and each encoding of an event is made once from
+// one decoded copy, so defaults are applied once per copy, never on top
+// of an encoding.
 func (o *object) decode(enc *encoders, rev int64) (runtime.Object, error) {
+	obj, err := o.decodeRaw(enc, rev)
+	if err != nil || o.fixed != nil {
+		return obj, err
+	}
+	enc.res.DefaultOnRead(obj)
+	return obj, nil
+}
+
+// decodeRaw is decode without the defaults: what is stored.
+func (o *object) decodeRaw(enc *encoders, rev int64) (runtime.Object, error) {
 	if o.fixed != nil {
 		return o.fixed, nil
 	}

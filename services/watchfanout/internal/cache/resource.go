@@ -47,6 +47,12 @@ type Resource struct {
 	enc  *encoders
 	opts *Options
 	m    *resourceMetrics
+	// born is the revision a custom resource made while the cache
+	// followed the store was loaded at (custom.go): its state holds
+	// every event up to it, so the store watch's events at or before it
+	// are not applied again. 0 for the others. Set before the resource
+	// is published, then read by the apply goroutine only.
+	born int64
 
 	// endBookmark is the last initial-events-end bookmark (see Bookmark).
 	endBookmark atomic.Pointer[Event]
@@ -399,14 +405,18 @@ func (r *Resource) Get(key string) (*Event, int64) {
 	return ev, r.mu.rev
 }
 
-// closeWatchers terminates every watcher with ErrClosed.
-func (r *Resource) closeWatchers() {
+// closeWatchers terminates every watcher with err (ErrClosed: the cache
+// stopped; ErrGone: the resource is no longer served), and refuses new
+// ones.
+func (r *Resource) closeWatchers(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.closed = true
-	r.mu.watchers.all(func(w *Watcher) { w.terminate(ErrClosed) })
+	r.mu.watchers.all(func(w *Watcher) { w.terminate(err) })
+	// Sub, not Set(0): a Resource that replaces this one (a CRD changed)
+	// shares the series and may have watchers already.
+	r.m.watchers.Sub(float64(r.mu.watchers.len()))
 	r.mu.watchers = newWatcherSet()
-	r.m.watchers.Set(0)
 }
 
 // Bookmark returns a bookmark event at rev for one watch (it is not

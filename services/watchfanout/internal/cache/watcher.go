@@ -18,6 +18,11 @@ var (
 	ErrReset = errors.New("watchfanout: cache re-listed from the store")
 	// ErrClosed: the cache shut down.
 	ErrClosed = errors.New("watchfanout: cache closed")
+	// ErrGone: the resource is no longer served as it was: its CRD was
+	// deleted, or changed how it is served (custom.go). The watch ends as
+	// kube-apiserver ends the watches of a CRD's old storage; the client
+	// re-watches.
+	ErrGone = errors.New("watchfanout: the resource's CustomResourceDefinition changed")
 )
 
 // Item is one queued delivery: an event and how this watcher sees it.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
@@ -12,6 +13,16 @@ import (
 
 // format maps the requested encoding to a cache format.
 func format(enc watchv1.Encoding, includeObject string) (cache.Format, error) {
+	return formatOf(nil, enc, includeObject)
+}
+
+// formatOf is format for resource r: custom resources are not served in
+// protobuf (406 Not Acceptable), as kube-apiserver serves them.
+func formatOf(r *cache.Resource, enc watchv1.Encoding, includeObject string) (cache.Format, error) {
+	if r != nil && r.Registry().Custom != nil && enc == watchv1.Encoding_ENCODING_PROTOBUF {
+		return 0, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", r.Registry().GVR.GroupResource(), "",
+			"custom resources are not served as protobuf", 0, false)
+	}
 	switch enc {
 	case watchv1.Encoding_ENCODING_UNSPECIFIED, watchv1.Encoding_ENCODING_JSON:
 		return cache.FormatJSON, nil

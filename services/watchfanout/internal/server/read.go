@@ -27,11 +27,11 @@ import (
 //	"0"                    Any: the cache as it is
 //	N                      NotOlderThan N: wait, then 504 ResourceVersionTooLarge
 func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-	r, err := s.resolve(req.GetResource())
+	r, err := s.resolve(ctx, req.GetResource())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -40,6 +40,9 @@ func (s *Server) Get(ctx context.Context, req *watchv1.GetRequest) (*watchv1.Get
 		return nil, toGRPC(err)
 	}
 	if err := s.waitRead(ctx, rd); err != nil {
+		return nil, toGRPC(err)
+	}
+	if r, err = s.current(r); err != nil {
 		return nil, toGRPC(err)
 	}
 	ns := req.GetNamespace()
@@ -124,11 +127,11 @@ type listed struct {
 
 // read reads the page a list request asks for, with its metadata.
 func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, error) {
-	r, err := s.resolve(req.GetResource())
+	r, err := s.resolve(ctx, req.GetResource())
 	if err != nil {
 		return nil, err
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +173,10 @@ func (s *Server) read(ctx context.Context, req *watchv1.ListRequest) (*listed, e
 		if err := s.waitRead(ctx, rd); err != nil {
 			return nil, err
 		}
+		if r, err = s.current(r); err != nil {
+			return nil, err
+		}
+		res = r.Registry()
 		snap = r.Snapshot(ns)
 	}
 

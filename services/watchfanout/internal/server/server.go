@@ -111,18 +111,45 @@ func New(cfg Config) (*Server, error) {
 
 // resolve finds the cache of a resource; 404 when it is not served, 503
 // before the cache has synced.
-func (s *Server) resolve(ref *watchv1.Resource) (*cache.Resource, error) {
+//
+// A resource the cache does not serve may be a custom resource whose CRD
+// the caller (a gateway, following the CRDs on its own) saw established
+// a moment before this replica's store watch did: resolve then waits,
+// once, for the cache to reach the store's current revision (as a
+// consistent read does) and looks again, so a CRD established before the
+// request is served, never answered 404.
+func (s *Server) resolve(ctx context.Context, ref *watchv1.Resource) (*cache.Resource, error) {
 	gvr := schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
-	r, ok := s.cfg.Cache.Resource(gvr)
-	if !ok {
-		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
-	}
 	select {
 	case <-s.cfg.Cache.Synced():
 	default:
+		if _, ok := s.cfg.Cache.Resource(gvr); !ok {
+			return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+		}
 		return nil, notSynced()
 	}
+	r, ok := s.cfg.Cache.Resource(gvr)
+	if !ok {
+		if _, err := s.waitConsistent(ctx); err != nil {
+			return nil, err
+		}
+		if r, ok = s.cfg.Cache.Resource(gvr); !ok {
+			return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+		}
+	}
 	return r, nil
+}
+
+// current returns the resource of r's GVR the cache serves now: after a
+// wait for a revision, r may have been replaced (its CRD changed at a
+// revision the wait covers) or dropped (404).
+func (s *Server) current(r *cache.Resource) (*cache.Resource, error) {
+	gvr := r.Registry().GVR
+	cur, ok := s.cfg.Cache.Resource(gvr)
+	if !ok {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+	}
+	return cur, nil
 }
 
 // filter parses selectors. Without any it is the resource's shared

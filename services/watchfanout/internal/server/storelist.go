@@ -71,6 +71,7 @@ func (s *Server) listStore(ctx context.Context, r *cache.Resource, prefix, start
 			if err := s.cfg.Codec.DecodeStorage(value, kv.GetModRevision(), obj); err != nil {
 				return p, apierrors.NewInternalError(err)
 			}
+			r.Registry().DefaultOnRead(obj)
 			if flt.Matches(obj) {
 				p.items = append(p.items, obj)
 			}

@@ -206,12 +206,12 @@ func (w *watch) stop(reason int32) {
 func (w *watch) start() {
 	s, req := w.m.s, w.req
 	w.req = nil // the watch outlives its request by minutes
-	r, err := s.resolve(req.GetResource())
+	r, err := s.resolve(w.m.ctx, req.GetResource())
 	if err != nil {
 		w.finish(err)
 		return
 	}
-	f, err := format(req.GetEncoding(), req.GetIncludeObject())
+	f, err := formatOf(r, req.GetEncoding(), req.GetIncludeObject())
 	if err != nil {
 		w.finish(err)
 		return
@@ -616,8 +616,9 @@ func (w *watch) last(err error) error {
 	switch reason := w.stopped.Load(); {
 	case reason == stopGone || w.m.ctx.Err() != nil:
 		return nil
-	case reason == stopTimeout, err == nil, errors.Is(err, cache.ErrClosed):
-		// Timeout or shutdown: the stream ends; the client re-watches.
+	case reason == stopTimeout, err == nil, errors.Is(err, cache.ErrClosed), errors.Is(err, cache.ErrGone):
+		// Timeout, shutdown, or a CRD changed: the stream ends; the
+		// client re-watches.
 		return w.b.flush()
 	}
 	st := watchError(err)
