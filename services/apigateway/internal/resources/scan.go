@@ -7,7 +7,6 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -37,9 +36,9 @@ type scanResult struct {
 func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
 	return scanKVs(ctx, filter.Empty(), first, minRV, limit, pageSize, read, func(kv storage.KV) (bool, error) {
-		obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
+		obj, err := s.decodeRead(ctx, res, kv.Value, kv.ModRevision)
 		if err != nil {
-			return false, apierrors.NewInternalError(err)
+			return false, err
 		}
 		if !filter.Matches(obj) {
 			return false, nil
