@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,32 +20,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
-
-// sizeReplicas converts between v1 (spec.size, a string) and v2
-// (spec.replicas, an integer).
-func sizeReplicas(obj map[string]any, apiVersion string) error {
-	spec, _ := obj["spec"].(map[string]any)
-	if spec == nil {
-		return nil
-	}
-	switch {
-	case strings.HasSuffix(apiVersion, "/v2"):
-		if s, ok := spec["size"].(string); ok {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				return fmt.Errorf("size %q is not a number", s)
-			}
-			delete(spec, "size")
-			spec["replicas"] = n
-		}
-	case strings.HasSuffix(apiVersion, "/v1"):
-		if n, ok := spec["replicas"].(float64); ok {
-			delete(spec, "replicas")
-			spec["size"] = strconv.Itoa(int(n))
-		}
-	}
-	return nil
-}
 
 func crd(url string, ca []byte) *apiextensionsv1.CustomResourceDefinition {
 	c := &apiextensionsv1.CustomResourceDefinition{}
@@ -82,7 +55,7 @@ func TestWebhookConvertsInOneReview(t *testing.T) {
 	var calls atomic.Int32
 	srv := webhooktest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		crdconverttest.Handler(sizeReplicas).ServeHTTP(w, r)
+		crdconverttest.Handler(crdconverttest.SizeReplicas).ServeHTTP(w, r)
 	}))
 	conv := crdconvert.New(webhook.New(webhook.Options{}), 0)
 	objs := []*unstructured.Unstructured{
@@ -111,7 +84,7 @@ func TestWebhookErrors(t *testing.T) {
 	tamper := func(f func(rev map[string]any)) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rec := httptest.NewRecorder()
-			crdconverttest.Handler(sizeReplicas).ServeHTTP(rec, r)
+			crdconverttest.Handler(crdconverttest.SizeReplicas).ServeHTTP(rec, r)
 			rev := map[string]any{}
 			_ = json.Unmarshal(rec.Body.Bytes(), &rev)
 			f(rev)
@@ -162,7 +135,7 @@ func TestWebhookMetadataRestored(t *testing.T) {
 		md["resourceVersion"] = "999"
 		md["labels"] = map[string]any{"app": "w", "converted": "yes"}
 		md["annotations"] = map[string]any{"note": "x"}
-		return sizeReplicas(obj, v)
+		return crdconverttest.SizeReplicas(obj, v)
 	}))
 	o := widget("v1", "a", map[string]any{"size": "3"})
 	if err := crdconvert.New(webhook.New(webhook.Options{}), 0).Convert(context.Background(), crd(srv.URL, srv.CABundle), []*unstructured.Unstructured{o}, "v2"); err != nil {

@@ -5,7 +5,10 @@ package crdconverttest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,4 +51,30 @@ func Handler(convert ConvertFunc) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// SizeReplicas is a ConvertFunc between two shapes of a kind: at v1
+// spec.size is a string ("3"), at v2 spec.replicas an integer (3).
+func SizeReplicas(obj map[string]any, apiVersion string) error {
+	spec, _ := obj["spec"].(map[string]any)
+	if spec == nil {
+		return nil
+	}
+	switch {
+	case strings.HasSuffix(apiVersion, "/v2"):
+		if s, ok := spec["size"].(string); ok {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return fmt.Errorf("size %q is not a number", s)
+			}
+			delete(spec, "size")
+			spec["replicas"] = n
+		}
+	case strings.HasSuffix(apiVersion, "/v1"):
+		if n, ok := spec["replicas"].(float64); ok {
+			delete(spec, "replicas")
+			spec["size"] = strconv.Itoa(int(n))
+		}
+	}
+	return nil
 }
