@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/crdconvert/crdconverttest"
 	"github.com/meridian-cp/meridian/lib/kube/webhook/webhooktest"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -75,9 +79,15 @@ spec:
 func TestCRDConversionWebhook(t *testing.T) {
 	requireKubectl(t)
 	var refuse atomic.Bool
-	var calls atomic.Int32
+	var calls, largest atomic.Int32
 	srv := webhooktest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		var rev apiextensionsv1.ConversionReview
+		if json.Unmarshal(body, &rev) == nil && rev.Request != nil && int32(len(rev.Request.Objects)) > largest.Load() {
+			largest.Store(int32(len(rev.Request.Objects)))
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		crdconverttest.Handler(func(obj map[string]any, v string) error {
 			if refuse.Load() {
 				return errors.New("gizmos are not convertible today")
@@ -108,6 +118,9 @@ func TestCRDConversionWebhook(t *testing.T) {
 	}
 	if got := cp.kubectl("-n", "conv", "get", "gizmos.v2.example.com", "-o", "jsonpath={range .items[*]}{.apiVersion}:{.metadata.name}={.spec.replicas} {end}"); got != "example.com/v2:a=3 example.com/v2:b=5 " {
 		t.Errorf("list at v2: %q", got)
+	}
+	if n := largest.Load(); n < 2 {
+		t.Errorf("the list at v2 was converted in reviews of %d object(s), want one review of both", n)
 	}
 
 	// A watch at v2 sees a change written at v1 in v2's shape.

@@ -54,17 +54,26 @@ func (s *Server) decodeStored(ctx context.Context, res *registry.Resource, value
 		}
 		return obj, nil
 	}
-	// Decoded into an object without apiVersion, the stored one is kept:
-	// the version to convert from.
+	u, err := s.decodeAsStored(res, value, modRevision)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.convertObjects(ctx, res, []*unstructured.Unstructured{u}, res.Custom.Version); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// decodeAsStored decodes a stored custom resource of res at the version
+// it is stored at: decoded into an object without apiVersion, the stored
+// one is kept (the version to convert from).
+func (s *Server) decodeAsStored(res *registry.Resource, value []byte, modRevision int64) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := s.cfg.Codec.DecodeStorage(value, modRevision, u); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	if u.GetAPIVersion() == "" {
 		u.SetGroupVersionKind(res.GVK())
-	}
-	if err := s.convertObjects(ctx, res, []*unstructured.Unstructured{u}, res.Custom.Version); err != nil {
-		return nil, err
 	}
 	return u, nil
 }
