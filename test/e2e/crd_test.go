@@ -147,6 +147,12 @@ spec:
 	if got := cp.kubectl("-n", "demo", "get", "widget", "small", "-o", "jsonpath={.spec.replicas} {.metadata.generation}"); got != "5 2" {
 		t.Errorf("after scale: replicas generation = %q, want \"5 2\"", got)
 	}
+	// The write through /scale is recorded as kubectl's (its user agent:
+	// kubectl scale sends no fieldManager), owning spec.replicas, in an
+	// entry of its own (subresource scale).
+	if got := cp.kubectl("-n", "demo", "get", "widget", "small", "--show-managed-fields", "-o", `jsonpath={range .metadata.managedFields[?(@.subresource=="scale")]}{.manager} {.operation} {.fieldsV1}{end}`); got != `kubectl Update {"f:spec":{"f:replicas":{}}}` {
+		t.Errorf("managedFields of the scale write: %q", got)
+	}
 	cp.kubectl("-n", "demo", "patch", "widget", "small", "--subresource=status", "--type=merge", "-p", `{"status":{"replicas":5},"spec":{"size":"XL"}}`)
 	if got := cp.kubectl("-n", "demo", "get", "widget", "small", "-o", "jsonpath={.status.replicas} {.spec.size} {.metadata.generation}"); got != "5 S 2" {
 		t.Errorf("after a status patch: %q, want \"5 S 2\"", got)

@@ -73,23 +73,14 @@ func (crdStrategy) PrepareForSubresourceUpdate(sub string, obj, old runtime.Obje
 }
 
 // Validate checks a new CRD as kube-apiserver does (crdschema: names,
-// versions, the structural schema, CEL rules and their cost), and that it
-// asks for nothing meridian does not serve (conversion webhooks).
+// versions, the structural schema, CEL rules and their cost, the
+// conversion strategy and its webhook's client config).
 func (crdStrategy) Validate(obj runtime.Object) field.ErrorList {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-	return append(crdschema.ValidateDefinition(context.Background(), crd, nil), unsupported(crd)...)
+	return crdschema.ValidateDefinition(context.Background(), crd, nil)
 }
 
 func (crdStrategy) ValidateUpdate(obj, old runtime.Object) field.ErrorList {
 	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
-	return append(crdschema.ValidateDefinition(context.Background(), crd, oldCRD), unsupported(crd)...)
-}
-
-// unsupported reports what crd asks for that meridian does not serve:
-// conversion webhooks.
-func unsupported(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
-	if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter {
-		return field.ErrorList{field.NotSupported(field.NewPath("spec", "conversion", "strategy"), c.Strategy, []string{string(apiextensionsv1.NoneConverter)})}
-	}
-	return nil
+	return crdschema.ValidateDefinition(context.Background(), crd, oldCRD)
 }

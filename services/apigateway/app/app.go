@@ -10,6 +10,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/meridian-cp/meridian/lib/kube/crdconvert"
+	"github.com/meridian-cp/meridian/lib/kube/webhook"
 	"log/slog"
 	"net"
 	"net/http"
@@ -279,6 +281,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	rsCfg := resources.Config{
 		Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Admission: svc.admission, Watchfanout: svc.watchfanout,
+		// CRD conversion webhooks, each call bounded by kube-apiserver's
+		// 30 s webhook timeout.
+		Converter: crdconvert.New(webhook.New(webhook.Options{}), 0),
 	}
 	if rbac != nil {
 		rsCfg.WriteGuard = rbac

@@ -43,18 +43,23 @@ func WithUserAgent(ctx context.Context, userAgent string) context.Context {
 	return context.WithValue(ctx, userAgentKey{}, userAgent)
 }
 
-// StatusSubresource is the only subresource whose writes are tracked apart
-// from the main resource.
-const StatusSubresource = "status"
+// StatusSubresource and ScaleSubresource are the subresources whose
+// writes are tracked apart from the main resource (scale for custom
+// resources: their entry owns the replicas path, as kube-apiserver
+// records a write through a custom resource's /scale).
+const (
+	StatusSubresource = "status"
+	ScaleSubresource  = "scale"
+)
 
 // Kind holds the field managers of one kind: one for the main resource
 // and one for the status subresource where the kind serves it. It is
 // immutable and safe for concurrent use.
 type Kind struct {
 	res *registry.Resource
-	// main and status are the managers; status is nil without a status
-	// subresource.
-	main, status *managedfields.FieldManager
+	// main, status and scale are the managers; status and scale are nil
+	// without that subresource (scale: for custom resources only).
+	main, status, scale *managedfields.FieldManager
 	// deduced: the kind's schema did not convert, so every list is atomic.
 	deduced bool
 }
@@ -130,6 +135,11 @@ func newKind(res *registry.Resource) (*Kind, error) {
 			return nil, fmt.Errorf("fieldmanager: %s/status: %w", res.GVR, err)
 		}
 	}
+	if res.Custom != nil && res.HasSubresource(ScaleSubresource) {
+		if k.scale, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), ScaleSubresource, resetFields(res, ScaleSubresource)); err != nil {
+			return nil, fmt.Errorf("fieldmanager: %s/scale: %w", res.GVR, err)
+		}
+	}
 	return k, nil
 }
 
@@ -173,13 +183,16 @@ func resetFields(res *registry.Resource, sub string) map[fieldpath.APIVersion]fi
 }
 
 // manager returns the field manager of a write through subresource sub
-// ("" or "status"); nil for other subresources, which are not tracked.
+// ("", "status" or "scale"); nil for other subresources, which are not
+// tracked.
 func (k *Kind) manager(sub string) *managedfields.FieldManager {
 	switch sub {
 	case "":
 		return k.main
 	case StatusSubresource:
 		return k.status
+	case ScaleSubresource:
+		return k.scale
 	}
 	return nil
 }

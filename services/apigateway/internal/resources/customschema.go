@@ -61,11 +61,12 @@ func (s *Server) admitSchema(ctx context.Context, res *registry.Resource, obj, o
 	return nil
 }
 
-// decodeRead decodes a stored value of res read at modRevision, with the
-// schema's defaults applied to a custom resource.
-func (s *Server) decodeRead(res *registry.Resource, value []byte, modRevision int64) (runtime.Object, error) {
-	obj := res.New()
-	if err := s.cfg.Codec.DecodeStorage(value, modRevision, obj); err != nil {
+// decodeRead decodes a stored value of res read at modRevision, converted
+// to res's version (conversion.go), with the schema's defaults applied to
+// a custom resource.
+func (s *Server) decodeRead(ctx context.Context, res *registry.Resource, value []byte, modRevision int64) (runtime.Object, error) {
+	obj, err := s.decodeStored(ctx, res, value, modRevision)
+	if err != nil {
 		return nil, err
 	}
 	res.DefaultOnRead(obj)

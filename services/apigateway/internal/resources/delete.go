@@ -111,9 +111,9 @@ func (s *Server) deleteOne(ctx context.Context, d deleteRequest) (runtime.Object
 				}
 				return marked, nil
 			}
-			data, err := s.cfg.Codec.EncodeStorage(marked)
+			data, err := s.encodeStored(ctx, res, marked)
 			if err != nil {
-				return nil, apierrors.NewInternalError(err)
+				return nil, err
 			}
 			rev, err := s.cfg.Store.Update(ctx, res.Key(ref.GetNamespace(), ref.GetName()), data, modRev, 0)
 			if errors.Is(err, storage.ErrConflict) && !hasRVPrecondition(d.opts) {
@@ -245,9 +245,9 @@ func (s *Server) deleteCollection(ctx context.Context, req *apiv1.DeleteCollecti
 	}
 	var deleted []runtime.Object
 	for _, kv := range page.KVs {
-		obj := res.New()
-		if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-			return nil, apierrors.NewInternalError(err)
+		obj, err := s.decodeStored(ctx, res, kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, err
 		}
 		if !filter.Matches(obj) {
 			continue

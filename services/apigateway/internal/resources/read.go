@@ -70,9 +70,9 @@ func (s *Server) get(ctx context.Context, res *registry.Resource, ns, name strin
 	if err != nil {
 		return nil, 0, storageError(err, res, ns, name)
 	}
-	obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
+	obj, err := s.decodeRead(ctx, res, kv.Value, kv.ModRevision)
 	if err != nil {
-		return nil, 0, apierrors.NewInternalError(err)
+		return nil, 0, err
 	}
 	return obj, rev, nil
 }

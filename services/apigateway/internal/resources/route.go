@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/crdconvert"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
@@ -181,8 +182,13 @@ func resumeRequest(req *apiv1.WatchRequest, rv string) *apiv1.WatchRequest {
 // that lags. Custom resources reach the client with their schema's
 // defaults applied once, where the stored object is decoded: by
 // watchfanout for what it serves (its frames are relayed untouched), by
-// decodeRead for what the store serves.
-func (s *Server) fromCache(*registry.Resource) bool {
+// decodeRead for what the store serves. A version that a conversion
+// webhook converts to is served from the store (conversion.go): the tier
+// holds objects as stored and converts by strategy None only.
+func (s *Server) fromCache(res *registry.Resource) bool {
+	if needsConversion(res) && crdconvert.NeedsWebhook(res.Custom.CRD) {
+		return false
+	}
 	return s.cfg.Watchfanout != nil
 }
 

@@ -96,8 +96,9 @@ func (s *Server) getScale(ctx context.Context, res *registry.Resource, ref *apiv
 
 // writeScale updates the replicas of the object ref names to what
 // newScale makes of its current Scale, and returns the Scale stored.
-// precondition is the resourceVersion the client's Scale carries.
-func (s *Server) writeScale(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, precondition string, dryRun bool, newScale func(cur *autoscalingv1.Scale) (*autoscalingv1.Scale, error)) (runtime.Object, error) {
+// precondition is the resourceVersion the client's Scale carries; the
+// write is recorded in managedFields as fieldManager's through /scale.
+func (s *Server) writeScale(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, precondition, fieldManager string, dryRun bool, newScale func(cur *autoscalingv1.Scale) (*autoscalingv1.Scale, error)) (runtime.Object, error) {
 	obj, err := s.updateLoop(ctx, res, mainRef(ref), precondition, dryRun, func(old runtime.Object) (runtime.Object, error) {
 		cur, err := scaleOf(res, old)
 		if err != nil {
@@ -116,7 +117,7 @@ func (s *Server) writeScale(ctx context.Context, res *registry.Resource, ref *ap
 			return nil, apierrors.NewBadRequest(err.Error())
 		}
 		u.SetResourceVersion("")
-		return u, nil
+		return s.trackUpdate(ctx, res, ref, old, u, fieldManager), nil
 	})
 	if err != nil {
 		return nil, err
@@ -137,14 +138,20 @@ func (s *Server) updateScale(ctx context.Context, res *registry.Resource, req *a
 	if sc.Name != req.GetRef().GetName() {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", sc.Name, req.GetRef().GetName()))
 	}
-	return s.writeScale(ctx, res, req.GetRef(), sc.ResourceVersion, dryRun, func(*autoscalingv1.Scale) (*autoscalingv1.Scale, error) { return sc, nil })
+	if err := validateManager(req.GetFieldManager()); err != nil {
+		return nil, err
+	}
+	return s.writeScale(ctx, res, req.GetRef(), sc.ResourceVersion, req.GetFieldManager(), dryRun, func(*autoscalingv1.Scale) (*autoscalingv1.Scale, error) { return sc, nil })
 }
 
 // patchScale serves a patch of the scale subresource: the patch applies
 // to the Scale, as kubectl scale sends it.
 func (s *Server) patchScale(ctx context.Context, res *registry.Resource, req *apiv1.PatchRequest, dryRun bool) (runtime.Object, error) {
 	mediaType, data := req.GetBody().GetContentType(), req.GetBody().GetData()
-	return s.writeScale(ctx, res, req.GetRef(), "", dryRun, func(cur *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
+	if err := validateManager(req.GetFieldManager()); err != nil {
+		return nil, err
+	}
+	return s.writeScale(ctx, res, req.GetRef(), "", req.GetFieldManager(), dryRun, func(cur *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
 		curJSON, err := json.Marshal(cur)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)

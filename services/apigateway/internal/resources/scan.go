@@ -2,12 +2,14 @@ package resources
 
 import (
 	"context"
+	"sync"
 
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
+	"github.com/meridian-cp/meridian/lib/kube/crdconvert"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/selection"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -36,10 +38,18 @@ type scanResult struct {
 // and the initial state of watches all read collections this way.
 func (s *Server) scan(ctx context.Context, res *registry.Resource, filter *selection.Filter, first storage.ListOptions, minRV, limit, pageSize int64,
 	read func(context.Context, storage.ListOptions) (storage.ListResult, error), yield func(runtime.Object) error) (scanResult, error) {
+	var pages *convertedPages
+	if needsConversion(res) && crdconvert.NeedsWebhook(res.Custom.CRD) {
+		pages = &convertedPages{objs: map[string]runtime.Object{}}
+		read = s.convertingRead(res, read, pages)
+	}
 	return scanKVs(ctx, filter.Empty(), first, minRV, limit, pageSize, read, func(kv storage.KV) (bool, error) {
-		obj, err := s.decodeRead(res, kv.Value, kv.ModRevision)
-		if err != nil {
-			return false, apierrors.NewInternalError(err)
+		obj, ok := pages.take(kv.Key)
+		if !ok {
+			var err error
+			if obj, err = s.decodeRead(ctx, res, kv.Value, kv.ModRevision); err != nil {
+				return false, err
+			}
 		}
 		if !filter.Matches(obj) {
 			return false, nil
@@ -173,4 +183,54 @@ func readPage(ctx context.Context, read func(context.Context, storage.ListOption
 		ch <- pageRead{page, err}
 	}()
 	return ch
+}
+
+// convertedPages holds the objects of the pages a scan read, converted
+// by convertingRead, until the scan takes them; a page read ahead is
+// filled while the current one is taken, so it is locked.
+type convertedPages struct {
+	mu   sync.Mutex
+	objs map[string]runtime.Object
+}
+
+// take removes and returns the converted object of key; false when there
+// is none (or p is nil).
+func (p *convertedPages) take(key string) (runtime.Object, bool) {
+	if p == nil {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	obj, ok := p.objs[key]
+	delete(p.objs, key)
+	return obj, ok
+}
+
+// convertingRead wraps a scan's page read so that the objects of each
+// page are decoded and converted to res's version in one conversion
+// webhook call, as kube-apiserver converts a list, instead of one call
+// per object; a failed conversion fails the read (a 500).
+func (s *Server) convertingRead(res *registry.Resource, read func(context.Context, storage.ListOptions) (storage.ListResult, error), pages *convertedPages) func(context.Context, storage.ListOptions) (storage.ListResult, error) {
+	return func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
+		page, err := read(ctx, o)
+		if err != nil {
+			return page, err
+		}
+		objs := make([]*unstructured.Unstructured, len(page.KVs))
+		for i, kv := range page.KVs {
+			if objs[i], err = s.decodeAsStored(res, kv.Value, kv.ModRevision); err != nil {
+				return page, err
+			}
+		}
+		if err := s.convertObjects(ctx, res, objs, res.Custom.Version); err != nil {
+			return page, err
+		}
+		pages.mu.Lock()
+		defer pages.mu.Unlock()
+		for i, kv := range page.KVs {
+			res.DefaultOnRead(objs[i])
+			pages.objs[kv.Key] = objs[i]
+		}
+		return page, nil
+	}
 }

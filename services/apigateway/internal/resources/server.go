@@ -18,6 +18,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
+	"github.com/meridian-cp/meridian/lib/kube/crdconvert"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
@@ -58,6 +59,10 @@ type Config struct {
 	WriteGuard WriteGuard
 	// Quota charges creates against ResourceQuotas; nil charges nothing.
 	Quota Quota
+	// Converter converts custom resources between their CRD's versions
+	// (conversion.go); nil converts strategy None only, and a webhook
+	// CRD's objects fail to convert with a 500.
+	Converter *crdconvert.Converter
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.

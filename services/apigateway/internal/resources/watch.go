@@ -226,7 +226,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 			}
 		}
 		for _, ev := range batch.Events {
-			f, err := w.eventFrame(ev)
+			f, err := w.eventFrame(ctx, ev)
 			if err != nil {
 				return err
 			}
@@ -247,7 +247,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 // as kube-apiserver reports it (the client saw that state last, and its
 // new one is not the watch's to show). The watch's key range holds its
 // namespace only.
-func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
+func (w *watchState) eventFrame(ctx context.Context, ev storage.Event) ([]byte, error) {
 	if ev.Err != nil {
 		// A state of the object does not decrypt: the watch cannot say
 		// what changed, and ends with the reason, as kube-apiserver's.
@@ -256,15 +256,15 @@ func (w *watchState) eventFrame(ev storage.Event) ([]byte, error) {
 	var cur, prev runtime.Object
 	if ev.Type == storage.Put {
 		var err error
-		if cur, err = w.server.decodeRead(w.res, ev.KV.Value, ev.KV.ModRevision); err != nil {
-			return nil, apierrors.NewInternalError(err)
+		if cur, err = w.server.decodeRead(ctx, w.res, ev.KV.Value, ev.KV.ModRevision); err != nil {
+			return nil, err
 		}
 	}
 	if len(ev.PrevKV.Value) > 0 {
-		prev = w.res.New()
 		// A deleted object is reported at the revision of its deletion.
-		if err := w.server.cfg.Codec.DecodeStorage(ev.PrevKV.Value, ev.KV.ModRevision, prev); err != nil {
-			return nil, apierrors.NewInternalError(err)
+		var err error
+		if prev, err = w.server.decodeStored(ctx, w.res, ev.PrevKV.Value, ev.KV.ModRevision); err != nil {
+			return nil, err
 		}
 	}
 	curMatch := cur != nil && w.filter.Matches(cur)

@@ -191,9 +191,9 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 		if dryRun {
 			return obj, nil
 		}
-		data, err := s.cfg.Codec.EncodeStorage(obj)
+		data, err := s.encodeStored(ctx, res, obj)
 		if err != nil {
-			return nil, apierrors.NewInternalError(err)
+			return nil, err
 		}
 		lease, err := s.leaseFor(ctx, res)
 		if err != nil {
@@ -303,8 +303,7 @@ func (s *Server) updateLoop(ctx context.Context, res *registry.Resource, ref *ap
 		speculative, stale := false, false
 		if hinted {
 			hinted = false
-			o := res.New()
-			if s.cfg.Codec.DecodeStorage(hint.Value, hint.ModRevision, o) == nil {
+			if o, err := s.decodeStored(ctx, res, hint.Value, hint.ModRevision); err == nil {
 				old, stored, speculative = o, hint.Value, true
 			}
 		}
@@ -354,9 +353,9 @@ func (s *Server) readStored(ctx context.Context, res *registry.Resource, ns, nam
 	if err != nil {
 		return nil, nil, false, storageError(err, res, ns, name)
 	}
-	obj := res.New()
-	if err := s.cfg.Codec.DecodeStorage(kv.Value, kv.ModRevision, obj); err != nil {
-		return nil, nil, false, apierrors.NewInternalError(err)
+	obj, err := s.decodeStored(ctx, res, kv.Value, kv.ModRevision)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	return obj, kv.Value, kv.Stale, nil
 }
@@ -394,9 +393,9 @@ func (s *Server) updateFrom(ctx context.Context, res *registry.Resource, ref *ap
 		}
 		return obj, false, err
 	}
-	data, err := s.cfg.Codec.EncodeStorage(obj)
+	data, err := s.encodeStored(ctx, res, obj)
 	if err != nil {
-		return nil, false, apierrors.NewInternalError(err)
+		return nil, false, err
 	}
 	if bytes.Equal(data, cur.stored) && !cur.stale {
 		if !cur.read {
