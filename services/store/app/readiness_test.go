@@ -63,19 +63,22 @@ func (l *slowLink) accept() {
 	}
 }
 
-// throttled copies src to dst in chunks of at most 4 KiB, pausing after
-// each so that the average stays at the rate.
+// throttled copies src to dst, pausing so that the bytes sent never run
+// ahead of the rate since the connection opened (a pause that oversleeps
+// on a loaded machine is made up for, not added up).
 func (l *slowLink) throttled(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 4<<10)
+	began, sent := time.Now(), 0
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
-			time.Sleep(time.Duration(n) * time.Second / time.Duration(l.rate))
+			sent += n
+			time.Sleep(time.Until(began.Add(time.Duration(sent) * time.Second / time.Duration(l.rate))))
 		}
 		if err != nil {
 			return
@@ -195,7 +198,17 @@ func TestMemberNotReadyUntilCaughtUp(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := w; i < n; i += 8 {
-					if _, err := putVia(ctx, cc, fmt.Sprintf("%s-%d", prefix, i), value); err != nil {
+					// A put is retried when an election interrupts it
+					// (a loaded machine): writing the same value twice
+					// is harmless here.
+					var err error
+					for attempt := 0; attempt < 20; attempt++ {
+						if _, err = putVia(ctx, cc, fmt.Sprintf("%s-%d", prefix, i), value); err == nil {
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+					if err != nil {
 						errs <- err
 						return
 					}
@@ -208,15 +221,15 @@ func TestMemberNotReadyUntilCaughtUp(t *testing.T) {
 			t.Fatalf("backlog: %v", err)
 		}
 	}
-	backlog("before-join", 160)
+	backlog("before-join", 240)
 
 	const maxLag = 16
 	addrs := daemontest.FreeAddrs(t, 2)
 	joiner := nodes[0].cfg
 	joiner.ID, joiner.DataDir, joiner.PeerAddress, joiner.ClientAddress = "s3", t.TempDir(), addrs[0], addrs[1]
 	joiner.InitialCluster, joiner.Join, joiner.ReadyMaxLag = nil, endpoints(nodes), maxLag
-	// 512 KiB/s: the 1.3 MiB backlog takes over two seconds to arrive.
-	link := newSlowLink(t, joiner.PeerAddress, 512<<10)
+	// 1 MiB/s: the 1.9 MiB backlog takes about two seconds to arrive.
+	link := newSlowLink(t, joiner.PeerAddress, 1<<20)
 	joiner.PeerAdvertise = link.addr()
 
 	nd := startNodes(t, joiner)[0]
@@ -226,7 +239,7 @@ func TestMemberNotReadyUntilCaughtUp(t *testing.T) {
 
 	// Restarted after missing writes: in the configuration from the start.
 	nd.stop()
-	backlog("while-down", 160)
+	backlog("while-down", 240)
 	nd = startNodes(t, joiner)[0]
 	t.Cleanup(nd.stop)
 	leader, _ = awaitLeader(t, nodes)
