@@ -254,6 +254,9 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "apigateway.service.type=Ingress"}, "at '/apigateway/service/type': value must be one of 'ClusterIP', 'LoadBalancer', 'NodePort'"},
 		{[]string{"--set", "store.nonVoters[0].name=EU,store.nonVoters[0].replicas=1"}, "at '/store/nonVoters/0/name'"},
 		{[]string{"--set", "store.compactionRetention=five"}, "at '/store/compactionRetention'"},
+		{[]string{"--set", "regions[0].name=eu"}, "at '/regions/0': missing property 'nodeLabelValue'"},
+		{[]string{"--set", "regions[0].name=EU,regions[0].nodeLabelValue=eu-west-1"}, "at '/regions/0/name'"},
+		{[]string{"--set", "regions[0].name=eu,regions[0].nodeLabelValue=eu-west-1,regions[0].storeGroups[0]=mars"}, `region "eu" names store group "mars", which is neither "voters" nor a store.nonVoters name`},
 	} {
 		out, err := render(t, c.args...)
 		if err == nil {

@@ -25,6 +25,11 @@ type pod struct {
 	spec     *corev1.PodSpec
 	// claims are the StatefulSet's volumeClaimTemplates' names.
 	claims []string
+	// owner is the StatefulSet or Deployment, ordinal the pod's index in
+	// it; deployment tells which.
+	owner      string
+	ordinal    int
+	deployment bool
 }
 
 // runChartOnDocker renders the chart (3 voters and a non-voter, 2
@@ -40,16 +45,12 @@ type pod struct {
 // with an operator certificate issued from the chart's internal CA as
 // docs/deploy.md says, lists the 3 voters and the non-voter that joined
 // and saves a snapshot; and a ValidatingAdmissionPolicy denies through
-// every gateway (admitInChart).
-func runChartOnDocker(t *testing.T, version string) {
+// every gateway (admitInChart). With upgradeTo (a second image tag), the
+// fault test gives way to upgradeRoll: `helm upgrade` to that tag and
+// back, under the workload.
+func runChartOnDocker(t *testing.T, version, upgradeTo string) {
 	const ns = "mrd"
-	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
-		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi,"+
-		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := decodeAll(t, out)
+	objs := renderTopology(t, version)
 	b := make([]byte, 1)
 	rand.Read(b)
 	subnet := fmt.Sprintf("172.31.%d", 100+int(b[0])%100)
@@ -61,45 +62,15 @@ func runChartOnDocker(t *testing.T, version string) {
 	if out, err := docker("network", "create", "--label", topologyLabel+"="+network, "--subnet", subnet+".0/24", network); err != nil {
 		t.Fatalf("docker network create: %v: %s", err, out)
 	}
-	var containers []string
 	t.Cleanup(func() {
 		if *topologyKeep != "" && !t.Failed() {
 			return
 		}
-		for _, c := range containers {
-			if t.Failed() {
-				logs, _ := docker("logs", "--tail", "15", c)
-				t.Logf("%s:\n%s", c, logs)
-			}
-			docker("rm", "-f", c)
-		}
-		docker("network", "rm", network)
+		docker("network", "rm", network) // after the containers' cleanup
 	})
 
 	// The pods, their addresses and names.
-	secrets := map[string]*corev1.Secret{}
-	var services []*corev1.Service
-	var pods []*pod
-	for _, o := range objs {
-		switch w := o.typed.(type) {
-		case *corev1.Secret:
-			secrets[w.Name] = w
-		case *corev1.Service:
-			services = append(services, w)
-		case *appsv1.StatefulSet:
-			var claims []string
-			for _, c := range w.Spec.VolumeClaimTemplates {
-				claims = append(claims, c.Name)
-			}
-			for i := range int(*w.Spec.Replicas) {
-				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec, claims: claims})
-			}
-		case *appsv1.Deployment:
-			for i := range int(*w.Spec.Replicas) {
-				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
-			}
-		}
-	}
+	secrets, services, pods := chartPods(objs)
 	hosts := map[string]string{}
 	for i, p := range pods {
 		p.ip = fmt.Sprintf("%s.%d", subnet, 10+i)
@@ -120,47 +91,26 @@ func runChartOnDocker(t *testing.T, version string) {
 	}
 
 	// Start the pods in the chart's order: store, then the rest.
+	run := &podRunner{t: t, network: network, addHosts: addHosts, secrets: secrets,
+		volumes: map[string]map[string]string{}, hostPorts: map[string]int{}}
+	t.Cleanup(func() {
+		if *topologyKeep != "" && !t.Failed() {
+			return
+		}
+		for _, c := range run.containers {
+			if t.Failed() {
+				logs, _ := docker("logs", "--tail", "15", c)
+				t.Logf("%s:\n%s", c, logs)
+			}
+			docker("rm", "-f", c)
+		}
+	})
 	var gateways []string
 	for _, p := range pods {
-		volumes := podVolumes(t, p, secrets)
-		env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
-		for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
-			name := network + "-" + p.name + "-" + c.Name
-			args := []string{"run", "--name", name, "--label", topologyLabel + "=" + network, "--network", network, "--ip", p.ip, "--read-only"}
-			args = append(args, addHosts...)
-			for k, v := range env {
-				args = append(args, "-e", k+"="+v)
-			}
-			for _, m := range c.VolumeMounts {
-				mount := filepath.Join(volumes[m.Name], m.SubPath) + ":" + m.MountPath
-				if m.ReadOnly {
-					mount += ":ro"
-				}
-				args = append(args, "-v", mount)
-			}
-			init := strings.HasPrefix(c.Name, "issue-")
-			if init {
-				args = append(args, "--rm")
-			} else {
-				// As a kubelet restarts a container that exits.
-				args = append(args, "-d", "--restart", "on-failure")
-				containers = append(containers, name)
-				if c.Name == "apigateway" {
-					// A fixed host port, as a Service's address, so that
-					// clients reach the gateway again after a restart.
-					args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:6443", freePort(t)))
-					gateways = append(gateways, name)
-				}
-			}
-			args = append(args, c.Image)
-			for _, a := range c.Args {
-				for k, v := range env {
-					a = strings.ReplaceAll(a, "$("+k+")", v)
-				}
-				args = append(args, a)
-			}
-			if out, err := docker(args...); err != nil {
-				t.Fatalf("pod %s container %s: %v: %s", p.name, c.Name, err, out)
+		run.start(p)
+		for _, c := range p.spec.Containers {
+			if c.Name == "apigateway" {
+				gateways = append(gateways, run.containerName(p, c))
 			}
 		}
 	}
@@ -221,7 +171,133 @@ func runChartOnDocker(t *testing.T, version string) {
 	if n := *tierCPURequests; n > 0 {
 		measureTierCPU(t, n, network, storeLeader(t, cli), clientFor(t, base, server(0), 10*time.Second, float32(*tierCPURate)))
 	}
+	if upgradeTo != "" {
+		upgradeRoll(t, run, pods, version, upgradeTo, cli, clients, watchClients)
+		return
+	}
 	faults(t, network, cli, kubectlAt, clients, watchClients)
+}
+
+// renderTopology renders the chart as runChartOnDocker runs it, with the
+// images of version.
+func renderTopology(t *testing.T, version string) []object {
+	t.Helper()
+	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
+		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi,"+
+		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeAll(t, out)
+}
+
+// chartPods returns the rendered Secrets by name, the Services, and the
+// pods the workloads create: StatefulSets' pods by ordinal, then
+// Deployments' (named <deployment>-<i>), in the order of the manifests.
+func chartPods(objs []object) (map[string]*corev1.Secret, []*corev1.Service, []*pod) {
+	secrets := map[string]*corev1.Secret{}
+	var services []*corev1.Service
+	var pods []*pod
+	for _, o := range objs {
+		switch w := o.typed.(type) {
+		case *corev1.Secret:
+			secrets[w.Name] = w
+		case *corev1.Service:
+			services = append(services, w)
+		case *appsv1.StatefulSet:
+			var claims []string
+			for _, c := range w.Spec.VolumeClaimTemplates {
+				claims = append(claims, c.Name)
+			}
+			for i := range int(*w.Spec.Replicas) {
+				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), owner: w.Name, ordinal: i, labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec, claims: claims})
+			}
+		case *appsv1.Deployment:
+			for i := range int(*w.Spec.Replicas) {
+				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), owner: w.Name, ordinal: i, deployment: true, labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
+			}
+		}
+	}
+	return secrets, services, pods
+}
+
+// podRunner runs the chart's pods on a Docker network as a kubelet
+// would (see runChartOnDocker).
+type podRunner struct {
+	t        *testing.T
+	network  string
+	addHosts []string
+	secrets  map[string]*corev1.Secret
+	// volumes are each pod's volume directories, by pod name: kept when
+	// the pod is replaced, as its PersistentVolumeClaims are.
+	volumes map[string]map[string]string
+	// hostPorts are the gateways' published ports, by pod name: a
+	// replaced gateway gets its predecessor's, as a Service's address
+	// stays.
+	hostPorts map[string]int
+	// containers are the long-running containers ever started.
+	containers []string
+}
+
+// containerName is the Docker name of p's container c.
+func (r *podRunner) containerName(p *pod, c corev1.Container) string {
+	return r.network + "-" + p.name + "-" + c.Name
+}
+
+// start runs p: its init containers to completion, then its containers
+// detached, restarted when they exit with an error.
+func (r *podRunner) start(p *pod) {
+	t := r.t
+	t.Helper()
+	volumes := r.volumes[p.name]
+	if volumes == nil {
+		volumes = podVolumes(t, p, r.secrets)
+		r.volumes[p.name] = volumes
+	}
+	env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
+	for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
+		name := r.containerName(p, c)
+		args := []string{"run", "--name", name, "--label", topologyLabel + "=" + r.network, "--network", r.network, "--ip", p.ip, "--read-only"}
+		args = append(args, r.addHosts...)
+		for k, v := range env {
+			args = append(args, "-e", k+"="+v)
+		}
+		for _, m := range c.VolumeMounts {
+			mount := filepath.Join(volumes[m.Name], m.SubPath) + ":" + m.MountPath
+			if m.ReadOnly {
+				mount += ":ro"
+			}
+			args = append(args, "-v", mount)
+		}
+		init := strings.HasPrefix(c.Name, "issue-")
+		if init {
+			args = append(args, "--rm")
+		} else {
+			// As a kubelet restarts a container that exits.
+			args = append(args, "-d", "--restart", "on-failure")
+			r.containers = append(r.containers, name)
+			if c.Name == "apigateway" {
+				// A fixed host port, as a Service's address, so that
+				// clients reach the gateway again after a restart.
+				port := r.hostPorts[p.name]
+				if port == 0 {
+					port = freePort(t)
+					r.hostPorts[p.name] = port
+				}
+				args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:6443", port))
+			}
+		}
+		args = append(args, c.Image)
+		for _, a := range c.Args {
+			for k, v := range env {
+				a = strings.ReplaceAll(a, "$("+k+")", v)
+			}
+			args = append(args, a)
+		}
+		if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+			t.Fatalf("pod %s container %s: %v: %s", p.name, c.Name, err, out)
+		}
+	}
 }
 
 // awaitHealthy waits until a gateway's /readyz?verbose shows the store,

@@ -97,8 +97,26 @@ func TestImages(t *testing.T) {
 	t.Run("all-in-one", func(t *testing.T) {
 		runAllInOne(t, "meridian/meridian:"+version, version)
 	})
+	upgradeTo := ""
+	if *upgradeRollFlag {
+		// The same sources under a second tag: what `helm upgrade` rolls
+		// to, and back from.
+		upgradeTo = version + "-up"
+		build := exec.Command("hack/images.sh")
+		build.Dir = repoRoot
+		build.Env = append(os.Environ(), "MERIDIAN_VERSION="+upgradeTo)
+		out, err := build.CombinedOutput()
+		t.Cleanup(func() {
+			for _, n := range names {
+				exec.Command("docker", "rmi", "-f", "meridian/"+n+":"+upgradeTo).Run()
+			}
+		})
+		if err != nil {
+			t.Fatalf("hack/images.sh (%s): %v\n%s", upgradeTo, err, out)
+		}
+	}
 	t.Run("chart-on-docker", func(t *testing.T) {
-		runChartOnDocker(t, version)
+		runChartOnDocker(t, version, upgradeTo)
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -50,6 +51,8 @@ type App struct {
 	grpc   *grpc.Server
 	health *health.Server
 	reg    *trackingRegisterer // nil without a Registerer
+	ready  atomic.Bool         // the last readiness reported (updateHealth)
+	lag    atomic.Uint64       // the last lag measured, in log entries
 
 	cancel context.CancelFunc // stops background goroutines
 	wg     sync.WaitGroup
@@ -209,8 +212,8 @@ func (a *App) open(ctx context.Context) error {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); c.run(bg) }()
 	}
-	a.updateHealth()
-	a.log.Info("store ready", "revision", a.store.Rev(), "compact_revision", a.store.CompactRev(),
+	a.updateHealth(ctx)
+	a.log.Info("store started", "revision", a.store.Rev(), "compact_revision", a.store.CompactRev(),
 		"applied_index", a.store.AppliedIndex(), "data_dir", cfg.DataDir)
 	return nil
 }
@@ -230,15 +233,54 @@ func (a *App) setHealth(s healthpb.HealthCheckResponse_ServingStatus) {
 	}
 }
 
-// updateHealth reports SERVING while the group has a leader and the state
-// machine has not failed.
-func (a *App) updateHealth() {
-	st := a.node.Status()
-	if st.LeaderID != "" && a.fsm.Err() == nil {
+// updateHealth sets the gRPC health status (and so /readyz) from
+// readiness, logging each change.
+func (a *App) updateHealth(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, healthInterval)
+	defer cancel()
+	lag, err := a.readiness(ctx)
+	a.lag.Store(lag)
+	if err == nil {
 		a.setHealth(healthpb.HealthCheckResponse_SERVING)
 	} else {
 		a.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
 	}
+	if was := a.ready.Swap(err == nil); was != (err == nil) {
+		if err == nil {
+			a.log.Info("member ready", "lag_entries", lag)
+		} else {
+			a.log.Info("member not ready", "reason", err.Error())
+		}
+	}
+}
+
+// readiness returns nil when this member is ready to serve: it is in the
+// raft configuration, the group has a leader, the state machine has not
+// failed, and the member has caught up — its raft applied index trails
+// the leader's commit index by at most cfg.ReadyMaxLag entries. The
+// leader's commit index comes from ClusterService.ReadIndex, which the
+// leader answers after confirming its leadership with a heartbeat round
+// (forwarded there from other members), so a leader cut off from the
+// quorum is not ready either. It also returns the lag it measured.
+func (a *App) readiness(ctx context.Context) (uint64, error) {
+	st := a.node.Status()
+	switch {
+	case a.fsm.Err() != nil:
+		return 0, fmt.Errorf("state machine failed: %w", a.fsm.Err())
+	case !st.Member:
+		return 0, errors.New("not in the raft configuration")
+	case st.LeaderID == "":
+		return 0, errors.New("no leader")
+	}
+	ri, err := a.srv.Cluster().ReadIndex(ctx, &storev1.ReadIndexRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("leader's commit index: %w", err)
+	}
+	lag := a.node.Lag(ri.GetIndex())
+	if lag > a.cfg.ReadyMaxLag {
+		return lag, fmt.Errorf("catching up: applied index %d entries behind the leader's commit index %d (ready within %d)", lag, ri.GetIndex(), a.cfg.ReadyMaxLag)
+	}
+	return lag, nil
 }
 
 func (a *App) watchHealth(ctx context.Context) {
@@ -249,7 +291,7 @@ func (a *App) watchHealth(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			a.updateHealth()
+			a.updateHealth(ctx)
 		}
 	}
 }
@@ -267,6 +309,9 @@ func (a *App) registerMetrics(reg prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "etcd_mvcc_db_total_size_in_bytes", Help: "Total size of the underlying database physically allocated in bytes (etcd's name; the pebble DB's on-disk size).",
 		}, func() float64 { return float64(a.dbSize()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_ready_lag_entries", Help: "Raft log entries this member's applied index trailed the leader's commit index at the last readiness check (ready within --ready-max-lag).",
+		}, func() float64 { return float64(a.lag.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_current_revision", Help: "Current store revision.",
 		}, func() float64 { return float64(a.store.Rev()) }),
@@ -305,9 +350,10 @@ func (a *App) Serve(lis net.Listener) error {
 func (a *App) GRPCServer() *grpc.Server { return a.grpc }
 
 // Health returns the gRPC health server and the names besides "" whose
-// status is the member's readiness: SERVING while the group has a leader
-// and the state machine has not failed, NOT_SERVING once Close started
-// (daemon.Server; /readyz on --metrics-listen).
+// status is the member's readiness, re-evaluated every second: SERVING
+// while readiness holds (a leader, a state machine that has not failed,
+// caught up with the leader's commit index), NOT_SERVING otherwise and
+// once Close started (daemon.Server; /readyz on --metrics-listen).
 func (a *App) Health() (*health.Server, []string) { return a.health, serviceNames }
 
 // Close stops gracefully: health NOT_SERVING, watchers cancelled, gRPC

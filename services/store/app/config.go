@@ -30,6 +30,11 @@ const (
 	DefaultCacheBytes          = 128 << 20
 	DefaultMinFreeBytes        = disk.DefaultMinFreeBytes // 256 MiB
 	DefaultBallastBytes        = disk.DefaultBallastBytes // 64 MiB
+	// DefaultReadyMaxLag is how many raft log entries a member's applied
+	// index may trail the leader's commit index while it reports ready:
+	// a few append batches (raft sends up to 64 entries per batch), which
+	// a healthy follower under load stays within.
+	DefaultReadyMaxLag = 256
 	// requestOverheadBytes is allowed on top of MaxValueBytes for a whole
 	// request (key, compares, other ops), as etcd does.
 	requestOverheadBytes = 512 << 10
@@ -139,6 +144,12 @@ type Config struct {
 	// the write completes and the store refuses further writes instead of
 	// crashing. Default 64 MiB; negative disables it.
 	BallastBytes int64
+	// ReadyMaxLag is how many raft log entries this member's applied
+	// index may trail the leader's commit index while its gRPC health
+	// (and so /readyz) says SERVING; default DefaultReadyMaxLag. A member
+	// that has just joined or restarted reports NOT_SERVING until it has
+	// caught up, so that a rolling update waits for it.
+	ReadyMaxLag uint64
 
 	// fs is the filesystem under the pebble DB, the raft log and the
 	// ballast; nil is
@@ -247,5 +258,6 @@ func (c Config) withDefaults() Config {
 	c.MaxValueBytes = cmp.Or(c.MaxValueBytes, DefaultMaxValueBytes)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
 	c.CompactionRetention = cmp.Or(c.CompactionRetention, DefaultCompactionRetention)
+	c.ReadyMaxLag = cmp.Or(c.ReadyMaxLag, DefaultReadyMaxLag)
 	return c
 }

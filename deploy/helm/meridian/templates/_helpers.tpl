@@ -66,17 +66,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- join "," $m -}}
 {{- end -}}
 
-{{/* The watchfanout replicas the gateways list: every name the HPA may create. */}}
-{{- define "meridian.watchfanoutAddresses" -}}
-{{- $n := int .Values.watchfanout.replicas -}}
-{{- if .Values.watchfanout.autoscaling.enabled -}}{{- $n = int .Values.watchfanout.autoscaling.maxReplicas -}}{{- end -}}
-{{- $addrs := list -}}
-{{- range $i := until $n -}}
-{{- $addrs = append $addrs (printf "%s-watchfanout-%d.%s.%s:7004" (include "meridian.fullname" $) $i (include "meridian.wfPeers" $) (include "meridian.svcDomain" $)) -}}
-{{- end -}}
-{{- join "," $addrs -}}
-{{- end -}}
-
 {{/* The flowcontrol replicas the gateways list, each as its --advertise-address says; with none, the Service (no endpoints: the gateways' fallback limiters). */}}
 {{- define "meridian.flowcontrolAddresses" -}}
 {{- $addrs := list -}}
@@ -193,6 +182,9 @@ affinity:
           labelSelector:
             matchLabels:
               {{- include "meridian.selector" . | nindent 14 }}
+  {{- with .site }}{{ with include "meridian.siteAffinity" . }}
+  {{- . | nindent 2 }}
+  {{- end }}{{ end }}
 topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: topology.kubernetes.io/zone
@@ -211,4 +203,101 @@ topologySpreadConstraints:
 {{- else -}}{{- fail (printf "memory limit %q: give it in Mi or Gi" $q) -}}
 {{- end -}}
 {{- printf "%dMi" (div (mul $mi 9) 10) -}}
+{{- end -}}
+
+{{/*
+The sites the gateway and watchfanout workloads are rendered for: each
+entry of .Values.regions, or one unnamed site when there are none (the
+single cluster-wide Deployment and StatefulSet, named as before regions
+existed). Returned as JSON: a list of regions with "name" "" for the
+unnamed site.
+*/}}
+{{- define "meridian.sites" -}}
+{{- if .Values.regions -}}{{- toJson .Values.regions -}}{{- else -}}{{- toJson (list (dict "name" "")) -}}{{- end -}}
+{{- end -}}
+
+{{/* A site's workload name suffix: "-<region>", or "" for the unnamed site. */}}
+{{- define "meridian.siteSuffix" -}}
+{{- if .name }}-{{ .name }}{{ end -}}
+{{- end -}}
+
+{{/* The labels that set a region's pods apart (selector and template); nothing for the unnamed site. */}}
+{{- define "meridian.siteLabels" -}}
+{{- if .name }}meridian.io/region: {{ .name }}{{ end -}}
+{{- end -}}
+
+{{/*
+A region's node affinity: required, the region's node label
+(.nodeLabel, default topology.kubernetes.io/region) equal to .nodeLabelValue.
+*/}}
+{{- define "meridian.siteAffinity" -}}
+{{- if .name -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - key: {{ .nodeLabel | default "topology.kubernetes.io/region" }}
+            operator: In
+            values: [{{ .nodeLabelValue | quote }}]
+{{- end -}}
+{{- end -}}
+
+{{/*
+--store-local-address of a region's gateways and watchfanout replicas: the
+gRPC addresses of the store members in the region, the pods of its
+.storeGroups ("voters": the voter StatefulSet; otherwise a
+store.nonVoters name) and its .storeMembers (pod names). Empty for the
+unnamed site and a region without members.
+*/}}
+{{- define "meridian.siteStoreLocal" -}}
+{{- $ctx := .ctx -}}
+{{- $fullname := include "meridian.fullname" $ctx -}}
+{{- $domain := printf "%s.%s" (include "meridian.storePeers" $ctx) (include "meridian.svcDomain" $ctx) -}}
+{{- $addrs := list -}}
+{{- range $g := (.site.storeGroups | default list) -}}
+{{- if eq $g "voters" -}}
+{{- range $i := until (int $ctx.Values.store.voters) -}}
+{{- $addrs = append $addrs (printf "%s-store-%d.%s:2479" $fullname $i $domain) -}}
+{{- end -}}
+{{- else -}}
+{{- $found := false -}}
+{{- range $ctx.Values.store.nonVoters -}}
+{{- if eq .name $g -}}
+{{- $found = true -}}
+{{- range $i := until (int .replicas) -}}
+{{- $addrs = append $addrs (printf "%s-store-%s-%d.%s:2479" $fullname $g $i $domain) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "regions: region %q names store group %q, which is neither \"voters\" nor a store.nonVoters name" $.site.name $g) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range (.site.storeMembers | default list) -}}
+{{- $addrs = append $addrs (printf "%s.%s:2479" . $domain) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* A site's watchfanout values: watchfanout's, with the region's watchfanout overrides. */}}
+{{- define "meridian.siteWatchfanout" -}}
+{{- toJson (mergeOverwrite (deepCopy .ctx.Values.watchfanout) (deepCopy (.site.watchfanout | default dict))) -}}
+{{- end -}}
+
+{{/* A site's apigateway values: apigateway's, with the region's apigateway overrides. */}}
+{{- define "meridian.siteApigateway" -}}
+{{- toJson (mergeOverwrite (deepCopy .ctx.Values.apigateway) (deepCopy (.site.apigateway | default dict))) -}}
+{{- end -}}
+
+{{/* The watchfanout replica names a site's gateways list: the site's StatefulSet's, up to its maxReplicas. */}}
+{{- define "meridian.siteWatchfanoutAddresses" -}}
+{{- $v := include "meridian.siteWatchfanout" . | fromJson -}}
+{{- $n := int $v.replicas -}}
+{{- if $v.autoscaling.enabled -}}{{- $n = int $v.autoscaling.maxReplicas -}}{{- end -}}
+{{- $addrs := list -}}
+{{- range $i := until $n -}}
+{{- $addrs = append $addrs (printf "%s-watchfanout%s-%d.%s.%s:7004" (include "meridian.fullname" $.ctx) (include "meridian.siteSuffix" $.site) $i (include "meridian.wfPeers" $.ctx) (include "meridian.svcDomain" $.ctx)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
 {{- end -}}

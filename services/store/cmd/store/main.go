@@ -47,6 +47,7 @@ type flags struct {
 	pprof                           bool
 	startupTimeout                  time.Duration
 	minFreeBytes, ballastBytes      int64
+	readyMaxLag                     uint64
 }
 
 // serverFlagSet defines a member's flags on a new flag set that stores
@@ -82,6 +83,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
 	fs.Int64Var(&f.minFreeBytes, "min-free-bytes", app.DefaultMinFreeBytes, "disk space reserve: writes are refused (RESOURCE_EXHAUSTED) while the data dir's filesystem has less available; negative disables")
 	fs.Int64Var(&f.ballastBytes, "ballast-bytes", app.DefaultBallastBytes, "size of <data-dir>/disk-ballast, released when a write hits ENOSPC so that the store refuses writes instead of crashing; negative disables")
+	fs.Uint64Var(&f.readyMaxLag, "ready-max-lag", app.DefaultReadyMaxLag, "raft log entries this member's applied index may trail the leader's commit index while /readyz says ready: a joining or restarted member is not ready until it has caught up, so a rolling update waits for it")
 	return fs
 }
 
@@ -212,6 +214,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		CompactionRetention: f.compactionRetention,
 		MinFreeBytes:        f.minFreeBytes,
 		BallastBytes:        f.ballastBytes,
+		ReadyMaxLag:         f.readyMaxLag,
 	})
 	cancel()
 	if errors.Is(err, syscall.EADDRINUSE) {

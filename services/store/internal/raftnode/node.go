@@ -619,6 +619,10 @@ type Status struct {
 	AppliedIndex uint64 // the FSM's
 	FirstIndex   uint64 // first raft log index kept (log truncation)
 	Voter        bool
+	// Member is whether this node is in the raft configuration (as a voter
+	// or a non-voter): false before a joining member was added and after
+	// it was removed.
+	Member bool
 }
 
 // Status reports the node's raft state.
@@ -636,6 +640,7 @@ func (n *Node) Status() Status {
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if string(s.ID) == n.id {
+				st.Member = true
 				st.Voter = s.Suffrage == raft.Voter
 			}
 		}

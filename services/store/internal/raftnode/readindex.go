@@ -88,3 +88,15 @@ func (n *Node) verifyRounds() {
 		}
 	}
 }
+
+// Lag returns how many log entries this member's raft applied index
+// trails leaderCommit (an index from the leader's ReadIndex), 0 when it
+// does not. Raft's applied index counts every entry handed to the FSM,
+// no-ops and barriers included, so a member that has caught up has lag 0
+// even when the newest entries never reach the FSM.
+func (n *Node) Lag(leaderCommit uint64) uint64 {
+	if applied := n.raft.AppliedIndex(); applied < leaderCommit {
+		return leaderCommit - applied
+	}
+	return 0
+}
