@@ -54,8 +54,8 @@ func (a *App) newAuthorizer(store *storage.Store, c *codec.Codec) (authz.Authori
 // objects (until bg ends) and waits until they are read, so that the
 // gateway serves no request before it can decide it.
 func (a *App) startAuthorization(ctx, bg context.Context, reg *registry.Registry, rs *resources.Server, rbac *authz.RBAC) error {
-	if err := bootstrap.Reconcile(identity.WithUser(ctx, apiserverUser), reg, rs); err != nil {
-		return fmt.Errorf("apigateway: %w", err)
+	if err := a.reconcileBootstrap(ctx, reg, rs); err != nil {
+		return err
 	}
 	if rbac == nil {
 		return nil
@@ -68,3 +68,30 @@ func (a *App) startAuthorization(ctx, bg context.Context, reg *registry.Registry
 	}
 	return nil
 }
+
+// reconcileBootstrap reconciles the bootstrap RBAC policy, trying again
+// every bootstrapRetry for up to policySyncTimeout: its writes pass
+// through admission, and the services start in any order, so the
+// admission service may not answer yet (kube-apiserver's bootstrap-roles
+// hook retries likewise).
+func (a *App) reconcileBootstrap(ctx context.Context, reg *registry.Registry, rs *resources.Server) error {
+	deadline := time.Now().Add(policySyncTimeout)
+	for {
+		err := bootstrap.Reconcile(identity.WithUser(ctx, apiserverUser), reg, rs)
+		if err == nil {
+			return nil
+		}
+		if time.Now().Add(bootstrapRetry).After(deadline) {
+			return fmt.Errorf("apigateway: %w", err)
+		}
+		a.log.Warn("bootstrap RBAC policy not reconciled; retrying", "error", err, "retry", bootstrapRetry)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("apigateway: %w", err)
+		case <-time.After(bootstrapRetry):
+		}
+	}
+}
+
+// bootstrapRetry is how long reconcileBootstrap waits between tries.
+const bootstrapRetry = time.Second
