@@ -205,7 +205,7 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, []<-chan stru
 		a.closeStore()
 		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	hooks, hooksRead, err := a.followWebhooks(bg, st, decrypt, logger, metrics)
+	hooks, hooksRead, err := a.followWebhooks(bg, st, decrypt, logger, metrics, set.Namespace)
 	if err != nil {
 		a.closeStore()
 		return nil, nil, fmt.Errorf("admission: %w", err)
@@ -213,15 +213,15 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, []<-chan stru
 	return policy.Union{set, hooks}, append(hooksRead, policiesRead), nil
 }
 
-// followWebhooks follows the webhook configurations and the namespaces
-// (for namespaceSelectors) from the store into a webhook set, and returns
-// the channels closed once each has first been read.
-func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics) (*webhook.Set, []<-chan struct{}, error) {
+// followWebhooks follows the webhook configurations from the store into
+// a webhook set, whose namespaceSelectors read namespace (the policy
+// set's, which follows the namespaces), and returns the channels closed
+// once each configuration kind has first been read.
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics, namespace func(string) *corev1.Namespace) (*webhook.Set, []<-chan struct{}, error) {
 	reg := registry.New(registry.Standard()...)
 	gv := admissionregistrationv1.SchemeGroupVersion
 	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
 	mwc, _ := reg.Lookup(gv.WithResource("mutatingwebhookconfigurations"))
-	nsRes, _ := reg.Lookup(corev1.SchemeGroupVersion.WithResource("namespaces"))
 	var cache *storecache.Cache
 	var hooks *webhook.Set
 	load := func(res *registry.Resource) {
@@ -238,17 +238,14 @@ func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt s
 		}
 		hooks.Load(vs, ms)
 	}
-	hooks = webhook.New(webhook.Config{Logger: logger, Metrics: metrics, Namespaces: func(name string) *corev1.Namespace {
-		ns, _ := cache.Get(nsRes, "", name).(*corev1.Namespace)
-		return ns
-	}})
+	hooks = webhook.New(webhook.Config{Logger: logger, Metrics: metrics, Namespaces: namespace})
 	var err error
 	// The cache calls load only from its followers, which Follow starts
 	// after cache is set.
 	if cache, err = storecache.New(ctx, st, decrypt, logger, load); err != nil {
 		return nil, nil, err
 	}
-	return hooks, []<-chan struct{}{cache.Follow(nsRes), cache.Follow(vwc), cache.Follow(mwc)}, nil
+	return hooks, []<-chan struct{}{cache.Follow(vwc), cache.Follow(mwc)}, nil
 }
 
 // closeStore stops following the store and closes its client.

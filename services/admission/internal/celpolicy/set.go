@@ -366,6 +366,15 @@ func (r *request) attributes(req *admissionv1.AdmitRequest) (*attributes, error)
 	return r.attrs, r.err
 }
 
+// Namespace returns the namespace name as last read from the store; nil
+// when there is none or it has not been read yet. The webhooks'
+// namespaceSelectors read it here too, so the service follows the
+// namespaces once.
+func (s *Set) Namespace(name string) *corev1.Namespace {
+	ns, _ := s.cache.Get(s.resources.namespaces, "", name).(*corev1.Namespace)
+	return ns
+}
+
 // namespace returns the request's namespace object, nil for a
 // cluster-scoped request, a Namespace itself, or a namespace not read yet.
 func (r *request) namespace() *corev1.Namespace {
@@ -381,9 +390,7 @@ func (r *request) namespace() *corev1.Namespace {
 		name = ""
 	}
 	if name != "" {
-		if o, ok := r.set.cache.Get(r.set.resources.namespaces, "", name).(*corev1.Namespace); ok {
-			r.ns = o
-		}
+		r.ns = r.set.Namespace(name)
 	}
 	return r.ns
 }
