@@ -10,12 +10,15 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// TestCRDGarbageCollectionAndEncodings: the garbage collector follows
-// owner references from a built-in object to a custom resource and from a
-// custom resource to a built-in object, as kube-apiserver's does; and
-// custom resources are not served as protobuf (406 for protobuf alone,
-// JSON when the client also accepts it), as upstream.
-func TestCRDGarbageCollectionAndEncodings(t *testing.T) {
+// TestCRDGarbageCollectionEncodingsAndApplyAcrossVersions: the garbage
+// collector follows owner references from a built-in object to a custom
+// resource and from a custom resource to a built-in object, as
+// kube-apiserver's does; custom resources are not served as protobuf (406
+// for protobuf alone, JSON when the client also accepts it), as upstream;
+// and a server-side apply through v1 conflicts with the manager that set
+// the field through v1beta1 (its managedFields entry compared at its own
+// version), then takes it over with --force-conflicts.
+func TestCRDGarbageCollectionEncodingsAndApplyAcrossVersions(t *testing.T) {
 	requireKubectl(t)
 	cp := start(t, "")
 	cp.createNamespace("demo")
@@ -79,5 +82,16 @@ spec: {size: M}
 		if tc.code == http.StatusOK && !strings.Contains(string(body), `"kind":"Widget"`) {
 			t.Errorf("Accept %q: body %s", tc.accept, body)
 		}
+	}
+
+	// Server-side apply across versions.
+	cp.kubectl("-n", "demo", "apply", "--server-side", "--field-manager=old", "-f", manifest(t, "old.yaml", "apiVersion: example.com/v1beta1\nkind: Widget\nmetadata: {name: shared}\nspec: {size: S}\n"))
+	newer := manifest(t, "new.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: shared}\nspec: {size: L}\n")
+	if _, errOut, err := cp.kubectlErr("-n", "demo", "apply", "--server-side", "--field-manager=new", "-f", newer); err == nil || !strings.Contains(errOut, `conflict with "old"`) || !strings.Contains(errOut, ".spec.size") {
+		t.Errorf("apply through v1 over a v1beta1 manager's field: %v %s, want a conflict with \"old\" on .spec.size", err, errOut)
+	}
+	cp.kubectl("-n", "demo", "apply", "--server-side", "--field-manager=new", "--force-conflicts", "-f", newer)
+	if got := cp.kubectl("-n", "demo", "get", "widget", "shared", "--show-managed-fields", "-o", `jsonpath={.spec.size} {range .metadata.managedFields[?(@.manager=="new")]}{.apiVersion} {.fieldsV1}{end}`); got != `L example.com/v1 {"f:spec":{"f:size":{}}}` {
+		t.Errorf("after the forced apply: %q", got)
 	}
 }
