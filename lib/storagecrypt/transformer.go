@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -44,13 +45,23 @@ func (e *DecryptError) Error() string {
 func (e *DecryptError) Unwrap() error { return e.Err }
 
 // Transformer encrypts values for the store and decrypts them, for every
-// resource of a registry, by the providers the configuration gives each.
-// It is safe for concurrent use. Close stops its KMS providers.
+// built-in resource of a registry and every custom resource, by the
+// providers the configuration gives each. It is safe for concurrent use.
+// Close stops its KMS providers.
 type Transformer struct {
 	reg *registry.Registry
-	// chains are the providers of each resource; a resource without an
-	// entry is stored as it is.
+	// chains are the providers of each built-in resource; a resource
+	// without an entry is stored as it is.
 	chains map[*registry.Resource]*chain
+	// rules are the configuration's providers by the resource name a list
+	// gives ("widgets.example.com", "*.example.com", "*.*"), in order;
+	// nil without configuration.
+	rules map[schema.GroupResource][]provider
+	// custom caches the chains of custom resources (CRDs come and go at
+	// run time, so they are found by their store key's group and
+	// resource rather than by the registry): schema.GroupResource to
+	// *chain, t.plain for one no rule names.
+	custom sync.Map
 	// plain reads and writes keys of no configured resource.
 	plain *chain
 	kms   []*kmsProvider
@@ -127,16 +138,14 @@ func New(ctx context.Context, cfg *EncryptionConfiguration, opts Options) (_ *Tr
 			byGR[gr] = append(byGR[gr], ps...)
 		}
 	}
+	t.rules = byGR
 	for _, gv := range opts.Registry.GroupVersions() {
 		for _, res := range opts.Registry.Resources(gv) {
+			if res.Custom != nil {
+				continue
+			}
 			gr := storedAs(res.GVR.GroupResource())
-			ps := byGR[gr]
-			if ps == nil {
-				ps = byGR[schema.GroupResource{Group: gr.Group, Resource: "*"}]
-			}
-			if ps == nil {
-				ps = byGR[anyResource]
-			}
+			ps := t.providersFor(gr)
 			if ps == nil || t.chains[res] != nil {
 				continue
 			}
@@ -145,6 +154,53 @@ func New(ctx context.Context, cfg *EncryptionConfiguration, opts Options) (_ *Tr
 		}
 	}
 	return t, nil
+}
+
+// providersFor returns the providers the configuration gives gr: those of
+// the lists naming it, else of its group's wildcard, else of "*.*"; nil
+// when none applies.
+func (t *Transformer) providersFor(gr schema.GroupResource) []provider {
+	if ps := t.rules[gr]; ps != nil {
+		return ps
+	}
+	if ps := t.rules[schema.GroupResource{Group: gr.Group, Resource: "*"}]; ps != nil {
+		return ps
+	}
+	return t.rules[anyResource]
+}
+
+// customChain returns the providers of custom resource gr, t.plain when
+// the configuration names it nowhere.
+func (t *Transformer) customChain(gr schema.GroupResource) *chain {
+	if c, ok := t.custom.Load(gr); ok {
+		return c.(*chain)
+	}
+	c := t.plain
+	if ps := t.providersFor(gr); ps != nil {
+		c = &chain{resource: grString(gr), providers: ps}
+	}
+	v, _ := t.custom.LoadOrStore(gr, c)
+	return v.(*chain)
+}
+
+// customGroupResource returns the group and resource of a custom
+// resource's store key, /registry/<group>/<resource>/...: a CRD's group
+// has a dot (apiextensions validation requires one), which no core
+// resource's name (the first segment of a core key) has.
+func customGroupResource(key string) (schema.GroupResource, bool) {
+	rest, ok := strings.CutPrefix(key, registry.KeyRoot)
+	if !ok {
+		return schema.GroupResource{}, false
+	}
+	group, rest, ok := strings.Cut(rest, "/")
+	if !ok || !strings.Contains(group, ".") {
+		return schema.GroupResource{}, false
+	}
+	resource, _, ok := strings.Cut(rest, "/")
+	if !ok || resource == "" {
+		return schema.GroupResource{}, false
+	}
+	return schema.GroupResource{Group: group, Resource: resource}, true
 }
 
 // storedAs is the resource whose encryption configuration applies to gr:
@@ -179,21 +235,34 @@ func (t *Transformer) newProvider(ctx context.Context, pc ProviderConfiguration,
 	return nil, errors.New("provider does not contain any of the expected providers: KMS, AESGCM, AESCBC, Secretbox, Identity")
 }
 
-// chainFor returns the providers of the resource whose store key is key.
+// chainFor returns the providers of the resource whose store key is key:
+// a built-in resource's, found in the registry, or a custom resource's,
+// found by the key's group and resource whether or not its CRD is served
+// now (a value outlives its CRD's changes).
 func (t *Transformer) chainFor(key string) *chain {
-	if len(t.chains) > 0 {
-		if res := t.reg.ForKey(key); res != nil {
-			if c := t.chains[res]; c != nil {
-				return c
-			}
+	if len(t.rules) == 0 {
+		return t.plain
+	}
+	if res := t.reg.ForKey(key); res != nil && res.Custom == nil {
+		if c := t.chains[res]; c != nil {
+			return c
 		}
+		return t.plain
+	}
+	if gr, ok := customGroupResource(key); ok {
+		return t.customChain(gr)
 	}
 	return t.plain
 }
 
 // Encrypts reports whether res has encryption providers configured
 // (identity among them): the resources a storage migration rewrites.
-func (t *Transformer) Encrypts(res *registry.Resource) bool { return t.chains[res] != nil }
+func (t *Transformer) Encrypts(res *registry.Resource) bool {
+	if res.Custom != nil {
+		return len(t.rules) > 0 && t.customChain(res.GVR.GroupResource()) != t.plain
+	}
+	return t.chains[res] != nil
+}
 
 // Resources returns the resources with configured providers, in the
 // registry's order.
@@ -248,8 +317,11 @@ func (t *Transformer) Decrypt(ctx context.Context, key string, stored []byte) (p
 
 // resourceName names the resource of key as the configuration would.
 func (t *Transformer) resourceName(key string) string {
-	if res := t.reg.ForKey(key); res != nil {
+	if res := t.reg.ForKey(key); res != nil && res.Custom == nil {
 		return grString(storedAs(res.GVR.GroupResource()))
+	}
+	if gr, ok := customGroupResource(key); ok {
+		return grString(gr)
 	}
 	return "this key"
 }

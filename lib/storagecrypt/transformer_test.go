@@ -282,3 +282,56 @@ func BenchmarkTransformer(b *testing.B) {
 		})
 	}
 }
+
+// TestCustomResources: a custom resource is encrypted when a list names
+// it ("widgets.example.com"), its group ("*.example.com") or every
+// resource ("*.*"), found by its store key whether or not its CRD is in
+// the registry; other custom resources, and the same names under another
+// group, are stored as they are.
+func TestCustomResources(t *testing.T) {
+	ctx := context.Background()
+	cbc := "aescbc: {keys: [{name: k1, secret: " + key32a + "}]}"
+	const (
+		widget = "/registry/example.com/widgets/demo/w1"
+		gadget = "/registry/example.com/gadgets/demo/g1"
+		other  = "/registry/other.io/widgets/demo/w1"
+		crd    = "/registry/apiextensions.k8s.io/customresourcedefinitions/widgets.example.com"
+	)
+	for _, tc := range []struct {
+		resources string
+		encrypted []string
+	}{
+		{"[widgets.example.com]", []string{widget}},
+		{"['*.example.com']", []string{widget, gadget}},
+		{"['*.*']", []string{widget, gadget, other, crd, secretKey}},
+		{"[secrets]", []string{secretKey}},
+	} {
+		tr := newTransformer(t, config(tc.resources, cbc, "identity: {}"))
+		for _, key := range []string{widget, gadget, other, crd, secretKey} {
+			plain := []byte(`{"spec":{"password":"hunter2"}}`)
+			v, err := tr.Encrypt(ctx, key, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Contains(tc.encrypted, key)
+			if got := bytes.HasPrefix(v, []byte("k8s:enc:aescbc:v1:k1:")); got != want || (want && bytes.Contains(v, []byte("hunter2"))) {
+				t.Errorf("%s: %s stored as %q, want encrypted %t", tc.resources, key, v, want)
+			}
+			got, stale, err := tr.Decrypt(ctx, key, v)
+			if err != nil || stale || !bytes.Equal(got, plain) {
+				t.Errorf("%s: Decrypt(%s) = %q, %t, %v", tc.resources, key, got, stale, err)
+			}
+		}
+	}
+
+	// Without identity, a custom resource stored in clear is an error
+	// naming it; with no provider for it, an encrypted one is.
+	tr := newTransformer(t, config("['*.example.com']", cbc))
+	if _, _, err := tr.Decrypt(ctx, widget, []byte(`{}`)); err == nil || !strings.Contains(err.Error(), "identity is not among the providers configured for widgets.example.com") {
+		t.Errorf("a widget in clear without identity: %v", err)
+	}
+	enc, _ := tr.Encrypt(ctx, widget, []byte("x"))
+	if _, _, err := tr.Decrypt(ctx, other, enc); err == nil || !strings.Contains(err.Error(), "no encryption provider is configured for widgets.other.io") {
+		t.Errorf("an encrypted value of an unconfigured custom resource: %v", err)
+	}
+}

@@ -178,13 +178,20 @@ func hasNull(v any) bool {
 //
 // It follows upstream's schema-coercing decoder: apiVersion, kind and
 // metadata are set aside and restored, metadata round-tripped through
-// metav1.ObjectMeta.
+// metav1.ObjectMeta unless it is already in the form the round trip
+// returns (canonicalMetadata).
 func (s *Schema) prune(obj *unstructured.Unstructured, track bool) ([]string, error) {
 	kind, hasKind := obj.Object["kind"]
 	apiVersion, hasAPIVersion := obj.Object["apiVersion"]
-	meta, hasMeta, unknown, err := schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track})
-	if err != nil {
-		return nil, err
+	var meta *metav1.ObjectMeta
+	var hasMeta bool
+	var unknown []string
+	if !canonicalMetadata(obj.Object["metadata"]) {
+		var err error
+		meta, hasMeta, unknown, err = schemaobjectmeta.GetObjectMetaWithOptions(obj.Object, schemaobjectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: track})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if s.structural != nil {
 		if !s.preserveUnknownFields {

@@ -52,8 +52,9 @@ func benchObjects(name string) (cr, cm string) {
 // runCRDCPU measures, as the data dir's admin on the gateway at
 // addr@pid, the server CPU per create, per GET and per LIST of n objects
 // of a custom resource (benchCRD) and of a ConfigMap of the same size,
-// the two kinds alternating in each round.
-func runCRDCPU(dataDir, spec string, n int, d time.Duration, levels string, rounds int) error {
+// the two kinds alternating in each round; opNames chooses among "create",
+// "GET" and "LIST".
+func runCRDCPU(dataDir, spec string, n int, d time.Duration, levels string, rounds int, opNames []string) error {
 	addr, pidText, ok := strings.Cut(spec, "@")
 	var pid int
 	if _, err := fmt.Sscan(pidText, &pid); !ok || err != nil {
@@ -65,7 +66,7 @@ func runCRDCPU(dataDir, spec string, n int, d time.Duration, levels string, roun
 		return err
 	}
 	for _, cc := range concurrencies(levels) {
-		if err := crdCPU(tlsConf, "https://"+addr, pid, n, d, cc, rounds); err != nil {
+		if err := crdCPU(tlsConf, "https://"+addr, pid, n, d, cc, rounds, opNames); err != nil {
 			return err
 		}
 	}
@@ -80,7 +81,7 @@ type crdKind struct {
 	body       func(name string) string
 }
 
-func crdCPU(tlsConf *tls.Config, api string, pid, n int, d time.Duration, cc, rounds int) error {
+func crdCPU(tlsConf *tls.Config, api string, pid, n int, d time.Duration, cc, rounds int, opNames []string) error {
 	admin := &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
 	post := func(path, body string) error {
 		_, err := send(admin, http.MethodPost, api+path, "application/json", []byte(body), http.StatusCreated)
@@ -153,7 +154,11 @@ func crdCPU(tlsConf *tls.Config, api string, pid, n int, d time.Duration, cc, ro
 			return func() (int, error) { return get(admin, api+k.collection(listNS), "application/json") }
 		},
 	}
-	opNames := []string{"create", "GET", "LIST"}
+	for _, op := range opNames {
+		if ops[op] == nil {
+			return fmt.Errorf("--crd-cpu-ops: unknown operation %q (create, GET, LIST)", op)
+		}
+	}
 	for _, k := range kinds {
 		for _, op := range opNames {
 			if r := measure(time.Second, cc, ops[op](k)); r.err != nil {

@@ -78,6 +78,7 @@ func main() {
 		wConns   = flag.Int("watch-conns", 50, "with --watch-latency: HTTP/2 connections the watches share")
 		wRate    = flag.Int("watch-rate", 50, "with --watch-latency: creates per second")
 		crdCPU   = flag.String("crd-cpu", "", "measure only the server CPU per create, GET and LIST of --objects of a custom resource (20 fields, 3 CEL rules) beside a ConfigMap of the same size, as the admin, on the gateway api-addr@pid")
+		crdOps   = flag.String("crd-cpu-ops", "create,GET,LIST", "with --crd-cpu: the operations measured, comma-separated")
 		wPID     = flag.Int("watch-pid", 0, "with --watch-latency: the server process, whose CPU per delivered event and RSS are reported")
 	)
 	flag.Parse()
@@ -85,7 +86,7 @@ func main() {
 	if *watchLat > 0 {
 		err = runWatchLatency(*dataDir, *api, *watchLat, *wConns, *wRate, *duration, *wPID)
 	} else if *crdCPU != "" {
-		err = runCRDCPU(*dataDir, *crdCPU, *objects, *duration, *levels, *rounds)
+		err = runCRDCPU(*dataDir, *crdCPU, *objects, *duration, *levels, *rounds, strings.Split(*crdOps, ","))
 	} else if *restCPU != "" {
 		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds)
 	} else if *grpcCPU != "" {

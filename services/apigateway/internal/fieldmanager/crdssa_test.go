@@ -11,7 +11,7 @@ import (
 // items (free-form JSON in the CRD type) gets managedFields on update,
 // with the CRD kind's schema structured (not deduced).
 func TestCRDManagedFields(t *testing.T) {
-	k, err := ForKind(registry.CustomResourceDefinitions())
+	k, err := ForKind(registry.CustomResourceDefinitions(), nil)
 	if err != nil || k.deduced {
 		t.Fatalf("ForKind: %v, deduced %v", err, k != nil && k.deduced)
 	}

@@ -7,6 +7,15 @@
 // kind's Go type (openapi.SSASchemas); a kind whose schema cannot be
 // converted falls back to the deduced type converter (every list atomic).
 // Request-time work is the merge itself.
+//
+// A custom resource's managers are kube-apiserver's CRD field managers
+// (managedfields.NewDefaultCRDFieldManager): the served version is the
+// hub, and a managedFields entry recorded at another version of the CRD
+// is compared at its own version, the object converted there with the
+// CRD's conversion (None, or its webhook through VersionConverter), so a
+// write through v1 takes over the fields a v1beta1 writer owned. Entries
+// keep the apiVersion they were recorded at, on reads and writes, as
+// upstream.
 package fieldmanager
 
 import (
@@ -23,6 +32,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"google.golang.org/grpc/metadata"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -64,6 +74,16 @@ type Kind struct {
 	deduced bool
 }
 
+// VersionConverter converts custom resources between the versions of
+// their CRD, in place (*crdconvert.Converter).
+type VersionConverter interface {
+	Convert(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, objs []*unstructured.Unstructured, version string) error
+}
+
+// customKindKey is the Memo key of a custom resource's Kind: it depends on
+// the converter it was built with.
+type customKindKey struct{ versions VersionConverter }
+
 // kindKey is what a Kind depends on: the kind, its Go type, and whether
 // it has a status subresource.
 type kindKey struct {
@@ -80,12 +100,14 @@ var kinds sync.Map
 
 // ForKind returns the field managers of res, building them on first use
 // (converting the kind's schema takes milliseconds; Prepare does it for a
-// whole registry up front).
-func ForKind(res *registry.Resource) (*Kind, error) {
+// whole registry up front). versions converts a custom resource to the
+// version of a managedFields entry recorded at another one; nil converts
+// CRDs with conversion None only. Built-in kinds ignore it.
+func ForKind(res *registry.Resource, versions VersionConverter) (*Kind, error) {
 	if res.Custom != nil {
 		// A custom resource's managers follow its CRD: kept with the
 		// resource, rebuilt for each state of the CRD.
-		v, err := res.Custom.Memo(kindKey{}, func() (any, error) { return newKind(res) })
+		v, err := res.Custom.Memo(customKindKey{versions}, func() (any, error) { return newKind(res, versions) })
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +117,7 @@ func ForKind(res *registry.Resource) (*Kind, error) {
 	if v, ok := kinds.Load(k); ok {
 		return v.(*Kind), nil
 	}
-	kind, err := newKind(res)
+	kind, err := newKind(res, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +132,7 @@ func ForKind(res *registry.Resource) (*Kind, error) {
 func Prepare(reg *registry.Registry) (deduced []schema.GroupVersionKind, err error) {
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
-			k, err := ForKind(res)
+			k, err := ForKind(res, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -122,21 +144,27 @@ func Prepare(reg *registry.Registry) (deduced []schema.GroupVersionKind, err err
 	return deduced, nil
 }
 
-func newKind(res *registry.Resource) (*Kind, error) {
+func newKind(res *registry.Resource, versions VersionConverter) (*Kind, error) {
 	tc, deduced := typeConverter(res)
 	k := &Kind{res: res, deduced: deduced}
-	conv := kindConverter{res: res}
+	conv := kindConverter{res: res, versions: versions}
+	newManager := func(sub string) (*managedfields.FieldManager, error) {
+		if res.Custom != nil {
+			return managedfields.NewDefaultCRDFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), sub, resetFields(res, sub))
+		}
+		return managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), sub, resetFields(res, sub))
+	}
 	var err error
-	if k.main, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), "", resetFields(res, "")); err != nil {
+	if k.main, err = newManager(""); err != nil {
 		return nil, fmt.Errorf("fieldmanager: %s: %w", res.GVR, err)
 	}
 	if res.HasSubresource(StatusSubresource) {
-		if k.status, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), StatusSubresource, resetFields(res, StatusSubresource)); err != nil {
+		if k.status, err = newManager(StatusSubresource); err != nil {
 			return nil, fmt.Errorf("fieldmanager: %s/status: %w", res.GVR, err)
 		}
 	}
 	if res.Custom != nil && res.HasSubresource(ScaleSubresource) {
-		if k.scale, err = managedfields.NewDefaultFieldManager(tc, conv, conv, conv, res.GVK(), res.GVK().GroupVersion(), ScaleSubresource, resetFields(res, ScaleSubresource)); err != nil {
+		if k.scale, err = newManager(ScaleSubresource); err != nil {
 			return nil, fmt.Errorf("fieldmanager: %s/scale: %w", res.GVR, err)
 		}
 	}

@@ -35,7 +35,7 @@ func newManagers(t testing.TB) (*managers, *registry.Registry) {
 type managers struct{ t testing.TB }
 
 func (m *managers) Apply(res *registry.Resource, sub string, live runtime.Object, p *unstructured.Unstructured, manager string, force bool) (runtime.Object, error) {
-	k, err := ForKind(res)
+	k, err := ForKind(res, nil)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func (m *managers) Apply(res *registry.Resource, sub string, live runtime.Object
 }
 
 func (m *managers) Update(res *registry.Resource, sub string, live, obj runtime.Object, manager string) runtime.Object {
-	k, err := ForKind(res)
+	k, err := ForKind(res, nil)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestManyKinds(t *testing.T) {
 		o := obj
 		res := &registry.Resource{GVR: corev1.SchemeGroupVersion.WithResource(resName), Kind: reflect.TypeOf(o).Elem().Name(),
 			New: func() runtime.Object { return o.DeepCopyObject() }, Subresources: []string{"status"}}
-		k, err := ForKind(res)
+		k, err := ForKind(res, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", resName, err)
 		}
@@ -260,7 +260,7 @@ func TestManyKinds(t *testing.T) {
 	}
 	deploy := &registry.Resource{GVR: appsv1.SchemeGroupVersion.WithResource("deployments"), Kind: "Deployment",
 		New: func() runtime.Object { return &appsv1.Deployment{} }, Subresources: []string{"status"}}
-	k, err := ForKind(deploy)
+	k, err := ForKind(deploy, nil)
 	if err != nil || k.deduced {
 		t.Fatalf("deployments: %v (deduced %v)", err, k != nil && k.deduced)
 	}

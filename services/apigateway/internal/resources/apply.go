@@ -39,7 +39,7 @@ import (
 // apply serves a PATCH with an apply body.
 func (s *Server) apply(ctx context.Context, req *apiv1.PatchRequest, res *registry.Resource, dryRun bool) (runtime.Object, error) {
 	ref := req.GetRef()
-	kind, err := fieldmanager.ForKind(res)
+	kind, err := fieldmanager.ForKind(res, s.converter())
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
@@ -182,7 +182,7 @@ func (s *Server) trackCreate(ctx context.Context, res *registry.Resource, obj ru
 	if errs := metav1validation.ValidateFieldManager(fieldManager, field.NewPath("fieldManager")); len(errs) > 0 {
 		return nil, nil, optionsError("CreateOptions", errs)
 	}
-	if kind, err := fieldmanager.ForKind(res); err == nil {
+	if kind, err := fieldmanager.ForKind(res, s.converter()); err == nil {
 		obj = kind.Update("", res.New(), obj, fieldmanager.Manager(ctx, fieldManager))
 	} else {
 		s.cfg.Logger.Error("managedFields not tracked", "resource", res.GVR.String(), "error", err)
@@ -198,7 +198,7 @@ func (s *Server) trackCreate(ctx context.Context, res *registry.Resource, obj ru
 // old into obj (through ref's subresource), and returns obj with its
 // managedFields. It never fails the write.
 func (s *Server) trackUpdate(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, old, obj runtime.Object, fieldManager string) runtime.Object {
-	kind, err := fieldmanager.ForKind(res)
+	kind, err := fieldmanager.ForKind(res, s.converter())
 	if err != nil {
 		s.cfg.Logger.Error("managedFields not tracked", "resource", res.GVR.String(), "error", err)
 		return obj

@@ -137,7 +137,7 @@ func (pf *patchFuzzer) apply(t *testing.T, which, flags uint8, body []byte) {
 	res, ref, old := pf.target(which)
 	fv := fieldValidations[int(flags>>2)%len(fieldValidations)]
 	force, create := flags&1 != 0, flags&2 != 0
-	kind, err := fieldmanager.ForKind(res)
+	kind, err := fieldmanager.ForKind(res, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

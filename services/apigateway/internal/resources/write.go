@@ -177,8 +177,12 @@ func (s *Server) insert(ctx context.Context, res *registry.Resource, ref *apiv1.
 		if err := s.admitSchema(ctx, res, obj, nil, ""); err != nil {
 			return nil, err
 		}
-		if errs := res.Strategy.Validate(obj); len(errs) > 0 {
-			return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+		// A custom resource's admission (crdschema.Admit) ran the
+		// strategy's metadata validation already, on this object.
+		if res.Custom == nil {
+			if errs := res.Strategy.Validate(obj); len(errs) > 0 {
+				return nil, apierrors.NewInvalid(res.GVK().GroupKind(), acc.GetName(), errs)
+			}
 		}
 		if err := s.admit(ctx, res, ref, obj, nil, apiv1Create, dryRun); err != nil {
 			return nil, err
