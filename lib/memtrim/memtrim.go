@@ -6,8 +6,7 @@
 // its background scavenger only returns what lies above about 110 % of
 // the next GC goal, which is twice the live heap (GOGC=100), and the goal
 // only comes down at the next collection, which an idle process runs
-// every two minutes. An all-in-one that held ~70 MB of live heap after
-// issue 24's loads still had ~250 MB resident a minute later. The idle
+// every two minutes (docs/benchmarks.md, "Memory after load"). The idle
 // release collects once the allocation rate has fallen to an idle
 // process's and gives every free page back (debug.FreeOSMemory), so the
 // resident size returns to the live heap plus the binary.
