@@ -31,7 +31,7 @@ const (
 	// IdleAllocRate is the allocation rate (bytes per second, averaged
 	// over one check) under which the process counts as idle: an idle
 	// all-in-one (raft heartbeats, leases, health checks) allocates
-	// ~100 KB/s, one client's GETs ~20 MB/s.
+	// ~160 KB/s, one client's GETs ~20 MB/s.
 	IdleAllocRate = 1 << 20
 	// MinRelease is the free, unreleased heap below which an idle
 	// process keeps it: a release costs a full collection.
