@@ -25,6 +25,7 @@ import (
 	"github.com/meridian-cp/meridian/internal/pkicmd"
 	"github.com/meridian-cp/meridian/internal/storagemigrate"
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
@@ -70,12 +71,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		reqLog    = flag.String("request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 		pprofAddr = flag.String("pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); empty: off")
 		audit     gateway.AuditOptions
+		memory    memtrim.Options
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
 		oidc      gateway.OIDCOptions
 		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
 	audit.AddFlags(flag.CommandLine)
 	oidc.AddFlags(flag.CommandLine)
+	memory.AddFlags(flag.CommandLine)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: meridian [flags]          run the control plane in one process\n"+
 			"       meridian pki <command> ...  create the CAs and certificates of a deployment (meridian pki --help)\n"+
@@ -90,6 +93,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	requestLogLevel, err := telemetry.ParseLevel(*reqLog)
 	if err != nil {
 		return fmt.Errorf("--request-log-level: %w", err)
+	}
+	if err := memory.Start(ctx, logger); err != nil {
+		return err
 	}
 	if *pprofAddr != "" {
 		// Profiles for benchmarks (docs/benchmarks.md); never on by default.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/healthz"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
@@ -56,6 +57,8 @@ type Flags struct {
 	Pprof bool
 	// LogLevel is debug, info, warn or error; LogFormat json or text.
 	LogLevel, LogFormat string
+	// Memory is the soft memory limit and the idle release of free heap.
+	Memory memtrim.Options
 }
 
 // Register defines the flags on fs with the given default addresses
@@ -71,6 +74,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetricsListen s
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.LogFormat, "log-format", "json", "log format: json or text")
+	f.Memory.AddFlags(fs)
 }
 
 // Validate reports every problem with the flags at once.
@@ -87,6 +91,9 @@ func (f *Flags) Validate() error {
 		errs = append(errs, errors.New("--caller-organizations names no organization"))
 	}
 	if _, err := telemetry.NewLogger(io.Discard, f.LogLevel, f.LogFormat); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := f.Memory.Limit(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -171,6 +178,9 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	logger = logger.With("service", name)
+	if err := f.Memory.Start(ctx, logger); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	tlsConf, err := f.TLS(logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)

@@ -65,7 +65,7 @@ func main() {
 		objects  = flag.Int("objects", 10000, "objects in the listed namespace")
 		duration = flag.Duration("duration", 5*time.Second, "how long each measurement runs")
 		levels   = flag.String("concurrency", "1,32", "client concurrencies")
-		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both")
+		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both; with --rest-cpu: get (or reads), create (or writes) or both")
 		token    = flag.String("token", "", "send this bearer token (a user of meridian's --token-auth-file) instead of acting as the admin")
 		grpcCPU  = flag.String("grpc-cpu", "", "measure only the server CPU per gRPC API Get of these meridians, name=grpc-addr@pid,... (sharing --data-dir's certificates)")
 		rounds   = flag.Int("rounds", 6, "with --grpc-cpu or --rest-cpu: slices of --duration per meridian, operation and concurrency")
@@ -79,16 +79,24 @@ func main() {
 		wRate    = flag.Int("watch-rate", 50, "with --watch-latency: creates per second")
 		crdCPU   = flag.String("crd-cpu", "", "measure only the server CPU per create, GET and LIST of --objects of a custom resource (20 fields, 3 CEL rules) beside a ConfigMap of the same size, as the admin, on the gateway api-addr@pid")
 		crdOps   = flag.String("crd-cpu-ops", "create,GET,LIST", "with --crd-cpu: the operations measured, comma-separated")
+		memory   = flag.String("memory", "", "measure only the RSS of these meridians (name=api-addr@pid,..., sharing --data-dir's certificates, one after the other) before, during and after issue 24's loads: --objects creates, GETs and LISTs at 8 clients for --duration each, --watch-latency watches (default 500) over --watch-conns connections for --duration, then --idle without clients")
+		idle     = flag.Duration("idle", 60*time.Second, "with --memory: how long to leave the server idle after the loads")
 		wPID     = flag.Int("watch-pid", 0, "with --watch-latency: the server process, whose CPU per delivered event and RSS are reported")
 	)
 	flag.Parse()
 	var err error
-	if *watchLat > 0 {
+	if *memory != "" {
+		w := *watchLat
+		if w == 0 {
+			w = 500
+		}
+		err = runMemory(*dataDir, *memory, *objects, *duration, *idle, w, *wConns)
+	} else if *watchLat > 0 {
 		err = runWatchLatency(*dataDir, *api, *watchLat, *wConns, *wRate, *duration, *wPID)
 	} else if *crdCPU != "" {
 		err = runCRDCPU(*dataDir, *crdCPU, *objects, *duration, *levels, *rounds, strings.Split(*crdOps, ","))
 	} else if *restCPU != "" {
-		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds)
+		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds, restOps(*only))
 	} else if *grpcCPU != "" {
 		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *cpuOp, *duration, *levels, *rounds)
 	} else {
@@ -204,7 +212,7 @@ func runGRPCCPU(dataDir, token, spec, ops string, d time.Duration, levels string
 // runRESTCPU runs restCPU at each concurrency of levels, as token's
 // user (or, on the targets named in saSpec, a service account's),
 // preparing the targets as the data dir's admin.
-func runRESTCPU(dataDir, token, user, spec, saSpec, bindings string, d time.Duration, levels string, rounds int) error {
+func runRESTCPU(dataDir, token, user, spec, saSpec, bindings string, d time.Duration, levels string, rounds int, ops []string) error {
 	saTargets := map[string]bool{}
 	for _, n := range strings.Split(saSpec, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -224,11 +232,24 @@ func runRESTCPU(dataDir, token, user, spec, saSpec, bindings string, d time.Dura
 		return err
 	}
 	for _, cc := range concurrencies(levels) {
-		if err := restCPU(tlsConf, token, user, spec, saTargets, d, cc, rounds, rb, crb); err != nil {
+		if err := restCPU(tlsConf, token, user, spec, saTargets, d, cc, rounds, rb, crb, ops); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// restOps is the operations --rest-cpu measures, from --only: "GET" for
+// get or reads, "create" for create or writes.
+func restOps(only string) []string {
+	var ops []string
+	if strings.Contains(only, "get") || strings.Contains(only, "reads") {
+		ops = append(ops, "GET")
+	}
+	if strings.Contains(only, "create") || strings.Contains(only, "writes") {
+		ops = append(ops, "create")
+	}
+	return ops
 }
 
 // concurrencies parses a comma-separated list of client concurrencies.

@@ -31,8 +31,8 @@ import (
 // account loadtest-rbac/loadtest, with a token restCPU requests for it
 // (TokenRequest) and the same grant: name one gateway twice, once there,
 // to compare the CPU of a request with a service account token to one
-// with token.
-func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string]bool, d time.Duration, cc, rounds, bindings, clusterBindings int) error {
+// with token. measured names the operations: "GET", "create" or both.
+func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string]bool, d time.Duration, cc, rounds, bindings, clusterBindings int, measured []string) error {
 	targets, err := parseCPUTargets(spec)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string
 		},
 	}
 	for _, t := range targets {
-		for _, op := range []string{"GET", "create"} {
+		for _, op := range measured {
 			if r := measure(time.Second, cc, ops[op](callers[t.name], "https://"+t.addr)); r.err != nil {
 				return fmt.Errorf("%s: %s: %w", t.name, op, r.err)
 			}
@@ -99,7 +99,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
-		for _, op := range []string{"GET", "create"} {
+		for _, op := range measured {
 			for _, t := range order {
 				before, err := processCPU(t.pid)
 				if err != nil {
@@ -119,7 +119,7 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string
 			}
 		}
 	}
-	for _, op := range []string{"GET", "create"} {
+	for _, op := range measured {
 		for _, t := range targets {
 			v := slices.Sorted(slices.Values(perOp[t.name+" "+op]))
 			fmt.Printf("%-10s median CPU per %s %.0f µs (rounds: min %.0f, max %.0f), concurrency %d\n", t.name, op, v[len(v)/2], v[0], v[len(v)-1], cc)

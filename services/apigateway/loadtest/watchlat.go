@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -217,15 +216,6 @@ func procStats(pid int) (time.Duration, int64) {
 	if err != nil {
 		return 0, 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return cpu, 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return cpu, kb << 10
-		}
-	}
-	return cpu, 0
+	rss, _ := processRSS(pid)
+	return cpu, rss
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -40,6 +41,7 @@ type flags struct {
 	audit                                      app.AuditOptions
 	logLevel, logFormat                        string
 	requestLogLevel                            string
+	memory                                     memtrim.Options
 }
 
 // flagSet defines the flags on a new flag set that stores them in f and
@@ -73,6 +75,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.requestLogLevel, "request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
+	f.memory.AddFlags(fs)
 	return fs
 }
 
@@ -126,6 +129,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	requestLogLevel, err := telemetry.ParseLevel(f.requestLogLevel)
 	if err != nil {
 		return fmt.Errorf("--request-log-level: %w", err)
+	}
+	if err := f.memory.Start(ctx, logger); err != nil {
+		return err
 	}
 
 	serving, err := pki.LoadServerTLS(f.certFile, f.keyFile, "", logger)

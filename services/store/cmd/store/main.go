@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -48,6 +49,7 @@ type flags struct {
 	startupTimeout                  time.Duration
 	minFreeBytes, ballastBytes      int64
 	readyMaxLag                     uint64
+	memory                          memtrim.Options
 }
 
 // serverFlagSet defines a member's flags on a new flag set that stores
@@ -80,6 +82,7 @@ func serverFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.compactionRetention, "compaction-retention", app.DefaultCompactionRetention, "history kept by automatic compaction; negative disables it")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.memory.AddFlags(fs)
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 2*time.Minute, "how long to wait for a raft leader at startup")
 	fs.Int64Var(&f.minFreeBytes, "min-free-bytes", app.DefaultMinFreeBytes, "disk space reserve: writes are refused (RESOURCE_EXHAUSTED) while the data dir's filesystem has less available; negative disables")
 	fs.Int64Var(&f.ballastBytes, "ballast-bytes", app.DefaultBallastBytes, "size of <data-dir>/disk-ballast, released when a write hits ENOSPC so that the store refuses writes instead of crashing; negative disables")
@@ -132,6 +135,9 @@ func main() {
 func run(ctx context.Context, f flags, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if err := f.memory.Start(ctx, log); err != nil {
+		return err
+	}
 
 	tlsConfig, err := serverTLS(f, log)
 	if err != nil {

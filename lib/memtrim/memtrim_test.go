@@ -1,0 +1,61 @@
+package memtrim
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+var sink [][]byte
+
+// TestIdleRelease: after a burst of allocations that became garbage, an
+// idle process collects and returns the freed heap to the operating
+// system without waiting for the runtime's periodic collection.
+func TestIdleRelease(t *testing.T) {
+	runtime.GC()
+	samples := []metrics.Sample{
+		{Name: "/gc/cycles/forced:gc-cycles"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+	}
+	metrics.Read(samples)
+	forced0 := samples[0].Value.Uint64()
+
+	for range 64 << 10 {
+		sink = append(sink, make([]byte, 1024))
+	}
+	sink = nil
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if err := (Options{IdleCheck: 100 * time.Millisecond}).Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		metrics.Read(samples)
+		reclaimable := int64(samples[1].Value.Uint64()) + int64(samples[2].Value.Uint64()) - int64(samples[3].Value.Uint64())
+		if samples[0].Value.Uint64() > forced0 && reclaimable < MinRelease {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: %d forced collections, %d bytes reclaimable", samples[0].Value.Uint64()-forced0, reclaimable)
+		}
+	}
+}
+
+func TestLimit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{{"", -1, false}, {"512Mi", 512 << 20, false}, {"1G", 1e9, false}, {"0", 0, true}, {"-1Mi", 0, true}, {"lots", 0, true}} {
+		got, err := Options{MemoryLimit: c.in}.Limit()
+		if (err != nil) != c.bad || (!c.bad && got != c.want) {
+			t.Errorf("Limit(%q) = %d, %v; want %d, error %t", c.in, got, err, c.want, c.bad)
+		}
+	}
+}

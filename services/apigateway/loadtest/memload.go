@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/meridian-cp/meridian/lib/pki"
+)
+
+// runMemory runs memoryAfterLoad on each target of spec (name=api-addr@pid,
+// sharing dataDir's certificates), one after the other, as the admin.
+func runMemory(dataDir, spec string, n int, d, idle time.Duration, watchers, conns int) error {
+	targets, err := parseCPUTargets(spec)
+	if err != nil {
+		return err
+	}
+	pdir := filepath.Join(dataDir, "pki")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-10s %12s %12s %12s %12s\n", "target", "RSS start", "RSS peak", "RSS at end", "RSS idle")
+	for _, t := range targets {
+		r, err := memoryAfterLoad(tlsConf, "https://"+t.addr, t.pid, n, d, idle, watchers, conns)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		fmt.Printf("%-10s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", t.name, mb(r.start), mb(r.peak), mb(r.end), mb(r.idle))
+		for _, s := range r.idleSteps {
+			fmt.Printf("%-10s   idle %-6s %9.1f MB\n", t.name, s.after, mb(s.rss))
+		}
+	}
+	return nil
+}
+
+// memResult is the server's RSS around memoryAfterLoad's loads: at their
+// start, the highest sampled during them, when they ended (every client
+// connection closed) and after the idle wait, with samples along it.
+type memResult struct {
+	start, peak, end, idle int64
+	idleSteps              []idleStep
+}
+
+type idleStep struct {
+	after time.Duration
+	rss   int64
+}
+
+func mb(b int64) float64 { return float64(b) / 1e6 }
+
+// memoryAfterLoad runs the loads of issue 24 against the gateway api and
+// reports the RSS of the server process pid (/proc/<pid>/status, VmRSS,
+// sampled every 100 ms): n ConfigMaps of about 1 KiB created in a
+// namespace of their own (32 clients; kept when they exist), consistent
+// GETs of one of them (8 clients, d), LISTs of all n (8 clients, d each:
+// JSON whole, JSON in chunks of 500, JSON with resourceVersion=0,
+// protobuf whole), and watchers watches of the namespace over conns
+// HTTP/2 connections, held for d while 50 ConfigMaps are updated. Then
+// every client connection is closed and the process left idle for idle.
+func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.Duration, watchers, conns int) (memResult, error) {
+	var r memResult
+	var err error
+	if r.start, err = processRSS(pid); err != nil {
+		return r, err
+	}
+	var peak atomic.Int64
+	peak.Store(r.start)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v, err := processRSS(pid); err == nil && v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	loadErr := memLoads(tlsConf, api, n, d, watchers, conns)
+	close(stop)
+	<-sampled
+	if loadErr != nil {
+		return r, loadErr
+	}
+	r.peak = peak.Load()
+	if r.end, err = processRSS(pid); err != nil {
+		return r, err
+	}
+	began := time.Now()
+	for _, at := range []time.Duration{5 * time.Second, 15 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second} {
+		if at > idle {
+			break
+		}
+		time.Sleep(time.Until(began.Add(at)))
+		v, err := processRSS(pid)
+		if err != nil {
+			return r, err
+		}
+		r.idleSteps = append(r.idleSteps, idleStep{after: at, rss: v})
+	}
+	time.Sleep(time.Until(began.Add(idle)))
+	r.idle, err = processRSS(pid)
+	return r, err
+}
+
+// memLoads runs memoryAfterLoad's loads on clients of its own, whose
+// connections are closed when it returns.
+func memLoads(tlsConf *tls.Config, api string, n int, d time.Duration, watchers, conns int) error {
+	tr := &http2.Transport{TLSClientConfig: tlsConf}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	const ns = "loadtest-memory"
+	if err := seed(context.Background(), c, api, nil, ns, n); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	base := api + "/api/v1/namespaces/" + ns + "/configmaps"
+	loads := []struct {
+		name string
+		op   func() (int, error)
+	}{
+		{"GET", func() (int, error) { return get(c, base+"/cm-00000", "application/json") }},
+		{"LIST json", func() (int, error) { return get(c, base, "application/json") }},
+		{"LIST json chunked", func() (int, error) { return chunked(c, base, "application/json") }},
+		{"LIST json rv=0", func() (int, error) { return get(c, base+"?resourceVersion=0", "application/json") }},
+		{"LIST protobuf", func() (int, error) { return get(c, base, "application/vnd.kubernetes.protobuf") }},
+	}
+	for _, l := range loads {
+		if r := measure(d, 8, l.op); r.err != nil {
+			return fmt.Errorf("%s: %w", l.name, r.err)
+		}
+	}
+	return memWatches(tlsConf, c, base, d, watchers, conns)
+}
+
+// memWatches holds watchers JSON watches of base over conns connections
+// of their own for d while c updates 50 of its objects, reading every
+// event, and closes them all.
+func memWatches(tlsConf *tls.Config, c *http.Client, base string, d time.Duration, watchers, conns int) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	trs := make([]*http2.Transport, conns)
+	for i := range trs {
+		trs[i] = &http2.Transport{TLSClientConfig: tlsConf}
+		defer trs[i].CloseIdleConnections()
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var started sync.WaitGroup
+	errs := make(chan error, watchers)
+	for i := range watchers {
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&resourceVersion=0", nil)
+			resp, err := (&http.Client{Transport: trs[i%conns]}).Do(req)
+			started.Done()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				errs <- fmt.Errorf("watch: %s", resp.Status)
+				return
+			}
+			s := bufio.NewScanner(resp.Body)
+			s.Buffer(nil, 1<<20)
+			for s.Scan() {
+			}
+		}()
+	}
+	started.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	value := strings.Repeat("y", 1000)
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm-%05d"},"data":{"v":"%s-%d"}}`, i%50, value, i)
+		if _, err := send(c, http.MethodPut, fmt.Sprintf("%s/cm-%05d", base, i%50), "application/json", []byte(body), http.StatusOK); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// processRSS is the resident set size of process pid, in bytes (VmRSS in
+// /proc/<pid>/status).
+func processRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmRSS %q: %w", pid, f[1], err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
