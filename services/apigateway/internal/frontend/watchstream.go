@@ -24,15 +24,13 @@ import (
 // This file serves watches of an in-process ResourceService without
 // grpc-gateway: the service's Watch runs on the request's goroutine and
 // each message it sends is written to the HTTP response and flushed at
-// once. Through grpc-gateway a watch needs a client stream
-// (localstream): a second goroutine per watch, and a rendezvous and an
-// acknowledgement between the two for every event, which cost more CPU per
-// delivered event than the rest of the gateway's part together
-// (docs/benchmarks.md, "Watch delivery through the gateway").
+// once. Through grpc-gateway a watch would need a client stream
+// (localstream): a second goroutine per watch, and a hand-over between
+// the two for every message.
 //
 // The response is what grpc-gateway's ForwardResponseStream writes with
 // the mux's options (newGatewayMux): the headers the service set (those
-// passedHeaders lets through) and its first message's media type; each
+// passedHeader lets through) and its first message's media type; each
 // message's data as it is, flushed; an error before the first message as
 // its Status with the Status's code (streamErrorWriter), and one after as
 // a Status object appended to the stream.
