@@ -45,7 +45,8 @@ var watchFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
 func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceServiceServer) {
 	var req apiv1.WatchRequest
 	if err := (queryParser{}).Parse(&req, r.Form, watchFilter); err != nil {
-		writeStreamError(w, false, status.Errorf(codes.InvalidArgument, "%v", err))
+		// As grpc-gateway answers a query it cannot parse (errorHandler).
+		writeStatus(w, apistatus.FromGRPC(status.New(codes.InvalidArgument, err.Error())))
 		return
 	}
 	// The request's context ends when this handler returns, as a gRPC
