@@ -88,9 +88,7 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	if err != nil {
 		return nil, err
 	}
-	// Room for the window, the one message a watch may send over it as it
-	// ends, and the end.
-	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer, msgs: make(chan *watchv1.WatchManyResponse, m.opts.Buffer+2), failed: make(chan struct{})}
+	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer, ready: make(chan struct{}, 1), failed: make(chan struct{})}
 	// Registered before the open is sent, so no message can miss it.
 	w.stopCtx = context.AfterFunc(ctx, func() { s.cancel(id) })
 	if err := s.open(w, req); err != nil {
@@ -245,12 +243,7 @@ func (s *session) receive() {
 		if w == nil {
 			continue // cancelled
 		}
-		select {
-		case w.msgs <- msg:
-			if msg.GetEnd() {
-				close(w.msgs)
-			}
-		default:
+		if !w.push(msg) {
 			// The reader fell behind: end its watch (never drop a message
 			// and go on, never block the stream's other watches).
 			if !msg.GetEnd() {
@@ -267,8 +260,18 @@ type watchStream struct {
 	s       *session
 	id      int64
 	window  int
-	msgs    chan *watchv1.WatchManyResponse // closed after the end message
 	stopCtx func() bool
+
+	// The messages waiting for the reader, in order, from queued[head]:
+	// at most the window, the one message a watch may send over it as it
+	// ends, and the end. The array grows with what waits and is dropped
+	// once drained when it grew past keptQueue, so an idle watch holds
+	// (almost) none; ready has a token once a message was queued since
+	// the reader last looked.
+	qmu    sync.Mutex
+	queued []*watchv1.WatchManyResponse
+	head   int
+	ready  chan struct{}
 
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail; failErr is set before
@@ -278,6 +281,48 @@ type watchStream struct {
 	endErr error
 	ended  bool
 	read   int // messages read since the last credit grant
+}
+
+// keptQueue is the capacity of a drained queue's array kept for the next
+// messages; a larger one (a burst) is dropped.
+const keptQueue = 8
+
+// push queues msg for the reader; false when the queue is full (the reader
+// fell behind).
+func (w *watchStream) push(msg *watchv1.WatchManyResponse) bool {
+	w.qmu.Lock()
+	if len(w.queued)-w.head >= w.window+2 {
+		w.qmu.Unlock()
+		return false
+	}
+	w.queued = append(w.queued, msg)
+	w.qmu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default: // the reader has a token already
+	}
+	return true
+}
+
+// pop returns the next queued message, or nil.
+func (w *watchStream) pop() *watchv1.WatchManyResponse {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	if w.head == len(w.queued) {
+		return nil
+	}
+	msg := w.queued[w.head]
+	w.queued[w.head] = nil
+	w.head++
+	if w.head == len(w.queued) {
+		w.head = 0
+		if cap(w.queued) > keptQueue {
+			w.queued = nil
+		} else {
+			w.queued = w.queued[:0]
+		}
+	}
+	return msg
 }
 
 // fail ends the watch with err, ahead of any queued messages.
@@ -294,40 +339,47 @@ func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
 	if w.ended {
 		return nil, w.endErr
 	}
-	select {
-	case <-w.failed:
-		return w.end(w.failErr)
-	default:
+	for {
+		select {
+		case <-w.failed:
+			return w.end(w.failErr)
+		default:
+		}
+		if msg := w.pop(); msg != nil {
+			return w.deliver(msg)
+		}
+		select {
+		case <-w.ready:
+		case <-w.failed:
+			return w.end(w.failErr)
+		case <-w.ctx.Done():
+			return w.end(status.FromContextError(w.ctx.Err()).Err())
+		}
 	}
-	select {
-	case msg, ok := <-w.msgs:
-		if !ok {
-			return w.end(io.EOF)
-		}
-		if !msg.GetEnd() {
-			w.credit()
-			return msg.GetResponse(), nil
-		}
-		w.endErr = io.EOF
-		if b := msg.GetStatus(); len(b) > 0 {
-			st := &spb.Status{}
-			if err := proto.Unmarshal(b, st); err != nil {
-				w.endErr = status.Errorf(codes.Internal, "watchfanout: bad end status: %v", err)
-			} else {
-				w.endErr = status.ErrorProto(st)
-			}
-		}
-		w.ended = true
-		w.stopCtx()
-		if r := msg.GetResponse(); r != nil {
-			return r, nil
-		}
-		return nil, w.endErr
-	case <-w.failed:
-		return w.end(w.failErr)
-	case <-w.ctx.Done():
-		return w.end(status.FromContextError(w.ctx.Err()).Err())
+}
+
+// deliver returns a message of watchfanout to the reader: its response,
+// or how the watch ended after an end message.
+func (w *watchStream) deliver(msg *watchv1.WatchManyResponse) (*watchv1.WatchResponse, error) {
+	if !msg.GetEnd() {
+		w.credit()
+		return msg.GetResponse(), nil
 	}
+	w.endErr = io.EOF
+	if b := msg.GetStatus(); len(b) > 0 {
+		st := &spb.Status{}
+		if err := proto.Unmarshal(b, st); err != nil {
+			w.endErr = status.Errorf(codes.Internal, "watchfanout: bad end status: %v", err)
+		} else {
+			w.endErr = status.ErrorProto(st)
+		}
+	}
+	w.ended = true
+	w.stopCtx()
+	if r := msg.GetResponse(); r != nil {
+		return r, nil
+	}
+	return nil, w.endErr
 }
 
 // credit counts a message read and grants watchfanout a quarter window of

@@ -100,7 +100,9 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	w.Stop()
 
 	// The event's size is observed right after it is queued, which may be
-	// after the watcher received it: scrape until it is there.
+	// after the watcher received it, and the watch is counted once its
+	// handler has seen the client go, after Stop returned: scrape until
+	// both are there.
 	cmLabels := map[string]string{"group": "", "version": "v1", "resource": "configmaps"}
 	var families map[string]*dto.MetricFamily
 	polltest.Until(t, 10*time.Second, "the watched create's apiserver_watch_events_sizes sample", func() bool {
@@ -112,7 +114,7 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		if families, err = parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
 			t.Fatal(err)
 		}
-		return seriesCount(families["apiserver_watch_events_sizes"], cmLabels) >= 1
+		return seriesCount(families["apiserver_watch_events_sizes"], cmLabels) >= 1 && hasVerb(families["apiserver_request_total"], "WATCH")
 	})
 	for name, want := range kubeMetrics {
 		mf, ok := families[name]
@@ -175,4 +177,16 @@ func labelNames(m *dto.Metric) []string {
 	}
 	slices.SortFunc(out, strings.Compare)
 	return out
+}
+
+// hasVerb reports whether mf has a series of verb.
+func hasVerb(mf *dto.MetricFamily, verb string) bool {
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "verb" && l.GetValue() == verb {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -642,6 +642,10 @@ func newHTTPServer(handler http.Handler, tlsConf *tls.Config, log *slog.Logger) 
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// 1,000 concurrent streams per HTTP/2 connection, as kube-apiserver
+		// allows (--http2-max-streams-per-connection): each watch is a
+		// stream, and clients multiplex many over one connection.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000},
 	}
 }
 

@@ -14,7 +14,9 @@
 // side (see grpcCPU); with --rest-cpu, the server CPU time per REST GET
 // and create of gateways run side by side, say with and without RBAC, or
 // one gateway called with a static and with a service account token
-// (--rest-cpu-sa; see restCPU). Start meridian
+// (--rest-cpu-sa; see restCPU); with --watch-latency, watch delivery
+// latency and CPU per delivered event (watchLatency); with --idle-watches,
+// the server's RSS per idle watch (idleWatches). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -75,13 +77,15 @@ func main() {
 		restSA   = flag.String("rest-cpu-sa", "", "with --rest-cpu: comma-separated names of targets called with a service account token (requested for loadtest-rbac/loadtest) instead of --token")
 		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
 		watchLat = flag.Int("watch-latency", 0, "measure only watch delivery: this many JSON watches of one namespace (over --watch-conns HTTP/2 connections) while ConfigMaps are created there at --watch-rate per second for --duration")
-		wConns   = flag.Int("watch-conns", 50, "with --watch-latency: HTTP/2 connections the watches share")
+		wConns   = flag.Int("watch-conns", 50, "with --watch-latency or --idle-watches: HTTP/2 connections the watches share")
 		wRate    = flag.Int("watch-rate", 50, "with --watch-latency: creates per second")
 		crdCPU   = flag.String("crd-cpu", "", "measure only the server CPU per create, GET and LIST of --objects of a custom resource (20 fields, 3 CEL rules) beside a ConfigMap of the same size, as the admin, on the gateway api-addr@pid")
 		crdOps   = flag.String("crd-cpu-ops", "create,GET,LIST", "with --crd-cpu: the operations measured, comma-separated")
 		memory   = flag.String("memory", "", "measure only the RSS of these meridians (name=api-addr@pid,..., sharing --data-dir's certificates, one after the other) before, during and after issue 24's loads: --objects creates, GETs and LISTs at 8 clients for --duration each, --watch-latency watches (default 500) over --watch-conns connections for --duration, then --idle without clients")
 		idle     = flag.Duration("idle", 60*time.Second, "with --memory: how long to leave the server idle after the loads")
-		wPID     = flag.Int("watch-pid", 0, "with --watch-latency: the server process, whose CPU per delivered event and RSS are reported")
+		wPID     = flag.Int("watch-pid", 0, "with --watch-latency or --idle-watches: the server process, whose CPU per delivered event and RSS are reported")
+		idleW    = flag.Int("idle-watches", 0, "measure only idle watches: open this many JSON watches of an empty namespace (over --watch-conns HTTP/2 connections) and report the server's RSS growth per watch (--watch-pid)")
+		wPprof   = flag.String("watch-pprof", "", "with --idle-watches: the server's --pprof address (http://host:port), to collect garbage before each RSS reading and count goroutines")
 	)
 	flag.Parse()
 	var err error
@@ -91,6 +95,8 @@ func main() {
 			w = 500
 		}
 		err = runMemory(*dataDir, *memory, *objects, *duration, *idle, w, *wConns)
+	} else if *idleW > 0 {
+		err = runIdleWatches(*dataDir, *api, *idleW, *wConns, *wPID, *wPprof)
 	} else if *watchLat > 0 {
 		err = runWatchLatency(*dataDir, *api, *watchLat, *wConns, *wRate, *duration, *wPID)
 	} else if *crdCPU != "" {

@@ -6,9 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/procstat"
 )
 
 // runMemory runs memoryAfterLoad on each target of spec (name=api-addr@pid,
@@ -72,7 +71,7 @@ func mb(b int64) float64 { return float64(b) / 1e6 }
 func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.Duration, watchers, conns int) (memResult, error) {
 	var r memResult
 	var err error
-	if r.start, err = processRSS(pid); err != nil {
+	if r.start, err = procstat.RSS(pid); err != nil {
 		return r, err
 	}
 	var peak atomic.Int64
@@ -88,7 +87,7 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 			case <-stop:
 				return
 			case <-t.C:
-				if v, err := processRSS(pid); err == nil && v > peak.Load() {
+				if v, err := procstat.RSS(pid); err == nil && v > peak.Load() {
 					peak.Store(v)
 				}
 			}
@@ -101,7 +100,7 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 		return r, loadErr
 	}
 	r.peak = peak.Load()
-	if r.end, err = processRSS(pid); err != nil {
+	if r.end, err = procstat.RSS(pid); err != nil {
 		return r, err
 	}
 	began := time.Now()
@@ -110,14 +109,14 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 			break
 		}
 		time.Sleep(time.Until(began.Add(at)))
-		v, err := processRSS(pid)
+		v, err := procstat.RSS(pid)
 		if err != nil {
 			return r, err
 		}
 		r.idleSteps = append(r.idleSteps, idleStep{after: at, rss: v})
 	}
 	time.Sleep(time.Until(began.Add(idle)))
-	r.idle, err = processRSS(pid)
+	r.idle, err = procstat.RSS(pid)
 	return r, err
 }
 
@@ -204,23 +203,4 @@ func memWatches(tlsConf *tls.Config, c *http.Client, base string, d time.Duratio
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
-}
-
-// processRSS is the resident set size of process pid, in bytes (VmRSS in
-// /proc/<pid>/status).
-func processRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: VmRSS %q: %w", pid, f[1], err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }

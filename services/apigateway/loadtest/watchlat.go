@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meridian-cp/meridian/lib/pki"
+	"github.com/meridian-cp/meridian/lib/procstat"
 )
 
 // runWatchLatency runs watchLatency as the admin of the meridian whose
@@ -216,6 +217,6 @@ func procStats(pid int) (time.Duration, int64) {
 	if err != nil {
 		return 0, 0
 	}
-	rss, _ := processRSS(pid)
+	rss, _ := procstat.RSS(pid)
 	return cpu, rss
 }

@@ -64,8 +64,9 @@ type Config struct {
 	// LocalResources is set.
 	Resources apiv1.ResourceServiceClient
 	// LocalResources is a ResourceService in this process: unary methods
-	// are served by direct calls and streams through localstream, with no
-	// gRPC hop. It takes precedence over Resources.
+	// are served by direct calls, watches on the request's goroutine
+	// (serveLocalWatch) and lists through localstream, with no gRPC hop.
+	// It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
 	FlowControl *flowcontrolclient.Client
@@ -176,11 +177,15 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 // ServeHTTP serves one request. It never panics: a panic below becomes a
 // 500 Status.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	info := requestinfo.New(r.Method, r.URL)
 	// net/http runs each request on a new goroutine; grow its stack to a
 	// handler's depth in one copy (package growstack). Writes go deeper:
-	// their managed-fields update.
-	switch r.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	// their managed-fields update. A watch's goroutine is not grown: it
+	// lives as long as the watch, mostly idle, and a stack grown ahead
+	// would be memory every idle watch holds until collections shrink it.
+	switch {
+	case info.Verb == "watch":
+	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		growstack.GrowLarge()
 	default:
 		growstack.Grow()
@@ -188,7 +193,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
-	info := requestinfo.New(r.Method, r.URL)
 	labels := labels(r, info)
 	defer h.metrics.begin(labels.verb)()
 	ctx, rl := withRequestLog(r.Context(), h.cfg.Logger, h.requestLogLevel())
@@ -432,6 +436,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 			return gz
 		})
 		defer gz.Close()
+	}
+	if info.Verb == "watch" && h.cfg.LocalResources != nil {
+		serveLocalWatch(&streamErrorWriter{ResponseWriter: w}, r, h.cfg.LocalResources)
+		return
 	}
 	if info.Verb == "list" || info.Verb == "watch" {
 		// Server streams: only the client mux streams.

@@ -18,6 +18,13 @@ import (
 // they are (grpc-gateway would otherwise prefix them with Grpc-Metadata-).
 var passedHeaders = map[string]bool{"warning": true, "retry-after": true, "audit-id": true}
 
+// passedHeader reports whether a gRPC response header goes to the HTTP
+// response: those of passedHeaders and the flow-control ones.
+func passedHeader(k string) bool {
+	k = strings.ToLower(k)
+	return passedHeaders[k] || strings.HasPrefix(k, "x-kubernetes-pf-")
+}
+
 // newGatewayMux builds the grpc-gateway mux of the internal routes: raw
 // bytes in and out, Kubernetes Status errors, and no HTTP request header
 // forwarded as gRPC metadata: the front end has already read what matters
@@ -29,8 +36,7 @@ func newGatewayMux() *runtime.ServeMux {
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithOutgoingHeaderMatcher(func(k string) (string, bool) {
-			k = strings.ToLower(k)
-			if passedHeaders[k] || strings.HasPrefix(k, "x-kubernetes-pf-") {
+			if passedHeader(k) {
 				return textproto.CanonicalMIMEHeaderKey(k), true
 			}
 			return "", false

@@ -125,10 +125,12 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		IncludeObject:        req.GetIncludeObject(),
 	}, func() { s.m.watchResumed(resource, resumedOnReplica) })
 	defer ws.Close()
+	sent := false // watchinit.Sent was called
 	for {
-		if ws.InitialEventsDelivered() {
+		if !sent && ws.InitialEventsDelivered() {
 			// Sent too: the stream's Send below returned.
 			watchinit.Sent(ctx)
+			sent = true
 		}
 		msg, err := ws.Recv()
 		switch {
