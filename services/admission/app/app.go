@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -169,8 +170,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// follow dials the store and starts following the CEL policies and the
-// admission webhooks until Close, and returns the channels closed once
+// follow dials the store and starts following the RBAC objects (CEL's
+// authorizer), the CEL policies and the admission webhooks until Close, and returns the channels closed once
 // each followed resource has first been read. The service serves at
 // once: until the policies are read its set is empty (scope empty), as a
 // new policy applies once its scope reaches the gateways; readiness
@@ -200,24 +201,29 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, []<-chan stru
 		a.closeStore()
 		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	set, policiesRead, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt, Metrics: metrics})
+	authz, rbacRead, err := followRBAC(bg, st, decrypt, logger)
 	if err != nil {
 		a.closeStore()
 		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	hooks, hooksRead, err := a.followWebhooks(bg, st, decrypt, logger, metrics, set.Namespace)
+	set, policiesRead, err := celpolicy.New(bg, celpolicy.Config{Store: st, Logger: logger, Decrypt: decrypt, Metrics: metrics, Authorizer: authz})
 	if err != nil {
 		a.closeStore()
 		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	return policy.Union{set, hooks}, append(hooksRead, policiesRead), nil
+	hooks, hooksRead, err := a.followWebhooks(bg, st, decrypt, logger, metrics, set.Namespace, authz)
+	if err != nil {
+		a.closeStore()
+		return nil, nil, fmt.Errorf("admission: %w", err)
+	}
+	return policy.Union{set, hooks}, append(append(hooksRead, rbacRead...), policiesRead), nil
 }
 
 // followWebhooks follows the webhook configurations from the store into
 // a webhook set, whose namespaceSelectors read namespace (the policy
 // set's, which follows the namespaces), and returns the channels closed
 // once each configuration kind has first been read.
-func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics, namespace func(string) *corev1.Namespace) (*webhook.Set, []<-chan struct{}, error) {
+func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt storecache.Decrypt, logger *slog.Logger, metrics *admissionmetrics.Metrics, namespace func(string) *corev1.Namespace, authz authorizer.Authorizer) (*webhook.Set, []<-chan struct{}, error) {
 	reg := registry.New(registry.Standard()...)
 	gv := admissionregistrationv1.SchemeGroupVersion
 	vwc, _ := reg.Lookup(gv.WithResource("validatingwebhookconfigurations"))
@@ -238,7 +244,7 @@ func (a *App) followWebhooks(ctx context.Context, st storecache.Store, decrypt s
 		}
 		hooks.Load(vs, ms)
 	}
-	hooks = webhook.New(webhook.Config{Logger: logger, Metrics: metrics, Namespaces: namespace})
+	hooks = webhook.New(webhook.Config{Logger: logger, Metrics: metrics, Namespaces: namespace, Authorizer: authz})
 	var err error
 	// The cache calls load only from its followers, which Follow starts
 	// after cache is set.

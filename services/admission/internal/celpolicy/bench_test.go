@@ -51,7 +51,7 @@ func BenchmarkEvaluate10(b *testing.B) {
 		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}()
 	for b.Loop() {
-		r := &request{authz: mastersAuthorizer{}, nsSet: true}
+		r := &request{authz: mastersOnly, nsSet: true}
 		for _, e := range entries {
 			inv := &validatingInvocation{req: r, policy: e.policy, binding: e.bindings[0]}
 			d, err := inv.Evaluate(context.Background(), req)

@@ -49,7 +49,7 @@ func TestRequestToCEL(t *testing.T) {
 				Kind:     &admissionv1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
 				Resource: &admissionv1.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: "default", Name: name,
 				UserInfo: &admissionv1.UserInfo{Username: "alice"}, Object: []byte(tc.object)}
-			inv := &validatingInvocation{req: &request{authz: mastersAuthorizer{}, nsSet: true}, policy: p, binding: b}
+			inv := &validatingInvocation{req: &request{authz: mastersOnly, nsSet: true}, policy: p, binding: b}
 			d, err := inv.Evaluate(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -92,7 +92,7 @@ func FuzzRequestToCEL(f *testing.F) {
 		if len(obj) > 0 && a.GetObject() == nil {
 			t.Fatal("an object that decoded is missing")
 		}
-		inv := &validatingInvocation{req: &request{authz: mastersAuthorizer{}, nsSet: true}, policy: p, binding: b}
+		inv := &validatingInvocation{req: &request{authz: mastersOnly, nsSet: true}, policy: p, binding: b}
 		if _, err := inv.Evaluate(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -70,26 +71,62 @@ type mutatingBinding struct {
 // mutatingChain runs every MutatingAdmissionPolicy binding matching one
 // request, in order, as one Policy of the pipeline (so it runs before the
 // validating policies): each sees the object as the ones before it left
-// it, and when a later one changed the object, those with
-// reinvocationPolicy IfNeeded run once more. The Decision carries the
-// final object.
+// it. It is a policy.Reinvocable: Evaluate records which bindings with
+// reinvocationPolicy IfNeeded had their output changed after they ran,
+// and Reinvoke runs them once more. A Decision carries the final object.
 type mutatingChain struct {
 	req      *request
 	bindings []mutatingBinding
 	oi       admission.ObjectInterfaces
 	tc       managedfields.TypeConverter
 	metrics  *admissionmetrics.Metrics // nil: none
+
+	// invoked are the IfNeeded bindings run since the object last
+	// changed; reinvoke those to run again in the reinvocation pass.
+	invoked, reinvoke []bool
+	// output is the object (JSON) as this chain last returned it.
+	output []byte
 }
 
-var _ policy.Policy = (*mutatingChain)(nil)
+var _ policy.Reinvocable = (*mutatingChain)(nil)
 
 // Mutating reports true: a policy.Union runs it before every validating
 // policy.
 func (m *mutatingChain) Mutating() bool { return true }
 
-// Evaluate applies the mutations. A mutation that fails denies the request
-// under failurePolicy Fail and is skipped under Ignore.
+// Evaluate applies every binding's mutations. A mutation that fails
+// denies the request under failurePolicy Fail and is skipped under
+// Ignore.
 func (m *mutatingChain) Evaluate(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	m.invoked, m.reinvoke = make([]bool, len(m.bindings)), make([]bool, len(m.bindings))
+	return m.run(ctx, req, false)
+}
+
+// Reinvoke applies again the mutations of the IfNeeded bindings whose
+// output was changed after they ran: by a later binding, or by any other
+// mutating policy or webhook (the object is not the one Evaluate
+// returned).
+func (m *mutatingChain) Reinvoke(ctx context.Context, req *admissionv1.AdmitRequest) (policy.Decision, error) {
+	if !bytes.Equal(req.GetObject(), m.output) {
+		m.changed()
+	}
+	return m.run(ctx, req, true)
+}
+
+// changed marks the bindings run since the last change for
+// reinvocation.
+func (m *mutatingChain) changed() {
+	for i, ran := range m.invoked {
+		if ran {
+			m.reinvoke[i], m.invoked[i] = true, false
+		}
+	}
+}
+
+// run applies the bindings' mutations in order: every binding, or with
+// reinvoking only those marked for reinvocation.
+func (m *mutatingChain) run(ctx context.Context, req *admissionv1.AdmitRequest, reinvoking bool) (policy.Decision, error) {
+	m.output = req.GetObject()
 	a, err := m.req.attributes(req)
 	if err != nil {
 		return policy.Decision{}, err
@@ -99,26 +136,20 @@ func (m *mutatingChain) Evaluate(ctx context.Context, req *admissionv1.AdmitRequ
 		return policy.Decision{}, nil
 	}
 	start := va.VersionedObject.Object().DeepCopyObject()
-	ran := make([]bool, len(m.bindings))
-	changedAfter := make([]bool, len(m.bindings))
-	for pass := 0; pass < 2; pass++ {
-		for i, b := range m.bindings {
-			if pass == 1 && (!ran[i] || !changedAfter[i] || b.policy.obj.Spec.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy) {
-				continue
-			}
-			before := va.VersionedObject.Object().DeepCopyObject()
-			if d, stop := m.invoke(ctx, b, a); stop {
-				return d, ctx.Err()
-			}
-			ran[i] = true
-			if !equality.Semantic.DeepEqual(before, va.VersionedObject.Object()) {
-				for j := 0; j < i; j++ {
-					changedAfter[j] = true
-				}
-			}
+	for i, b := range m.bindings {
+		if reinvoking && !m.reinvoke[i] {
+			continue
 		}
-		if pass == 0 && !anyTrue(changedAfter) {
-			break
+		m.reinvoke[i] = false
+		before := va.VersionedObject.Object().DeepCopyObject()
+		if d, stop := m.invoke(ctx, b, a); stop {
+			return d, ctx.Err()
+		}
+		if !equality.Semantic.DeepEqual(before, va.VersionedObject.Object()) {
+			m.changed()
+		}
+		if b.policy.obj.Spec.ReinvocationPolicy == admissionregistrationv1.IfNeededReinvocationPolicy {
+			m.invoked[i] = true
 		}
 	}
 	if equality.Semantic.DeepEqual(start, va.VersionedObject.Object()) {
@@ -128,16 +159,8 @@ func (m *mutatingChain) Evaluate(ctx context.Context, req *admissionv1.AdmitRequ
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("encoding the mutated object: %w", err)
 	}
+	m.output = js
 	return policy.Decision{Object: js}, nil
-}
-
-func anyTrue(bs []bool) bool {
-	for _, b := range bs {
-		if b {
-			return true
-		}
-	}
-	return false
 }
 
 // invoke runs one binding's mutations over a's object; stop is true when

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/meridian-cp/meridian/lib/kube/rbac"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/admissionmetrics"
@@ -50,6 +51,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives each ValidatingAdmissionPolicy check; nil: none.
 	Metrics *admissionmetrics.Metrics
+	// Authorizer answers the CEL `authorizer` variables for the
+	// requesting user (the RBAC authorizer, lib/kube/rbac); nil allows
+	// system:masters only, as an RBAC policy without objects.
+	Authorizer authorizer.UnconditionalAuthorizer
 }
 
 // Set is the CEL policies followed from the store. It implements
@@ -58,6 +63,7 @@ type Set struct {
 	cache    *storecache.Cache
 	logger   *slog.Logger
 	metrics  *admissionmetrics.Metrics // nil: none
+	authz    authorizer.UnconditionalAuthorizer
 	registry *registry.Registry
 	oi       admission.ObjectInterfaces
 	tc       managedfields.TypeConverter
@@ -107,8 +113,11 @@ func New(ctx context.Context, cfg Config) (*Set, <-chan struct{}, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Authorizer == nil {
+		cfg.Authorizer = rbac.NewStatic()
+	}
 	reg := registry.New(registry.Standard()...)
-	s := &Set{logger: cfg.Logger, metrics: cfg.Metrics, registry: reg, oi: newObjectInterfaces(), tc: managedfields.NewDeducedTypeConverter(), compiled: map[string]compiledVersion{}}
+	s := &Set{logger: cfg.Logger, metrics: cfg.Metrics, authz: cfg.Authorizer, registry: reg, oi: newObjectInterfaces(), tc: newTypeConverter(), compiled: map[string]compiledVersion{}}
 	gv := admissionregistrationv1.SchemeGroupVersion
 	lookup := func(gvr schema.GroupVersionResource) *registry.Resource {
 		r, _ := reg.Lookup(gvr)
@@ -295,7 +304,7 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 	if len(st.validating) == 0 && len(st.mutating) == 0 {
 		return nil
 	}
-	r := &request{set: s, authz: mastersAuthorizer{}}
+	r := &request{set: s, authz: s.authz}
 	a, err := r.attributes(req)
 	if err != nil {
 		return []policy.Policy{badRequest{err}}

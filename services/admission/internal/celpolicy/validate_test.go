@@ -193,13 +193,13 @@ func TestValidateMatchesReference(t *testing.T) {
 									// Fresh attributes for each path: the reference
 									// path caches the objects' CEL values in them.
 									ra := mustAttributes(t, req)
-									want := ref.Validate(ctx, ra.GetResource(), ra.versioned, param, ns, budget, mastersAuthorizer{})
+									want := ref.Validate(ctx, ra.GetResource(), ra.versioned, param, ns, budget, mastersOnly)
 									a := mustAttributes(t, req)
-									in, err := newCELInput(a, ns, mastersAuthorizer{})
+									in, err := newCELInput(a, ns, mastersOnly)
 									if err != nil {
 										t.Fatal(err)
 									}
-									got := vp.validate(ctx, in, a, param, ns, mastersAuthorizer{}, budget)
+									got := vp.validate(ctx, in, a, param, ns, mastersOnly, budget)
 									if !reflect.DeepEqual(clean(got), clean(want)) {
 										t.Errorf("%s:\n got %+v\nwant %+v", name, clean(got), clean(want))
 									}

@@ -163,7 +163,9 @@ type Evaluator struct {
 
 // Admit evaluates the policies matching req in order and stops at the
 // first denial. A policy that mutates the object hands the mutated object
-// to the policies after it. Matching runs once, on the request's object,
+// to the policies after it; once the last mutating policy ran, if any
+// changed the object, the mutating policies' reinvocation pass runs (see
+// Reinvocable). Matching runs once, on the request's object,
 // so object selectors see the object as the client sent it. It fails
 // only when ctx is done.
 func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (res Result, err error) {
@@ -186,18 +188,23 @@ func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (re
 	}()
 	steps := steps{metrics: e.Metrics, op: req.GetOperation(), start: time.Now(), typ: admissionmetrics.TypeAdmit}
 	defer func() { steps.end(err == nil && !res.Allowed) }()
-	for i, p := range e.Set.Matching(req) {
+	policies := e.Set.Matching(req)
+	// mutated is set once a mutating policy changed the object: the
+	// mutating policies then run their reinvocation pass, once
+	// (reinvoked).
+	mutated, reinvoked := false, false
+	run := func(i int, reinvoke bool) (stop bool, err error) {
+		p := policies[i]
 		if err := ctx.Err(); err != nil {
-			return Result{}, err
+			return true, err
 		}
-		steps.next(p)
-		d, err := evaluate(ctx, p, i, req)
+		d, err := evaluate(ctx, p, i, req, reinvoke)
 		if err != nil {
 			if ctx.Err() != nil {
-				return Result{}, ctx.Err()
+				return true, ctx.Err()
 			}
 			if fp, ok := p.(FailurePolicy); ok && fp.IgnoreFailure() {
-				continue
+				return false, nil
 			}
 			d = Decision{Denial: &Denial{
 				Code:    http.StatusInternalServerError,
@@ -217,17 +224,44 @@ func (e Evaluator) Admit(ctx context.Context, req *admissionv1.AdmitRequest) (re
 		if d.Denial != nil {
 			den := normalize(*d.Denial)
 			res.Allowed, res.Denial = false, &den
-			return res, nil
+			return true, nil
 		}
-		if d.Object != nil {
+		if d.Object != nil && !bytes.Equal(d.Object, req.GetObject()) {
 			// The request is not modified: the policies after this one
 			// get a copy carrying the mutated object.
 			next := proto.Clone(req).(*admissionv1.AdmitRequest)
 			next.Object = d.Object
 			req = next
+			mutated = true
+		}
+		return false, nil
+	}
+	for i, p := range policies {
+		steps.next(p)
+		if stop, err := run(i, false); stop || err != nil {
+			return res, err
+		}
+		if !mutated || reinvoked || (i+1 < len(policies) && isMutating(policies[i+1])) {
+			continue
+		}
+		// The last mutating policy ran and the object changed: the
+		// reinvocation pass, once, before any validating policy.
+		reinvoked = true
+		for j := 0; j <= i; j++ {
+			if _, ok := policies[j].(Reinvocable); !ok {
+				continue
+			}
+			if stop, err := run(j, true); stop || err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
+}
+
+func isMutating(p Policy) bool {
+	m, ok := p.(Mutator)
+	return ok && m.Mutating()
 }
 
 // normalize fills a denial's defaults.

@@ -17,20 +17,25 @@ type Named interface {
 	Name() string
 }
 
-// evaluate evaluates p, the i-th matching policy, under an
+// evaluate evaluates p, the i-th matching policy (its reinvocation pass
+// when reinvoke is set: p is then a Reinvocable), under an
 // "admission.policy" span saying which policy it was and what it
 // decided, so that a trace shows the time each policy took.
-func evaluate(ctx context.Context, p Policy, i int, req *admissionv1.AdmitRequest) (Decision, error) {
+func evaluate(ctx context.Context, p Policy, i int, req *admissionv1.AdmitRequest, reinvoke bool) (Decision, error) {
+	run := p.Evaluate
+	if reinvoke {
+		run = p.(Reinvocable).Reinvoke
+	}
 	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeAdmission, "admission.policy")
 	if !span.IsRecording() {
-		return p.Evaluate(ctx, req)
+		return run(ctx, req)
 	}
 	defer span.End()
-	span.SetAttributes(attribute.Int("admission.policy.index", i))
+	span.SetAttributes(attribute.Int("admission.policy.index", i), attribute.Bool("admission.policy.reinvocation", reinvoke))
 	if n, ok := p.(Named); ok {
 		span.SetAttributes(attribute.String("admission.policy.name", n.Name()))
 	}
-	d, err := p.Evaluate(ctx, req)
+	d, err := run(ctx, req)
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())

@@ -115,7 +115,7 @@ func (s *Set) callHook(ctx context.Context, h *hook, req *admitv1.AdmitRequest, 
 		if err != nil {
 			return fail(err)
 		}
-		m := h.cond.Match(ctx, a, nil, nil)
+		m := h.cond.Match(ctx, a, nil, s.cfg.Authorizer)
 		if m.Error != nil {
 			return fail(m.Error)
 		}
@@ -202,59 +202,86 @@ func denial(name string, st *metav1.Status) *policy.Denial {
 }
 
 // mutatingPolicy runs the matching mutating webhooks of one request.
+// It is a policy.Reinvocable: Evaluate records which IfNeeded webhooks a
+// later one changed the object after, and Reinvoke calls them again.
 type mutatingPolicy struct {
 	set   *Set
 	hooks []*hook
+	// invoked are the IfNeeded webhooks called since the object last
+	// changed; reinvoke those to call again in the reinvocation pass.
+	invoked, reinvoke []bool
+	// output is the object as this policy last returned it.
+	output []byte
 }
+
+var _ policy.Reinvocable = (*mutatingPolicy)(nil)
 
 // Mutating reports true: the union runs it with the other mutating
 // policies, before validation.
 func (p *mutatingPolicy) Mutating() bool { return true }
 
 // Evaluate calls each webhook in order on the object the ones before it
-// made; then, once, the IfNeeded webhooks that a later one changed the
-// object after.
+// made.
 func (p *mutatingPolicy) Evaluate(ctx context.Context, req *admitv1.AdmitRequest) (policy.Decision, error) {
+	p.invoked, p.reinvoke = make([]bool, len(p.hooks)), make([]bool, len(p.hooks))
+	return p.run(ctx, req, 0), nil
+}
+
+// Reinvoke calls again the IfNeeded webhooks whose output was changed
+// after they ran: by a later webhook, or by any other mutating policy
+// (the object is not the one Evaluate returned).
+func (p *mutatingPolicy) Reinvoke(ctx context.Context, req *admitv1.AdmitRequest) (policy.Decision, error) {
+	if string(req.GetObject()) != string(p.output) {
+		p.changed()
+	}
+	return p.run(ctx, req, 1), nil
+}
+
+// changed marks the webhooks called since the last change for
+// reinvocation.
+func (p *mutatingPolicy) changed() {
+	for i, called := range p.invoked {
+		if called {
+			p.reinvoke[i], p.invoked[i] = true, false
+		}
+	}
+}
+
+// run calls the webhooks of round r (0: every one; 1: those marked for
+// reinvocation) in order, each on the object the ones before it made.
+func (p *mutatingPolicy) run(ctx context.Context, req *admitv1.AdmitRequest, round int) policy.Decision {
 	var d policy.Decision
 	object := req.GetObject()
-	changedAt := -1 // index of the last webhook that changed the object
-	called := make([]bool, len(p.hooks))
-	run := func(round, i int) bool {
-		o := p.set.call(ctx, p.hooks[i], req, object)
-		called[i] = true
+	for i, h := range p.hooks {
+		if round == 1 && !p.reinvoke[i] {
+			continue
+		}
+		p.reinvoke[i] = false
+		o := p.set.call(ctx, h, req, object)
 		d.Warnings = append(d.Warnings, o.warnings...)
 		addAnnotations(&d, o.annotations)
 		if o.failedOpen {
 			addAnnotations(&d, map[string]string{
-				"failed-open.mutating.webhook.admission.k8s.io/round_" + strconv.Itoa(round) + "_index_" + strconv.Itoa(i): p.hooks[i].name,
+				"failed-open.mutating.webhook.admission.k8s.io/round_" + strconv.Itoa(round) + "_index_" + strconv.Itoa(i): h.name,
 			})
 		}
 		if o.denial != nil {
 			d.Denial = o.denial
-			return false
+			return d
 		}
 		if string(o.object) != string(object) {
-			object, changedAt = o.object, i
+			object = o.object
+			p.changed()
 		}
-		return true
-	}
-	for i := range p.hooks {
-		if !run(0, i) {
-			return d, nil
+		if h.reinvoke {
+			p.invoked[i] = true
 		}
 	}
-	last := changedAt
-	for i, h := range p.hooks {
-		if h.reinvoke && called[i] && i < last {
-			if !run(1, i) {
-				return d, nil
-			}
-		}
-	}
+	p.output = object
 	if string(object) != string(req.GetObject()) {
 		d.Object = object
 	}
-	return d, nil
+	return d
 }
 
 // validatingPolicy calls the matching validating webhooks of one

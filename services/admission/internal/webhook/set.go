@@ -35,6 +35,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	kubewebhook "github.com/meridian-cp/meridian/lib/kube/webhook"
 	admitv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
@@ -58,6 +59,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives each call's duration and rejection; nil: none.
 	Metrics *admissionmetrics.Metrics
+	// Authorizer answers the CEL `authorizer` variables of
+	// matchConditions for the requesting user (the RBAC authorizer,
+	// lib/kube/rbac); nil leaves them unset, so that a condition using
+	// them fails as the webhook's failurePolicy says.
+	Authorizer authorizer.Authorizer
 }
 
 // Set is the webhooks of the configurations it was given. Matching and

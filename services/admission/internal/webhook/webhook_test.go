@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meridian-cp/meridian/lib/kube/rbac"
+	"github.com/meridian-cp/meridian/lib/kube/rbac/rbactest"
 	"github.com/meridian-cp/meridian/lib/kube/webhook/webhooktest"
 	admitv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
@@ -230,5 +232,33 @@ func TestDryRunSideEffects(t *testing.T) {
 	s.Delete(false, "effects")
 	if sc, _ := s.Scope(); len(sc.Rules) != 0 {
 		t.Fatalf("scope after delete: %+v", sc)
+	}
+}
+
+// A match condition's authorizer answers from the set's authorizer for
+// the requesting user: the webhook is called only for users RBAC lets
+// list Secrets in the request's namespace.
+func TestConditionAuthorizer(t *testing.T) {
+	var calls atomic.Int32
+	srv := server(t, func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		calls.Add(1)
+		return &admissionv1.AdmissionResponse{Result: &metav1.Status{Message: "no"}}
+	})
+	authz := rbac.NewStatic(
+		rbactest.Role("team", "secret-reader", rbactest.Rule(rbactest.S("list"), rbactest.S(""), rbactest.S("secrets"))),
+		rbactest.RoleBinding("team", "bob", "Role", "secret-reader", "User:bob"),
+	)
+	s := webhook.New(webhook.Config{Authorizer: authz})
+	s.PutValidating(validating("readers", srv, func(w *admissionregistrationv1.ValidatingWebhook) {
+		w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "secret-readers",
+			Expression: `authorizer.group('').resource('secrets').namespace(request.namespace).check('list').allowed()`}}
+	}))
+	if res := admit(t, s, cmRequest(nil, false)); !res.Allowed || calls.Load() != 0 {
+		t.Fatalf("alice (no grant): %+v, %d calls, want admitted without a call", res.Denial, calls.Load())
+	}
+	bob := cmRequest(nil, false)
+	bob.UserInfo = &admitv1.UserInfo{Username: "bob"}
+	if res := admit(t, s, bob); res.Allowed || calls.Load() != 1 {
+		t.Fatalf("bob (granted): %+v, %d calls, want the webhook's denial", res.Denial, calls.Load())
 	}
 }

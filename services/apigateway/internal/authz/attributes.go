@@ -6,36 +6,17 @@ import (
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/rbac"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
-// Attributes are what an authorization decision is made on, the fields
-// of k8s.io/apiserver's authorizer.Attributes as a value: who asks, the
-// verb, and either the resource (group, resource, subresource, namespace,
-// name) or the non-resource path.
-type Attributes struct {
-	// User is who asks.
-	User identity.User
-	// Verb is the Kubernetes verb (get, list, watch, create, update,
-	// patch, delete, deletecollection, impersonate, bind, escalate, ...)
-	// of a resource request, the lower-case HTTP method of a non-resource
-	// request.
-	Verb string
-	// ResourceRequest distinguishes resource requests from non-resource
-	// ones (discovery, health, /version, /metrics).
-	ResourceRequest bool
-	// APIGroup, APIVersion, Resource, Subresource, Namespace and Name
-	// describe a resource request.
-	APIGroup, APIVersion, Resource, Subresource, Namespace, Name string
-	// Path is the path of a non-resource request.
-	Path string
-}
+// Attributes are what an authorization decision is made on
+// (lib/kube/rbac).
+type Attributes = rbac.Attributes
 
 // FromRequest returns the attributes of a REST request as kube-apiserver
 // derives them: a namespace's own requests (/api/v1/namespaces/{name} and
@@ -53,7 +34,7 @@ func FromRequest(u identity.User, info requestinfo.Info, rawQuery string) Attrib
 	a.ResourceRequest = true
 	a.APIGroup, a.APIVersion, a.Resource, a.Subresource = info.APIGroup, info.APIVersion, info.Resource, info.Subresource
 	a.Namespace, a.Name = info.Namespace, info.Name
-	a.inNamespaceItself()
+	inNamespaceItself(&a)
 	if a.Name == "" && rawQuery != "" && (a.Verb == "list" || a.Verb == "watch") {
 		query, _ := url.ParseQuery(rawQuery)
 		a.Name = selectedName(query.Get("fieldSelector"))
@@ -84,7 +65,7 @@ func selectedName(fieldSelector string) string {
 func ForResource(u identity.User, verb, group, version, resource, subresource, namespace, name, fieldSelector string) Attributes {
 	a := Attributes{User: u, Verb: verb, ResourceRequest: true, APIGroup: group, APIVersion: version,
 		Resource: resource, Subresource: subresource, Namespace: namespace, Name: name}
-	a.inNamespaceItself()
+	inNamespaceItself(&a)
 	if a.Name == "" && (verb == "list" || verb == "watch") {
 		a.Name = selectedName(fieldSelector)
 	}
@@ -94,7 +75,7 @@ func ForResource(u identity.User, verb, group, version, resource, subresource, n
 // inNamespaceItself puts a request on a namespace object in that
 // namespace, as kube-apiserver's request info does: a Role granting "get
 // namespaces" in namespace x lets its subjects read namespace x.
-func (a *Attributes) inNamespaceItself() {
+func inNamespaceItself(a *Attributes) {
 	if a.APIGroup == "" && a.Resource == "namespaces" && a.Name != "" {
 		a.Namespace = a.Name
 	}
@@ -141,30 +122,4 @@ func forbiddenMessage(a Attributes) string {
 		return fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", a.User.Name, a.Verb, resource, a.APIGroup, a.Namespace)
 	}
 	return fmt.Sprintf("User %q cannot %s resource %q in API group %q at the cluster scope", a.User.Name, a.Verb, resource, a.APIGroup)
-}
-
-// Record returns a as k8s.io/apiserver's attributes.
-func (a Attributes) Record() authorizer.AttributesRecord {
-	return authorizer.AttributesRecord{
-		User: userInfo(a.User), Verb: a.Verb, ResourceRequest: a.ResourceRequest,
-		APIGroup: a.APIGroup, APIVersion: a.APIVersion, Resource: a.Resource, Subresource: a.Subresource,
-		Namespace: a.Namespace, Name: a.Name, Path: a.Path,
-	}
-}
-
-// fromRecord reads k8s.io/apiserver's attributes.
-func fromRecord(a authorizer.Attributes) Attributes {
-	var u identity.User
-	if info := a.GetUser(); info != nil {
-		u = identity.User{Name: info.GetName(), UID: info.GetUID(), Groups: info.GetGroups(), Extra: info.GetExtra()}
-	}
-	return Attributes{
-		User: u, Verb: a.GetVerb(), ResourceRequest: a.IsResourceRequest(),
-		APIGroup: a.GetAPIGroup(), APIVersion: a.GetAPIVersion(), Resource: a.GetResource(), Subresource: a.GetSubresource(),
-		Namespace: a.GetNamespace(), Name: a.GetName(), Path: a.GetPath(),
-	}
-}
-
-func userInfo(u identity.User) user.Info {
-	return &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/kube/rbac"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -48,7 +49,7 @@ func (r *RBAC) GuardWrite(ctx context.Context, res *registry.Resource, namespace
 		return nil
 	}
 	u, _ := identity.UserFrom(ctx)
-	if masters(u.Groups) {
+	if rbac.Masters(u.Groups) {
 		return nil
 	}
 	if old != nil && onlyGCFieldsChange(obj, old) {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/codec"
-	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/rbac"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -42,9 +40,6 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// rbacPrefix holds every RBAC object: one watch follows the four kinds.
-var rbacPrefix = registry.KeyRoot + rbacv1.GroupName + "/"
-
 // New returns an RBAC authorizer whose policy Run reads from cfg.Store.
 // Until Run has read it, decisions wait for it (see WaitSynced).
 func New(cfg Config) (*RBAC, error) {
@@ -57,20 +52,14 @@ func New(cfg Config) (*RBAC, error) {
 	if cfg.Retry == 0 {
 		cfg.Retry = time.Second
 	}
-	return &RBAC{cfg: cfg, synced: make(chan struct{})}, nil
+	return &RBAC{RBAC: rbac.New(), cfg: cfg}, nil
 }
 
 // NewStatic returns an RBAC authorizer whose policy is objs (Roles,
 // ClusterRoles, RoleBindings and ClusterRoleBindings; anything else is
 // ignored) and never changes: for tools and tests. Run must not be called.
 func NewStatic(objs ...runtime.Object) *RBAC {
-	r := &RBAC{synced: make(chan struct{})}
-	o := newObjects()
-	for _, obj := range objs {
-		o.put(obj)
-	}
-	r.publish(o.publish(emptyPolicy(), 0))
-	return r
+	return &RBAC{RBAC: rbac.NewStatic(objs...)}
 }
 
 // Run keeps the policy current until ctx ends (package storewatch): it
@@ -80,7 +69,7 @@ func NewStatic(objs ...runtime.Object) *RBAC {
 // last policy.
 func (r *RBAC) Run(ctx context.Context) {
 	storewatch.Run(ctx, storewatch.Config{
-		Store: r.cfg.Store, Prefix: rbacPrefix, Handler: &policyFollower{r: r},
+		Store: r.cfg.Store, Prefix: rbac.KeyPrefix, Handler: &policyFollower{r: r},
 		What: "RBAC policy", Logger: r.cfg.Logger, Retry: r.cfg.Retry,
 	})
 }
@@ -88,81 +77,17 @@ func (r *RBAC) Run(ctx context.Context) {
 // policyFollower builds the policy from what storewatch reads.
 type policyFollower struct {
 	r *RBAC
-	o *objects
+	o *rbac.Objects
 }
 
-func (f *policyFollower) Reset() { f.o = newObjects() }
+func (f *policyFollower) Reset() { f.o = rbac.NewObjects() }
 
-func (f *policyFollower) Apply(key string, value []byte, rev int64) { f.r.apply(f.o, key, value, rev) }
-
-func (f *policyFollower) Publish(rev int64, listed bool) {
-	base := f.r.policy.Load()
-	if listed || base == nil {
-		base = emptyPolicy()
-	}
-	f.r.publish(f.o.publish(base, rev))
-}
-
-// apply records the object stored under key (nil value: deleted). A value
+// Apply records the object stored under key (nil value: deleted). A value
 // that does not decode is logged and counts as deleted: it grants nothing.
-func (r *RBAC) apply(o *objects, key string, value []byte, rev int64) {
-	rest := strings.TrimPrefix(key, rbacPrefix)
-	kind, rest, _ := strings.Cut(rest, "/")
-	var obj runtime.Object
-	switch kind {
-	case "roles":
-		obj = &rbacv1.Role{}
-	case "clusterroles":
-		obj = &rbacv1.ClusterRole{}
-	case "rolebindings":
-		obj = &rbacv1.RoleBinding{}
-	case "clusterrolebindings":
-		obj = &rbacv1.ClusterRoleBinding{}
-	default:
-		return
-	}
-	namespace, name := "", rest
-	if kind == "roles" || kind == "rolebindings" {
-		namespace, name, _ = strings.Cut(rest, "/")
-	}
-	if value != nil {
-		if err := r.cfg.Codec.DecodeStorage(value, rev, obj); err != nil {
-			r.cfg.Logger.Error("RBAC policy: an object does not decode; it grants nothing", "key", key, "error", err)
-			value = nil
-		}
-	}
-	if value == nil {
-		o.remove(kind, namespace, name)
-		return
-	}
-	o.put(obj)
-}
-
-// put records a decoded RBAC object; other objects are ignored.
-func (o *objects) put(obj runtime.Object) {
-	switch v := obj.(type) {
-	case *rbacv1.ClusterRole:
-		o.putClusterRole(v.Name, v.Rules, true)
-	case *rbacv1.Role:
-		o.putRole(v.Namespace, v.Name, v.Rules, true)
-	case *rbacv1.ClusterRoleBinding:
-		o.putClusterRoleBinding(v.Name, &binding{name: v.Name, roleRef: v.RoleRef, subjects: v.Subjects})
-	case *rbacv1.RoleBinding:
-		o.putRoleBinding(v.Namespace, v.Name, &binding{namespace: v.Namespace, name: v.Name, roleRef: v.RoleRef, subjects: v.Subjects})
+func (f *policyFollower) Apply(key string, value []byte, rev int64) {
+	if err := f.o.Apply(key, value, rev, f.r.cfg.Codec.DecodeStorage); err != nil {
+		f.r.cfg.Logger.Error("RBAC policy: an object does not decode; it grants nothing", "key", key, "error", err)
 	}
 }
 
-// remove records the deletion of the object of kind (a resource name)
-// namespace/name.
-func (o *objects) remove(kind, namespace, name string) {
-	switch kind {
-	case "clusterroles":
-		o.putClusterRole(name, nil, false)
-	case "roles":
-		o.putRole(namespace, name, nil, false)
-	case "clusterrolebindings":
-		o.putClusterRoleBinding(name, nil)
-	case "rolebindings":
-		o.putRoleBinding(namespace, name, nil)
-	}
-}
+func (f *policyFollower) Publish(rev int64, listed bool) { f.r.Publish(f.o, rev, listed) }

@@ -1,8 +1,7 @@
-package authz
+package rbac
 
 import (
 	"fmt"
-	"maps"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -195,117 +194,4 @@ func (b *binding) describe(s rbacv1.Subject) string {
 		return fmt.Sprintf("ClusterRoleBinding %q of %s %q to %s", b.name, b.roleRef.Kind, b.roleRef.Name, subject)
 	}
 	return fmt.Sprintf("RoleBinding %q of %s %q to %s", b.name+"/"+b.namespace, b.roleRef.Kind, b.roleRef.Name, subject)
-}
-
-// objects are the RBAC objects a policy is built from, owned by the one
-// goroutine that follows the store (or by NewStatic). Each change marks
-// what it touched, and publish builds the next policy from the last one,
-// copying only that.
-type objects struct {
-	clusterRoles        map[string][]rbacv1.PolicyRule
-	roles               map[string]map[string][]rbacv1.PolicyRule
-	clusterRoleBindings map[string]*binding
-	roleBindings        map[string]map[string]*binding
-
-	clusterRolesChanged, clusterBindingsChanged bool
-	rolesChanged, bindingsChanged               map[string]bool // by namespace
-}
-
-func newObjects() *objects {
-	o := &objects{
-		clusterRoles:        map[string][]rbacv1.PolicyRule{},
-		roles:               map[string]map[string][]rbacv1.PolicyRule{},
-		clusterRoleBindings: map[string]*binding{},
-		roleBindings:        map[string]map[string]*binding{},
-	}
-	o.resetChanges()
-	return o
-}
-
-func (o *objects) resetChanges() {
-	o.clusterRolesChanged, o.clusterBindingsChanged = false, false
-	o.rolesChanged, o.bindingsChanged = map[string]bool{}, map[string]bool{}
-}
-
-// putClusterRole records the ClusterRole name with its rules, or its
-// deletion when present is false; the put methods below do the same for
-// the other kinds (a nil binding is a deletion).
-func (o *objects) putClusterRole(name string, rules []rbacv1.PolicyRule, present bool) {
-	if present {
-		o.clusterRoles[name] = rules
-	} else {
-		delete(o.clusterRoles, name)
-	}
-	o.clusterRolesChanged = true
-}
-
-func (o *objects) putRole(namespace, name string, rules []rbacv1.PolicyRule, present bool) {
-	putNested(o.roles, namespace, name, rules, present)
-	o.rolesChanged[namespace] = true
-}
-
-func (o *objects) putClusterRoleBinding(name string, b *binding) {
-	if b != nil {
-		o.clusterRoleBindings[name] = b
-	} else {
-		delete(o.clusterRoleBindings, name)
-	}
-	o.clusterBindingsChanged = true
-}
-
-func (o *objects) putRoleBinding(namespace, name string, b *binding) {
-	putNested(o.roleBindings, namespace, name, b, b != nil)
-	o.bindingsChanged[namespace] = true
-}
-
-func putNested[V any](m map[string]map[string]V, namespace, name string, v V, present bool) {
-	inner := m[namespace]
-	if !present {
-		delete(inner, name)
-		if len(inner) == 0 {
-			delete(m, namespace)
-		}
-		return
-	}
-	if inner == nil {
-		inner = map[string]V{}
-		m[namespace] = inner
-	}
-	inner[name] = v
-}
-
-// publish returns the policy of the objects at revision rev, built from
-// prev by copying what changed since the last publish, and forgets the
-// changes.
-func (o *objects) publish(prev *policy, rev int64) *policy {
-	next := *prev
-	next.rev = rev
-	if o.clusterRolesChanged {
-		next.clusterRoles = maps.Clone(o.clusterRoles)
-	}
-	if len(o.rolesChanged) > 0 {
-		next.roles = maps.Clone(prev.roles)
-		for ns := range o.rolesChanged {
-			if inner, ok := o.roles[ns]; ok {
-				next.roles[ns] = maps.Clone(inner)
-			} else {
-				delete(next.roles, ns)
-			}
-		}
-	}
-	if o.clusterBindingsChanged {
-		next.cluster = newSubjectIndex(o.clusterRoleBindings)
-	}
-	if len(o.bindingsChanged) > 0 {
-		next.namespaces = maps.Clone(prev.namespaces)
-		for ns := range o.bindingsChanged {
-			if inner, ok := o.roleBindings[ns]; ok {
-				next.namespaces[ns] = newSubjectIndex(inner)
-			} else {
-				delete(next.namespaces, ns)
-			}
-		}
-	}
-	o.resetChanges()
-	return &next
 }
