@@ -14,7 +14,10 @@
 // side (see grpcCPU); with --rest-cpu, the server CPU time per REST GET
 // and create of gateways run side by side, say with and without RBAC, or
 // one gateway called with a static and with a service account token
-// (--rest-cpu-sa; see restCPU). Start meridian
+// (--rest-cpu-sa; see restCPU); with --list-cpu, the server CPU per LIST
+// of --objects ConfigMaps, whole, chunked and at resourceVersion=0, JSON
+// and protobuf (see runListCPU); with --storm, a relist storm of
+// concurrent LISTs and the server's peak RSS growth (see runStorm). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -29,6 +32,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -79,10 +83,21 @@ func main() {
 		wRate    = flag.Int("watch-rate", 50, "with --watch-latency: creates per second")
 		crdCPU   = flag.String("crd-cpu", "", "measure only the server CPU per create, GET and LIST of --objects of a custom resource (20 fields, 3 CEL rules) beside a ConfigMap of the same size, as the admin, on the gateway api-addr@pid")
 		wPID     = flag.Int("watch-pid", 0, "with --watch-latency: the server process, whose CPU per delivered event and RSS are reported")
+		listCPU  = flag.String("list-cpu", "", "measure only the server CPU per LIST of --objects ConfigMaps (whole, chunks of 500, resourceVersion=0; JSON and protobuf), as the admin, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
+		storm    = flag.Int("storm", 0, "run only a relist storm: this many concurrent JSON LISTs of --objects ConfigMaps, as the admin, over --storm-conns HTTP/2 connections, against --storm-target")
+		sConns   = flag.Int("storm-conns", 50, "with --storm: HTTP/2 connections the lists share")
+		sTarget  = flag.String("storm-target", "", "with --storm: the gateway, api-addr@pid, whose RSS is sampled every 100 ms")
 	)
 	flag.Parse()
 	var err error
-	if *watchLat > 0 {
+	if *listCPU != "" || *storm > 0 {
+		err = runAdminLoad(*dataDir, func(tlsConf *tls.Config) error {
+			if *storm > 0 {
+				return runStorm(tlsConf, *sTarget, *objects, *storm, *sConns)
+			}
+			return runListCPU(tlsConf, *listCPU, *objects, *duration, *rounds)
+		})
+	} else if *watchLat > 0 {
 		err = runWatchLatency(*dataDir, *api, *watchLat, *wConns, *wRate, *duration, *wPID)
 	} else if *crdCPU != "" {
 		err = runCRDCPU(*dataDir, *crdCPU, *objects, *duration, *levels, *rounds)
@@ -97,6 +112,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// runAdminLoad runs load with the TLS configuration of the data dir's
+// admin.
+func runAdminLoad(dataDir string, load func(tlsConf *tls.Config) error) error {
+	pdir := filepath.Join(dataDir, "pki")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
+	if err != nil {
+		return err
+	}
+	return load(tlsConf)
 }
 
 func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, only string) error {
