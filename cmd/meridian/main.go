@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		memory    memtrim.Options
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
 		oidc      gateway.OIDCOptions
+		listBytes = flag.Int64("list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list waits for its share, then gets 429 with Retry-After; 0: 512 MiB; < 0: no bound")
 		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
 	audit.AddFlags(flag.CommandLine)
@@ -117,7 +118,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		AuthorizationMode: *authzMode, EncryptionProviderConfig: *encConfig, Audit: audit, Logger: logger,
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
-		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit},
+		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit}, ListBytesInFlight: *listBytes,
 	})
 	if err != nil {
 		return err

@@ -82,6 +82,9 @@ type Config struct {
 	Watchfanout WatchfanoutConfig
 	// FlowControl tunes flow control; zero values keep its defaults.
 	FlowControl FlowControlConfig
+	// ListBytesInFlight is the gateway's --list-bytes-in-flight; 0: its
+	// default.
+	ListBytesInFlight int64
 	// DisableWatchfanout gives the gateway no watchfanout address: it
 	// serves watches and cached reads straight from the store, as when
 	// watchfanout is down. watchfanout itself still runs.
@@ -311,6 +314,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			AuthorizationMode:        cfg.AuthorizationMode,
 			OIDC:                     cfg.OIDC,
 			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
+			ListBytesInFlight:        cfg.ListBytesInFlight,
 			RootCAFile:               pkiplan.APIAuthority.CertFile(cfg.DataDir),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			Audit:                    cfg.Audit,

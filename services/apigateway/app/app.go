@@ -89,6 +89,10 @@ type Config struct {
 	// PriorityLevelConfigurations while the flow-control service does not
 	// answer: this gateway's share of the service's limit; 0 means 600.
 	FlowControlFallbackLimit int
+	// ListBytesInFlight bounds the bytes of list responses in flight in
+	// this gateway, over every list and caller (resources.Config); 0
+	// means resources.DefaultListBytesInFlight, < 0 no bound.
+	ListBytesInFlight int64
 	// WatchFanoutAddresses are watchfanout's replicas, which serve
 	// watches and Any/NotOlderThan reads; empty: everything is served from
 	// the store.
@@ -281,6 +285,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	rsCfg := resources.Config{
 		Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Admission: svc.admission, Watchfanout: svc.watchfanout,
+		ListBytesInFlight: cfg.ListBytesInFlight,
 		// CRD conversion webhooks, each call bounded by kube-apiserver's
 		// 30 s webhook timeout.
 		Converter: crdconvert.New(webhook.New(webhook.Options{}), 0),

@@ -16,7 +16,11 @@
 // one gateway called with a static and with a service account token
 // (--rest-cpu-sa; see restCPU); with --watch-latency, watch delivery
 // latency and CPU per delivered event (watchLatency); with --idle-watches,
-// the server's RSS per idle watch (idleWatches). Start meridian
+// the server's RSS per idle watch (idleWatches); with --list-cpu, the
+// server CPU per LIST of --objects ConfigMaps, whole, chunked and at
+// resourceVersion=0, JSON and protobuf (see runListCPU); with --storm, a
+// relist storm of concurrent LISTs and the server's peak RSS growth (see
+// runStorm). Start meridian
 // first (its ready log line names the store address), e.g.:
 //
 //	go run ./cmd/meridian --data-dir /tmp/bench &
@@ -31,6 +35,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -86,6 +91,10 @@ func main() {
 		wPID     = flag.Int("watch-pid", 0, "with --watch-latency or --idle-watches: the server process, whose CPU per delivered event and RSS are reported")
 		idleW    = flag.Int("idle-watches", 0, "measure only idle watches: open this many JSON watches of an empty namespace (over --watch-conns HTTP/2 connections) and report the server's RSS growth per watch (--watch-pid)")
 		wPprof   = flag.String("watch-pprof", "", "with --idle-watches: the server's --pprof address (http://host:port), to collect garbage before each RSS reading and count goroutines")
+		listCPU  = flag.String("list-cpu", "", "measure only the server CPU per LIST of --objects ConfigMaps (whole, chunks of 500, resourceVersion=0; JSON and protobuf), as the admin, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
+		storm    = flag.Int("storm", 0, "run only a relist storm: this many concurrent JSON LISTs of --objects ConfigMaps, as the admin, over --storm-conns HTTP/2 connections, against --storm-target")
+		sConns   = flag.Int("storm-conns", 50, "with --storm: HTTP/2 connections the lists share")
+		sTarget  = flag.String("storm-target", "", "with --storm: the gateway, api-addr@pid, whose RSS is sampled every 100 ms")
 	)
 	flag.Parse()
 	var err error
@@ -95,6 +104,13 @@ func main() {
 			w = 500
 		}
 		err = runMemory(*dataDir, *memory, *objects, *duration, *idle, w, *wConns)
+	} else if *listCPU != "" || *storm > 0 {
+		err = runAdminLoad(*dataDir, func(tlsConf *tls.Config) error {
+			if *storm > 0 {
+				return runStorm(tlsConf, *sTarget, *objects, *storm, *sConns)
+			}
+			return runListCPU(tlsConf, *listCPU, *objects, *duration, *rounds)
+		})
 	} else if *idleW > 0 {
 		err = runIdleWatches(*dataDir, *api, *idleW, *wConns, *wPID, *wPprof)
 	} else if *watchLat > 0 {
@@ -112,6 +128,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// runAdminLoad runs load with the TLS configuration of the data dir's
+// admin.
+func runAdminLoad(dataDir string, load func(tlsConf *tls.Config) error) error {
+	pdir := filepath.Join(dataDir, "pki")
+	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
+	if err != nil {
+		return err
+	}
+	return load(tlsConf)
 }
 
 func run(dataDir, api, storeAddr, token string, n int, d time.Duration, levels, only string) error {

@@ -14,9 +14,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/app"
@@ -308,4 +311,75 @@ func TestCustomResourcesFollowCRDs(t *testing.T) {
 	if _, err := e.watch.List(t.Context(), &watchv1.ListRequest{Resource: widgetsV1, Encoding: watchv1.Encoding_ENCODING_JSON}); status.Code(err) != codes.NotFound {
 		t.Fatalf("list after the CRD was deleted: %v, want NotFound", err)
 	}
+}
+
+// TestCustomResourceJSONListsAreDecodedEncoded: the items of a JSON list
+// of custom resources, written from each object's memoized JSON, are byte
+// for byte those of the list of the decoded objects (with their schema's
+// defaults) encoded, with empty apiVersion and kind as the gateway's
+// store path writes them, whole and streamed, before and after a watch
+// memoized the objects. (The envelope is watchfanout's own, members in
+// kube-apiserver's order; its metadata is checked.)
+func TestCustomResourceJSONListsAreDecodedEncoded(t *testing.T) {
+	e := newEnv(t, app.Config{})
+	crdRes, _ := registry.New(registry.Standard()...).Lookup(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
+	e.putObject(crdRes, widgetCRD("blue", true))
+	wres := registry.CustomResources(widgetCRD("blue", true))[0]
+	red := widget("a", "two", 2, nil)
+	_ = unstructured.SetNestedField(red.Object, "red", "spec", "color")
+	objs := []*unstructured.Unstructured{widget("a", "one", 1, map[string]string{"tier": "x"}), red, widget("b", "three", 3, nil)}
+	var revs []int64
+	for _, o := range objs {
+		revs = append(revs, e.putObject(wres, o))
+	}
+	last := revs[len(revs)-1]
+	var items []runtime.Object
+	for i, o := range objs {
+		obj := e.decodedAt(wres, o, revs[i])
+		wres.DefaultOnRead(obj)
+		items = append(items, obj)
+	}
+	want := e.encodedList(wres, items, metav1.ListMeta{ResourceVersion: strconv.FormatInt(last, 10)}, negotiation.JSON)
+	if !bytes.Contains(want, []byte(`"items":[{"apiVersion":"","kind":"","metadata"`)) {
+		t.Fatalf("the decoded list's items are not of the shape this test expects: %s", want)
+	}
+	req := &watchv1.ListRequest{Resource: widgetsV1, ResourceVersion: strconv.FormatInt(last, 10), ResourceVersionMatch: "NotOlderThan", Encoding: watchv1.Encoding_ENCODING_JSON}
+	for round := range 2 {
+		whole, err := e.watch.List(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed, _ := e.streamList(t.Context(), req)
+		for name, got := range map[string][]byte{"List": whole.GetData(), "StreamList": streamed.GetData()} {
+			g, w := listItems(t, got), listItems(t, want)
+			if !bytes.Equal(g.Items, w.Items) || g.Metadata.ResourceVersion != strconv.FormatInt(last, 10) {
+				t.Errorf("round %d: %s differs from the decoded list encoded:\n got %s\nwant %s", round, name, got, want)
+			}
+		}
+		if round == 0 {
+			// A watch from the start memoizes every object's ADDED frame.
+			w, err := e.watchCR(t, &watchv1.WatchRequest{Resource: widgetsV1, ResourceVersion: "0", Encoding: watchv1.Encoding_ENCODING_JSON})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range objs {
+				w.next(t)
+			}
+		}
+	}
+}
+
+// rawList is a JSON list with its items as they were written.
+type rawList struct {
+	Metadata metav1.ListMeta `json:"metadata"`
+	Items    json.RawMessage `json:"items"`
+}
+
+func listItems(t *testing.T, data []byte) rawList {
+	t.Helper()
+	var l rawList
+	if err := json.Unmarshal(data, &l); err != nil {
+		t.Fatalf("list: %v in %s", err, data)
+	}
+	return l
 }

@@ -127,24 +127,32 @@ func (s *Server) List(req *apiv1.ListRequest, stream apiv1.ResourceService_ListS
 	if err != nil {
 		return toGRPC(err)
 	}
+	return toGRPC(s.withListBudget(res, req, out.shape(), stream, func(stream apiv1.ResourceService_ListServer) error {
+		return s.serveList(ctx, res, req, out, rd, filter, stream)
+	}))
+}
+
+// serveList serves a list whose parameters List has resolved, from
+// watchfanout or the store.
+func (s *Server) serveList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, rd readparams.Read, filter *selection.Filter, stream apiv1.ResourceService_ListServer) error {
 	if handled, err := s.cachedList(ctx, res, req, out, stream); handled {
-		return toGRPC(err)
+		return err
 	}
 	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
-		return toGRPC(s.streamList(ctx, res, req, rd, filter, stream))
+		return s.streamList(ctx, res, req, rd, filter, stream)
 	}
 	if spliceable(out, filter) {
 		if handled, err := s.spliceList(ctx, res, req, rd, filter, stream); handled {
-			return toGRPC(err)
+			return err
 		}
 	}
 	list, err := s.list(ctx, res, req, rd, filter)
 	if err != nil {
-		return toGRPC(err)
+		return err
 	}
 	body, err := s.respondAs(res, list, out)
 	if err != nil {
-		return toGRPC(err)
+		return err
 	}
 	return stream.Send(body)
 }

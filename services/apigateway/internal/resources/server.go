@@ -74,6 +74,13 @@ type Config struct {
 	// resourceVersion the store has not reached waits for it, before a 504
 	// "Too large resource version"; 0 means 3 seconds.
 	ResourceVersionWait time.Duration
+	// ListBytesInFlight bounds the bytes of list responses in flight, over
+	// every list and caller, flow-control-exempt ones included (see
+	// listBudget); 0 means DefaultListBytesInFlight, < 0 no bound.
+	ListBytesInFlight int64
+	// ListBudgetWait bounds how long a list waits for ListBytesInFlight
+	// before a 429 with Retry-After; 0 means one minute.
+	ListBudgetWait time.Duration
 }
 
 // WriteGuard checks a write before anything else looks at it: kube-apiserver
@@ -110,6 +117,8 @@ type Server struct {
 	objHints objectHints
 
 	m *metrics
+	// listBudget bounds the list bytes in flight; nil: no bound.
+	listBudget *listBudget
 }
 
 var (
@@ -131,11 +140,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ResourceVersionWait == 0 {
 		cfg.ResourceVersionWait = 3 * time.Second
 	}
+	if cfg.ListBytesInFlight == 0 {
+		cfg.ListBytesInFlight = DefaultListBytesInFlight
+	}
+	if cfg.ListBudgetWait == 0 {
+		cfg.ListBudgetWait = defaultListBudgetWait
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("resources: metrics: %w", err)
 	}
-	return &Server{cfg: cfg, m: m}, nil
+	return &Server{cfg: cfg, m: m, listBudget: newListBudget(cfg.ListBytesInFlight, cfg.ListBudgetWait)}, nil
 }
 
 // resolve finds the resource a ref names and checks the ref's shape. A

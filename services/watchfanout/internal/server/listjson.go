@@ -20,6 +20,9 @@ import (
 // and a newline. An item is its object's JSON without the leading "kind"
 // and "apiVersion" members (list items carry none: codec.SetListItems);
 // the encoder writes TypeMeta first, so that is a fixed prefix, cut off.
+// A custom resource's JSON is its map's, keys sorted, and its item
+// (codec.EncodeListItem) has both members empty: when they are the
+// object's first two, they are replaced by empty ones (listItemTypes).
 //
 // With flushAt > 0, dst is handed to flush (which must not keep it) and
 // refilled from its start whenever the next item would take it past
@@ -46,8 +49,14 @@ func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache
 		return nil, apierrors.NewInternalError(err)
 	}
 	typeMeta[len(typeMeta)-1] = ',' // {"kind":…,"apiVersion":…, starts every object
+	var custom []byte
+	if res.Custom != nil {
+		if custom, err = customTypeMeta(res); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
 	for i, ev := range evs {
-		x, err := s.listItemJSON(ev, typeMeta)
+		x, err := s.listItemJSON(ev, typeMeta, custom)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)
 		}
@@ -71,16 +80,40 @@ func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache
 	return append(dst, "]}\n"...), nil
 }
 
+// listItemTypes starts a custom resource's JSON list item: its map's
+// first two keys, apiVersion and kind, emptied (codec.EncodeListItem).
+const listItemTypes = `{"apiVersion":"","kind":"",`
+
+// customTypeMeta is what starts the JSON of a custom resource of res
+// whose first keys in sorted order are apiVersion and kind.
+func customTypeMeta(res *registry.Resource) ([]byte, error) {
+	b, err := json.Marshal(&struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}{res.GVK().GroupVersion().String(), res.Kind})
+	if err != nil {
+		return nil, err
+	}
+	b[len(b)-1] = ','
+	return b, nil
+}
+
 // listItemJSON returns ev's object as a JSON list item: '{' and its
 // memoized JSON after typeMeta (the leading kind and apiVersion members
-// and the comma after them), shared, not copied.
-func (s *Server) listItemJSON(ev *cache.Event, typeMeta []byte) (jsonItem, error) {
+// and the comma after them), or for a custom resource (custom not nil)
+// listItemTypes and its memoized JSON after custom; shared, not copied.
+func (s *Server) listItemJSON(ev *cache.Event, typeMeta, custom []byte) (jsonItem, error) {
 	x, err := ev.ObjectJSON()
 	if err != nil {
 		return jsonItem{}, err
 	}
 	if rest, ok := bytes.CutPrefix(x, typeMeta); ok {
-		return jsonItem{rest: rest}, nil
+		return jsonItem{head: "{", rest: rest}, nil
+	}
+	if custom != nil {
+		if rest, ok := bytes.CutPrefix(x, custom); ok {
+			return jsonItem{head: listItemTypes, rest: rest}, nil
+		}
 	}
 	// Not the encoder's usual shape (never for a kind it serves): encode
 	// the object as an item.
@@ -95,15 +128,18 @@ func (s *Server) listItemJSON(ev *cache.Event, typeMeta []byte) (jsonItem, error
 	return jsonItem{whole: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}, nil
 }
 
-// jsonItem is a list item's JSON: '{' and rest, or whole.
-type jsonItem struct{ rest, whole []byte }
+// jsonItem is a list item's JSON: head and rest, or whole.
+type jsonItem struct {
+	head        string
+	rest, whole []byte
+}
 
 // size is the item's length.
 func (it jsonItem) size() int {
 	if it.whole != nil {
 		return len(it.whole)
 	}
-	return 1 + len(it.rest)
+	return len(it.head) + len(it.rest)
 }
 
 // appendTo appends the item to dst.
@@ -111,5 +147,5 @@ func (it jsonItem) appendTo(dst []byte) []byte {
 	if it.whole != nil {
 		return append(dst, it.whole...)
 	}
-	return append(append(dst, '{'), it.rest...)
+	return append(append(dst, it.head...), it.rest...)
 }
