@@ -202,7 +202,7 @@ func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrol
 		for _, q := range l.Queues {
 			ps.Queues = append(ps.Queues, &flowcontrolv1.QueueState{
 				Waiting: uint32(q.Waiting), SeatsWaiting: uint32(q.SeatsWaiting), Executing: uint32(q.Executing),
-				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR,
+				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR, WorkWaiting: q.WorkWaiting,
 			})
 		}
 		for _, r := range l.Requests {
