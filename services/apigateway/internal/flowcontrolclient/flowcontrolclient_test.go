@@ -46,6 +46,10 @@ type fakeFlowControl struct {
 	// NEW_TERM answers and AdoptGrants calls, in order.
 	newTerm bool
 	events  []string
+	// refuseStreams makes the server refuse every stream
+	// PERMISSION_DENIED, as a service whose access policy predates
+	// Decide does.
+	refuseStreams bool
 }
 
 func (f *fakeFlowControl) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
@@ -164,7 +168,13 @@ func (f *fakeFlowControl) snapshot() (map[string]int, int) {
 func start(t *testing.T, f *fakeFlowControl, run bool) (*Client, func()) {
 	t.Helper()
 	f.released = map[string]int{}
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if f.refuseStreams {
+		opts = append(opts, grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return status.Error(codes.PermissionDenied, "open to no caller")
+		}))
+	}
+	srv := grpc.NewServer(opts...)
 	flowcontrolv1.RegisterFlowControlServiceServer(srv, f)
 	lis := bufconn.Listen(1 << 20)
 	go srv.Serve(lis)
@@ -371,11 +381,16 @@ func TestExemptCallersSkipAcquire(t *testing.T) {
 }
 
 // TestServiceWithoutDecide: a service that does not serve the Decide
-// stream (it answers UNIMPLEMENTED) gets unary Acquire and ReleaseGrants
+// stream (it answers UNIMPLEMENTED), or does not serve it to this
+// gateway (PERMISSION_DENIED), gets unary Acquire and ReleaseGrants
 // calls: every request is granted, every grant released once, and no
 // stream stays open.
 func TestServiceWithoutDecide(t *testing.T) {
-	f := &fakeFlowControl{batch: true}
+	t.Run("unimplemented", func(t *testing.T) { testServiceWithoutDecide(t, &fakeFlowControl{batch: true}) })
+	t.Run("permission denied", func(t *testing.T) { testServiceWithoutDecide(t, &fakeFlowControl{batch: true, refuseStreams: true}) })
+}
+
+func testServiceWithoutDecide(t *testing.T, f *fakeFlowControl) {
 	c, _ := start(t, f, true)
 	for _, g := range acquireN(t, c, 5) {
 		g.Release()

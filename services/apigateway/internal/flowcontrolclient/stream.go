@@ -27,8 +27,9 @@ type replica struct {
 // replicaStream is the Decide stream of one replica, opened on first use
 // and again after it ends. Acquire and ReleaseGrants go on it; a replica
 // without a connection (Replica.Conn nil), or one that answered
-// UNIMPLEMENTED to Decide (an older service), is called unary, the
-// latter for batchRetry before the stream is tried again.
+// UNIMPLEMENTED (an older service) or PERMISSION_DENIED (a service whose
+// access policy predates Decide) to Decide, is called unary, the latter
+// for batchRetry before the stream is tried again.
 type replicaStream struct {
 	conn grpc.ClientConnInterface
 	// mu guards cur and unaryUntil; it is held while a stream opens, so
@@ -70,7 +71,7 @@ func (s *replicaStream) get(life context.Context) (*decideclient.Client, error) 
 // would have returned: the call's own answer as it is; ctx's end as the
 // status of a cancelled call; the stream's end as UNAVAILABLE, so that
 // the call moves on to another replica, or errUnary when the replica
-// does not serve Decide.
+// does not serve Decide to this gateway.
 func (s *replicaStream) settle(ctx context.Context, dc *decideclient.Client, err error) error {
 	if err == nil {
 		return nil
@@ -86,7 +87,7 @@ func (s *replicaStream) settle(ctx context.Context, dc *decideclient.Client, err
 	if s.cur == dc {
 		s.cur = nil
 	}
-	if status.Code(err) == codes.Unimplemented {
+	if c := status.Code(err); c == codes.Unimplemented || c == codes.PermissionDenied {
 		s.unaryUntil = time.Now().Add(batchRetry)
 		return errUnary
 	}
