@@ -23,6 +23,10 @@ type LevelDump struct {
 type QueueDump struct {
 	Waiting, SeatsWaiting, Executing, SeatsInUse int
 	NextDispatchR                                float64
+	// WorkWaiting is the work of the waiting requests in seat-seconds:
+	// SeatsWaiting times the level's estimate of a request's execution
+	// time per seat, what fair queuing charges them at dispatch.
+	WorkWaiting float64
 }
 
 // RequestDump is one queued or executing request.
@@ -57,10 +61,14 @@ func (l *level) dump() LevelDump {
 	l.syncDemandLocked(l.now())
 	d.Seats, d.SeatsInUse, d.ActiveQueues, d.Waiting, d.Executing = l.cfg.Seats, l.mu.seatsInUse, l.mu.active, l.mu.waiting, len(l.mu.executing)
 	d.VirtualTime = l.mu.vt
+	est := l.mu.estimate.get()
 	index := map[*queue]int{}
 	for i, q := range l.mu.queues {
 		index[q] = i
-		qd := QueueDump{Waiting: len(q.reqs), SeatsWaiting: q.seatsWaiting, SeatsInUse: q.seatsInUse, NextDispatchR: q.nextR}
+		qd := QueueDump{
+			Waiting: len(q.reqs), SeatsWaiting: q.seatsWaiting, SeatsInUse: q.seatsInUse, NextDispatchR: q.nextR,
+			WorkWaiting: float64(q.seatsWaiting) * est,
+		}
 		d.Queues = append(d.Queues, qd)
 		for j, r := range q.reqs {
 			d.Requests = append(d.Requests, requestDump(r, i, j))

@@ -468,7 +468,7 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 				return svc, err
 			}
 			conns = append(conns, conn)
-			replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn)})
+			replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn), Conn: conn})
 		}
 		svc.flowControl = flowcontrolclient.NewReplicas(replicas, a.cfg.GatewayID, a.cfg.Logger)
 		// Without the service, requests take seats from a limiter of

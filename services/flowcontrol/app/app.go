@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"time"
@@ -37,6 +38,15 @@ import (
 // ServiceName is the gRPC service served, as reported by the health
 // service.
 const ServiceName = "meridian.flowcontrol.v1.FlowControlService"
+
+// access is the policy of the service's callers: FlowControlService and
+// DecisionService (the gateways' Decide streams) are open to the same
+// organizations.
+func access(callers []string) identity.Policy {
+	p := identity.ServiceCallers(ServiceName, callers)
+	maps.Copy(p, identity.ServiceCallers(flowcontrolv1.DecisionService_ServiceDesc.ServiceName, callers))
+	return p
+}
 
 // Config configures the flow-control service. Zero values mean the
 // defaults stated on each field.
@@ -198,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Registerer:     cfg.Registerer,
 		Logger:         cfg.Logger,
 		Trust:          cfg.Trust,
-		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
+		Access:         access(cfg.Callers),
 		TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {

@@ -474,3 +474,52 @@ func listen(t *testing.T) net.Listener {
 	}
 	return lis
 }
+
+// TestAcquireOfAnotherTerm: an Acquire naming a term this service does
+// not lead (a gateway that last heard the previous leader) is granted
+// nothing: ABORTED with a NEW_TERM ErrorInfo naming the service's term,
+// with which the same request is then granted; one naming no term (a
+// gateway that has heard none) is granted.
+func TestAcquireOfAnotherTerm(t *testing.T) {
+	conn, _ := start(t, app.Config{})
+	c := flowcontrolv1.NewFlowControlServiceClient(conn)
+	ctx := t.Context()
+	req := func(term string) *flowcontrolv1.AcquireRequest {
+		return &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Term: term, Digest: &flowcontrolv1.RequestDigest{
+			User: "alice", Groups: []string{"system:authenticated"}, Verb: "get",
+			Resource: "configmaps", Namespace: "default", Name: "x", IsResourceRequest: true,
+		}}
+	}
+	first, err := c.Acquire(ctx, req(""))
+	if err != nil || first.GetTerm() == "" {
+		t.Fatalf("no term named: %v %v, want a grant naming the term", first, err)
+	}
+	_, err = c.Acquire(ctx, req("a-previous-term"))
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("another term: %v, want ABORTED", err)
+	}
+	var named string
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NEW_TERM" {
+			named = info.GetMetadata()["term"]
+		}
+	}
+	if named != first.GetTerm() {
+		t.Fatalf("NEW_TERM names %q, want the service's term %q", named, first.GetTerm())
+	}
+	again, err := c.Acquire(ctx, req(named))
+	if err != nil || again.GetGrant().GetId() == "" {
+		t.Fatalf("with the service's term: %v %v, want a grant", again, err)
+	}
+	d, err := c.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var executing uint32
+	for _, l := range d.GetPriorityLevels() {
+		executing += l.GetExecuting()
+	}
+	if executing != 2 {
+		t.Fatalf("%d requests executing, want 2: the refused one took no seat", executing)
+	}
+}

@@ -11,12 +11,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/decideclient"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/lib/telemetry/telemetrytest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	"github.com/meridian-cp/meridian/services/flowcontrol/app"
-	"github.com/meridian-cp/meridian/services/flowcontrol/decideclient"
 )
 
 // TestDecideStream: the calls of a Decide stream are answered as the

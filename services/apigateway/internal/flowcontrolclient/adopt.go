@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -33,6 +34,10 @@ type heldGrants struct {
 	grants map[string]*heldGrant
 	// resync wakes adoptLoop when term changes.
 	resync chan struct{}
+	// synced is closed while no grant of another term than term is
+	// held (all re-registered, or given up on); a new term opens a new
+	// one, unless the one open is still waited on.
+	synced chan struct{}
 }
 
 type heldGrant struct {
@@ -41,7 +46,9 @@ type heldGrant struct {
 }
 
 func newHeldGrants() heldGrants {
-	return heldGrants{grants: map[string]*heldGrant{}, resync: make(chan struct{}, 1)}
+	synced := make(chan struct{})
+	close(synced)
+	return heldGrants{grants: map[string]*heldGrant{}, resync: make(chan struct{}, 1), synced: synced}
 }
 
 // add records a grant of term.
@@ -72,12 +79,27 @@ func (h *heldGrants) observeLocked(term string) {
 	}
 	h.term = term
 	select {
+	case <-h.synced:
+		h.synced = make(chan struct{})
+	default:
+	}
+	select {
 	case h.resync <- struct{}{}:
 	default:
 	}
 }
 
-// stale returns the grants held of another term than the latest.
+// latest returns the latest term an answer named, and a channel closed
+// once the grants held of other terms have been re-registered with it.
+func (h *heldGrants) latest() (string, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.term, h.synced
+}
+
+// stale returns the grants held of another term than the latest; when
+// there are none, the grants are synced with it (latest's channel
+// closes).
 func (h *heldGrants) stale() (string, []*flowcontrolv1.HeldGrant) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -85,6 +107,13 @@ func (h *heldGrants) stale() (string, []*flowcontrolv1.HeldGrant) {
 	for _, g := range h.grants {
 		if g.term != h.term {
 			out = append(out, g.grant)
+		}
+	}
+	if len(out) == 0 {
+		select {
+		case <-h.synced:
+		default:
+			close(h.synced)
 		}
 	}
 	return h.term, out
@@ -144,13 +173,32 @@ func (c *Client) adoptLoop(ctx context.Context) {
 	}
 }
 
+// newTermReason is the ErrorInfo reason of the answer to an Acquire that
+// named another term than the leader's
+// (services/flowcontrol/internal/server.NewTermReason).
+const newTermReason = "NEW_TERM"
+
+// newTermNamed returns the term a NEW_TERM answer names; "" when err is
+// no such answer.
+func newTermNamed(err error) string {
+	if status.Code(err) != codes.Aborted {
+		return ""
+	}
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == newTermReason {
+			return info.GetMetadata()["term"]
+		}
+	}
+	return ""
+}
+
 // adopt sends one AdoptGrants call.
 func (c *Client) adopt(ctx context.Context, grants []*flowcontrolv1.HeldGrant) (*flowcontrolv1.AdoptGrantsResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	var resp *flowcontrolv1.AdoptGrantsResponse
-	err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
-		resp, err = fc.AdoptGrants(ctx, &flowcontrolv1.AdoptGrantsRequest{GatewayId: c.gatewayID, Grants: grants})
+	err := c.call(ctx, func(r *replica) (err error) {
+		resp, err = r.Client.AdoptGrants(ctx, &flowcontrolv1.AdoptGrantsRequest{GatewayId: c.gatewayID, Grants: grants})
 		return err
 	})
 	return resp, err

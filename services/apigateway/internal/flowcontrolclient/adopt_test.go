@@ -59,3 +59,30 @@ func TestGrantsReRegisteredWithNewTerm(t *testing.T) {
 		t.Fatalf("grants of a service without terms are stale: %v", stale)
 	}
 }
+
+// TestNewTermAdoptsBeforeGranting: a leader of a new term that answers
+// NEW_TERM to a request naming the old one gets this gateway's running
+// grants (AdoptGrants) before the request asks again and is granted, so
+// that the new leader counts them before it hands out more seats.
+func TestNewTermAdoptsBeforeGranting(t *testing.T) {
+	f := &fakeFlowControl{batch: true, term: "t1", newTerm: true}
+	c, _ := start(t, f, true)
+	gs := acquireN(t, c, 2)
+	defer gs[0].Release()
+	defer gs[1].Release()
+
+	f.mu.Lock()
+	f.term, f.events = "t2", nil
+	f.mu.Unlock()
+	acquireN(t, c, 1)[0].Release()
+	f.mu.Lock()
+	events := slices.Clone(f.events)
+	adopted := slices.Clone(f.adopted)
+	f.mu.Unlock()
+	if want := []string{"new-term", "adopt", "grant g-3"}; !slices.Equal(events, want) {
+		t.Fatalf("after the term changed: %v, want %v", events, want)
+	}
+	if len(adopted) != 1 || !slices.Equal(slices.Sorted(slices.Values(adopted[0])), []string{"g-1", "g-2"}) {
+		t.Fatalf("re-registered %v, want the running grants g-1 and g-2", adopted)
+	}
+}

@@ -113,7 +113,8 @@ func aliceDigest() *flowcontrolv1.RequestDigest {
 // gateway's fallback limiter while no replica leads), the client moves to
 // the new leader and re-registers there the grant of a request that ran
 // across the change, which the new leader then counts (one seat) until
-// that request ends; once it has, the new leader holds no seat.
+// that request ends; once it has, the new leader holds no seat. The
+// decisions go on the replicas' Decide streams.
 // Then the other two are killed: the fallback limiter limits — a second
 // request of a one-seat level waits for the first.
 func TestLeaderKilledUnderLoad(t *testing.T) {
@@ -138,7 +139,7 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		replicas = append(replicas, Replica{Address: p.addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn)})
+		replicas = append(replicas, Replica{Address: p.addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn), Conn: conn})
 	}
 	log := slog.New(slog.DiscardHandler)
 	c := NewReplicas(replicas, "gw-1", log)
@@ -196,6 +197,9 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 		}()
 	}
 	polltest.Until(t, 10*time.Second, "load through the leader", func() bool { return granted.Load() > 200 })
+	if c.streaming() == 0 {
+		t.Fatal("the decisions were not made on a Decide stream")
+	}
 	beforeFallback := fallbackDispatched(fallback)
 	// A request that runs across the leader change.
 	across, err := c.Acquire(ctx, aliceDigest())
@@ -217,6 +221,9 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 		d, err := c.Dump(ctx)
 		return err == nil && dispatched(d) > 100 && granted.Load() > atSwitch+200
 	})
+	if c.streaming() == 0 {
+		t.Fatal("the decisions through the new leader were not made on a Decide stream")
+	}
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {

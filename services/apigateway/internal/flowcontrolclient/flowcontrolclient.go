@@ -15,6 +15,15 @@
 // than WatchExemptions) every request asks the service; a change of the
 // service's configuration applies here once the new list has arrived.
 //
+// Acquire and the releases go on one DecisionService.Decide stream per
+// replica (stream.go), many calls in flight at once, rather than one
+// unary call each: a decision then costs the service about half the CPU.
+// A replica given no connection (Replica.Conn), or one that does not
+// serve Decide, gets unary calls; every other call (Heartbeat,
+// AdoptGrants, Dump, WatchExemptions) is unary. A call's answer on the
+// stream is the unary call's, and a stream that ends counts as the
+// replica being UNAVAILABLE.
+//
 // The service may run as several replicas, of which the elected leader
 // holds the seats and the others answer UNAVAILABLE with a NOT_LEADER
 // ErrorInfo naming it. The client is given every replica (NewReplicas):
@@ -72,6 +81,10 @@ const (
 	// heartbeatRetry is how soon a heartbeat that found no replica
 	// answering is sent again.
 	heartbeatRetry = time.Second
+	// newTermAttempts bounds how often an Acquire answered NEW_TERM is
+	// asked again (the term may change again meanwhile); then it is
+	// decided as while the service does not answer.
+	newTermAttempts = 3
 )
 
 // Client acquires seats. A nil *Client serves every request at once. Run
@@ -81,7 +94,7 @@ type Client struct {
 	// replicas are the service's replicas; leader is the index of the one
 	// that answered last, where calls go first; streamFrom rotates the
 	// exemptions stream over the replicas (every one serves it).
-	replicas   []Replica
+	replicas   []*replica
 	leader     atomic.Int32
 	streamFrom atomic.Uint32
 	gatewayID  string
@@ -101,6 +114,10 @@ type Client struct {
 	fallback *apf.Controller
 	// grants are the grants held from the service, with their terms.
 	grants heldGrants
+	// life is the context of the Decide streams; stopStreams, called
+	// when Run returns, ends it.
+	life        context.Context
+	stopStreams context.CancelFunc
 }
 
 // exemption is a WatchExemptions entry: callers whose every request gets an
@@ -117,10 +134,13 @@ type Replica struct {
 	// answer can name it; "" for a single replica.
 	Address string
 	Client  flowcontrolv1.FlowControlServiceClient
+	// Conn, when set, is the connection of Client, on which Acquire and
+	// ReleaseGrants go as a Decide stream; nil makes them unary.
+	Conn grpc.ClientConnInterface
 }
 
-// New returns a Client of a single replica; fc nil returns nil (no flow
-// control).
+// New returns a Client of a single replica making unary calls; fc nil
+// returns nil (no flow control).
 func New(fc flowcontrolv1.FlowControlServiceClient, gatewayID string, log *slog.Logger) *Client {
 	if fc == nil {
 		return nil
@@ -137,7 +157,15 @@ func NewReplicas(replicas []Replica, gatewayID string, log *slog.Logger) *Client
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{replicas: slices.Clone(replicas), gatewayID: gatewayID, log: log, queue: make(chan string, queueSize), grants: newHeldGrants()}
+	rs := make([]*replica, len(replicas))
+	for i, r := range replicas {
+		rs[i] = &replica{Replica: r, stream: replicaStream{conn: r.Conn}}
+	}
+	life, stop := context.WithCancel(context.Background())
+	return &Client{
+		replicas: rs, gatewayID: gatewayID, log: log, queue: make(chan string, queueSize), grants: newHeldGrants(),
+		life: life, stopStreams: stop,
+	}
 }
 
 // call runs fn on the replica that answered last and, while the answer is
@@ -145,14 +173,14 @@ func NewReplicas(replicas []Replica, gatewayID string, log *slog.Logger) *Client
 // the others: first the leader a follower named, else the next in order,
 // each at most once. The replica that gives any other answer is where
 // the next call goes first.
-func (c *Client) call(ctx context.Context, fn func(flowcontrolv1.FlowControlServiceClient) error) error {
+func (c *Client) call(ctx context.Context, fn func(*replica) error) error {
 	n := len(c.replicas)
 	i := int(c.leader.Load())
 	tried := make([]bool, n)
 	var err error
 	for range n {
 		tried[i] = true
-		err = fn(c.replicas[i].Client)
+		err = fn(c.replicas[i])
 		if status.Code(err) != codes.Unavailable {
 			c.leader.Store(int32(i))
 			return err
@@ -162,7 +190,7 @@ func (c *Client) call(ctx context.Context, fn func(flowcontrolv1.FlowControlServ
 		}
 		next := -1
 		if named := leaderNamed(err); named != "" {
-			next = slices.IndexFunc(c.replicas, func(r Replica) bool { return r.Address == named })
+			next = slices.IndexFunc(c.replicas, func(r *replica) bool { return r.Address == named })
 		}
 		if next < 0 || tried[next] {
 			next = -1
@@ -218,8 +246,8 @@ func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) 
 		return nil, ErrNoFlowControl
 	}
 	var resp *flowcontrolv1.DumpResponse
-	err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
-		resp, err = fc.Dump(ctx, &flowcontrolv1.DumpRequest{})
+	err := c.call(ctx, func(r *replica) (err error) {
+		resp, err = r.Client.Dump(ctx, &flowcontrolv1.DumpRequest{})
 		return err
 	})
 	if err != nil {
@@ -251,12 +279,31 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 		digest.EstimatedWidth = 1
 	}
 	var resp *flowcontrolv1.AcquireResponse
-	req := &flowcontrolv1.AcquireRequest{GatewayId: c.gatewayID, Digest: digest}
+	term, _ := c.grants.latest()
+	req := &flowcontrolv1.AcquireRequest{GatewayId: c.gatewayID, Digest: digest, Term: term}
 	outgoing := identity.AppendToOutgoing(ctx, u)
-	err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
-		resp, err = fc.Acquire(outgoing, req)
-		return err
-	})
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = c.call(ctx, func(r *replica) (err error) {
+			resp, err = c.acquireOn(ctx, outgoing, r, req)
+			return err
+		})
+		// A leader of a new term: once this gateway's grants are
+		// re-registered there (adoptLoop), ask again with its term.
+		named := newTermNamed(err)
+		if named == "" || attempt == newTermAttempts {
+			break
+		}
+		c.grants.observe(named)
+		term, synced := c.grants.latest()
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return nop, apierrors.NewTimeoutError("the request was cancelled while waiting for a seat", 0)
+		case <-time.After(releaseTimeout):
+		}
+		req.Term = term
+	}
 	if err != nil {
 		st := status.Convert(err)
 		switch st.Code() {
@@ -390,6 +437,9 @@ func (c *Client) Run(ctx context.Context) {
 	}()
 	c.sendReleases(ctx)
 	wg.Wait()
+	// The releases are sent: the streams end, and with them any call
+	// still waiting on one (the service takes it out of its queue).
+	c.stopStreams()
 }
 
 // sendReleases takes the queued grants in batches, as many as are queued
@@ -464,8 +514,8 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	if time.Now().UnixNano() >= c.noBatchUntil.Load() {
-		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) error {
-			resp, err := fc.ReleaseGrants(ctx, &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids})
+		err := c.call(ctx, func(r *replica) error {
+			resp, err := c.releaseOn(ctx, r, ids)
 			c.grants.observe(resp.GetTerm())
 			return err
 		})
@@ -477,8 +527,8 @@ func (c *Client) sendOnce(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		// On an error the whole batch is sent again: those already
 		// released are then NotFound, which is no error.
-		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) error {
-			_, err := fc.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: id})
+		err := c.call(ctx, func(r *replica) error {
+			_, err := r.Client.Release(ctx, &flowcontrolv1.ReleaseRequest{GrantId: id})
 			return err
 		})
 		if err != nil && status.Code(err) != codes.NotFound {
@@ -496,8 +546,8 @@ func (c *Client) heartbeat(ctx context.Context) {
 	interval := 5 * time.Second
 	for {
 		var resp *flowcontrolv1.HeartbeatResponse
-		err := c.call(ctx, func(fc flowcontrolv1.FlowControlServiceClient) (err error) {
-			resp, err = fc.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})
+		err := c.call(ctx, func(r *replica) (err error) {
+			resp, err = r.Client.Heartbeat(ctx, &flowcontrolv1.HeartbeatRequest{GatewayId: c.gatewayID})
 			return err
 		})
 		next := interval

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/polltest"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -40,6 +41,15 @@ type fakeFlowControl struct {
 	// than terms); adopted are the grant ids of each AdoptGrants call.
 	term    string
 	adopted [][]string
+	// newTerm makes Acquire answer NEW_TERM to a request naming another
+	// term than term, as the service does; events are the grants,
+	// NEW_TERM answers and AdoptGrants calls, in order.
+	newTerm bool
+	events  []string
+	// refuseStreams makes the server refuse every stream
+	// PERMISSION_DENIED, as a service whose access policy predates
+	// Decide does.
+	refuseStreams bool
 }
 
 func (f *fakeFlowControl) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream grpc.ServerStreamingServer[flowcontrolv1.WatchExemptionsResponse]) error {
@@ -69,7 +79,19 @@ func (f *fakeFlowControl) Acquire(_ context.Context, req *flowcontrolv1.AcquireR
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.newTerm && req.GetTerm() != "" && req.GetTerm() != f.term {
+		// As the service: nothing for a gateway that heard another term.
+		f.events = append(f.events, "new-term")
+		st, err := status.New(codes.Aborted, "new term").WithDetails(&errdetails.ErrorInfo{
+			Reason: newTermReason, Metadata: map[string]string{"term": f.term},
+		})
+		if err != nil {
+			panic(err)
+		}
+		return nil, st.Err()
+	}
 	f.next++
+	f.events = append(f.events, fmt.Sprintf("grant g-%d", f.next))
 	return &flowcontrolv1.AcquireResponse{Term: f.term, Grant: &flowcontrolv1.Grant{Id: fmt.Sprintf("g-%d", f.next), Seats: 1, PriorityLevel: "pl"}}, nil
 }
 
@@ -81,6 +103,7 @@ func (f *fakeFlowControl) AdoptGrants(_ context.Context, req *flowcontrolv1.Adop
 		ids = append(ids, g.GetId())
 	}
 	f.adopted = append(f.adopted, ids)
+	f.events = append(f.events, "adopt")
 	return &flowcontrolv1.AdoptGrantsResponse{Term: f.term, Adopted: uint32(len(ids))}, nil
 }
 
@@ -145,7 +168,13 @@ func (f *fakeFlowControl) snapshot() (map[string]int, int) {
 func start(t *testing.T, f *fakeFlowControl, run bool) (*Client, func()) {
 	t.Helper()
 	f.released = map[string]int{}
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if f.refuseStreams {
+		opts = append(opts, grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return status.Error(codes.PermissionDenied, "open to no caller")
+		}))
+	}
+	srv := grpc.NewServer(opts...)
 	flowcontrolv1.RegisterFlowControlServiceServer(srv, f)
 	lis := bufconn.Listen(1 << 20)
 	go srv.Serve(lis)
@@ -157,7 +186,9 @@ func start(t *testing.T, f *fakeFlowControl, run bool) (*Client, func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	c := New(flowcontrolv1.NewFlowControlServiceClient(conn), "gw-test", nil)
+	// The fake serves no Decide stream: the client, given the
+	// connection, finds so and makes unary calls.
+	c := NewReplicas([]Replica{{Client: flowcontrolv1.NewFlowControlServiceClient(conn), Conn: conn}}, "gw-test", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	if run {
@@ -346,5 +377,32 @@ func TestExemptCallersSkipAcquire(t *testing.T) {
 	acquire("root", "system:masters").Release()
 	if n := f.acquires.Load() - before; n != 1 {
 		t.Fatalf("%d Acquire calls for an exempt caller without exemptions, want 1", n)
+	}
+}
+
+// TestServiceWithoutDecide: a service that does not serve the Decide
+// stream (it answers UNIMPLEMENTED), or does not serve it to this
+// gateway (PERMISSION_DENIED), gets unary Acquire and ReleaseGrants
+// calls: every request is granted, every grant released once, and no
+// stream stays open.
+func TestServiceWithoutDecide(t *testing.T) {
+	t.Run("unimplemented", func(t *testing.T) { testServiceWithoutDecide(t, &fakeFlowControl{batch: true}) })
+	t.Run("permission denied", func(t *testing.T) { testServiceWithoutDecide(t, &fakeFlowControl{batch: true, refuseStreams: true}) })
+}
+
+func testServiceWithoutDecide(t *testing.T, f *fakeFlowControl) {
+	c, _ := start(t, f, true)
+	for _, g := range acquireN(t, c, 5) {
+		g.Release()
+	}
+	if n := f.acquires.Load(); n != 5 {
+		t.Fatalf("%d unary Acquire calls, want 5", n)
+	}
+	polltest.Until(t, 10*time.Second, "5 releases", func() bool { r, _ := f.snapshot(); return len(r) == 5 })
+	if r, _ := f.snapshot(); len(r) != 5 || r["g-1"] != 1 || r["g-5"] != 1 {
+		t.Fatalf("released %v, want g-1…g-5 once each", r)
+	}
+	if n := c.streaming(); n != 0 {
+		t.Fatalf("%d Decide streams open on a service without Decide", n)
 	}
 }

@@ -63,7 +63,7 @@ func TestCallsFollowTheLeader(t *testing.T) {
 	a.set(false, "c:7003")
 	b.set(false, "c:7003")
 	c.set(true, "")
-	cl := NewReplicas([]Replica{{"a:7003", a}, {"b:7003", b}, {"c:7003", c}}, "gw", nil)
+	cl := NewReplicas([]Replica{{Address: "a:7003", Client: a}, {Address: "b:7003", Client: b}, {Address: "c:7003", Client: c}}, "gw", nil)
 	acquire := func() {
 		t.Helper()
 		g, err := cl.Acquire(t.Context(), &flowcontrolv1.RequestDigest{User: "alice"})
@@ -100,4 +100,17 @@ func TestCallsFollowTheLeader(t *testing.T) {
 	if got := counts(); got != [3]int{1, 1, 1} {
 		t.Fatalf("without a leader: asked %v, want each replica once", got)
 	}
+}
+
+// streaming returns how many replicas have a Decide stream open.
+func (c *Client) streaming() int {
+	n := 0
+	for _, r := range c.replicas {
+		r.stream.mu.Lock()
+		if r.stream.cur != nil {
+			n++
+		}
+		r.stream.mu.Unlock()
+	}
+	return n
 }

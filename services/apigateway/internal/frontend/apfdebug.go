@@ -69,10 +69,11 @@ func dumpQueues(w io.Writer, d *flowcontrolv1.DumpResponse, _ bool) {
 	for _, l := range d.GetPriorityLevels() {
 		for i, q := range l.GetQueues() {
 			// One stage per request here: its seats are its initial and
-			// its largest; its work is seats × the 3s estimate.
+			// its largest; its work is seats × the level's execution
+			// estimate, as the service charges it.
 			row(w, l.GetName(), i, q.GetWaiting(), q.GetExecuting(), q.GetSeatsInUse(),
 				fmt.Sprintf("%.8fss", q.GetNextDispatchR()), q.GetSeatsWaiting(), q.GetSeatsWaiting(),
-				fmt.Sprintf("%.8fss", float64(q.GetSeatsWaiting())*3))
+				fmt.Sprintf("%.8fss", q.GetWorkWaiting()))
 		}
 	}
 }

@@ -404,8 +404,8 @@ func (g *gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 // stream admits a stream on its first message (the request of a
 // server-streaming call). A watch holds its seats only while it sends
 // its initial events (watchinit), and counts as a watcher of its
-// resource while it is open (worksize); a list gives its seats back once
-// admitted.
+// resource while it is open (worksize); a list holds its seats until it
+// has sent its last message, as a REST list does.
 func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if exempt(info.FullMethod) {
 		return h(srv, ss)
@@ -433,13 +433,13 @@ type gatedStream struct {
 	ctx      context.Context
 	admitted bool
 	auditID  string
-	// release gives a watch's seats back, unwatch uncounts it; nil for
-	// other streams. done calls both when the stream ends.
+	// release gives the stream's seats back; unwatch uncounts a watch,
+	// nil for other streams. done calls both when the stream ends.
 	release, unwatch func()
 }
 
-// done ends what the stream held: a watch's seats (if its initial events
-// did not already give them back) and its count.
+// done ends what the stream held: its seats (a watch's, unless its
+// initial events already gave them back) and a watch's count.
 func (s *gatedStream) done() {
 	if s.release != nil {
 		s.release()
@@ -467,13 +467,10 @@ func (s *gatedStream) RecvMsg(m any) error {
 	if err != nil {
 		return err
 	}
-	s.ctx, s.admitted = ctx, true
+	s.ctx, s.admitted, s.release = ctx, true, release
 	if w, ok := m.(*apiv1.WatchRequest); ok {
-		s.release = release
 		s.ctx = watchinit.With(ctx, release)
 		s.unwatch = s.gate.work.Watching(schema.GroupResource{Group: w.GetRef().GetGroup(), Resource: w.GetRef().GetResource()}, w.GetRef().GetNamespace())
-	} else {
-		release()
 	}
 	if s.gate.auditor != nil && verb(s.method) == "watch" {
 		// A watch's response starts once it is admitted: its

@@ -130,3 +130,71 @@ func TestWatchSeatsUntilInitialEvents(t *testing.T) {
 		t.Fatalf("%d releases for 3 grants: the watch's was released more than once", r)
 	}
 }
+
+// gatedList is a ResourceService whose lists send one message, wait for
+// proceed, then send another and end.
+type gatedList struct {
+	recordingService
+	proceed chan struct{}
+}
+
+func (s *gatedList) List(_ *apiv1.ListRequest, stream apiv1.ResourceService_ListServer) error {
+	for i, part := range []string{"{", "}"} {
+		if i > 0 {
+			select {
+			case <-s.proceed:
+			case <-stream.Context().Done():
+				return nil
+			}
+		}
+		if err := stream.Send(&httpbody.HttpBody{ContentType: "application/json", Data: []byte(part)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestListSeatsUntilSent: a gRPC List holds its seat while it sends, as
+// a REST list does, and gives it back once, when its last message is
+// sent.
+func TestListSeatsUntilSent(t *testing.T) {
+	ledger := &grantLedger{}
+	fc := flowcontrolclient.New(ledger, "test", nil)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); fc.Run(runCtx) }()
+	defer func() { stopRun(); <-ran }()
+	svc := &gatedList{proceed: make(chan struct{})}
+	c := client(t, serveConfig(t, Config{Authorizer: testPolicy(), Resources: svc, FlowControl: fc, WorkSize: worksize.NewTracker(nil, nil, 0, nil)}))
+
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer alice-token")
+	ls, err := c.List(ctx, &apiv1.ListRequest{Ref: &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	// A get's release, sent after the list's would have been had the
+	// list given its seat back once admitted.
+	if _, err := c.Get(ctx, &apiv1.GetRequest{Ref: &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default", Name: "x"}}); status.Code(err) == codes.ResourceExhausted {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 10*time.Second, "the get's seat released", func() bool { _, r := ledger.counts(); return r >= 1 })
+	if a, r := ledger.counts(); a != 2 || r != 1 {
+		t.Fatalf("while the list sends: %d acquired, %d released, want 2 and 1 (the get's)", a, r)
+	}
+	close(svc.proceed)
+	for {
+		if _, err := ls.Recv(); err != nil {
+			break
+		}
+	}
+	polltest.Until(t, 10*time.Second, "the list's seat released", func() bool { _, r := ledger.counts(); return r >= 2 })
+	// Another get, to flush any second release of the list's.
+	_, _ = c.Get(ctx, &apiv1.GetRequest{Ref: &apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "default", Name: "x"}})
+	polltest.Until(t, 10*time.Second, "the second get's seat released", func() bool { a, r := ledger.counts(); return a == 3 && r >= 3 })
+	if _, r := ledger.counts(); r != 3 {
+		t.Fatalf("%d releases for 3 grants: the list's was released more than once", r)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/flowcontrol/decideclient"
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/pki"
@@ -74,6 +75,17 @@ func TestRunMTLS(t *testing.T) {
 	}
 	if resp.GetGrant().GetPriorityLevel() != "global-default" {
 		t.Fatalf("grant %v", resp.GetGrant())
+	}
+	// The gateways' Decide stream is open to them too.
+	dc, err := decideclient.Open(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := dc.Acquire(ctx, req); err != nil || resp.GetGrant().GetPriorityLevel() != "global-default" {
+		t.Fatalf("Acquire on a Decide stream over mTLS: %v %v", resp, err)
+	}
+	if err := dc.Close(); err != nil {
+		t.Fatalf("closing the Decide stream: %v", err)
 	}
 
 	noCert, err := grpcclient.Dial(addr, pki.ClientTLS(nil, ca.Pool(), ""))

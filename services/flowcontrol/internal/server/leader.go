@@ -26,6 +26,23 @@ type Leadership interface {
 // metadata "leader" is the leader's address ("" while none is known).
 const NotLeaderReason = "NOT_LEADER"
 
+// NewTermReason is the ErrorInfo reason of the answer to an Acquire of
+// a gateway that last heard another term; its metadata "term" is the
+// leader's term.
+const NewTermReason = "NEW_TERM"
+
+// newTerm is the answer to an Acquire of a gateway that last heard
+// another term than id.
+func newTerm(id string) error {
+	st := status.New(codes.Aborted, "a new flow-control term: re-register the grants held (AdoptGrants), then ask again")
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason: NewTermReason, Domain: RejectedDomain, Metadata: map[string]string{"term": id},
+	}); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
 // notLeader is a follower's answer.
 func notLeader(leader string) error {
 	st := status.New(codes.Unavailable, "this flow-control replica is not the leader")

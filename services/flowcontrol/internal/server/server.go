@@ -79,6 +79,11 @@ func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream
 }
 
 // Acquire classifies the request and blocks until it is granted seats.
+// A gateway that last heard another term (req.Term) is answered
+// NEW_TERM and granted nothing until it asks with this term, which it
+// does once it has re-registered its grants (AdoptGrants): so a new
+// leader counts the seats a gateway holds from the previous one before
+// it hands that gateway more.
 func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
 	d := req.GetDigest()
 	if d == nil {
@@ -87,6 +92,11 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	term, err := s.term()
 	if err != nil {
 		return nil, err
+	}
+	if heard := req.GetTerm(); heard != "" {
+		if id := s.terms.idOf(term); heard != id {
+			return nil, newTerm(id)
+		}
 	}
 	if s.leadership != nil {
 		// A request queued when the term ends leaves its queue.
@@ -192,7 +202,7 @@ func (s *Server) Dump(context.Context, *flowcontrolv1.DumpRequest) (*flowcontrol
 		for _, q := range l.Queues {
 			ps.Queues = append(ps.Queues, &flowcontrolv1.QueueState{
 				Waiting: uint32(q.Waiting), SeatsWaiting: uint32(q.SeatsWaiting), Executing: uint32(q.Executing),
-				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR,
+				SeatsInUse: uint32(q.SeatsInUse), NextDispatchR: q.NextDispatchR, WorkWaiting: q.WorkWaiting,
 			})
 		}
 		for _, r := range l.Requests {

@@ -193,7 +193,14 @@ type AcquireRequest struct {
 	Digest *RequestDigest `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	// gateway_id identifies the asking gateway replica; its grants expire
 	// when it stops sending heartbeats.
-	GatewayId     string `protobuf:"bytes,2,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	GatewayId string `protobuf:"bytes,2,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	// term is the term of the leader that answered this gateway last; ""
+	// while none has. A leader of another term grants nothing: it answers
+	// ABORTED with an ErrorInfo NEW_TERM whose metadata "term" names its
+	// term, so that the gateway first re-registers the grants it holds
+	// (AdoptGrants) and then asks again, and the new leader counts them
+	// before it hands out more seats.
+	Term          string `protobuf:"bytes,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +245,13 @@ func (x *AcquireRequest) GetDigest() *RequestDigest {
 func (x *AcquireRequest) GetGatewayId() string {
 	if x != nil {
 		return x.GatewayId
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetTerm() string {
+	if x != nil {
+		return x.Term
 	}
 	return ""
 }
@@ -1351,6 +1365,10 @@ type QueueState struct {
 	// next_dispatch_r is the virtual time at which its next request
 	// starts, in seat-seconds.
 	NextDispatchR float64 `protobuf:"fixed64,5,opt,name=next_dispatch_r,json=nextDispatchR,proto3" json:"next_dispatch_r,omitempty"`
+	// work_waiting is the work of its waiting requests, in seat-seconds:
+	// their seats times the level's estimate of a request's execution time
+	// per seat (its moving average of real ones).
+	WorkWaiting   float64 `protobuf:"fixed64,6,opt,name=work_waiting,json=workWaiting,proto3" json:"work_waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1416,6 +1434,13 @@ func (x *QueueState) GetSeatsInUse() uint32 {
 func (x *QueueState) GetNextDispatchR() float64 {
 	if x != nil {
 		return x.NextDispatchR
+	}
+	return 0
+}
+
+func (x *QueueState) GetWorkWaiting() float64 {
+	if x != nil {
+		return x.WorkWaiting
 	}
 	return 0
 }
@@ -1602,11 +1627,12 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\x0festimated_width\x18\v \x01(\rR\x0eestimatedWidth\x12\x1f\n" +
 	"\vfinal_seats\x18\f \x01(\rR\n" +
 	"finalSeats\x12H\n" +
-	"\x12additional_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11additionalLatency\"o\n" +
+	"\x12additional_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11additionalLatency\"\x83\x01\n" +
 	"\x0eAcquireRequest\x12>\n" +
 	"\x06digest\x18\x01 \x01(\v2&.meridian.flowcontrol.v1.RequestDigestR\x06digest\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\x9d\x02\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"\x9d\x02\n" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vflow_schema\x18\x02 \x01(\tR\n" +
@@ -1686,7 +1712,7 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\tcancelled\x18\v \x01(\x04R\tcancelled\x12;\n" +
 	"\x06queues\x18\f \x03(\v2#.meridian.flowcontrol.v1.QueueStateR\x06queues\x12A\n" +
 	"\brequests\x18\r \x03(\v2%.meridian.flowcontrol.v1.RequestStateR\brequests\x12!\n" +
-	"\fvirtual_time\x18\x0e \x01(\x01R\vvirtualTime\"\xb3\x01\n" +
+	"\fvirtual_time\x18\x0e \x01(\x01R\vvirtualTime\"\xd6\x01\n" +
 	"\n" +
 	"QueueState\x12\x18\n" +
 	"\awaiting\x18\x01 \x01(\rR\awaiting\x12#\n" +
@@ -1694,7 +1720,8 @@ const file_meridian_flowcontrol_v1_flowcontrol_proto_rawDesc = "" +
 	"\texecuting\x18\x03 \x01(\rR\texecuting\x12 \n" +
 	"\fseats_in_use\x18\x04 \x01(\rR\n" +
 	"seatsInUse\x12&\n" +
-	"\x0fnext_dispatch_r\x18\x05 \x01(\x01R\rnextDispatchR\"\xfc\x03\n" +
+	"\x0fnext_dispatch_r\x18\x05 \x01(\x01R\rnextDispatchR\x12!\n" +
+	"\fwork_waiting\x18\x06 \x01(\x01R\vworkWaiting\"\xfc\x03\n" +
 	"\fRequestState\x12\x1f\n" +
 	"\vflow_schema\x18\x01 \x01(\tR\n" +
 	"flowSchema\x12\x1f\n" +

@@ -87,19 +87,30 @@ func (c *Client) send(req *flowcontrolv1.DecideRequest) (chan *flowcontrolv1.Dec
 	err := c.stream.Send(req)
 	c.sendMu.Unlock()
 	if err != nil {
-		// The stream is broken; receive fails every waiting call.
-		return nil, fmt.Errorf("decide: %w", err)
+		// The stream is broken (Send says io.EOF); receive fails every
+		// waiting call with the stream's status, which is the answer.
+		<-c.done
+		return nil, c.Err()
 	}
 	return ch, nil
+}
+
+// Done is closed once the stream has ended; Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the stream ended (a gRPC status error, or io.EOF after
+// Close); nil while it runs.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // answer returns resp, the call's error as a gRPC status error, or the
 // stream's error when it ended first (ok false).
 func (c *Client) answer(resp *flowcontrolv1.DecideResponse, ok bool) (*flowcontrolv1.DecideResponse, error) {
 	if !ok {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return nil, c.err
+		return nil, c.Err()
 	}
 	if b := resp.GetError(); b != nil {
 		var s spb.Status
