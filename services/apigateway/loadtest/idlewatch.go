@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,27 +54,8 @@ func idleWatches(tlsConf *tls.Config, api string, watches, conns, pid int, pprof
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	admin := &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
-	ns := fmt.Sprintf("idlewatch-%d", time.Now().UnixNano()%1e6)
-	if _, err := send(admin, http.MethodPost, api+"/api/v1/namespaces", "application/json",
-		[]byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)), http.StatusCreated); err != nil {
-		return err
-	}
-	base := api + "/api/v1/namespaces/" + ns + "/configmaps"
-	resp, err := admin.Get(base)
+	base, rv, err := watchNamespace(admin, api, "idlewatch")
 	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("list %s: %s %v", base, resp.Status, err)
-	}
-	var list struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
 		return err
 	}
 
@@ -101,7 +81,7 @@ func idleWatches(tlsConf *tls.Config, api string, watches, conns, pid int, pprof
 				if i >= watches {
 					return
 				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&resourceVersion="+list.Metadata.ResourceVersion, nil)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&resourceVersion="+rv, nil)
 				req.Header.Set("Accept", "application/json")
 				resp, err := clients[i%conns].Do(req)
 				if err == nil && resp.StatusCode != http.StatusOK {

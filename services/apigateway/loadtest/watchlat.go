@@ -47,27 +47,8 @@ func watchLatency(tlsConf *tls.Config, api string, watchers, conns, rate int, d 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	admin := &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
-	ns := fmt.Sprintf("watchlat-%d", time.Now().UnixNano()%1e6)
-	if _, err := send(admin, http.MethodPost, api+"/api/v1/namespaces", "application/json",
-		[]byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)), http.StatusCreated); err != nil {
-		return err
-	}
-	base := api + "/api/v1/namespaces/" + ns + "/configmaps"
-	resp, err := admin.Get(base)
+	base, rv, err := watchNamespace(admin, api, "watchlat")
 	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("list %s: %s %v", base, resp.Status, err)
-	}
-	var list struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
 		return err
 	}
 
@@ -87,7 +68,7 @@ func watchLatency(tlsConf *tls.Config, api string, watchers, conns, rate int, d 
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&resourceVersion="+list.Metadata.ResourceVersion, nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&resourceVersion="+rv, nil)
 			req.Header.Set("Accept", "application/json")
 			resp, err := clients[w%conns].Do(req)
 			started.Done()
@@ -219,4 +200,34 @@ func procStats(pid int) (time.Duration, int64) {
 	}
 	rss, _ := procstat.RSS(pid)
 	return cpu, rss
+}
+
+// watchNamespace creates a namespace named prefix-<n> and returns the URL
+// of its ConfigMaps and the resourceVersion of their (empty) list, from
+// which watches of it start.
+func watchNamespace(admin *http.Client, api, prefix string) (base, rv string, err error) {
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1e6)
+	if _, err := send(admin, http.MethodPost, api+"/api/v1/namespaces", "application/json",
+		[]byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)), http.StatusCreated); err != nil {
+		return "", "", err
+	}
+	base = api + "/api/v1/namespaces/" + ns + "/configmaps"
+	resp, err := admin.Get(base)
+	if err != nil {
+		return "", "", err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", "", fmt.Errorf("list %s: %s %v", base, resp.Status, err)
+	}
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return "", "", err
+	}
+	return base, list.Metadata.ResourceVersion, nil
 }
