@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer srv.Close()
 	}
 
-	tracing, err := telemetry.TracingFromEnv(ctx, "meridian")
+	tracing, err := telemetry.TracingFromEnv(ctx, "meridian", logger)
 	if err != nil {
 		return err
 	}

@@ -199,7 +199,7 @@ func Run(ctx context.Context, name string, f *Flags, logOut io.Writer, build fun
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	tracing, err := telemetry.TracingFromEnv(ctx, name)
+	tracing, err := telemetry.TracingFromEnv(ctx, name, logger)
 	if err != nil {
 		lis.Close()
 		if metricsLis != nil {

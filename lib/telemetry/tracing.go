@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -60,12 +61,16 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 //     (e.g. parentbased_traceidratio with 0.01), read by the SDK; the
 //     default is parentbased_always_on.
 //
-// Spans are batched (OTEL_BSP_* tune the batch).
-func TracingFromEnv(ctx context.Context, service string) (*Tracing, error) {
-	return tracingFrom(ctx, service, os.Getenv)
+// Spans are batched (OTEL_BSP_* tune the batch). With tracing on, what
+// the SDK and the exporter report (a failed export, say) is logged to
+// logger, with the OTLP headers' values and endpoint passwords redacted;
+// this sets OpenTelemetry's global error handler and logger (see
+// routeOTelErrors).
+func TracingFromEnv(ctx context.Context, service string, logger *slog.Logger) (*Tracing, error) {
+	return tracingFrom(ctx, service, logger, os.Getenv)
 }
 
-func tracingFrom(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
+func tracingFrom(ctx context.Context, service string, logger *slog.Logger, getenv func(string) string) (*Tracing, error) {
 	off := &Tracing{Provider: noop.NewTracerProvider()}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return off, nil
@@ -85,6 +90,7 @@ func tracingFrom(ctx context.Context, service string, getenv func(string) string
 	if proto == "" {
 		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
+	routeOTelErrors(logger, getenv)
 	var exporter sdktrace.SpanExporter
 	var err error
 	switch proto {

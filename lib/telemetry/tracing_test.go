@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -26,7 +27,7 @@ func TestTracingFromEnv(t *testing.T) {
 		{name: "unknown protocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, fails: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr, err := tracingFrom(t.Context(), "test", func(k string) string { return tc.env[k] })
+			tr, err := tracingFrom(t.Context(), "test", slog.New(slog.DiscardHandler), func(k string) string { return tc.env[k] })
 			if tc.fails {
 				if err == nil {
 					t.Fatal("accepted")

@@ -150,6 +150,16 @@ func (a *App) open(ctx context.Context) error {
 	if a.node, err = raftnode.Start(rcfg); err != nil {
 		return err
 	}
+	// raft restored its newest snapshot, if any, before Start returned
+	// (RestoreOnStart). Checked here and only then: later a member that
+	// catches up by snapshot (a joining one) may be in the middle of
+	// installing one from the leader, which marks the store as being
+	// restored until it is done.
+	if needsRestore {
+		if still, err := mvcc.NeedsRestore(db); err != nil || still {
+			return errors.Join(err, fmt.Errorf("store: %w and no raft snapshot restored it; remove %s and rejoin", mvcc.ErrIncompleteRestore, cfg.DataDir))
+		}
+	}
 	if a.node.Fresh() && len(cfg.Join) > 0 {
 		if err := a.join(ctx); err != nil {
 			return err
@@ -157,9 +167,6 @@ func (a *App) open(ctx context.Context) error {
 	}
 	if err := a.node.WaitReady(ctx); err != nil {
 		return fmt.Errorf("store: waiting for raft: %w", err)
-	}
-	if still, err := mvcc.NeedsRestore(db); err != nil || still {
-		return errors.Join(err, fmt.Errorf("store: %w and no raft snapshot restored it; remove %s and rejoin", mvcc.ErrIncompleteRestore, cfg.DataDir))
 	}
 	if err := a.registerMetrics(reg); err != nil {
 		return err

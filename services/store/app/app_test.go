@@ -32,7 +32,9 @@ type member struct {
 
 func start(t *testing.T, cfg Config) *member {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// A bound, not a deadline the store must meet: a restart replays its
+	// log, which takes a while on a loaded machine under -race.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a, err := New(ctx, cfg)
 	if err != nil {

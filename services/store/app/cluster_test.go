@@ -43,6 +43,18 @@ func clusterConfigs(t *testing.T, certs *testcerts.Set, n int) []Config {
 	return cfgs
 }
 
+// steadyTimeouts gives cfgs raft timeouts of a second, which keep a
+// leader on a loaded machine running the race detector, for tests that
+// change membership or move leadership themselves: with clusterConfigs'
+// 300ms an unplanned election in the middle makes a membership change
+// fail ("leadership lost while committing log") or a transfer time out,
+// and the test then tests something else.
+func steadyTimeouts(cfgs []Config) {
+	for i := range cfgs {
+		cfgs[i].HeartbeatTimeout, cfgs[i].ElectionTimeout = time.Second, time.Second
+	}
+}
+
 // startNodes starts members concurrently (they wait for each other); each
 // serves on its client address until stop or the end of the test.
 func startNodes(t *testing.T, cfgs ...Config) []*node {
@@ -157,12 +169,15 @@ func TestClusterForwardingReadIndexMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgs := clusterConfigs(t, certs, 3)
+	steadyTimeouts(cfgs)
 	nodes := startNodes(t, cfgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	leader, followers := leaderOf(nodes)
-	if leader == nil || len(followers) != 2 {
+	// New returns once its member knows a leader, but on a loaded machine
+	// an election may be running again by now.
+	leader, followers := awaitLeader(t, nodes)
+	if len(followers) != 2 {
 		t.Fatalf("want one leader and two followers")
 	}
 	fc := dialOne(t, certs, followers[0])
@@ -309,11 +324,12 @@ func TestMembershipUnderLoadAndRejoinBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgs := clusterConfigs(t, certs, 3)
+	steadyTimeouts(cfgs)
 	for i := range cfgs {
 		cfgs[i].SnapshotThreshold, cfgs[i].TrailingLogs, cfgs[i].SnapshotInterval = 64, 16, 100*time.Millisecond
 	}
 	nodes := startNodes(t, cfgs...)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cc, err := client.Dial(endpoints(nodes), certs.Client())
 	if err != nil {
@@ -369,17 +385,34 @@ func TestMembershipUnderLoadAndRejoinBySnapshot(t *testing.T) {
 	if err := os.RemoveAll(victim.cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}
-	// Enough writes that the leader snapshots and truncates its log past
-	// everything the victim had.
-	time.Sleep(time.Second)
-	st := leader.app.node.Status()
-	if st.FirstIndex <= 1 {
-		t.Fatalf("leader log not truncated: first index %d, commit %d", st.FirstIndex, st.CommitIndex)
+	// The writes go on until both remaining members have snapshotted and
+	// truncated their logs (whichever leads when the victim rejoins has
+	// no log from index 1 to send it, so it sends a snapshot). How long
+	// that takes depends on the machine's load: it is waited for, at
+	// most 30s.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		lst, fst := leader.app.node.Status(), followers[1].app.node.Status()
+		if lst.FirstIndex > 1 && fst.FirstIndex > 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs not truncated after 30s: first index %d on %s (commit %d), %d on %s", lst.FirstIndex, leader.cfg.ID, lst.CommitIndex, fst.FirstIndex, followers[1].cfg.ID)
+		}
 	}
 	rejoin := victim.cfg
 	rejoin.Join = []string{leader.cfg.ClientAddress}
 	rejoined := startNodes(t, rejoin)[0]
+	// Writes go on while the member catches up, until at least 100 were
+	// acknowledged in all (at most 30s more).
 	time.Sleep(500 * time.Millisecond)
+	ackedCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ackedCount() < 100 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	stopLoad()
 	wg.Wait()
 

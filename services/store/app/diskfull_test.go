@@ -211,13 +211,19 @@ func TestDiskFullRefusesWritesServesReadsAndRecovers(t *testing.T) {
 	// not re-create the ballast before the test looks for it. (A margin of
 	// 12 MiB counted on the write taking twice its size, as when the raft
 	// log shared pebble's WAL; the log's segments are allocated ahead.)
+	//
+	// The ENOSPC may also hit a write of the store's own after a put was
+	// acknowledged (a pebble flush, the raft log's next segment, allocated
+	// ahead): the ballast absorbs it all the same, and the next put is
+	// the first refused, by the latch.
 	d.set(256<<10, 7<<20+7<<17)
 	big := strings.Repeat("x", 1<<20)
 	for i := 0; !m.app.disk.Full(); i++ {
 		if i == 16 {
 			t.Fatal("16 MiB written into a 256 KiB budget without an ENOSPC")
 		}
-		if err := putAck(fmt.Sprintf("big/%02d", i), big); err != nil {
+		err := putAck(fmt.Sprintf("big/%02d", i), big)
+		if err != nil && !(m.app.disk.Full() && status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "ENOSPC")) {
 			t.Fatalf("write %d while the ballast could absorb it: %v", i, err)
 		}
 	}

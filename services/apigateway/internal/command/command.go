@@ -170,7 +170,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	reg := telemetry.NewRegistry()
 	cfg.Registerer, cfg.Gatherer = reg, reg
-	tracing, err := telemetry.TracingFromEnv(ctx, "apigateway")
+	tracing, err := telemetry.TracingFromEnv(ctx, "apigateway", logger)
 	if err != nil {
 		return err
 	}

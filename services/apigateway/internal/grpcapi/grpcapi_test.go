@@ -171,8 +171,7 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	// A server that answers nothing fails the test instead of hanging it.
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	conn = waitLimitConn{Conn: conn, limit: 30 * time.Second}
 	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +196,24 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 		}
 	}
 	return rc
+}
+
+// waitLimitConn is a connection on which a Read or a Write that waits
+// longer than limit fails: a server that answers nothing fails the test
+// instead of hanging it, however long the test's calls take in all.
+type waitLimitConn struct {
+	net.Conn
+	limit time.Duration
+}
+
+func (c waitLimitConn) Read(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.limit))
+	return c.Conn.Read(p)
+}
+
+func (c waitLimitConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.limit))
+	return c.Conn.Write(p)
 }
 
 // startCreate sends the headers of a Create call on stream id and the

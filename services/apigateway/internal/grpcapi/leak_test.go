@@ -4,13 +4,25 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"testing"
+	"time"
 
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 )
 
-// heapLive returns the bytes and objects the heap holds live after a
-// full collection, and the number of goroutines.
-func heapLive() (bytes, objects uint64, goroutines int) {
+// settleLimit bounds how long heapLive waits for the server's goroutines
+// of answered calls to end; reaching it does not fail the test by itself
+// (the counts it returns then do).
+const settleLimit = 10 * time.Second
+
+// heapLive waits until at most settled goroutines are left (a call's
+// goroutine on the server may still be returning after its client read
+// the answer), or settleLimit passed; then it returns the bytes and
+// objects the heap holds live after a full collection, and the number of
+// goroutines.
+func heapLive(settled int) (bytes, objects uint64, goroutines int) {
+	for deadline := time.Now().Add(settleLimit); runtime.NumGoroutine() > settled && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	// Two cycles: the first frees what sync.Pools held; the second
 	// counts what is left.
 	runtime.GC()
@@ -30,6 +42,9 @@ func heapLive() (bytes, objects uint64, goroutines int) {
 // stream) would grow by some hundred bytes and several objects per call.
 func TestRefusedCallsLeaveNothing(t *testing.T) {
 	rc := dialRaw(t, serve(t, &recordingService{}))
+	// The server and the connection at rest, and a margin for goroutines
+	// of the runtime and gRPC that come and go.
+	settled := runtime.NumGoroutine() + 5
 	kinds := []struct {
 		method string
 		md     map[string]string
@@ -63,9 +78,9 @@ func TestRefusedCallsLeaveNothing(t *testing.T) {
 
 	const first, more = 1980, 18018
 	refuse(first)
-	bytes1, objects1, g1 := heapLive()
+	bytes1, objects1, g1 := heapLive(settled)
 	refuse(more)
-	bytes2, objects2, g2 := heapLive()
+	bytes2, objects2, g2 := heapLive(settled)
 	t.Logf("after %d refused calls: %d bytes, %d objects, %d goroutines live; after %d more: %d bytes, %d objects, %d goroutines",
 		first, bytes1, objects1, g1, more, bytes2, objects2, g2)
 	if bytes2 > bytes1 && bytes2-bytes1 > 16*more {

@@ -144,7 +144,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		return err
 	}
 	reg := telemetry.NewRegistry()
-	tracing, err := telemetry.TracingFromEnv(ctx, "store")
+	tracing, err := telemetry.TracingFromEnv(ctx, "store", log)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -66,7 +67,7 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.PeerAddress, err)
 	}
 	sl := &streamLayer{Listener: lis, advertise: advertise, client: cfg.ClientTLS,
-		local: &net.TCPAddr{IP: bind.IP}}
+		local: &net.TCPAddr{IP: bind.IP}, conns: map[*layerConn]struct{}{}}
 	if cfg.ServerTLS != nil {
 		sl.Listener = tls.NewListener(lis, cfg.ServerTLS)
 	}
@@ -81,22 +82,50 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 // transport's per-connection goroutine), so a slow or hostile peer never
 // blocks Accept. Outgoing connections are bound to the IP of the listen
 // address, so that peers (and test proxies) see which member dials.
+//
+// The layer owns every connection it accepts or dials until that
+// connection is closed, and Close closes them all with the listener:
+// raft's NetworkTransport closes only its listener on Close, while its
+// handlers of accepted connections wait in a read for as long as the
+// peer keeps the connection (its pool keeps it idle), and its own pooled
+// connections stay open, which the peers' handlers then wait on — a
+// stopped member would hold sockets and goroutines, its own and its
+// peers', for as long as the process runs.
 type streamLayer struct {
 	net.Listener
 	advertise net.Addr
 	client    *tls.Config
 	local     *net.TCPAddr
+
+	// mu guards conns (the open connections) and closed (set by Close;
+	// a connection made after it is closed at once).
+	mu     sync.Mutex
+	conns  map[*layerConn]struct{}
+	closed bool
 }
 
 // Addr returns the advertised address.
 func (l *streamLayer) Addr() net.Addr { return l.advertise }
+
+// Accept waits for a peer's connection.
+func (l *streamLayer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.own(c)
+}
 
 // Dial opens a connection to a peer. Without a ServerName in the client
 // config, the peer's certificate is verified against the dialled host.
 func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout, LocalAddr: l.local}
 	if l.client == nil {
-		return d.Dial("tcp", string(address))
+		c, err := d.Dial("tcp", string(address))
+		if err != nil {
+			return nil, err
+		}
+		return l.own(c)
 	}
 	cfg := l.client.Clone()
 	if cfg.ServerName == "" {
@@ -106,7 +135,51 @@ func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		}
 		cfg.ServerName = host
 	}
-	return tls.DialWithDialer(d, "tcp", string(address), cfg)
+	c, err := tls.DialWithDialer(d, "tcp", string(address), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return l.own(c)
+}
+
+// Close closes the listener and every open connection of the layer.
+func (l *streamLayer) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	for c := range conns {
+		_ = c.Conn.Close()
+	}
+	return err
+}
+
+// own registers c as open, or closes it when the layer is closed.
+func (l *streamLayer) own(c net.Conn) (net.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, fmt.Errorf("raftnode: raft transport closed: %w", net.ErrClosed)
+	}
+	lc := &layerConn{Conn: c, l: l}
+	l.conns[lc] = struct{}{}
+	return lc, nil
+}
+
+// layerConn is a connection of a streamLayer: closing it forgets it.
+type layerConn struct {
+	net.Conn
+	l *streamLayer
+}
+
+func (c *layerConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // peerName is an advertised raft address as given (a DNS name is kept,

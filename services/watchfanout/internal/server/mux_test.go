@@ -1,14 +1,19 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/batchcodec"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
@@ -140,5 +145,68 @@ func TestMuxBookkeeping(t *testing.T) {
 	}
 	if err := m.sendEncoded(&batchcodec.Message{}); !errors.Is(err, errSendClosed) {
 		t.Fatalf("sendEncoded after closeSends: %v", err)
+	}
+}
+
+// TestSetupGoesLiveWhileTheSenderDrains: many watches of one stream
+// finish their setup (the setup goroutine gives up the watch in idle)
+// while writes keep poking them, so the stream's sender drains a watch
+// right as its setup lets it go. Under -race this is the interleaving of
+// idle and drain; each watch must see its object's changes in order,
+// without an error, up to the last write.
+func TestSetupGoesLiveWhileTheSenderDrains(t *testing.T) {
+	const watches, maxWrites = 60, 400
+	e := newTestEnv(t, cache.Options{}, Config{})
+	e.put("busy", "cm", nil)
+	val, err := e.codec.EncodeStorage(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "busy", Name: "cm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestPut{
+		RequestPut: &storev1.PutRequest{Key: []byte(e.cms.Key("busy", "cm")), Value: val}}}}}
+	stop, wrote := make(chan struct{}), make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+		defer cancel()
+		for range maxWrites {
+			select {
+			case <-stop:
+				wrote <- nil
+				return
+			default:
+			}
+			if _, err := e.kv.Txn(ctx, put); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	m := e.watchMany()
+	for id := range int64(watches) {
+		m.open(id, 0, "busy", &watchv1.WatchRequest{ResourceVersion: "0"})
+	}
+	for id := range int64(watches) {
+		m.first(id)
+	}
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	last := e.put("busy", "last", nil)
+	for id := range int64(watches) {
+		var prev int64
+		for done := false; !done; {
+			resp := m.nextOf(id)
+			if resp.GetEnd() {
+				t.Fatalf("watch %d ended (status %x) after revision %d", id, resp.GetStatus(), prev)
+			}
+			for _, f := range frames(t, resp.GetResponse().GetFrames()) {
+				if f.rv <= prev || !strings.HasSuffix(f.desc, " busy/cm") && f.desc != "ADDED busy/last" {
+					t.Fatalf("watch %d: %s at %d after revision %d", id, f.desc, f.rv, prev)
+				}
+				prev, done = f.rv, f.rv == last
+			}
+		}
 	}
 }

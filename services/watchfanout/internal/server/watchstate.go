@@ -493,20 +493,29 @@ func (w *watch) replay() {
 
 // idle gives up sched; if work arrived meanwhile (a poke that found sched
 // set scheduled nothing), it schedules the watch itself.
+//
+// Invariant (enforced here): once sched is false another goroutine may
+// run the watch — a poke schedules it and the mux's sender drains it,
+// writing items and next — so idle reads the fields the running
+// goroutine owns before it gives sched up, and after that only what is
+// safe to share: the atomics, the immutable window and the subscription
+// (its Pending takes the watcher's lock).
 func (w *watch) idle() {
+	taken, sub := w.next < len(w.items), w.sub
 	w.sched.Store(false)
-	if w.stopped.Load() != 0 || w.hasWork() {
+	if w.stopped.Load() != 0 || w.hasWork(taken, sub) {
 		w.poke()
 	}
 }
 
-// hasWork reports whether drain has something to send now. Out of credit
-// it has not: the grant pokes.
-func (w *watch) hasWork() bool {
+// hasWork reports whether drain has something to send now: taken items
+// not sent yet (taken, read by the owner) or queued ones (sub). Out of
+// credit it has not: the grant pokes.
+func (w *watch) hasWork(taken bool, sub *cache.Subscription) bool {
 	if w.window > 0 && w.credit.Load() <= 0 {
 		return false
 	}
-	return w.next < len(w.items) || w.sub.Pending()
+	return taken || sub.Pending()
 }
 
 // drain sends what the watcher queued, one message per credit, then goes
