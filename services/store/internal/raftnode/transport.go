@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,19 +18,20 @@ const transportTimeout = 10 * time.Second
 // transportPool is how many idle connections the transport keeps per peer.
 const transportPool = 3
 
-// replicationInFlight is the transport's MaxRPCsInFlight: 1, one
-// AppendEntries at a time per follower, which turns off raft's pipelined
-// replication. The pipeline (hashicorp/raft v1.8.0) can deadlock: when a
-// follower answers an AppendEntries with success=false, the decoding
-// goroutine stops reading responses while the sending loop may send one
-// more request, which waits forever for room (both channels unbuffered at
-// the default 2) — the leader never replicates to that follower again,
-// though its heartbeats go on (hashicorp/raft#612), and raft's Shutdown
-// waits forever for the stuck goroutine: a store member that had led hung
-// in Close with this stack in the watchfanout's exactly-once test under
-// load. Without the pipeline each request carries every entry that is
-// ready (up to MaxAppendEntries), so the group commit is kept.
-const replicationInFlight = 1
+// raft's replication sends one AppendEntries at a time per follower: the
+// transport refuses raft's pipelined replication
+// (trackedTransport.AppendEntriesPipeline). The pipeline (hashicorp/raft
+// v1.8.0) can deadlock: when a follower answers an AppendEntries with
+// success=false, raft's decoding goroutine stops reading responses while
+// its sending loop may send one more request, which waits forever for room
+// — the leader never replicates to that follower again, though its
+// heartbeats go on (hashicorp/raft#612), and raft's Shutdown waits forever
+// for the stuck goroutine: a store member that had led hung in Close with
+// this stack in the watchfanout's exactly-once test under load. Without
+// the pipeline each request carries every entry that is ready (up to
+// MaxAppendEntries), so the group commit is kept. The commit notices use
+// the transport's pipeline themselves (notice.go), reading every answer
+// until they close it, so they never stop reading.
 
 // newTransport returns the raft transport for cfg.
 //
@@ -70,10 +72,70 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	if cfg.ServerTLS != nil {
 		sl.Listener = tls.NewListener(lis, cfg.ServerTLS)
 	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &trackedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: sl, MaxPool: transportPool, Timeout: transportTimeout, Logger: hl.Named("transport"),
-		MaxRPCsInFlight: replicationInFlight,
-	}), nil
+		MaxRPCsInFlight: noticePipelineDepth,
+	}), appending: map[raft.ServerID]*inFlight{}}, nil
+}
+
+// trackedTransport is raft's network transport, knowing which followers
+// have an AppendEntries carrying entries in flight, and up to which index:
+// raft's replication to them waits for its answer, and a commit notice
+// (notice.go) is sent only to them. Heartbeats carry no entries, and
+// notices are sent past it (send), so neither is counted.
+type trackedTransport struct {
+	*raft.NetworkTransport
+
+	mu        sync.Mutex
+	appending map[raft.ServerID]*inFlight
+}
+
+// inFlight is what a follower's AppendEntries in flight carry.
+type inFlight struct {
+	n    int    // requests
+	last uint64 // the highest index they carry
+}
+
+// AppendEntries sends an AppendEntries, counting it while it is in flight
+// when it carries entries.
+func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if len(args.Entries) == 0 {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	t.mu.Lock()
+	f := t.appending[id]
+	if f == nil {
+		f = &inFlight{}
+		t.appending[id] = f
+	}
+	f.n++
+	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if f.n--; f.n == 0 {
+			delete(t.appending, id)
+		}
+		t.mu.Unlock()
+	}()
+	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+// AppendEntriesPipeline refuses raft's pipelined replication (see the
+// top of this file): raft then sends one AppendEntries at a time.
+func (t *trackedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// appendingTo reports whether an AppendEntries with entries to id is in
+// flight, and the highest index it carries.
+func (t *trackedTransport) appendingTo(id raft.ServerID) (last uint64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.appending[id]; f != nil {
+		return f.last, true
+	}
+	return 0, false
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
