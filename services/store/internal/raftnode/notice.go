@@ -3,12 +3,13 @@ package raftnode
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
 
 // Commit notices: telling a follower of a commit while its replication
-// is busy.
+// is busy, or when it is far.
 //
 // The nudge's barrier (nudge.go) reaches a follower with raft's next
 // AppendEntries to it. Replication sends one AppendEntries at a time per
@@ -17,9 +18,14 @@ import (
 // a follower one region away learns of a commit one and a half round trips
 // after the leader sent the entry, not half a round trip after the commit.
 //
+// And the barrier leaves only once the leader has written it to its own
+// log (an fsync, milliseconds on a loaded disk), which a far follower
+// waits for on top of the link.
+//
 // So along with each nudge the leader sends each other member of the
-// configuration to which raft has an AppendEntries with entries in flight
-// (trackedTransport) a commit notice on its own connection: an
+// configuration to which raft has an AppendEntries with entries in flight,
+// and each far member (the last AppendEntries took over farRoundTrip;
+// trackedTransport), a commit notice on its own connection: an
 // AppendEntries whose LeaderCommitIndex is the commit index, in the
 // leader's current term. When the request in flight carries the committed
 // entry, the notice carries no entries and its previous entry is the commit
@@ -37,8 +43,9 @@ import (
 // raft's replication, whose next index for that follower it does not
 // touch, and the follower learns of the commit as before. A follower in a
 // newer term rejects the notice by its term. The price is one small request
-// per busy follower per pause in the writes, and, to a follower that far
-// behind, the entries a second time.
+// per busy or far follower per pause in the writes, and, to a follower
+// whose request in flight lacks the committed entries, those a second
+// time.
 
 // Notices to a follower go in order on a connection of their own, raft's
 // pipeline (which raft's replication does not use), without waiting for
@@ -89,16 +96,32 @@ func (p *noticePipe) close() {
 	})
 }
 
-// appendingTo reports whether raft's replication to id waits for the
-// answer to an AppendEntries carrying entries (up to index last): only
-// then would the nudge's barrier wait, so only then is a notice sent. (On
-// the in-memory transport of a single member there are no followers.)
-func (n *Node) appendingTo(id raft.ServerID) (last uint64, ok bool) {
+// farRoundTrip is the round trip of raft's AppendEntries above which a
+// follower is far: a notice then goes to it even while its replication is
+// idle, since the barrier would first wait for the leader's log write.
+// Members of one region answer well within it, even loaded (a log write
+// included); one region away, 50 ms, is far.
+const farRoundTrip = 20 * time.Millisecond
+
+// noticeTo reports whether a notice would tell follower id of a commit
+// sooner than the nudge's barrier: raft's replication to it waits for the
+// answer to an AppendEntries carrying entries (up to index last), or the
+// follower is far. Otherwise (or on the in-memory transport of a single
+// member, which has no followers) the barrier goes out at once. An idle
+// follower has every entry sent so far: last is then commit itself.
+func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) {
 	t, tracked := n.trans.(*trackedTransport)
 	if !tracked {
 		return 0, false
 	}
-	return t.appendingTo(id)
+	last, busy, took := t.replicationTo(id)
+	switch {
+	case busy:
+		return last, true
+	case took > farRoundTrip:
+		return commit, true
+	}
+	return 0, false
 }
 
 // maxNoticeEntries bounds the entries a notice carries: a follower further
@@ -162,7 +185,7 @@ func (c *noticer) notify(term, commit uint64) {
 		if string(s.ID) == n.id {
 			continue
 		}
-		if _, busy := n.appendingTo(s.ID); !busy {
+		if _, ok := n.noticeTo(s.ID, commit); !ok {
 			continue
 		}
 		p := c.peers[s.ID]
@@ -201,8 +224,8 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 		}
 		p.sent = commit
 		c.mu.Unlock()
-		last, busy := n.appendingTo(id)
-		if !busy {
+		last, ok := n.noticeTo(id, commit)
+		if !ok {
 			continue // the barrier goes out at once
 		}
 		req := n.noticeRequest(header, term, commit, last)

@@ -75,47 +75,52 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	return &trackedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: sl, MaxPool: transportPool, Timeout: transportTimeout, Logger: hl.Named("transport"),
 		MaxRPCsInFlight: noticePipelineDepth,
-	}), appending: map[raft.ServerID]*inFlight{}}, nil
+	}), followers: map[raft.ServerID]*replication{}}, nil
 }
 
 // trackedTransport is raft's network transport, knowing which followers
-// have an AppendEntries carrying entries in flight, and up to which index:
-// raft's replication to them waits for its answer, and a commit notice
-// (notice.go) is sent only to them. Heartbeats carry no entries, and
-// notices are sent past it (send), so neither is counted.
+// have an AppendEntries carrying entries in flight, up to which index, and
+// how long the last one to each took: raft's replication to a follower
+// waits for that answer, and the barrier that tells of a commit waits for
+// the leader's own log write, so a commit notice (notice.go) goes to the
+// followers with one in flight and to the far ones. Heartbeats carry no
+// entries, and notices are sent past it, so neither is counted.
 type trackedTransport struct {
 	*raft.NetworkTransport
 
 	mu        sync.Mutex
-	appending map[raft.ServerID]*inFlight
+	followers map[raft.ServerID]*replication
 }
 
-// inFlight is what a follower's AppendEntries in flight carry.
-type inFlight struct {
-	n    int    // requests
-	last uint64 // the highest index they carry
+// replication is what trackedTransport knows of raft's replication to one
+// follower.
+type replication struct {
+	inFlight int           // AppendEntries with entries in flight
+	last     uint64        // the highest index they carry
+	took     time.Duration // the round trip of the last one answered
 }
 
 // AppendEntries sends an AppendEntries, counting it while it is in flight
-// when it carries entries.
+// and timing it when it carries entries.
 func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if len(args.Entries) == 0 {
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
 	}
 	t.mu.Lock()
-	f := t.appending[id]
+	f := t.followers[id]
 	if f == nil {
-		f = &inFlight{}
-		t.appending[id] = f
+		f = &replication{}
+		t.followers[id] = f
 	}
-	f.n++
+	f.inFlight++
 	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
 	t.mu.Unlock()
+	start := time.Now()
 	defer func() {
+		took := time.Since(start)
 		t.mu.Lock()
-		if f.n--; f.n == 0 {
-			delete(t.appending, id)
-		}
+		f.inFlight--
+		f.took = took
 		t.mu.Unlock()
 	}()
 	return t.NetworkTransport.AppendEntries(id, target, args, resp)
@@ -127,15 +132,17 @@ func (t *trackedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddre
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// appendingTo reports whether an AppendEntries with entries to id is in
-// flight, and the highest index it carries.
-func (t *trackedTransport) appendingTo(id raft.ServerID) (last uint64, ok bool) {
+// replicationTo reports what raft's replication to id is doing: whether an
+// AppendEntries with entries is in flight (busy) and the highest index
+// those carry (last), and the round trip of the last one answered.
+func (t *trackedTransport) replicationTo(id raft.ServerID) (last uint64, busy bool, took time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if f := t.appending[id]; f != nil {
-		return f.last, true
+	f := t.followers[id]
+	if f == nil {
+		return 0, false, 0
 	}
-	return 0, false
+	return f.last, f.inFlight > 0, f.took
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
