@@ -257,6 +257,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "regions[0].name=eu"}, "at '/regions/0': missing property 'nodeLabelValue'"},
 		{[]string{"--set", "regions[0].name=EU,regions[0].nodeLabelValue=eu-west-1"}, "at '/regions/0/name'"},
 		{[]string{"--set", "regions[0].name=eu,regions[0].nodeLabelValue=eu-west-1,regions[0].storeGroups[0]=mars"}, `region "eu" names store group "mars", which is neither "voters" nor a store.nonVoters name`},
+		{[]string{"--set", "restore.fromSnapshot.enabled=true"}, "at '/restore/fromSnapshot/volume': minProperties: got 0, want 1"},
+		{[]string{"--set", "restore.fromSnapshot.enabled=true,restore.fromSnapshot.volume.secret.secretName=s,restore.fromSnapshot.file=../etc/passwd"}, "at '/restore/fromSnapshot/file'"},
+		{[]string{"--set", "restore.fromSnapshot.enabled=true,restore.fromSnapshot.volume.name=x"}, "at '/restore/fromSnapshot/volume': 'not' failed"},
+		{[]string{"--set", "restore.fromSnapshot.enabled=true,restore.fromSnapshot.volume.secret.secretName=s,restore.fromSnapshot.volume.emptyDir.medium=Memory"}, "at '/restore/fromSnapshot/volume': maxProperties: got 2, want 1"},
 	} {
 		out, err := render(t, c.args...)
 		if err == nil {

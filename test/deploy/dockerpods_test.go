@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,6 +238,9 @@ type podRunner struct {
 	hostPorts map[string]int
 	// containers are the long-running containers ever started.
 	containers []string
+	// mu guards volumes, hostPorts and containers: pods of different
+	// workloads start at the same time while they roll (upgradeRoll).
+	mu sync.Mutex
 }
 
 // containerName is the Docker name of p's container c.
@@ -247,15 +251,25 @@ func (r *podRunner) containerName(p *pod, c corev1.Container) string {
 // start runs p: its init containers to completion, then its containers
 // detached, restarted when they exit with an error.
 func (r *podRunner) start(p *pod) {
+	r.t.Helper()
+	if err := r.startPod(p); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// startPod is start, safe to call from other goroutines than the test's
+// for a pod started before (its volumes and port exist).
+func (r *podRunner) startPod(p *pod) error {
 	t := r.t
-	t.Helper()
+	r.mu.Lock()
 	volumes := r.volumes[p.name]
 	if volumes == nil {
 		volumes = podVolumes(t, p, r.secrets)
 		r.volumes[p.name] = volumes
 	}
+	r.mu.Unlock()
 	env := map[string]string{"POD_NAME": p.name, "POD_IP": p.ip}
-	for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
+	for i, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
 		name := r.containerName(p, c)
 		args := []string{"run", "--name", name, "--label", topologyLabel + "=" + r.network, "--network", r.network, "--ip", p.ip, "--read-only"}
 		args = append(args, r.addHosts...)
@@ -269,21 +283,22 @@ func (r *podRunner) start(p *pod) {
 			}
 			args = append(args, "-v", mount)
 		}
-		init := strings.HasPrefix(c.Name, "issue-")
-		if init {
+		if i < len(p.spec.InitContainers) {
 			args = append(args, "--rm")
 		} else {
 			// As a kubelet restarts a container that exits.
 			args = append(args, "-d", "--restart", "on-failure")
+			r.mu.Lock()
 			r.containers = append(r.containers, name)
+			port := r.hostPorts[p.name]
+			if c.Name == "apigateway" && port == 0 {
+				port = freePort(t)
+				r.hostPorts[p.name] = port
+			}
+			r.mu.Unlock()
 			if c.Name == "apigateway" {
 				// A fixed host port, as a Service's address, so that
 				// clients reach the gateway again after a restart.
-				port := r.hostPorts[p.name]
-				if port == 0 {
-					port = freePort(t)
-					r.hostPorts[p.name] = port
-				}
 				args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:6443", port))
 			}
 		}
@@ -295,9 +310,10 @@ func (r *podRunner) start(p *pod) {
 			args = append(args, a)
 		}
 		if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
-			t.Fatalf("pod %s container %s: %v: %s", p.name, c.Name, err, out)
+			return fmt.Errorf("pod %s container %s: %w: %s", p.name, c.Name, err, out)
 		}
 	}
+	return nil
 }
 
 // awaitHealthy waits until a gateway's /readyz?verbose shows the store,

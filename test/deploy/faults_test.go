@@ -84,16 +84,23 @@ func storeLeader(t *testing.T, cli func(args ...string) (string, error)) string 
 	deadline := time.Now().Add(time.Minute)
 	for {
 		list, err := cli("member", "list")
-		if err == nil {
-			for _, l := range strings.Split(list, "\n")[1:] {
-				if f := strings.Fields(l); len(f) == 5 && f[4] == "true" {
-					return f[0]
-				}
-			}
+		if leader := listedLeader(list); err == nil && leader != "" {
+			return leader
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the store has no leader: %v\n%s", err, list)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// listedLeader returns the leader's id in `store member list` output, or
+// "" when it names none.
+func listedLeader(list string) string {
+	for _, l := range strings.Split(list, "\n")[1:] {
+		if f := strings.Fields(l); len(f) == 5 && f[4] == "true" {
+			return f[0]
+		}
+	}
+	return ""
 }

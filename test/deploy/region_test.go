@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meridian-cp/meridian/lib/netdelay"
 )
 
 // regionRTT is the round-trip time between two simulated regions.
@@ -56,7 +60,7 @@ func raftPort(k int) int { return 2401 + 10*k }
 // regionSim is a multi-region deployment on one machine: each region a
 // network namespace with one address on a bridge, running its store
 // members, a watchfanout replica and a gateway as processes. A region's
-// processes reach a member of another region through a delayProxy in the
+// processes reach a member of another region through a netdelay.Proxy in the
 // root namespace (the member's name resolves to it in the region's
 // /etc/hosts), half the RTT each way; within a region, no delay. The test
 // process, in the root namespace, reaches every gateway without delay,
@@ -135,7 +139,7 @@ func newRegionSim(t *testing.T, regions int, members []simMember) *regionSim {
 				addr = s.proxyAddr(r, k)
 				ip("addr", "add", addr+"/32", "dev", s.bridge)
 				for _, port := range []int{grpcPort(k), raftPort(k)} {
-					startDelayProxy(t, fmt.Sprintf("%s:%d", addr, port), fmt.Sprintf("%s:%d", s.regionAddr(m.region), port), regionRTT/2)
+					netdelay.Start(t, fmt.Sprintf("%s:%d", addr, port), fmt.Sprintf("%s:%d", s.regionAddr(m.region), port), regionRTT/2)
 				}
 			}
 			hosts += addr + " " + s.memberName(k) + "\n"
@@ -406,7 +410,7 @@ func configMap(name string) *corev1.ConfigMap {
 }
 
 // TestMultiRegion runs the two multi-region layouts of docs/deploy.md on
-// network namespaces with 50 ms between regions (delayProxy): (a) five
+// network namespaces with 50 ms between regions (netdelay.Proxy): (a) five
 // voters 2+2+1 over three regions, (b) three voters in one region and a
 // non-voter in each of two others. Per region a gateway and a watchfanout
 // replica use that region's members (--store-local-address). It measures
@@ -440,8 +444,45 @@ func TestMultiRegion(t *testing.T) {
 	})
 }
 
+// linkRTT times n round trips of 64 bytes through a netdelay.Proxy of
+// regionRTT/2 each way to an echo server on loopback: the round trip the
+// simulated link really has on this machine at its load of the moment,
+// which the figures of requests that cross a region compare with.
+func linkRTT(t *testing.T, n int) latencies {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	front := netdelay.Start(t, "127.0.0.1:0", lis.Addr().String(), regionRTT/2)
+	c, err := net.Dial("tcp", front.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	return timed(t, n, func(int) error {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, buf)
+		return err
+	})
+}
+
 func runRegions(t *testing.T, members []simMember) {
 	const regions = 3
+	t.Logf("the simulated link (%s RTT): %s", regionRTT, linkRTT(t, 20))
 	s := newRegionSim(t, regions, members)
 	s.startStore()
 	// leaderRegion is the region of the store's leader of the moment.

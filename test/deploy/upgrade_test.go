@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,12 +25,12 @@ var upgradeRollFlag = flag.Bool("upgrade-roll", false, "TestImages/chart-on-dock
 // to <from> on the chart's pods, while the client-go workload of the fault
 // test runs. Each time the chart is rendered again with the tag (its
 // Secrets are kept, as the chart's lookup keeps them on a cluster) and
-// the workloads' controllers are played: each StatefulSet replaces its
-// pods one at a time, highest ordinal first, starting the next only once
-// the replaced pod's readinessProbe passes (a store member's /readyz
-// passes once it has caught up with the leader's commit index); the
-// non-voter StatefulSet first, then the voters; then each Deployment's
-// pods one at a time. Afterwards every container runs the new image,
+// the workloads' controllers are played, all at the same time as a
+// cluster's controllers run: each StatefulSet replaces its pods one at a
+// time, highest ordinal first, starting the next only once the replaced
+// pod's readinessProbe passes (a store member's /readyz passes once it
+// has caught up with the leader's commit index), and each Deployment its
+// pods one at a time likewise. Afterwards every container runs the new image,
 // every acknowledged write is present, every watcher saw every write once
 // in order, no client saw an error it does not retry, and the store has a
 // leader and its 4 members.
@@ -51,9 +52,7 @@ func upgradeRoll(t *testing.T, run *podRunner, pods []*pod, from, to string, cli
 			}
 			p.ip = old.ip
 		}
-		for _, p := range rollOrder(next) {
-			replacePod(t, run, byName[p.name], p, cli)
-		}
+		rollConcurrently(t, run, byName, next, cli)
 		pods = next
 		for _, p := range pods {
 			for _, c := range p.spec.Containers {
@@ -73,24 +72,60 @@ func upgradeRoll(t *testing.T, run *podRunner, pods []*pod, from, to string, cli
 	}
 }
 
-// rollOrder is the order the workload controllers replace pods in, one
-// at a time: the pods of the StatefulSets other than the voters' (store
-// non-voters, watchfanout, flow control), then the voters, each
-// StatefulSet highest ordinal first as its RollingUpdate does; then the
-// Deployments' pods.
-func rollOrder(pods []*pod) []*pod {
-	var nonVoters, voters, rest []*pod
+// controllers groups pods by the workload that owns them, each group in
+// the order its controller replaces them: a StatefulSet's RollingUpdate
+// highest ordinal first, a Deployment's pods in order.
+func controllers(pods []*pod) [][]*pod {
+	var owners []string
+	groups := map[string][]*pod{}
 	for _, p := range pods {
-		switch {
-		case p.deployment:
-			rest = append(rest, p)
-		case p.owner == "meridian-store":
-			voters = append([]*pod{p}, voters...)
-		default:
-			nonVoters = append([]*pod{p}, nonVoters...)
+		if _, ok := groups[p.owner]; !ok {
+			owners = append(owners, p.owner)
+		}
+		if p.deployment {
+			groups[p.owner] = append(groups[p.owner], p)
+		} else {
+			groups[p.owner] = append([]*pod{p}, groups[p.owner]...)
 		}
 	}
-	return append(append(nonVoters, voters...), rest...)
+	var out [][]*pod
+	for _, o := range owners {
+		out = append(out, groups[o])
+	}
+	return out
+}
+
+// rollConcurrently replaces the pods of every workload (controllers) at
+// the same time, each workload's one at a time, each next pod once the
+// one before is ready (replacePod), old pods taken from byName. The store's
+// voters and non-voters roll together, as their two StatefulSets do on a
+// cluster: at most one voter is down at a time, so the voters keep their
+// quorum. It fails the test once every controller has stopped if one
+// failed.
+func rollConcurrently(t *testing.T, run *podRunner, byName map[string]*pod, next []*pod, cli func(args ...string) (string, error)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(next))
+	for _, group := range controllers(next) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, p := range group {
+				if err := replacePod(t, run, byName[p.name], p, cli); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 }
 
 // replacePod stops old's containers (SIGTERM, then SIGKILL after its
@@ -100,8 +135,9 @@ func rollOrder(pods []*pod) []*pod {
 // StatefulSet's pod (a store member above all: not ready until it has a
 // leader and has caught up) must be seen not ready at least once first;
 // its store lag when found ready is logged ("?" for other services).
-func replacePod(t *testing.T, run *podRunner, old, p *pod, cli func(args ...string) (string, error)) {
-	t.Helper()
+// It runs in a controller's goroutine (rollConcurrently): it returns what
+// went wrong rather than ending the test.
+func replacePod(t *testing.T, run *podRunner, old, p *pod, cli func(args ...string) (string, error)) error {
 	grace := int64(30)
 	if g := old.spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
@@ -110,13 +146,15 @@ func replacePod(t *testing.T, run *podRunner, old, p *pod, cli func(args ...stri
 	for _, c := range old.spec.Containers {
 		name := run.containerName(old, c)
 		if out, err := exec.Command("docker", "stop", "-t", strconv.FormatInt(grace, 10), name).CombinedOutput(); err != nil {
-			t.Fatalf("docker stop %s: %v: %s", name, err, out)
+			return fmt.Errorf("docker stop %s: %w: %s", name, err, out)
 		}
 		if out, err := exec.Command("docker", "rm", name).CombinedOutput(); err != nil {
-			t.Fatalf("docker rm %s: %v: %s", name, err, out)
+			return fmt.Errorf("docker rm %s: %w: %s", name, err, out)
 		}
 	}
-	run.start(p)
+	if err := run.startPod(p); err != nil {
+		return err
+	}
 	failed := 0
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -126,21 +164,24 @@ func replacePod(t *testing.T, run *podRunner, old, p *pod, cli func(args ...stri
 		}
 		failed++
 		if time.Now().After(deadline) {
-			t.Fatalf("pod %s never became ready after its replacement: %v", p.name, err)
+			return fmt.Errorf("pod %s never became ready after its replacement: %w", p.name, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	took := time.Since(began).Round(10 * time.Millisecond)
 	if p.deployment {
 		t.Logf("%s replaced and ready after %s (%d failed probes)", p.name, took, failed)
-		return
+		return nil
 	}
 	if failed == 0 {
-		t.Errorf("store pod %s was ready at its first probe: readiness did not wait for a leader and catch-up", p.name)
+		return fmt.Errorf("store pod %s was ready at its first probe: readiness did not wait for a leader and catch-up", p.name)
 	}
 	lag, _ := metricValue(p, "meridian_store_ready_lag_entries")
+	list, _ := cli("member", "list")
+	leader := listedLeader(list)
 	t.Logf("%s replaced and ready after %s (%d failed probes; %s entries behind the leader at its last readiness check; leader now %s)",
-		p.name, took, failed, lag, storeLeader(t, cli))
+		p.name, took, failed, lag, leader)
+	return nil
 }
 
 // probeReady runs every readinessProbe (httpGet) of p's containers from

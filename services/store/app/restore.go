@@ -17,6 +17,10 @@ import (
 	"github.com/meridian-cp/meridian/services/store/internal/mvcc"
 )
 
+// ErrDataDirHoldsStore is returned by RestoreSnapshot when the data
+// directory already holds a store (it is left as it is).
+var ErrDataDirHoldsStore = errors.New("the data directory already holds a store")
+
 // RestoreSnapshot creates the state of a new store in dataDir from a backup
 // file (MaintenanceService.Snapshot, `store snapshot save`), as etcdutl
 // snapshot restore does, and returns the restored revision. dataDir must
@@ -40,7 +44,7 @@ func RestoreSnapshot(file, dataDir string, log *slog.Logger) (int64, error) {
 	dbDir := filepath.Join(dataDir, "db")
 	for _, d := range []string{dbDir, filepath.Join(dataDir, "snapshots"), filepath.Join(dataDir, "raft")} {
 		if entries, err := os.ReadDir(d); err == nil && len(entries) > 0 {
-			return 0, fmt.Errorf("store: restore: %s already holds a store; restore into an empty data directory", dataDir)
+			return 0, fmt.Errorf("store: restore: %s: %w; restore into an empty data directory", dataDir, ErrDataDirHoldsStore)
 		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return 0, fmt.Errorf("store: restore: %w", err)
 		}

@@ -71,6 +71,8 @@ type invocation struct {
 	// Flags of single commands.
 	nonVoter bool
 	dataDir  string
+	// skipPresent: snapshot restore leaves a data directory that holds a store.
+	skipPresent bool
 }
 
 // usageError is a command line the CLI cannot run; msg says why.

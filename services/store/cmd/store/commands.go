@@ -138,6 +138,7 @@ func commands() []*command {
 			offline: true,
 			flags: func(fs *flag.FlagSet, inv *invocation) {
 				fs.StringVar(&inv.dataDir, "data-dir", "", "the new member's data directory (required; must not hold a store)")
+				fs.BoolVar(&inv.skipPresent, "skip-if-present", false, "when --data-dir already holds a store, leave it and succeed (for an init container that runs at every start)")
 			},
 			check: func(inv *invocation) string {
 				if inv.dataDir == "" {
@@ -146,7 +147,7 @@ func commands() []*command {
 				return ""
 			},
 			run: func(_ context.Context, _ *client.Client, inv *invocation, out io.Writer) error {
-				return restoreSnapshot(inv.args[0], inv.dataDir, out)
+				return restoreSnapshot(inv.args[0], inv.dataDir, inv.skipPresent, out)
 			},
 		},
 	}

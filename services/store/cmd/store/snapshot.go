@@ -78,9 +78,15 @@ func saveSnapshot(ctx context.Context, c storev1.MaintenanceServiceClient, file 
 }
 
 // restoreSnapshot creates a new data directory from a backup, offline.
-func restoreSnapshot(file, dataDir string, out io.Writer) error {
+// With skipPresent, a data directory that already holds a store is left
+// as it is: the member restored earlier and has run since.
+func restoreSnapshot(file, dataDir string, skipPresent bool, out io.Writer) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rev, err := app.RestoreSnapshot(file, dataDir, log)
+	if skipPresent && errors.Is(err, app.ErrDataDirHoldsStore) {
+		fmt.Fprintf(out, "%s already holds a store: not restored\n", dataDir)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,19 @@ func TestSnapshotSaveAndRestoreCommands(t *testing.T) {
 	if !strings.Contains(out.String(), "restored revision 3 into "+dir) {
 		t.Fatalf("snapshot restore printed %q", out.String())
 	}
+	// Again into the same directory: refused, or, with --skip-if-present
+	// (the chart's restore init container runs at every start), left as
+	// it is.
+	if err := cli([]string{"snapshot", "restore", file, "--data-dir", dir}, &out); err == nil || !strings.Contains(err.Error(), "already holds a store") {
+		t.Fatalf("a second restore into %s: %v, want a refusal", dir, err)
+	}
+	out.Reset()
+	if err := cli([]string{"snapshot", "restore", file, "--data-dir", dir, "--skip-if-present"}, &out); err != nil {
+		t.Fatalf("restore --skip-if-present into a restored directory: %v", err)
+	}
+	if want := dir + " already holds a store: not restored\n"; out.String() != want {
+		t.Fatalf("restore --skip-if-present printed %q, want %q", out.String(), want)
+	}
 
 	addr2 := serve(t, dir)
 	c2, err := client.Dial([]string{addr2}, nil)

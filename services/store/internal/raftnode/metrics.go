@@ -12,6 +12,7 @@ type metrics struct {
 	propose prometheus.Histogram
 	logSync prometheus.Histogram
 	nudges  prometheus.Counter
+	notices prometheus.Counter
 	etcd    *etcdMetrics
 }
 
@@ -35,9 +36,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_store_raft_commit_nudges_total",
 			Help: "Barriers the leader appended to tell followers of a commit no entry followed (see raftnode's nudge.go).",
 		}),
+		notices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_store_raft_commit_notices_total",
+			Help: "Commit notices a follower accepted: it learned of a commit while its replication was busy (see raftnode's notice.go).",
+		}),
 	}
 	m.etcd = newEtcdMetrics()
-	return m, m.register(m.pending, m.propose, m.logSync, m.nudges)
+	return m, m.register(m.pending, m.propose, m.logSync, m.nudges, m.notices)
 }
 
 func (m *metrics) register(cs ...prometheus.Collector) error {

@@ -175,6 +175,8 @@ type Node struct {
 	nudges     chan struct{}
 	stopNudges context.CancelFunc
 	nudgerDone chan struct{}
+	// notices sends commit notices along with each nudge (notice.go).
+	notices noticer
 
 	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
 	vmu      sync.Mutex
@@ -361,6 +363,11 @@ func (n *Node) startLoops() {
 	n.metrics.observe(n)
 	ctx, stop := context.WithCancel(context.Background())
 	n.stopNudges = stop
+	n.notices = noticer{node: n, ctx: ctx}
+	go func() {
+		<-ctx.Done()
+		n.notices.close()
+	}()
 	go n.metrics.etcd.countLeaderChanges(ctx, n.raft)
 	go func() {
 		defer close(n.nudgerDone)

@@ -32,6 +32,10 @@ import (
 // the older commit index: that nudge covers only the older index
 // (coveredBy), so the proposal's own signal nudges again.
 //
+// The barrier's AppendEntries waits for the answer to the one in flight to
+// that follower, a round trip over a long link; the commit notice sent
+// with each nudge (notice.go) does not.
+//
 // The price is one more log entry — an fsync on each member — per pause
 // in the writes, not per write. The delay is what keeps it so: under load
 // the group commit empties the log's tail at every batch, and the next
@@ -129,11 +133,16 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 			case <-delay.C:
 			}
 		}
+		term := n.raft.CurrentTerm()
 		st := nudgeState{commit: n.raft.CommitIndex(), covered: covered}
 		st.leader, st.last, st.members = n.IsLeader(), n.raft.LastIndex(), n.configuredMembers()
 		if !st.needsNudge() {
 			continue
 		}
+		// Followers whose replication is idle learn of the commit from
+		// the barrier; those with an AppendEntries in flight, from the
+		// notice (notice.go), without waiting for its answer.
+		n.notices.notify(term, st.commit)
 		// The wait keeps one nudge in flight; a failure (leadership lost,
 		// shutdown) needs nothing: the next leader's own entries carry its
 		// commit index.

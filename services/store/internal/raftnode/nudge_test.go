@@ -109,6 +109,17 @@ func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
 				t.Fatalf("follower %s has %s at revision %d, want %d", f.cfg.ID, key, kv.GetModRevision(), rev)
 			}
 		}
+		// A follower may have learned of the write from a commit notice
+		// (notice.go) before the barrier was appended: wait for it.
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if last, err := leader.node.logs.LastIndex(); err == nil && last > index {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("write %d (index %d): no entry followed it on the leader within 20s", i, index)
+			}
+			time.Sleep(time.Millisecond)
+		}
 		if typ := leader.entryType(index + 1); typ != raft.LogBarrier {
 			t.Fatalf("entry after write %d (index %d) is a %v, want the nudge's barrier", i, index, typ)
 		}

@@ -18,19 +18,20 @@ const transportTimeout = 10 * time.Second
 // transportPool is how many idle connections the transport keeps per peer.
 const transportPool = 3
 
-// replicationInFlight is the transport's MaxRPCsInFlight: 1, one
-// AppendEntries at a time per follower, which turns off raft's pipelined
-// replication. The pipeline (hashicorp/raft v1.8.0) can deadlock: when a
-// follower answers an AppendEntries with success=false, the decoding
-// goroutine stops reading responses while the sending loop may send one
-// more request, which waits forever for room (both channels unbuffered at
-// the default 2) — the leader never replicates to that follower again,
-// though its heartbeats go on (hashicorp/raft#612), and raft's Shutdown
-// waits forever for the stuck goroutine: a store member that had led hung
-// in Close with this stack in the watchfanout's exactly-once test under
-// load. Without the pipeline each request carries every entry that is
-// ready (up to MaxAppendEntries), so the group commit is kept.
-const replicationInFlight = 1
+// raft's replication sends one AppendEntries at a time per follower: the
+// transport refuses raft's pipelined replication
+// (trackedTransport.AppendEntriesPipeline). The pipeline (hashicorp/raft
+// v1.8.0) can deadlock: when a follower answers an AppendEntries with
+// success=false, raft's decoding goroutine stops reading responses while
+// its sending loop may send one more request, which waits forever for room
+// — the leader never replicates to that follower again, though its
+// heartbeats go on (hashicorp/raft#612), and raft's Shutdown waits forever
+// for the stuck goroutine: a store member that had led hung in Close with
+// this stack in the watchfanout's exactly-once test under load. Without
+// the pipeline each request carries every entry that is ready (up to
+// MaxAppendEntries), so the group commit is kept. The commit notices use
+// the transport's pipeline themselves (notice.go), reading every answer
+// until they close it, so they never stop reading.
 
 // newTransport returns the raft transport for cfg.
 //
@@ -71,10 +72,77 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 	if cfg.ServerTLS != nil {
 		sl.Listener = tls.NewListener(lis, cfg.ServerTLS)
 	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &trackedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: sl, MaxPool: transportPool, Timeout: transportTimeout, Logger: hl.Named("transport"),
-		MaxRPCsInFlight: replicationInFlight,
-	}), nil
+		MaxRPCsInFlight: noticePipelineDepth,
+	}), followers: map[raft.ServerID]*replication{}}, nil
+}
+
+// trackedTransport is raft's network transport, knowing which followers
+// have an AppendEntries carrying entries in flight, up to which index, and
+// how long the last one to each took: raft's replication to a follower
+// waits for that answer, and the barrier that tells of a commit waits for
+// the leader's own log write, so a commit notice (notice.go) goes to the
+// followers with one in flight and to the far ones. Heartbeats carry no
+// entries, and notices are sent past it, so neither is counted.
+type trackedTransport struct {
+	*raft.NetworkTransport
+
+	mu        sync.Mutex
+	followers map[raft.ServerID]*replication
+}
+
+// replication is what trackedTransport knows of raft's replication to one
+// follower.
+type replication struct {
+	inFlight int           // AppendEntries with entries in flight
+	last     uint64        // the highest index they carry
+	took     time.Duration // the round trip of the last one answered
+}
+
+// AppendEntries sends an AppendEntries, counting it while it is in flight
+// and timing it when it carries entries.
+func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if len(args.Entries) == 0 {
+		return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	}
+	t.mu.Lock()
+	f := t.followers[id]
+	if f == nil {
+		f = &replication{}
+		t.followers[id] = f
+	}
+	f.inFlight++
+	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
+	t.mu.Unlock()
+	start := time.Now()
+	defer func() {
+		took := time.Since(start)
+		t.mu.Lock()
+		f.inFlight--
+		f.took = took
+		t.mu.Unlock()
+	}()
+	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+// AppendEntriesPipeline refuses raft's pipelined replication (see the
+// top of this file): raft then sends one AppendEntries at a time.
+func (t *trackedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// replicationTo reports what raft's replication to id is doing: whether an
+// AppendEntries with entries is in flight (busy) and the highest index
+// those carry (last), and the round trip of the last one answered.
+func (t *trackedTransport) replicationTo(id raft.ServerID) (last uint64, busy bool, took time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.followers[id]
+	if f == nil {
+		return 0, false, 0
+	}
+	return f.last, f.inFlight > 0, f.took
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.

@@ -19,7 +19,7 @@ import (
 )
 
 // TestReplicationIsNotPipelined: the network transport refuses raft's
-// pipelined replication (see replicationInFlight), so raft replicates
+// pipelined replication (trackedTransport.AppendEntriesPipeline), so raft replicates
 // with one AppendEntries at a time per follower.
 func TestReplicationIsNotPipelined(t *testing.T) {
 	addr := daemontest.FreeAddrs(t, 1)[0]

@@ -1,4 +1,7 @@
-package deploy
+// Package netdelay is a TCP proxy for tests that delays every byte by a
+// fixed time in each direction: a long link on one host. The multi-region
+// simulation (test/deploy) and the store's replication tests use it.
+package netdelay
 
 import (
 	"io"
@@ -8,14 +11,14 @@ import (
 	"time"
 )
 
-// delayProxy forwards every TCP connection accepted on one address to a
+// Proxy forwards every TCP connection accepted on one address to a
 // target address and holds each chunk of bytes for a fixed delay in each
 // direction before passing it on, in order: a link with that one-way
 // latency and no bandwidth limit. The multi-region simulation puts one
 // between each region and each store member of another region, because
 // this machine's kernel has no netem qdisc (tc qdisc add ... netem fails
 // with "Specified qdisc kind is unknown").
-type delayProxy struct {
+type Proxy struct {
 	lis    net.Listener
 	target string
 	delay  time.Duration
@@ -25,22 +28,25 @@ type delayProxy struct {
 	wg    sync.WaitGroup
 }
 
-// startDelayProxy listens on listen and forwards to target with delay each
-// way until the test ends.
-func startDelayProxy(t *testing.T, listen, target string, delay time.Duration) *delayProxy {
+// Start listens on listen and forwards to target with delay each way
+// until the test ends.
+func Start(t testing.TB, listen, target string, delay time.Duration) *Proxy {
 	t.Helper()
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatalf("delay proxy on %s: %v", listen, err)
 	}
-	p := &delayProxy{lis: lis, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{lis: lis, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
 }
 
-func (p *delayProxy) serve() {
+// Addr is the address the proxy listens on.
+func (p *Proxy) Addr() string { return p.lis.Addr().String() }
+
+func (p *Proxy) serve() {
 	defer p.wg.Done()
 	for {
 		in, err := p.lis.Accept()
@@ -76,7 +82,7 @@ type chunk struct {
 
 // pump copies src to dst, each chunk delayed by p.delay; when src ends it
 // half-closes dst, and when dst fails it closes both.
-func (p *delayProxy) pump(dst, src net.Conn) {
+func (p *Proxy) pump(dst, src net.Conn) {
 	ch := make(chan chunk, 4096)
 	done := make(chan struct{})
 	go func() {
@@ -116,7 +122,7 @@ func (p *delayProxy) pump(dst, src net.Conn) {
 	<-done
 }
 
-func (p *delayProxy) track(conns ...net.Conn) bool {
+func (p *Proxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
@@ -131,7 +137,7 @@ func (p *delayProxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-func (p *delayProxy) untrack(conns ...net.Conn) {
+func (p *Proxy) untrack(conns ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range conns {
@@ -140,7 +146,7 @@ func (p *delayProxy) untrack(conns ...net.Conn) {
 	}
 }
 
-func (p *delayProxy) close() {
+func (p *Proxy) close() {
 	p.lis.Close()
 	p.mu.Lock()
 	for c := range p.conns {

@@ -1,0 +1,307 @@
+package raftnode
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Commit notices: telling a follower of a commit while its replication
+// is busy, or when it is far.
+//
+// The nudge's barrier (nudge.go) reaches a follower with raft's next
+// AppendEntries to it. Replication sends one AppendEntries at a time per
+// follower (trackedTransport.AppendEntriesPipeline), so while one is in flight — over a
+// long link, for the whole round trip — the barrier waits for its answer:
+// a follower one region away learns of a commit one and a half round trips
+// after the leader sent the entry, not half a round trip after the commit.
+//
+// And the barrier leaves only once the leader has written it to its own
+// log (an fsync, milliseconds on a loaded disk), which a far follower
+// waits for on top of the link.
+//
+// So along with each nudge the leader sends each other member of the
+// configuration to which raft has an AppendEntries with entries in flight,
+// and each far member (the last AppendEntries took over farRoundTrip;
+// trackedTransport), a commit notice on its own connection: an
+// AppendEntries whose LeaderCommitIndex is the commit index, in the
+// leader's current term. When the request in flight carries the committed
+// entry, the notice carries no entries and its previous entry is the commit
+// index itself; when it carries only earlier ones (writes come closer
+// together than the round trip, so raft's next request waits), the notice
+// carries the entries after the last one in flight, up to the commit
+// index, read from the leader's log, and starts from that last one. It is
+// an AppendEntries like raft's own, and raft's checks make it safe: the
+// follower accepts it only if it has the previous entry with the term the
+// leader's log gives it (log matching: its log is then the leader's up to
+// there), appends what it lacks (entries it has are skipped as
+// duplicates), and applies up to the commit index. One that does not have
+// the previous entry yet (the request in flight is slower than the notice)
+// answers success=false and changes nothing; the notice is not part of
+// raft's replication, whose next index for that follower it does not
+// touch, and the follower learns of the commit as before. A follower in a
+// newer term rejects the notice by its term. The price is one small request
+// per busy or far follower per pause in the writes, and, to a follower
+// whose request in flight lacks the committed entries, those a second
+// time.
+
+// Notices to a follower go in order on a connection of their own, raft's
+// pipeline (which raft's replication does not use), without waiting for
+// answers: one per nudge, up to noticePipelineDepth in flight. Notices go
+// out with the nudges, once per pause in the writes: a steady stream of
+// writes sends none.
+
+// noticePipelineDepth is how many notices may be in flight to one
+// follower (the transport's MaxRPCsInFlight; raft's own replication does
+// not pipeline, see trackedTransport.AppendEntriesPipeline).
+const noticePipelineDepth = 16
+
+// noticer sends commit notices to followers (see above).
+type noticer struct {
+	node *Node
+	ctx  context.Context // ends with the node: no notice is started after
+
+	mu    sync.Mutex
+	peers map[raft.ServerID]*noticePeer
+}
+
+// noticePeer is the notice state of one follower, guarded by noticer.mu.
+type noticePeer struct {
+	addr    raft.ServerAddress
+	want    uint64 // the newest commit index to tell it
+	term    uint64 // the term in which want was committed
+	sent    uint64 // the newest commit index sent to it
+	sending bool   // a goroutine is sending to it
+	// pipe carries the notices to it, in order, on a connection of their
+	// own, without waiting for answers; nil until the first, and after
+	// a failure.
+	pipe *noticePipe
+}
+
+// noticePipe is the transport's pipeline to one follower, and the
+// goroutine that reads its answers.
+type noticePipe struct {
+	raft.AppendPipeline
+	done chan struct{}
+	once sync.Once
+}
+
+// close closes the pipeline and stops the goroutine reading its answers.
+func (p *noticePipe) close() {
+	p.once.Do(func() {
+		close(p.done)
+		_ = p.AppendPipeline.Close()
+	})
+}
+
+// farRoundTrip is the round trip of raft's AppendEntries above which a
+// follower is far: a notice then goes to it even while its replication is
+// idle, since the barrier would first wait for the leader's log write.
+// Members of one region answer well within it, even loaded (a log write
+// included); one region away, 50 ms, is far.
+const farRoundTrip = 20 * time.Millisecond
+
+// noticeTo reports whether a notice would tell follower id of a commit
+// sooner than the nudge's barrier: raft's replication to it waits for the
+// answer to an AppendEntries carrying entries (up to index last), or the
+// follower is far. Otherwise (or on the in-memory transport of a single
+// member, which has no followers) the barrier goes out at once. An idle
+// follower has every entry sent so far: last is then commit itself.
+func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) {
+	t, tracked := n.trans.(*trackedTransport)
+	if !tracked {
+		return 0, false
+	}
+	last, busy, took := t.replicationTo(id)
+	switch {
+	case busy:
+		return last, true
+	case took > farRoundTrip:
+		return commit, true
+	}
+	return 0, false
+}
+
+// maxNoticeEntries bounds the entries a notice carries: a follower further
+// behind than that is catching up, and raft's replication serves it.
+const maxNoticeEntries = 64
+
+// noticeRequest is the commit notice for index commit in term, from the
+// node with header, to a follower whose AppendEntries in flight carries
+// entries up to index last: when last < commit, it carries the entries
+// after last, which the follower does not have yet, and starts from last.
+// It returns nil when those entries cannot be read (compacted away) or are
+// too many.
+func (n *Node) noticeRequest(header raft.RPCHeader, term, commit, last uint64) *raft.AppendEntriesRequest {
+	req := &raft.AppendEntriesRequest{
+		RPCHeader:         header,
+		Term:              term,
+		Leader:            header.Addr,
+		PrevLogEntry:      commit,
+		PrevLogTerm:       term,
+		LeaderCommitIndex: commit,
+	}
+	if last >= commit {
+		return req
+	}
+	if last == 0 || commit-last > maxNoticeEntries {
+		return nil
+	}
+	var prev raft.Log
+	if err := n.logs.GetLog(last, &prev); err != nil {
+		return nil
+	}
+	req.PrevLogEntry, req.PrevLogTerm = last, prev.Term
+	for i := last + 1; i <= commit; i++ {
+		e := new(raft.Log)
+		if err := n.logs.GetLog(i, e); err != nil {
+			return nil
+		}
+		req.Entries = append(req.Entries, e)
+	}
+	return req
+}
+
+// notify tells every other member of the configuration that commit is
+// committed in term, if this node still leads in term. It never blocks on
+// the network.
+func (c *noticer) notify(term, commit uint64) {
+	n := c.node
+	if commit == 0 || !n.IsLeader() || n.raft.CurrentTerm() != term {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.peers == nil {
+		c.peers = make(map[raft.ServerID]*noticePeer)
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.id {
+			continue
+		}
+		if _, ok := n.noticeTo(s.ID, commit); !ok {
+			continue
+		}
+		p := c.peers[s.ID]
+		if p == nil || p.addr != s.Address {
+			p = &noticePeer{addr: s.Address}
+			c.peers[s.ID] = p
+		}
+		if commit <= p.want && term == p.term {
+			continue
+		}
+		p.want, p.term = commit, term
+		if !p.sending {
+			p.sending = true
+			go c.send(s.ID, p)
+		}
+	}
+}
+
+// send sends p its newest wanted commit index until it has sent every one,
+// or the node stops. A notice that fails or is refused is not sent again:
+// the nudge's barrier reaches the follower anyway.
+func (c *noticer) send(id raft.ServerID, p *noticePeer) {
+	n := c.node
+	header := raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(n.id),
+		Addr:            n.trans.EncodePeer(raft.ServerID(n.id), n.trans.LocalAddr()),
+	}
+	for {
+		c.mu.Lock()
+		commit, term, pipe := p.want, p.term, p.pipe
+		if commit == p.sent || c.ctx.Err() != nil {
+			p.sending = false
+			c.mu.Unlock()
+			return
+		}
+		p.sent = commit
+		c.mu.Unlock()
+		last, ok := n.noticeTo(id, commit)
+		if !ok {
+			continue // the barrier goes out at once
+		}
+		req := n.noticeRequest(header, term, commit, last)
+		if req == nil {
+			continue
+		}
+		if pipe == nil {
+			var err error
+			if pipe, err = c.openPipe(id, p); err != nil {
+				continue
+			}
+		}
+		if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
+			c.dropPipe(p, pipe)
+		}
+	}
+}
+
+// openPipe opens p's pipeline (past trackedTransport, whose pipeline raft
+// may not use) and starts reading its answers.
+func (c *noticer) openPipe(id raft.ServerID, p *noticePeer) (*noticePipe, error) {
+	ap, err := c.node.trans.(*trackedTransport).NetworkTransport.AppendEntriesPipeline(id, p.addr)
+	if err != nil {
+		return nil, err
+	}
+	pipe := &noticePipe{AppendPipeline: ap, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		c.mu.Unlock()
+		pipe.close()
+		return nil, c.ctx.Err()
+	}
+	p.pipe = pipe
+	c.mu.Unlock()
+	go c.answers(p, pipe)
+	return pipe, nil
+}
+
+// answers counts the notices pipe's follower accepted, until the pipeline
+// fails or is closed.
+func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
+	for {
+		select {
+		case <-pipe.done:
+			return
+		case f := <-pipe.Consumer():
+			if f.Error() != nil {
+				c.dropPipe(p, pipe)
+				return
+			}
+			if f.Response().Success {
+				c.node.metrics.notices.Inc()
+			}
+		}
+	}
+}
+
+// dropPipe closes pipe, p's pipeline until it failed: the next notice
+// opens another.
+func (c *noticer) dropPipe(p *noticePeer, pipe *noticePipe) {
+	c.mu.Lock()
+	if p.pipe == pipe {
+		p.pipe = nil
+	}
+	c.mu.Unlock()
+	pipe.close()
+}
+
+// close closes every pipeline; the node has stopped (ctx ended).
+func (c *noticer) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.peers {
+		if p.pipe != nil {
+			p.pipe.close()
+			p.pipe = nil
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
+	"github.com/meridian-cp/meridian/lib/netdelay"
+)
+
+// TestFarFollower: a non-voter behind a link of 100 ms each way learns of
+// commits from the leader's commit notices (notice.go), for lone writes
+// and for a stream of writes closer together than the round trip.
+func TestFarFollower(t *testing.T) {
+	const linkDelay = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	leader, follower := farFollower(ctx, t, linkDelay)
+	t.Run("lone writes apply before the barrier", func(t *testing.T) {
+		loneWritesApplyBeforeTheBarrier(ctx, t, leader, follower, linkDelay)
+	})
+	t.Run("a stream of writes is noticed", func(t *testing.T) {
+		streamOfWritesIsNoticed(ctx, t, leader, follower, linkDelay)
+	})
+}
+
+// loneWritesApplyBeforeTheBarrier: raft sends the far follower one
+// AppendEntries at a time, so the nudge's barrier, appended just after a
+// lone write commits, leaves only once the write's own AppendEntries has
+// been answered, a round trip later, and arrives half a round trip after
+// that. The leader's commit notice, sent at the commit on another
+// connection, arrives half a round trip after the commit: the follower
+// applies the write while its log still ends with it, before the barrier.
+// Without notices that cannot happen (CommitTimeout is a minute, and
+// heartbeats carry no commit index); with them it needs the commit to take
+// less than two one-way delays, so one write of three doing it is enough
+// on a loaded machine.
+func loneWritesApplyBeforeTheBarrier(ctx context.Context, t *testing.T, leader, follower *member, linkDelay time.Duration) {
+	early := 0
+	for i := range 3 {
+		// Let the replication to the follower go idle, so that the
+		// write's AppendEntries leaves at once.
+		time.Sleep(2 * linkDelay)
+		key := fmt.Sprintf("far/%d", i)
+		rev, index := leader.put(ctx, key, "v")
+		for {
+			last, err := follower.node.logs.LastIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if follower.fsm.AppliedIndex() >= index {
+				if last == index {
+					early++
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("write %d (index %d): the far follower did not apply it", i, index)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if kv := follower.get(key); kv.GetModRevision() != rev {
+			t.Fatalf("far follower has %s at revision %d, want %d", key, kv.GetModRevision(), rev)
+		}
+		// The barrier follows the write everywhere (the nudge is kept).
+		for {
+			if last, _ := follower.node.logs.LastIndex(); last > index {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("write %d (index %d): the barrier never reached the far follower", i, index)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if early == 0 {
+		t.Fatal("the far follower applied none of 3 lone writes before the barrier that followed it: it learned each commit only from the barrier's AppendEntries, not from a commit notice")
+	}
+	t.Logf("%d of 3 lone writes applied by the far follower before the barrier arrived", early)
+}
+
+// streamOfWritesIsNoticed: writes a third of the round trip apart to the
+// far follower. raft's AppendEntries
+// to it is always in flight and carries the writes made before it left;
+// each write's commit notice carries the entries after those, goes out
+// on the notice pipeline without waiting for the answers to earlier ones,
+// and the member accepts it (it has what the request in flight carried by
+// then). Counted by the leader's meridian_store_raft_commit_notices_total:
+// most of the writes. Notices without entries would be refused (the
+// member lacks the entry), and notices one at a time would go once per
+// round trip (a third of them).
+func streamOfWritesIsNoticed(ctx context.Context, t *testing.T, leader, follower *member, linkDelay time.Duration) {
+	const writes = 12
+	before := testutil.ToFloat64(leader.node.metrics.notices)
+	var last uint64
+	for i := range writes {
+		_, last = leader.put(ctx, fmt.Sprintf("stream/%d", i), "v")
+		time.Sleep(2 * linkDelay / 3)
+	}
+	if err := follower.fsm.WaitApplied(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * linkDelay) // the last answers
+	accepted := testutil.ToFloat64(leader.node.metrics.notices) - before
+	if accepted < writes/2 {
+		t.Fatalf("the far follower accepted %v commit notices for %d writes %s apart over a %s round trip, want at least %d", accepted, writes, 2*linkDelay/3, 2*linkDelay, writes/2)
+	}
+	t.Logf("%v of %d writes' commit notices accepted", accepted, writes)
+}
+
+// farFollower starts two voters on loopback and, as a non-voter, a
+// member behind a link of linkDelay each way (commit timeouts of a
+// minute), and returns the leader and that member once it caught up.
+func farFollower(ctx context.Context, t *testing.T, linkDelay time.Duration) (leader, far *member) {
+	t.Helper()
+	ms := cluster(t, 2, func(c *Config) { c.CommitTimeout = time.Minute })
+	leader, _ = leaderOf(t, ms)
+	addrs := daemontest.FreeAddrs(t, 2)
+	direct, proxied := addrs[0], addrs[1]
+	netdelay.Start(t, proxied, direct, linkDelay)
+	cfg := Config{ID: "far", PeerAddress: direct, PeerAdvertise: proxied, CommitTimeout: time.Minute}
+	fastTimeouts(&cfg)
+	far = newMember(t, cfg)
+	if err := leader.node.AddMember(ctx, "far", proxied, "", true); err != nil {
+		t.Fatal(err)
+	}
+	ri, err := leader.node.ReadIndex(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := far.node.WaitIndex(ctx, ri); err != nil {
+		t.Fatal(err)
+	}
+	return leader, far
+}
