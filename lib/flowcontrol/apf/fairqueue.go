@@ -227,16 +227,22 @@ func (l *level) dispatchLocked(now time.Time) {
 // selectQueueLocked returns the non-empty queue whose head would finish
 // first in virtual time, at est seconds per seat; of equal ones, the
 // least loaded (seats waiting and in use), then the first in round-robin
-// order. l.mu.waiting must be > 0.
+// order. l.mu.waiting must be > 0. The scan stops once it has seen
+// l.mu.waiting requests (the count of all queues' requests): the queues
+// left are empty.
 func (l *level) selectQueueLocked(est float64) int {
 	n := len(l.mu.queues)
 	best, bestFinish, bestLoad := -1, 0.0, 0
-	for k := 0; k < n; k++ {
-		i := (l.mu.next + k) % n
+	left := l.mu.waiting
+	for i, k := l.mu.next, 0; k < n && left > 0; i, k = i+1, k+1 {
+		if i == n {
+			i = 0
+		}
 		q := l.mu.queues[i]
 		if len(q.reqs) == 0 {
 			continue
 		}
+		left -= len(q.reqs)
 		finish, load := q.nextR+float64(q.reqs[0].width)*est, q.seatsWaiting+q.seatsInUse
 		if best < 0 || finish < bestFinish || (finish == bestFinish && load < bestLoad) {
 			best, bestFinish, bestLoad = i, finish, load

@@ -9,22 +9,46 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
+// BatchMetadata is the metadata key that client and server send at a
+// Decide stream's start (value "1") to say that they take several calls,
+// or answers, in one message (DecideRequest.calls,
+// DecideResponse.answers).
+const BatchMetadata = "meridian-decide-batch"
+
 // Client is one Decide stream. It is safe for concurrent use. Once the
 // stream ends (Close, an error, the server going away) every call fails
 // with the stream's error; open a new Client to go on.
+//
+// Calls are sent by whichever caller finds no Send in progress (the
+// sender): it sends the calls queued meanwhile, all in one message when
+// the server takes batches, until the queue is empty. So a call never
+// waits for a goroutine handoff, and under load one Send carries many.
 type Client struct {
 	stream grpc.BidiStreamingClient[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse]
-	sendMu sync.Mutex // one Send at a time
+	// batch is set once the server's header says it takes batches.
+	batch atomic.Bool
+	// outMu guards out, sending, closeSend and closeErr.
+	outMu   sync.Mutex
+	out     []*flowcontrolv1.DecideRequest // queued, in order
+	sending bool                           // a caller is the sender
+	// closeSend asks the sender to half-close the stream once the queue
+	// is empty; closeErr is CloseSend's error.
+	closeSend, closed bool
+	closeErr          error
 	// mu guards next, waiting and err.
 	mu   sync.Mutex
 	next uint64
@@ -33,23 +57,31 @@ type Client struct {
 	waiting map[uint64]chan *flowcontrolv1.DecideResponse
 	err     error // why the stream ended
 	done    chan struct{}
+	sent    chan struct{} // closed once the stream is half-closed
 }
 
 // Open opens a Decide stream on conn; it lasts until ctx ends or Close.
 func Open(ctx context.Context, conn grpc.ClientConnInterface) (*Client, error) {
+	ctx = metadata.AppendToOutgoingContext(ctx, BatchMetadata, "1")
 	st, err := flowcontrolv1.NewDecisionServiceClient(conn).Decide(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("decide: %w", err)
 	}
-	c := &Client{stream: st, waiting: map[uint64]chan *flowcontrolv1.DecideResponse{}, done: make(chan struct{})}
+	c := &Client{stream: st, waiting: map[uint64]chan *flowcontrolv1.DecideResponse{}, done: make(chan struct{}), sent: make(chan struct{})}
 	go c.receive()
 	return c, nil
 }
 
 // receive hands each answer to its caller until the stream ends, then
-// fails the calls still waiting.
+// fails the calls still waiting. It first waits for the server's header
+// (a server that takes batches sends it at once; an older one with its
+// first answer), and from then on the calls go in batches when the
+// header says so.
 func (c *Client) receive() {
 	defer close(c.done)
+	if md, err := c.stream.Header(); err == nil && slices.Contains(md.Get(BatchMetadata), "1") {
+		c.batch.Store(true)
+	}
 	for {
 		resp, err := c.stream.Recv()
 		c.mu.Lock()
@@ -62,16 +94,29 @@ func (c *Client) receive() {
 			c.mu.Unlock()
 			return
 		}
-		ch := c.waiting[resp.GetId()]
-		delete(c.waiting, resp.GetId())
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- resp // buffered: never blocks
+		if answers := resp.GetAnswers(); len(answers) > 0 {
+			for _, a := range answers {
+				c.deliverLocked(a)
+			}
+		} else {
+			c.deliverLocked(resp)
 		}
+		c.mu.Unlock()
 	}
 }
 
-// send sends req with a new id and returns the channel of its answer.
+// deliverLocked hands resp to its caller; c.mu is held.
+func (c *Client) deliverLocked(resp *flowcontrolv1.DecideResponse) {
+	ch := c.waiting[resp.GetId()]
+	delete(c.waiting, resp.GetId())
+	if ch != nil {
+		ch <- resp // buffered, one answer each: never blocks
+	}
+}
+
+// send sends req with a new id and returns the channel of its answer. A
+// failed Send (the stream is broken) is not the call's error: receive
+// then sees the stream's end and closes the channel.
 func (c *Client) send(req *flowcontrolv1.DecideRequest) (chan *flowcontrolv1.DecideResponse, error) {
 	ch := make(chan *flowcontrolv1.DecideResponse, 1)
 	c.mu.Lock()
@@ -83,16 +128,59 @@ func (c *Client) send(req *flowcontrolv1.DecideRequest) (chan *flowcontrolv1.Dec
 	req.Id = c.next
 	c.waiting[req.Id] = ch
 	c.mu.Unlock()
-	c.sendMu.Lock()
-	err := c.stream.Send(req)
-	c.sendMu.Unlock()
-	if err != nil {
-		// The stream is broken (Send says io.EOF); receive fails every
-		// waiting call with the stream's status, which is the answer.
-		<-c.done
-		return nil, c.Err()
-	}
+	c.enqueue(req)
 	return ch, nil
+}
+
+// enqueue queues req (nil: none) for sending, and sends the queue when
+// no other caller is sending it.
+func (c *Client) enqueue(req *flowcontrolv1.DecideRequest) {
+	c.outMu.Lock()
+	if req != nil {
+		c.out = append(c.out, req)
+	}
+	if c.sending {
+		c.outMu.Unlock()
+		return
+	}
+	c.sending = true
+	if c.batch.Load() {
+		// Let the goroutines ready to run (other callers) queue their
+		// calls first, so that one Send carries them all.
+		c.outMu.Unlock()
+		runtime.Gosched()
+		c.outMu.Lock()
+	}
+	var spare []*flowcontrolv1.DecideRequest
+	for len(c.out) > 0 {
+		batch := c.out
+		c.out = spare[:0]
+		c.outMu.Unlock()
+		c.write(batch)
+		clear(batch)
+		spare = batch
+		c.outMu.Lock()
+	}
+	c.sending = false
+	if c.closeSend && !c.closed {
+		c.closed = true
+		c.closeErr = c.stream.CloseSend()
+		close(c.sent)
+	}
+	c.outMu.Unlock()
+}
+
+// write sends batch: in one message when the server takes batches.
+func (c *Client) write(batch []*flowcontrolv1.DecideRequest) {
+	if len(batch) > 1 && c.batch.Load() {
+		_ = c.stream.Send(&flowcontrolv1.DecideRequest{Calls: batch})
+		return
+	}
+	for _, req := range batch {
+		if c.stream.Send(req) != nil {
+			return // the stream is broken: receive fails the calls
+		}
+	}
 }
 
 // Done is closed once the stream has ended; Err then says why.
@@ -140,9 +228,7 @@ func (c *Client) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		return resp.GetAcquire(), nil
 	case <-ctx.Done():
 	}
-	c.sendMu.Lock()
-	_ = c.stream.Send(&flowcontrolv1.DecideRequest{Id: call.GetId(), Call: &flowcontrolv1.DecideRequest_Cancel{Cancel: true}})
-	c.sendMu.Unlock()
+	c.enqueue(&flowcontrolv1.DecideRequest{Id: call.GetId(), Call: &flowcontrolv1.DecideRequest_Cancel{Cancel: true}})
 	// The answer follows the cancellation at once (or the stream ends).
 	resp, ok := <-ch
 	if resp, err := c.answer(resp, ok); err == nil {
@@ -171,13 +257,19 @@ func (c *Client) ReleaseGrants(ctx context.Context, ids []string) (*flowcontrolv
 	}
 }
 
-// Close half-closes the stream, waits for the server to answer the calls
-// in progress and end it, and returns the stream's error, if any.
+// Close half-closes the stream once the calls queued are sent, waits for
+// the server to answer the calls in progress and end it, and returns the
+// stream's error, if any.
 func (c *Client) Close() error {
-	c.sendMu.Lock()
-	err := c.stream.CloseSend()
-	c.sendMu.Unlock()
+	c.outMu.Lock()
+	c.closeSend = true
+	c.outMu.Unlock()
+	c.enqueue(nil) // half-closes now, or the sender in progress does
+	<-c.sent
 	<-c.done
+	c.outMu.Lock()
+	err := c.closeErr
+	c.outMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil && !errors.Is(c.err, io.EOF) {

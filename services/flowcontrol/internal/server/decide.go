@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/decideclient"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
@@ -29,27 +32,28 @@ const workerIdle = 10 * time.Second
 // workerIdle) and reused by later Acquires, so a decision does not pay
 // for a new goroutine growing its stack. ReleaseGrants never waits and
 // runs in Decide's goroutine. Answers are sent as
-// calls finish, one Send at a time (sendMu). When the client closes its
+// calls finish (answers: what is ready goes in one message when the
+// client opened the stream with decideclient.BatchMetadata; the server
+// says the same in its header, sent at once). When the client closes its
 // side, the calls in progress are answered before Decide returns; when
 // the stream ends otherwise, or the Server closes (UNAVAILABLE), they
 // are cancelled: queued requests leave their queues, and a grant made
 // meanwhile is released by Acquire's own check of its context.
 func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse]) error {
 	ctx, cancelAll := context.WithCancel(stream.Context())
+	md, _ := metadata.FromIncomingContext(ctx)
+	out := &answers{stream: stream, batch: slices.Contains(md.Get(decideclient.BatchMetadata), "1"), failed: cancelAll}
+	if err := stream.SendHeader(metadata.Pairs(decideclient.BatchMetadata, "1")); err != nil {
+		cancelAll()
+		return err
+	}
 	var (
-		sendMu  sync.Mutex
-		sendErr error
-		// calls counts the Acquires in progress; workers the worker
-		// goroutines.
-		calls, workers sync.WaitGroup
-		jobs           = make(chan func()) // to idle workers
-		// callsMu guards calls: the cancel functions of the Acquires in
-		// progress, by id.
-		callsMu   sync.Mutex
-		cancelers = map[uint64]context.CancelFunc{}
+		workers sync.WaitGroup      // the worker goroutines
+		jobs    = make(chan func()) // to idle workers
+		dc      = decideCalls{cancelers: map[uint64]context.CancelFunc{}}
 	)
 	// run runs f in an idle worker, or a new one.
-	run := func(f func()) {
+	dc.run = func(f func()) {
 		select {
 		case jobs <- f:
 			return
@@ -72,16 +76,6 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 				}
 			}
 		}()
-	}
-	send := func(resp *flowcontrolv1.DecideResponse) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if sendErr != nil {
-			return
-		}
-		if sendErr = stream.Send(resp); sendErr != nil {
-			cancelAll() // nobody would hear the answers
-		}
 	}
 	defer func() {
 		cancelAll() // the calls in progress end at once; the workers too
@@ -113,56 +107,80 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 			if !errors.Is(err, io.EOF) {
 				return err
 			}
-			calls.Wait()
-			sendMu.Lock()
-			defer sendMu.Unlock()
-			return sendErr
+			dc.wg.Wait()
+			return out.Err()
 		case <-s.closing:
 			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
 		}
-		id := req.GetId()
-		switch call := req.GetCall().(type) {
-		case *flowcontrolv1.DecideRequest_Acquire:
-			actx, cancel := context.WithCancel(ctx)
-			callsMu.Lock()
-			cancelers[id] = cancel
-			callsMu.Unlock()
-			calls.Add(1)
-			run(func() {
-				defer calls.Done()
-				resp, err := s.Acquire(actx, call.Acquire)
-				callsMu.Lock()
-				delete(cancelers, id)
-				callsMu.Unlock()
-				cancel()
-				out := &flowcontrolv1.DecideResponse{Id: id}
-				if err != nil {
-					out.Result = errorResult(err)
-				} else {
-					out.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
-				}
-				send(out)
-			})
-		case *flowcontrolv1.DecideRequest_ReleaseGrants:
-			resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
-			out := &flowcontrolv1.DecideResponse{Id: id}
-			if err != nil {
-				out.Result = errorResult(err)
-			} else {
-				out.Result = &flowcontrolv1.DecideResponse_ReleaseGrants{ReleaseGrants: resp}
+		if batch := req.GetCalls(); len(batch) > 0 {
+			for _, call := range batch {
+				s.decideCall(ctx, call, out, &dc)
 			}
-			send(out)
-		case *flowcontrolv1.DecideRequest_Cancel:
-			if call.Cancel {
-				callsMu.Lock()
-				if cancel := cancelers[id]; cancel != nil {
-					cancel()
-				}
-				callsMu.Unlock()
-			}
-		default:
-			send(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
+		} else {
+			s.decideCall(ctx, req, out, &dc)
 		}
+		out.flush()
+	}
+}
+
+// decideCalls is the state of a Decide stream's calls in progress.
+type decideCalls struct {
+	// run runs an Acquire in a worker goroutine.
+	run func(func())
+	// wg counts the Acquires in progress.
+	wg sync.WaitGroup
+	// mu guards cancelers: the cancel functions of the Acquires in
+	// progress, by id.
+	mu        sync.Mutex
+	cancelers map[uint64]context.CancelFunc
+}
+
+// decideCall serves one call of a Decide stream: an Acquire in a worker
+// (its answer sent when it ends), a ReleaseGrants or a cancel at once (an
+// answer queued on out, sent by the caller's flush).
+func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideRequest, out *answers, dc *decideCalls) {
+	id := req.GetId()
+	switch call := req.GetCall().(type) {
+	case *flowcontrolv1.DecideRequest_Acquire:
+		actx, cancel := context.WithCancel(ctx)
+		dc.mu.Lock()
+		dc.cancelers[id] = cancel
+		dc.mu.Unlock()
+		dc.wg.Add(1)
+		dc.run(func() {
+			defer dc.wg.Done()
+			resp, err := s.Acquire(actx, call.Acquire)
+			dc.mu.Lock()
+			delete(dc.cancelers, id)
+			dc.mu.Unlock()
+			cancel()
+			answer := &flowcontrolv1.DecideResponse{Id: id}
+			if err != nil {
+				answer.Result = errorResult(err)
+			} else {
+				answer.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
+			}
+			out.send(answer)
+		})
+	case *flowcontrolv1.DecideRequest_ReleaseGrants:
+		resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
+		answer := &flowcontrolv1.DecideResponse{Id: id}
+		if err != nil {
+			answer.Result = errorResult(err)
+		} else {
+			answer.Result = &flowcontrolv1.DecideResponse_ReleaseGrants{ReleaseGrants: resp}
+		}
+		out.add(answer)
+	case *flowcontrolv1.DecideRequest_Cancel:
+		if call.Cancel {
+			dc.mu.Lock()
+			if cancel := dc.cancelers[id]; cancel != nil {
+				cancel()
+			}
+			dc.mu.Unlock()
+		}
+	default:
+		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
 	}
 }
 

@@ -32,7 +32,12 @@ type DecideRequest struct {
 	//	*DecideRequest_Acquire
 	//	*DecideRequest_ReleaseGrants
 	//	*DecideRequest_Cancel
-	Call          isDecideRequest_Call `protobuf_oneof:"call"`
+	Call isDecideRequest_Call `protobuf_oneof:"call"`
+	// calls, when set, are several calls in one message, each served as if
+	// sent on its own; id and call are then unset. A client sends them only
+	// to a server that answered the stream's opening with the
+	// meridian-decide-batch metadata.
+	Calls         []*DecideRequest `protobuf:"bytes,5,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +113,13 @@ func (x *DecideRequest) GetCancel() bool {
 	return false
 }
 
+func (x *DecideRequest) GetCalls() []*DecideRequest {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
 type isDecideRequest_Call interface {
 	isDecideRequest_Call()
 }
@@ -142,7 +154,12 @@ type DecideResponse struct {
 	//	*DecideResponse_Acquire
 	//	*DecideResponse_ReleaseGrants
 	//	*DecideResponse_Error
-	Result        isDecideResponse_Result `protobuf_oneof:"result"`
+	Result isDecideResponse_Result `protobuf_oneof:"result"`
+	// answers, when set, are several answers in one message, each as if
+	// sent on its own; id and result are then unset. The server sends them
+	// only to a client that opened the stream with the
+	// meridian-decide-batch metadata.
+	Answers       []*DecideResponse `protobuf:"bytes,5,rep,name=answers,proto3" json:"answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +235,13 @@ func (x *DecideResponse) GetError() []byte {
 	return nil
 }
 
+func (x *DecideResponse) GetAnswers() []*DecideResponse {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
 type isDecideResponse_Result interface {
 	isDecideResponse_Result()
 }
@@ -247,18 +271,20 @@ var File_meridian_flowcontrol_v1_decide_proto protoreflect.FileDescriptor
 
 const file_meridian_flowcontrol_v1_decide_proto_rawDesc = "" +
 	"\n" +
-	"$meridian/flowcontrol/v1/decide.proto\x12\x17meridian.flowcontrol.v1\x1a)meridian/flowcontrol/v1/flowcontrol.proto\"\xde\x01\n" +
+	"$meridian/flowcontrol/v1/decide.proto\x12\x17meridian.flowcontrol.v1\x1a)meridian/flowcontrol/v1/flowcontrol.proto\"\x9c\x02\n" +
 	"\rDecideRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12C\n" +
 	"\aacquire\x18\x02 \x01(\v2'.meridian.flowcontrol.v1.AcquireRequestH\x00R\aacquire\x12V\n" +
 	"\x0erelease_grants\x18\x03 \x01(\v2-.meridian.flowcontrol.v1.ReleaseGrantsRequestH\x00R\rreleaseGrants\x12\x18\n" +
-	"\x06cancel\x18\x04 \x01(\bH\x00R\x06cancelB\x06\n" +
-	"\x04call\"\xe1\x01\n" +
+	"\x06cancel\x18\x04 \x01(\bH\x00R\x06cancel\x12<\n" +
+	"\x05calls\x18\x05 \x03(\v2&.meridian.flowcontrol.v1.DecideRequestR\x05callsB\x06\n" +
+	"\x04call\"\xa4\x02\n" +
 	"\x0eDecideResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12D\n" +
 	"\aacquire\x18\x02 \x01(\v2(.meridian.flowcontrol.v1.AcquireResponseH\x00R\aacquire\x12W\n" +
 	"\x0erelease_grants\x18\x03 \x01(\v2..meridian.flowcontrol.v1.ReleaseGrantsResponseH\x00R\rreleaseGrants\x12\x16\n" +
-	"\x05error\x18\x04 \x01(\fH\x00R\x05errorB\b\n" +
+	"\x05error\x18\x04 \x01(\fH\x00R\x05error\x12A\n" +
+	"\aanswers\x18\x05 \x03(\v2'.meridian.flowcontrol.v1.DecideResponseR\aanswersB\b\n" +
 	"\x06result2p\n" +
 	"\x0fDecisionService\x12]\n" +
 	"\x06Decide\x12&.meridian.flowcontrol.v1.DecideRequest\x1a'.meridian.flowcontrol.v1.DecideResponse(\x010\x01BQZOgithub.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1;flowcontrolv1b\x06proto3"
@@ -287,15 +313,17 @@ var file_meridian_flowcontrol_v1_decide_proto_goTypes = []any{
 var file_meridian_flowcontrol_v1_decide_proto_depIdxs = []int32{
 	2, // 0: meridian.flowcontrol.v1.DecideRequest.acquire:type_name -> meridian.flowcontrol.v1.AcquireRequest
 	3, // 1: meridian.flowcontrol.v1.DecideRequest.release_grants:type_name -> meridian.flowcontrol.v1.ReleaseGrantsRequest
-	4, // 2: meridian.flowcontrol.v1.DecideResponse.acquire:type_name -> meridian.flowcontrol.v1.AcquireResponse
-	5, // 3: meridian.flowcontrol.v1.DecideResponse.release_grants:type_name -> meridian.flowcontrol.v1.ReleaseGrantsResponse
-	0, // 4: meridian.flowcontrol.v1.DecisionService.Decide:input_type -> meridian.flowcontrol.v1.DecideRequest
-	1, // 5: meridian.flowcontrol.v1.DecisionService.Decide:output_type -> meridian.flowcontrol.v1.DecideResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0, // 2: meridian.flowcontrol.v1.DecideRequest.calls:type_name -> meridian.flowcontrol.v1.DecideRequest
+	4, // 3: meridian.flowcontrol.v1.DecideResponse.acquire:type_name -> meridian.flowcontrol.v1.AcquireResponse
+	5, // 4: meridian.flowcontrol.v1.DecideResponse.release_grants:type_name -> meridian.flowcontrol.v1.ReleaseGrantsResponse
+	1, // 5: meridian.flowcontrol.v1.DecideResponse.answers:type_name -> meridian.flowcontrol.v1.DecideResponse
+	0, // 6: meridian.flowcontrol.v1.DecisionService.Decide:input_type -> meridian.flowcontrol.v1.DecideRequest
+	1, // 7: meridian.flowcontrol.v1.DecisionService.Decide:output_type -> meridian.flowcontrol.v1.DecideResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_meridian_flowcontrol_v1_decide_proto_init() }

@@ -31,7 +31,9 @@ const (
 // decision does not pay for an HTTP/2 stream, its headers and the
 // per-call interceptors. The answers are those of FlowControlService's
 // calls of the same name; they come back as the calls finish, not in
-// order.
+// order. Client and server that both send the meridian-decide-batch
+// metadata (value "1") at the stream's start coalesce what is ready at the
+// moment into one message (DecideRequest.calls, DecideResponse.answers).
 type DecisionServiceClient interface {
 	// Decide serves the calls sent on it until the client closes its side
 	// (the calls in progress are answered first) or the stream ends. A
@@ -70,7 +72,9 @@ type DecisionService_DecideClient = grpc.BidiStreamingClient[DecideRequest, Deci
 // decision does not pay for an HTTP/2 stream, its headers and the
 // per-call interceptors. The answers are those of FlowControlService's
 // calls of the same name; they come back as the calls finish, not in
-// order.
+// order. Client and server that both send the meridian-decide-batch
+// metadata (value "1") at the stream's start coalesce what is ready at the
+// moment into one message (DecideRequest.calls, DecideResponse.answers).
 type DecisionServiceServer interface {
 	// Decide serves the calls sent on it until the client closes its side
 	// (the calls in progress are answered first) or the stream ends. A
