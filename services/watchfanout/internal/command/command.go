@@ -4,11 +4,7 @@ package command
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
-	"runtime/debug"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -20,10 +16,8 @@ import (
 // and logs go to stderr.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
-		cfg      app.Config // tuning: zero keeps app.Config's documented default
-		store    daemon.StoreFlags
-		memLimit string
-		limit    int64
+		cfg   app.Config // tuning: zero keeps app.Config's documented default
+		store daemon.StoreFlags
 	)
 	return daemon.Command{
 		Name: "watchfanout", Listen: ports.WatchFanout, MetricsListen: ports.WatchFanoutMetrics,
@@ -38,13 +32,8 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			fs.Int64Var(&cfg.StartupReplay, "startup-replay", 0, "revisions of store history replayed on start, so clients of a restarted replica can resume; 0: 10000")
 			fs.DurationVar(&cfg.WatchTimeout, "watch-timeout", 0, "ends watches that asked for no timeout; 0: 30m")
 			fs.DurationVar(&cfg.ReadWaitTimeout, "read-wait-timeout", 0, "how long a read waits for the cache to reach a resourceVersion before a 504; 0: 3s")
-			fs.StringVar(&memLimit, "memory-limit", "", "soft memory limit of the Go runtime, a quantity such as 96Mi (see runtime/debug.SetMemoryLimit): near it the garbage collector runs more often instead of letting the heap double; empty: none (GOMEMLIMIT, if set, applies)")
 		},
 		Check: func(*daemon.Flags) error {
-			var err error
-			if limit, err = memoryLimit(memLimit); err != nil {
-				return fmt.Errorf("watchfanout: %w", err)
-			}
 			cfg.StoreAddress, cfg.StoreLocalAddress = store.Address, store.Local
 			return cfg.Validate()
 		},
@@ -55,29 +44,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 				return nil, err
 			}
 			cfg.StoreTLS = storeTLS
-			if limit > 0 {
-				// Process-wide, so set by the binary, never by app (the
-				// all-in-one embeds it).
-				debug.SetMemoryLimit(limit)
-				env.Logger.Info("soft memory limit set", "bytes", limit)
-			}
 			return app.New(ctx, cfg)
 		},
 	}.Run(ctx, args, stderr)
-}
-
-// memoryLimit parses --memory-limit: 0 for none.
-func memoryLimit(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
-		return 0, fmt.Errorf("--memory-limit %q: %w", s, err)
-	}
-	n, ok := q.AsInt64()
-	if !ok || n <= 0 {
-		return 0, fmt.Errorf("--memory-limit %q: want a positive number of bytes, such as 96Mi", s)
-	}
-	return n, nil
 }

@@ -32,19 +32,6 @@ func TestStoreFlagsRejected(t *testing.T) {
 	}
 }
 
-func TestMemoryLimit(t *testing.T) {
-	for in, want := range map[string]int64{"": 0, "96Mi": 96 << 20, "1G": 1e9, "123456": 123456} {
-		if got, err := memoryLimit(in); err != nil || got != want {
-			t.Errorf("memoryLimit(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"abc", "-1Mi", "0", "0.5"} {
-		if _, err := memoryLimit(in); err == nil {
-			t.Errorf("memoryLimit(%q) succeeded", in)
-		}
-	}
-}
-
 // TestStoreAddressDefaultsToTheStoreListenAddress: with no flags, a
 // replica dials the address a store member listens on with no flags
 // (store --listen, whose default is storeclient.DefaultAddress), as the
