@@ -2,6 +2,7 @@ package resources
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -116,7 +118,11 @@ func (s *Server) decodeApplied(ctx context.Context, data []byte, fv fieldValidat
 // decodeApply decodes an applied configuration (YAML, or JSON, which is
 // YAML) as kube-apiserver does: into an unstructured object, with duplicate
 // fields reported as fieldValidation says. Unknown fields are always an
-// error, found later against the kind's schema.
+// error, found later against the kind's schema. Integers are int64, as in
+// every other unstructured object here (util/json's number rules): the
+// merged object keeps the applied values as they are, and a custom
+// resource's checks (NestedInt64 of a scale subresource's replicas, CEL's
+// int) refuse a float64 2.
 //
 // Unless duplicates are ignored the strict reader goes first: when it
 // succeeds its object is the one the lenient reader would return (strict
@@ -126,17 +132,20 @@ func decodeApply(ctx context.Context, data []byte, fv fieldValidation) (*unstruc
 	obj := map[string]any{}
 	var strictErr error
 	if fv != validationIgnore {
-		if strictErr = sigsyaml.UnmarshalStrict(data, &obj); strictErr != nil {
+		if strictErr = sigsyaml.UnmarshalStrict(data, &obj, useNumber); strictErr != nil {
 			obj = map[string]any{}
 		}
 	}
 	if fv == validationIgnore || strictErr != nil {
-		if err := sigsyaml.Unmarshal(data, &obj); err != nil {
+		if err := sigsyaml.Unmarshal(data, &obj, useNumber); err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
 		}
 	}
 	if obj == nil {
 		return nil, apierrors.NewBadRequest("error decoding YAML: the applied configuration must be an object")
+	}
+	if err := utiljson.ConvertMapNumbers(obj, 0); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
 	}
 	if strictErr != nil {
 		if fv == validationStrict {
@@ -145,6 +154,13 @@ func decodeApply(ctx context.Context, data []byte, fv fieldValidation) (*unstruc
 		warn(ctx, strictErr.Error())
 	}
 	return &unstructured.Unstructured{Object: obj}, nil
+}
+
+// useNumber makes the YAML reader keep numbers as json.Number, for
+// ConvertMapNumbers to make int64 or float64 of.
+func useNumber(d *json.Decoder) *json.Decoder {
+	d.UseNumber()
+	return d
 }
 
 // validatePatchOptions checks what kube-apiserver's ValidatePatchOptions

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -19,11 +20,14 @@ import (
 // warning it would send.
 func decodeApplyTwice(data []byte, fv fieldValidation) (map[string]any, error, string) {
 	obj := map[string]any{}
-	if err := sigsyaml.Unmarshal(data, &obj); err != nil {
+	if err := sigsyaml.Unmarshal(data, &obj, useNumber); err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err)), ""
 	}
 	if obj == nil {
 		return nil, apierrors.NewBadRequest("error decoding YAML: the applied configuration must be an object"), ""
+	}
+	if err := utiljson.ConvertMapNumbers(obj, 0); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err)), ""
 	}
 	if fv != validationIgnore {
 		if err := sigsyaml.UnmarshalStrict(data, &map[string]any{}); err != nil {
@@ -66,6 +70,34 @@ func TestDecodeApplyReadsOnce(t *testing.T) {
 			if w := strings.Join(warned, "|"); w != wantWarn {
 				t.Errorf("%q %s: warning %q, want %q", data, fv, w, wantWarn)
 			}
+		}
+	}
+}
+
+// TestDecodeApplyIntegers: an applied configuration's integers are int64
+// and its other numbers float64, as in objects decoded from storage, so a
+// custom resource's scale replicas (NestedInt64) and CEL ints read them.
+func TestDecodeApplyIntegers(t *testing.T) {
+	for _, data := range []string{
+		`{"spec":{"replicas":2,"ratio":0.5,"big":12345678901234567890,"list":[3]}}`,
+		"spec:\n  replicas: 2\n  ratio: 0.5\n  big: 12345678901234567890\n  list: [3]\n",
+	} {
+		u, err := decodeApply(context.Background(), []byte(data), validationStrict)
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		spec := u.Object["spec"].(map[string]any)
+		if got, ok := spec["replicas"].(int64); !ok || got != 2 {
+			t.Errorf("%q: replicas %#v, want int64 2", data, spec["replicas"])
+		}
+		if got, ok := spec["list"].([]any)[0].(int64); !ok || got != 3 {
+			t.Errorf("%q: list[0] %#v, want int64 3", data, spec["list"].([]any)[0])
+		}
+		if got, ok := spec["ratio"].(float64); !ok || got != 0.5 {
+			t.Errorf("%q: ratio %#v, want float64 0.5", data, spec["ratio"])
+		}
+		if _, ok := spec["big"].(float64); !ok {
+			t.Errorf("%q: big %#v, want a float64 (beyond int64)", data, spec["big"])
 		}
 	}
 }
