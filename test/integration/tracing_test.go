@@ -113,8 +113,10 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 	}
 	tr.wantChild(t, server, "authenticate")
 	acquire := tr.wantChild(t, server, "flowcontrol.acquire")
-	fcClient := tr.wantChild(t, acquire, "meridian.flowcontrol.v1.FlowControlService/Acquire")
-	fcServer := tr.wantChild(t, fcClient, "meridian.flowcontrol.v1.FlowControlService/Acquire")
+	// The gateway decides on its Decide stream: the call carries the
+	// acquire span's traceparent, and the service's span for it is that
+	// span's child.
+	fcServer := tr.wantChild(t, acquire, "meridian.flowcontrol.v1.DecisionService/Decide.Acquire")
 	wait := tr.wantChild(t, fcServer, "flowcontrol.wait")
 	for _, k := range []string{"k8s.flowcontrol.flow_schema", "k8s.flowcontrol.priority_level", "k8s.flowcontrol.queue_wait_seconds", "k8s.flowcontrol.seats"} {
 		if !hasAttr(wait, k) {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
@@ -210,11 +211,12 @@ func (c *Client) answer(resp *flowcontrolv1.DecideResponse, ok bool) (*flowcontr
 	return resp, nil
 }
 
-// Acquire is FlowControlService.Acquire on the stream. When ctx ends
+// Acquire is FlowControlService.Acquire on the stream; the service's spans
+// for it join ctx's span when that is sampled. When ctx ends
 // first, the call is cancelled (its request leaves its queue) and ctx's
 // error returned; a grant that crossed the cancellation is released.
 func (c *Client) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
-	call := &flowcontrolv1.DecideRequest{Call: &flowcontrolv1.DecideRequest_Acquire{Acquire: req}}
+	call := &flowcontrolv1.DecideRequest{Call: &flowcontrolv1.DecideRequest_Acquire{Acquire: req}, Traceparent: telemetry.Traceparent(ctx)}
 	ch, err := c.send(call)
 	if err != nil {
 		return nil, err

@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.leader = &leadership{}
 		gate = a.leader
 	}
-	a.fc = server.New(ctrl, gate)
+	a.fc = server.New(ctrl, gate, cfg.TracerProvider)
 	flowcontrolv1.RegisterFlowControlServiceServer(srv, a.fc)
 	flowcontrolv1.RegisterDecisionServiceServer(srv, a.fc)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-cp/meridian/lib/flowcontrol/decideclient"
+	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 )
 
@@ -143,6 +146,13 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 	switch call := req.GetCall().(type) {
 	case *flowcontrolv1.DecideRequest_Acquire:
 		actx, cancel := context.WithCancel(ctx)
+		var span trace.Span = noSpan
+		if tp := req.GetTraceparent(); tp != "" && s.tracer != nil {
+			// The call's span, under the caller's, as the gRPC server's
+			// interceptor makes for a unary Acquire: Acquire's own
+			// flowcontrol.wait span goes under it.
+			actx, span = telemetry.StartRemoteSpan(actx, s.tracer, tp, telemetry.ScopeFlowControl, decideAcquireSpan, trace.WithSpanKind(trace.SpanKindServer))
+		}
 		dc.mu.Lock()
 		dc.cancelers[id] = cancel
 		dc.mu.Unlock()
@@ -150,6 +160,10 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 		dc.run(func() {
 			defer dc.wg.Done()
 			resp, err := s.Acquire(actx, call.Acquire)
+			if err != nil {
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
 			dc.mu.Lock()
 			delete(dc.cancelers, id)
 			dc.mu.Unlock()
@@ -183,6 +197,12 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
 	}
 }
+
+// decideAcquireSpan names the span of an Acquire made on a Decide stream.
+const decideAcquireSpan = "meridian.flowcontrol.v1.DecisionService/Decide.Acquire"
+
+// noSpan is the span of an Acquire whose caller is not traced.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // errorResult carries err's gRPC status, serialized, as a Decide answer.
 func errorResult(err error) *flowcontrolv1.DecideResponse_Error {

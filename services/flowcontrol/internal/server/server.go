@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,6 +39,9 @@ type Server struct {
 	leadership Leadership
 	// terms names the terms, for the term fields of the answers.
 	terms terms
+	// tracer starts a Decide call's span under its caller's (the
+	// traceparent the call carries); nil: no spans for Decide calls.
+	tracer trace.TracerProvider
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
@@ -49,8 +53,12 @@ var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
 // the same way; without one, the Server's lifetime is one term;
 // WatchExemptions, which follows the configuration every replica reads,
 // is served by all.
-func New(ctrl *apf.Controller, leadership Leadership) *Server {
-	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol"), closing: make(chan struct{}), leadership: leadership}
+//
+// tp traces the Acquires of Decide streams: a unary call's span comes from
+// the gRPC server's interceptors, a stream's calls each carry their
+// caller's traceparent instead; nil traces none of them.
+func New(ctrl *apf.Controller, leadership Leadership, tp trace.TracerProvider) *Server {
+	return &Server{ctrl: ctrl, exemptions: grpcserver.NewChanges("flowcontrol"), closing: make(chan struct{}), leadership: leadership, tracer: tp}
 }
 
 // Close ends every WatchExemptions and Decide stream with UNAVAILABLE

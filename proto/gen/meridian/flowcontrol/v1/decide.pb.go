@@ -37,7 +37,12 @@ type DecideRequest struct {
 	// sent on its own; id and call are then unset. A client sends them only
 	// to a server that answered the stream's opening with the
 	// meridian-decide-batch metadata.
-	Calls         []*DecideRequest `protobuf:"bytes,5,rep,name=calls,proto3" json:"calls,omitempty"`
+	Calls []*DecideRequest `protobuf:"bytes,5,rep,name=calls,proto3" json:"calls,omitempty"`
+	// traceparent is the W3C traceparent of the caller's span for an
+	// acquire, set only when that span is sampled: the service's spans for
+	// the call (flowcontrol.wait) join the caller's trace, as a unary call's
+	// do through gRPC metadata.
+	Traceparent   string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +123,13 @@ func (x *DecideRequest) GetCalls() []*DecideRequest {
 		return x.Calls
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type isDecideRequest_Call interface {
@@ -271,13 +283,14 @@ var File_meridian_flowcontrol_v1_decide_proto protoreflect.FileDescriptor
 
 const file_meridian_flowcontrol_v1_decide_proto_rawDesc = "" +
 	"\n" +
-	"$meridian/flowcontrol/v1/decide.proto\x12\x17meridian.flowcontrol.v1\x1a)meridian/flowcontrol/v1/flowcontrol.proto\"\x9c\x02\n" +
+	"$meridian/flowcontrol/v1/decide.proto\x12\x17meridian.flowcontrol.v1\x1a)meridian/flowcontrol/v1/flowcontrol.proto\"\xbe\x02\n" +
 	"\rDecideRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12C\n" +
 	"\aacquire\x18\x02 \x01(\v2'.meridian.flowcontrol.v1.AcquireRequestH\x00R\aacquire\x12V\n" +
 	"\x0erelease_grants\x18\x03 \x01(\v2-.meridian.flowcontrol.v1.ReleaseGrantsRequestH\x00R\rreleaseGrants\x12\x18\n" +
 	"\x06cancel\x18\x04 \x01(\bH\x00R\x06cancel\x12<\n" +
-	"\x05calls\x18\x05 \x03(\v2&.meridian.flowcontrol.v1.DecideRequestR\x05callsB\x06\n" +
+	"\x05calls\x18\x05 \x03(\v2&.meridian.flowcontrol.v1.DecideRequestR\x05calls\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparentB\x06\n" +
 	"\x04call\"\xa4\x02\n" +
 	"\x0eDecideResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12D\n" +
