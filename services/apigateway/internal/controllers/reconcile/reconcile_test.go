@@ -1,0 +1,24 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/meridian-cp/meridian/lib/identity"
+)
+
+// TestRequire checks that every missing field is named, in order, and
+// that a complete Config passes.
+func TestRequire(t *testing.T) {
+	err := Require("ctl", Registry(nil), Codec(nil), Store(nil), Objects(nil), User(identity.User{}))
+	want := "ctl: a Registry is required\nctl: a Codec is required\nctl: a Store is required\nctl: Objects are required\nctl: a User is required"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Require = %v, want %q", err, want)
+	}
+	var store interface{ List() }
+	if err := Require("ctl", Store(store), User(identity.User{Name: "u"}), Objects(struct{}{})); err == nil || err.Error() != "ctl: a Store is required" {
+		t.Fatalf("Require with a nil interface Store = %v", err)
+	}
+	if err := Require("ctl", User(identity.User{Name: "u"}), Objects(struct{}{})); err != nil {
+		t.Fatalf("Require of set fields = %v, want nil", err)
+	}
+}
