@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 )
@@ -109,7 +110,7 @@ func update[T runtime.Object](e *env, res string, name string, f func(T)) error 
 	if res == "prioritylevelconfigurations" {
 		r = e.schemas.levels
 	}
-	_, err := e.api.Server.UpdateObject(e.ctx, r, e.schemas.ref(r, name, ""), func(old runtime.Object) (runtime.Object, error) {
+	_, err := e.api.Server.UpdateObject(e.ctx, r, reconcile.Ref(r, "", name, ""), func(old runtime.Object) (runtime.Object, error) {
 		out := old.DeepCopyObject().(T)
 		f(out)
 		return out, nil
