@@ -101,14 +101,9 @@ func New(cfg Config) (*Controller, error) {
 	if !ok || !ok2 {
 		return nil, errors.New("apfconfig: the registry serves no FlowSchemas or PriorityLevelConfigurations")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
 	}
 	prefix := registry.KeyRoot + gv.Group + "/"
 	return &Controller{cfg: cfg, schemas: schemas, levels: levels, prefix: prefix, now: time.Now}, nil

@@ -91,12 +91,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := reconcile.Require("gc", reconcile.Registry(cfg.Registry), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects)); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = 2 * time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, 2*time.Second)
 	return &Collector{cfg: cfg}, nil
 }
 

@@ -82,12 +82,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
-	}
+	cfg.Logger, cfg.Interval = reconcile.Defaults(cfg.Logger, cfg.Interval, time.Second)
 	return &Controller{cfg: cfg, ns: nsRes}, nil
 }
 

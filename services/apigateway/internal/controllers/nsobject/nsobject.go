@@ -100,12 +100,7 @@ func New(cfg Config) (*Controller, error) {
 	if !ok || !res.Namespaced {
 		return nil, fmt.Errorf("nsobject: the registry serves no namespaced %s", cfg.Spec.Resource)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, ns: ns, res: res, resyncCh: make(chan struct{}, 1)}, nil
 }
 

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"log/slog"
+	"time"
 )
 
 // Creator creates objects as the API does, for the user in ctx, and
@@ -122,4 +124,17 @@ func Update(ctx context.Context, u Updater, res *registry.Resource, ref *apiv1.R
 		return nil
 	}
 	return err
+}
+
+// Defaults returns the defaults of a controller's Config: log, or
+// slog.Default() when nil, and every, or def when 0 (how often it
+// retries or looks again).
+func Defaults(log *slog.Logger, every, def time.Duration) (*slog.Logger, time.Duration) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if every == 0 {
+		every = def
+	}
+	return log, every
 }

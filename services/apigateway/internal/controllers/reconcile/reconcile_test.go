@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"log/slog"
+	"time"
 )
 
 // TestRequire checks that every missing field is named, in order, and
@@ -20,5 +22,17 @@ func TestRequire(t *testing.T) {
 	}
 	if err := Require("ctl", User(identity.User{Name: "u"}), Objects(struct{}{})); err != nil {
 		t.Fatalf("Require of set fields = %v, want nil", err)
+	}
+}
+
+// TestDefaults checks that unset fields get the defaults and set ones
+// are kept.
+func TestDefaults(t *testing.T) {
+	if log, every := Defaults(nil, 0, time.Second); log != slog.Default() || every != time.Second {
+		t.Errorf("Defaults(nil, 0) = %v, %v; want slog.Default(), 1s", log, every)
+	}
+	mine := slog.New(slog.DiscardHandler)
+	if log, every := Defaults(mine, time.Minute, time.Second); log != mine || every != time.Minute {
+		t.Errorf("Defaults(mine, 1m) = %v, %v; want mine, 1m", log, every)
 	}
 }

@@ -85,12 +85,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, res: res, checker: &validating.TypeChecker{
 		SchemaResolver: openapi.NewSchemaResolver(cfg.Registry),
 		RestMapper:     registry.NewRESTMapper(cfg.Registry),
