@@ -20,7 +20,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
@@ -63,10 +62,7 @@ type Controller struct {
 }
 
 // User is the identity the controller writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("clusterrole-aggregation-controller")
 
 // New returns a Controller, or an error naming every required field cfg
 // lacks.

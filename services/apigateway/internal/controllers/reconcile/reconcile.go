@@ -138,3 +138,14 @@ func Defaults(log *slog.Logger, every, def time.Duration) (*slog.Logger, time.Du
 	}
 	return log, every
 }
+
+// ServiceAccountUser returns the identity of the kube-system
+// ServiceAccount name, a controller's own as kube-controller-manager
+// runs it with --use-service-account-credentials: the bootstrap policy
+// grants each controller's role to that ServiceAccount.
+func ServiceAccountUser(name string) identity.User {
+	return identity.User{
+		Name:   "system:serviceaccount:kube-system:" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+	}
+}

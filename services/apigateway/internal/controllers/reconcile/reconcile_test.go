@@ -5,6 +5,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/identity"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -34,5 +35,17 @@ func TestDefaults(t *testing.T) {
 	mine := slog.New(slog.DiscardHandler)
 	if log, every := Defaults(mine, time.Minute, time.Second); log != mine || every != time.Minute {
 		t.Errorf("Defaults(mine, 1m) = %v, %v; want mine, 1m", log, every)
+	}
+}
+
+// TestServiceAccountUser checks the name and groups of a controller's
+// ServiceAccount, as RBAC subjects of kind ServiceAccount match them.
+func TestServiceAccountUser(t *testing.T) {
+	u := ServiceAccountUser("x-controller")
+	if u.Name != "system:serviceaccount:kube-system:x-controller" {
+		t.Errorf("Name = %q", u.Name)
+	}
+	if want := []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}; !slices.Equal(u.Groups, want) {
+		t.Errorf("Groups = %q, want %q", u.Groups, want)
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
@@ -69,10 +68,7 @@ type Controller struct {
 }
 
 // User is the identity the controller writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:validatingadmissionpolicy-status-controller",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("validatingadmissionpolicy-status-controller")
 
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
