@@ -1,8 +1,11 @@
 // Package reconcile is the skeleton the gateway's controllers share: the
 // API writes they make (Creator, Updater, Deleter; *resources.Server
-// implements them), the checks New makes of their Config (Require,
-// Lookup), and the loop of a controller that keeps the objects of one
-// resource in line with what it reads of them (Run).
+// implements them) and how they address and update objects (Ref,
+// Update), what New checks and defaults of their Config (Require,
+// Lookup, Defaults), whom they write as (ServiceAccountUser), and the
+// loop of a controller that keeps the objects of one resource in line
+// with what it reads of them (Run, whose contract on ordering, retries,
+// identity and shutdown is written there).
 package reconcile
 
 import (
