@@ -38,21 +38,16 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 )
 
 // Objects writes as the API does, for the user in ctx; its errors are
 // Kubernetes errors. *resources.Server implements it.
 type Objects interface {
-	// CreateObject stores obj, a new object of res.
-	CreateObject(ctx context.Context, res *registry.Resource, obj runtime.Object) (runtime.Object, error)
-	// UpdateObject replaces the object (or subresource) ref names with
-	// mutate's result from the stored one; nothing is written when mutate
-	// returns old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
-	// DeleteObject deletes the object ref names.
-	DeleteObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, opts *metav1.DeleteOptions) (runtime.Object, error)
+	reconcile.Creator
+	reconcile.Updater
+	reconcile.Deleter
 }
 
 // DefaultInterval is how often the objects are maintained, as
@@ -97,23 +92,7 @@ type Controller struct {
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("apfconfig: a Registry is required"))
-	}
-	if cfg.Codec == nil {
-		errs = append(errs, errors.New("apfconfig: a Codec is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("apfconfig: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("apfconfig: Objects are required"))
-	}
-	if cfg.User.Name == "" {
-		errs = append(errs, errors.New("apfconfig: a User is required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := reconcile.Require("apfconfig", reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects), reconcile.User(cfg.User)); err != nil {
 		return nil, err
 	}
 	gv := flowcontrolv1.SchemeGroupVersion
@@ -122,14 +101,9 @@ func New(cfg Config) (*Controller, error) {
 	if !ok || !ok2 {
 		return nil, errors.New("apfconfig: the registry serves no FlowSchemas or PriorityLevelConfigurations")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
 	}
 	prefix := registry.KeyRoot + gv.Group + "/"
 	return &Controller{cfg: cfg, schemas: schemas, levels: levels, prefix: prefix, now: time.Now}, nil
@@ -245,10 +219,6 @@ func (c *Controller) decode(key string, value []byte, rev int64, into runtime.Ob
 	return true
 }
 
-func (c *Controller) ref(res *registry.Resource, name, sub string) *apiv1.ResourceRef {
-	return &apiv1.ResourceRef{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource, Name: name, Subresource: sub}
-}
-
 // maintainAll maintains every mandatory and suggested object, priority
 // levels first, and deletes the orphans; it reports whether every write
 // succeeded.
@@ -301,13 +271,13 @@ func maintain[T interface {
 	if _, changed := update(stored, want); !changed {
 		return nil
 	}
-	_, err := c.cfg.Objects.UpdateObject(ctx, res, c.ref(res, name, ""), func(old runtime.Object) (runtime.Object, error) {
+	err := reconcile.Update(ctx, c.cfg.Objects, res, reconcile.Ref(res, "", name, ""), func(old runtime.Object) (runtime.Object, error) {
 		if out, changed := update(old.(T), want); changed {
 			return out, nil
 		}
 		return old, nil
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		return fmt.Errorf("updating %s %s: %w", res.Kind, name, err)
 	}
 	return nil
@@ -316,7 +286,7 @@ func maintain[T interface {
 // delete deletes the object m describes, that very one (its uid).
 func (c *Controller) delete(ctx context.Context, res *registry.Resource, m *metav1.ObjectMeta) error {
 	uid := m.UID
-	_, err := c.cfg.Objects.DeleteObject(ctx, res, c.ref(res, m.Name, ""), &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	_, err := c.cfg.Objects.DeleteObject(ctx, res, reconcile.Ref(res, "", m.Name, ""), &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting %s %s: %w", res.Kind, m.Name, err)
 	}
@@ -332,7 +302,7 @@ func (c *Controller) statusAll(ctx context.Context, view objects) bool {
 		if current(fs, exists) {
 			continue
 		}
-		_, err := c.cfg.Objects.UpdateObject(ctx, c.schemas, c.ref(c.schemas, name, "status"), func(old runtime.Object) (runtime.Object, error) {
+		err := reconcile.Update(ctx, c.cfg.Objects, c.schemas, reconcile.Ref(c.schemas, "", name, "status"), func(old runtime.Object) (runtime.Object, error) {
 			stored := old.(*flowcontrolv1.FlowSchema)
 			if stored.Spec.PriorityLevelConfiguration.Name != fs.Spec.PriorityLevelConfiguration.Name || current(stored, exists) {
 				return old, nil // changed meanwhile: the watch brings it back
@@ -341,7 +311,7 @@ func (c *Controller) statusAll(ctx context.Context, view objects) bool {
 			setDangling(out, exists, c.now())
 			return out, nil
 		})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err != nil {
 			c.cfg.Logger.Warn("apf configuration: writing a FlowSchema's status failed; retrying", "flowschema", name, "error", err)
 			ok = false
 		}

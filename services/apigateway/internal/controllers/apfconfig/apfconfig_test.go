@@ -15,6 +15,8 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apfbootstrap"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 )
@@ -37,10 +39,7 @@ func start(t *testing.T, interval time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	reconciletest.Run(t, c.Run)
 	return &env{t: t, api: api, ctx: identity.WithUser(t.Context(), admin), schemas: c}
 }
 
@@ -109,7 +108,7 @@ func update[T runtime.Object](e *env, res string, name string, f func(T)) error 
 	if res == "prioritylevelconfigurations" {
 		r = e.schemas.levels
 	}
-	_, err := e.api.Server.UpdateObject(e.ctx, r, e.schemas.ref(r, name, ""), func(old runtime.Object) (runtime.Object, error) {
+	_, err := e.api.Server.UpdateObject(e.ctx, r, reconcile.Ref(r, "", name, ""), func(old runtime.Object) (runtime.Object, error) {
 		out := old.DeepCopyObject().(T)
 		f(out)
 		return out, nil

@@ -16,19 +16,16 @@ package clusterroleaggregation
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,11 +34,7 @@ import (
 // Objects writes ClusterRoles as the API does, for the user in ctx.
 // *resources.Server implements it.
 type Objects interface {
-	// UpdateObject replaces the object ref names with mutate's result
-	// from the stored one, retried over concurrent writes; nothing is
-	// written when the result is what is stored. mutate must not modify
-	// old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	reconcile.Updater
 }
 
 // Config configures a Controller.
@@ -69,40 +62,20 @@ type Controller struct {
 }
 
 // User is the identity the controller writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("clusterrole-aggregation-controller")
 
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("clusterroleaggregation: a Registry is required"))
-	}
-	if cfg.Codec == nil {
-		errs = append(errs, errors.New("clusterroleaggregation: a Codec is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("clusterroleaggregation: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("clusterroleaggregation: Objects are required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	const name = "clusterroleaggregation"
+	if err := reconcile.Require(name, reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects)); err != nil {
 		return nil, err
 	}
-	res, ok := cfg.Registry.Lookup(rbacv1.SchemeGroupVersion.WithResource("clusterroles"))
-	if !ok {
-		return nil, errors.New("clusterroleaggregation: the registry serves no ClusterRoles")
+	res, err := reconcile.Lookup(name, cfg.Registry, rbacv1.SchemeGroupVersion.WithResource("clusterroles"), "ClusterRoles")
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, res: res}, nil
 }
 
@@ -112,14 +85,10 @@ func New(cfg Config) (*Controller, error) {
 // failed watch is replaced by a new read after Retry (storewatch.Send);
 // the roles last read are kept meanwhile.
 func (c *Controller) Run(ctx context.Context) {
-	roles := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*rbacv1.ClusterRole, error) {
-		role := &rbacv1.ClusterRole{}
-		return role, c.cfg.Codec.DecodeStorage(value, rev, role)
-	}, c.cfg.Logger)
-	storewatch.Reconcile(identity.WithUser(ctx, User), storewatch.Config{
-		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ClusterRoles to aggregate",
-		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-	}, c.cfg.Retry, roles.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, roles.Objects) })
+	reconcile.Run(ctx, reconcile.Loop{
+		Store: c.cfg.Store, Codec: c.cfg.Codec, Resource: c.res, What: "ClusterRoles to aggregate",
+		User: User, Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, func() *rbacv1.ClusterRole { return &rbacv1.ClusterRole{} }, c.syncAll)
 }
 
 // syncAll updates every aggregated role whose rules are not its
@@ -149,8 +118,7 @@ func (c *Controller) syncAll(ctx context.Context, roles map[string]*rbacv1.Clust
 // update sets the rules of the aggregated role name, unless it is no
 // longer aggregated.
 func (c *Controller) update(ctx context.Context, name string, rules []rbacv1.PolicyRule) error {
-	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: name}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+	return reconcile.Update(ctx, c.cfg.Objects, c.res, reconcile.Ref(c.res, "", name, ""), func(old runtime.Object) (runtime.Object, error) {
 		role := old.(*rbacv1.ClusterRole)
 		if role.AggregationRule == nil {
 			return old, nil
@@ -159,10 +127,6 @@ func (c *Controller) update(ctx context.Context, name string, rules []rbacv1.Pol
 		updated.Rules = rules
 		return updated, nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // Aggregate returns the rules of the ClusterRoles of roles that role's

@@ -11,6 +11,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/authz/bootstrap"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -37,10 +38,7 @@ func TestAggregation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	reconciletest.Run(t, c.Run)
 
 	res, _ := api.Registry.Lookup(rbacv1.SchemeGroupVersion.WithResource("clusterroles"))
 	rules := func(name string) []rbacv1.PolicyRule {

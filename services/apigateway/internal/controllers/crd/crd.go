@@ -28,7 +28,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -42,13 +42,8 @@ import (
 // Objects writes objects as the API does, for the user in ctx.
 // *resources.Server implements it.
 type Objects interface {
-	// UpdateObject replaces the object ref names with mutate's result
-	// from the stored one, retried over concurrent writes; nothing is
-	// written when the result is what is stored. mutate must not modify
-	// old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
-	// DeleteObject deletes, or starts deleting, the object ref names.
-	DeleteObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, opts *metav1.DeleteOptions) (runtime.Object, error)
+	reconcile.Updater
+	reconcile.Deleter
 }
 
 // Config configures a Controller.
@@ -81,49 +76,25 @@ type Controller struct {
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("crd: a Registry is required"))
-	}
-	if cfg.Codec == nil {
-		errs = append(errs, errors.New("crd: a Codec is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("crd: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("crd: Objects are required"))
-	}
-	if cfg.User.Name == "" {
-		errs = append(errs, errors.New("crd: a User is required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	const name = "crd"
+	if err := reconcile.Require(name, reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects), reconcile.User(cfg.User)); err != nil {
 		return nil, err
 	}
-	res, ok := cfg.Registry.Lookup(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
-	if !ok {
-		return nil, errors.New("crd: the registry serves no CustomResourceDefinitions")
+	res, err := reconcile.Lookup(name, cfg.Registry, apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), "CustomResourceDefinitions")
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, res: res}, nil
 }
 
 // Run keeps the CRDs' status until ctx ends: after every change the
 // store's watch reports, and every Retry while work is left.
 func (c *Controller) Run(ctx context.Context) {
-	crds := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*apiextensionsv1.CustomResourceDefinition, error) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		return crd, c.cfg.Codec.DecodeStorage(value, rev, crd)
-	}, c.cfg.Logger)
-	storewatch.Reconcile(identity.WithUser(ctx, c.cfg.User), storewatch.Config{
-		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "CustomResourceDefinitions to establish",
-		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-	}, c.cfg.Retry, crds.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, crds.Objects) })
+	reconcile.Run(ctx, reconcile.Loop{
+		Store: c.cfg.Store, Codec: c.cfg.Codec, Resource: c.res, What: "CustomResourceDefinitions to establish",
+		User: c.cfg.User, Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, func() *apiextensionsv1.CustomResourceDefinition { return &apiextensionsv1.CustomResourceDefinition{} }, c.syncAll)
 }
 
 // syncAll brings every CRD's status up to date and deletes what deleted
@@ -162,16 +133,11 @@ func (c *Controller) builtin(group string) []*registry.Resource {
 
 // setStatus writes the status of CRD name computed from the stored one.
 func (c *Controller) setStatus(ctx context.Context, name string, crds map[string]*apiextensionsv1.CustomResourceDefinition) error {
-	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: name, Subresource: "status"}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+	return reconcile.Update(ctx, c.cfg.Objects, c.res, reconcile.Ref(c.res, "", name, "status"), func(old runtime.Object) (runtime.Object, error) {
 		crd := old.(*apiextensionsv1.CustomResourceDefinition).DeepCopy()
 		crd.Status = Status(crd, crds, c.builtin(crd.Spec.Group))
 		return crd, nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // cleanup deletes the custom resources of the deleted crd and, once none
@@ -199,13 +165,12 @@ func (c *Controller) cleanup(ctx context.Context, crd *apiextensionsv1.CustomRes
 			return false, c.deleteAll(ctx, res, list.KVs)
 		}
 	}
-	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: crd.Name}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+	err := reconcile.Update(ctx, c.cfg.Objects, c.res, reconcile.Ref(c.res, "", crd.Name, ""), func(old runtime.Object) (runtime.Object, error) {
 		cp := old.(*apiextensionsv1.CustomResourceDefinition).DeepCopy()
 		cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == registry.CRDCleanupFinalizer })
 		return cp, nil
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		return false, err
 	}
 	return true, nil
@@ -225,8 +190,7 @@ func (c *Controller) deleteAll(ctx context.Context, res *registry.Resource, kvs 
 		if acc.GetDeletionTimestamp() != nil {
 			continue
 		}
-		ref := &apiv1.ResourceRef{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource, Namespace: acc.GetNamespace(), Name: acc.GetName()}
-		if _, err := c.cfg.Objects.DeleteObject(ctx, res, ref, &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := c.cfg.Objects.DeleteObject(ctx, res, reconcile.Ref(res, acc.GetNamespace(), acc.GetName(), ""), &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/protolist"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -46,15 +47,8 @@ var _ Store = (*storage.Store)(nil)
 // Objects writes objects as the API does, for the user in ctx, and returns
 // Kubernetes errors (apierrors). *resources.Server implements it.
 type Objects interface {
-	// DeleteObject deletes, or starts deleting, the object ref names, as a
-	// DELETE with opts does.
-	DeleteObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, opts *metav1.DeleteOptions) (runtime.Object, error)
-	// UpdateObject replaces the object ref names with mutate's result from
-	// the stored object, as an update without a resourceVersion does
-	// (retried over concurrent writes); the object goes when the update
-	// takes away the last finalizer of an object being deleted. mutate
-	// must not modify old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	reconcile.Deleter
+	reconcile.Updater
 }
 
 // ChangeObserver is told of what the collector's watch sees. That watch
@@ -94,25 +88,10 @@ type Collector struct {
 // New returns a Collector, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Collector, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("gc: a Registry is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("gc: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("gc: Objects are required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := reconcile.Require("gc", reconcile.Registry(cfg.Registry), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects)); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = 2 * time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, 2*time.Second)
 	return &Collector{cfg: cfg}, nil
 }
 
@@ -454,8 +433,9 @@ func ownedBy(d, o *node) bool {
 	return !o.res.Namespaced || o.meta.Namespace == d.meta.Namespace
 }
 
+// objectRef returns the reference to n's object.
 func objectRef(n *node) *apiv1.ResourceRef {
-	return &apiv1.ResourceRef{Group: n.res.GVR.Group, Version: n.res.GVR.Version, Resource: n.res.GVR.Resource, Namespace: n.meta.Namespace, Name: n.meta.Name}
+	return reconcile.Ref(n.res, n.meta.Namespace, n.meta.Name, "")
 }
 
 // delete deletes a dependent in the background, guarded by its uid so a
@@ -487,7 +467,7 @@ func (c *collector) dropFinalizer(ctx context.Context, n *node, f string) error 
 // update changes the current state of n's object with change, unless it
 // is by now another object of the same name.
 func (c *collector) update(ctx context.Context, n *node, change func(metav1.Object)) error {
-	_, err := c.cfg.Objects.UpdateObject(ctx, n.res, objectRef(n), func(old runtime.Object) (runtime.Object, error) {
+	return reconcile.Update(ctx, c.cfg.Objects, n.res, objectRef(n), func(old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject()
 		acc, err := meta.Accessor(obj)
 		if err != nil {
@@ -499,10 +479,6 @@ func (c *collector) update(ctx context.Context, n *node, change func(metav1.Obje
 		change(acc)
 		return obj, nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // customMeta reads what the collector needs of a stored custom resource

@@ -1,7 +1,6 @@
 package gc
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -221,10 +221,7 @@ func TestRunFollowsTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	reconciletest.Run(t, c.Run)
 
 	e.Namespace("ns")
 	o := e.Create("configmaps", "ns", `{"metadata":{"name":"owner"}}`)

@@ -15,7 +15,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,16 +36,10 @@ var _ Store = (*storage.Store)(nil)
 
 // Objects writes objects as the API does, for the user in ctx, and returns
 // Kubernetes errors (apierrors). *resources.Server implements it.
+// Its updates are of a namespace's finalize subresource.
 type Objects interface {
-	// DeleteObject deletes, or starts deleting, the object ref names, as a
-	// DELETE with opts does.
-	DeleteObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, opts *metav1.DeleteOptions) (runtime.Object, error)
-	// UpdateObject replaces the object ref names (here a namespace's
-	// finalize subresource) with mutate's result from the stored object,
-	// as an update without a resourceVersion does (retried over concurrent
-	// writes); the object goes when the update takes away the last
-	// finalizer of an object being deleted. mutate must not modify old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	reconcile.Deleter
+	reconcile.Updater
 }
 
 // Config configures a Controller.
@@ -77,19 +71,7 @@ var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namesp
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("namespace: a Registry is required"))
-	}
-	if cfg.Codec == nil {
-		errs = append(errs, errors.New("namespace: a Codec is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("namespace: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("namespace: Objects are required"))
-	}
+	errs := []error{reconcile.Require("namespace", reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects))}
 	var nsRes *registry.Resource
 	if cfg.Registry != nil {
 		var ok bool
@@ -100,12 +82,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
-	}
+	cfg.Logger, cfg.Interval = reconcile.Defaults(cfg.Logger, cfg.Interval, time.Second)
 	return &Controller{cfg: cfg, ns: nsRes}, nil
 }
 
@@ -183,8 +160,7 @@ func (c *Controller) empty(ctx context.Context, ns string) error {
 				if acc.GetDeletionTimestamp() != nil {
 					continue // waiting for its finalizers
 				}
-				ref := &apiv1.ResourceRef{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource, Namespace: ns, Name: acc.GetName()}
-				if _, err := c.cfg.Objects.DeleteObject(ctx, res, ref, &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				if _, err := c.cfg.Objects.DeleteObject(ctx, res, reconcile.Ref(res, ns, acc.GetName(), ""), &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					return err
 				}
 			}
@@ -193,14 +169,9 @@ func (c *Controller) empty(ctx context.Context, ns string) error {
 	if remaining > 0 {
 		return nil // next round: what had finalizers may be gone by then
 	}
-	ref := &apiv1.ResourceRef{Version: "v1", Resource: "namespaces", Name: ns, Subresource: "finalize"}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.ns, ref, func(old runtime.Object) (runtime.Object, error) {
+	return reconcile.Update(ctx, c.cfg.Objects, c.ns, reconcile.Ref(c.ns, "", ns, "finalize"), func(old runtime.Object) (runtime.Object, error) {
 		n := old.DeepCopyObject().(*corev1.Namespace)
 		n.Spec.Finalizers = slices.DeleteFunc(n.Spec.Finalizers, func(f corev1.FinalizerName) bool { return f == corev1.FinalizerKubernetes })
 		return n, nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

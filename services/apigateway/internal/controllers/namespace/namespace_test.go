@@ -1,7 +1,6 @@
 package namespace
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
@@ -123,10 +123,7 @@ func TestNamespaceWithoutItsFinalizer(t *testing.T) {
 // TestRun: Run takes a deleted namespace to its end.
 func TestRun(t *testing.T) {
 	e := newEnv(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); e.c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	reconciletest.Run(t, e.c.Run)
 
 	e.Create("namespaces", "", `{"metadata":{"name":"doomed"}}`)
 	e.Create("configmaps", "doomed", `{"metadata":{"name":"a"}}`)

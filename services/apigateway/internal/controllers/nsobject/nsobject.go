@@ -17,7 +17,6 @@ package nsobject
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -27,7 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,14 +37,8 @@ import (
 // Objects writes as the API does, for the user in ctx, and returns
 // Kubernetes errors. *resources.Server implements it.
 type Objects interface {
-	// CreateObject stores a new object of res (AlreadyExists when one of
-	// its name exists).
-	CreateObject(ctx context.Context, res *registry.Resource, obj runtime.Object) (runtime.Object, error)
-	// UpdateObject replaces the object ref names with mutate's result
-	// from the stored one, retried over concurrent writes; nothing is
-	// written when the result is what is stored. mutate must not modify
-	// old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	reconcile.Creator
+	reconcile.Updater
 }
 
 // Spec is the object kept in every namespace.
@@ -94,30 +87,20 @@ type Controller struct {
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil || cfg.Codec == nil || cfg.Store == nil || cfg.Objects == nil {
-		errs = append(errs, errors.New("nsobject: Registry, Codec, Store and Objects are required"))
-	}
-	if cfg.Spec.Name == "" || cfg.Spec.New == nil {
-		errs = append(errs, errors.New("nsobject: Spec.Name and Spec.New are required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	const name = "nsobject"
+	if err := reconcile.Require(name, reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects),
+		reconcile.Need{Missing: cfg.Spec.Name == "" || cfg.Spec.New == nil, Error: "Spec.Name and Spec.New are required"}); err != nil {
 		return nil, err
 	}
-	ns, ok := cfg.Registry.Lookup(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
-	if !ok {
-		return nil, errors.New("nsobject: the registry serves no namespaces")
+	ns, err := reconcile.Lookup(name, cfg.Registry, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "namespaces")
+	if err != nil {
+		return nil, err
 	}
 	res, ok := cfg.Registry.Lookup(cfg.Spec.Resource)
 	if !ok || !res.Namespaced {
 		return nil, fmt.Errorf("nsobject: the registry serves no namespaced %s", cfg.Spec.Resource)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, ns: ns, res: res, resyncCh: make(chan struct{}, 1)}, nil
 }
 
@@ -279,16 +262,12 @@ func (c *Controller) syncOne(ctx context.Context, ns string, stored runtime.Obje
 	if _, changed := c.cfg.Spec.Repair(stored); !changed {
 		return nil
 	}
-	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Namespace: ns, Name: c.cfg.Spec.Name}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+	// Deleted meanwhile (reconcile.Update returns nil): the watch brings
+	// the delete, and a create.
+	return reconcile.Update(ctx, c.cfg.Objects, c.res, reconcile.Ref(c.res, ns, c.cfg.Spec.Name, ""), func(old runtime.Object) (runtime.Object, error) {
 		repaired, _ := c.cfg.Spec.Repair(old)
 		return repaired, nil
 	})
-	if apierrors.IsNotFound(err) {
-		// Deleted meanwhile: the watch brings the delete, and a create.
-		return nil
-	}
-	return err
 }
 
 // isTerminating reports a create refused because its namespace is being

@@ -20,8 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/nsobject"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,10 +45,7 @@ const (
 const DefaultInterval = 5 * time.Second
 
 // User is the identity the publisher writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:root-ca-cert-publisher",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("root-ca-cert-publisher")
 
 // Publisher keeps kube-root-ca.crt in every namespace; Run runs it.
 type Publisher struct {

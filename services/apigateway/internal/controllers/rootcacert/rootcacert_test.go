@@ -1,7 +1,6 @@
 package rootcacert
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/nsobject"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -33,10 +33,7 @@ func TestPublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	reconciletest.Run(t, p.Run)
 
 	stored := func(ns string) *corev1.ConfigMap {
 		obj := api.Stored("configmaps", ns, Name)

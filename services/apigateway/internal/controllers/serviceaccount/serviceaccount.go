@@ -6,8 +6,8 @@
 package serviceaccount
 
 import (
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/nsobject"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,10 +17,7 @@ import (
 const DefaultName = "default"
 
 // User is the identity the controller writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:service-account-controller",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("service-account-controller")
 
 // New returns the controller; cfg's Spec and User are set here.
 func New(cfg nsobject.Config) (*nsobject.Controller, error) {

@@ -1,12 +1,12 @@
 package serviceaccount
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/polltest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/nsobject"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 )
@@ -24,10 +24,7 @@ func TestDefaultServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	reconciletest.Run(t, c.Run)
 
 	has := func(ns string) func() bool {
 		return func() bool { return api.Stored("serviceaccounts", ns, DefaultName) != nil }

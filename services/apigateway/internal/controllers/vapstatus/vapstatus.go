@@ -22,18 +22,15 @@ package vapstatus
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
-	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 )
@@ -41,11 +38,7 @@ import (
 // Objects writes policies' status as the API does, for the user in ctx.
 // *resources.Server implements it.
 type Objects interface {
-	// UpdateObject replaces the object (or subresource) ref names with
-	// mutate's result from the stored one, retried over concurrent
-	// writes; nothing is written when the result is what is stored.
-	// mutate must not modify old.
-	UpdateObject(ctx context.Context, res *registry.Resource, ref *apiv1.ResourceRef, mutate func(old runtime.Object) (runtime.Object, error)) (runtime.Object, error)
+	reconcile.Updater
 }
 
 // Config configures a Controller.
@@ -75,40 +68,20 @@ type Controller struct {
 }
 
 // User is the identity the controller writes as.
-var User = identity.User{
-	Name:   "system:serviceaccount:kube-system:validatingadmissionpolicy-status-controller",
-	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
-}
+var User = reconcile.ServiceAccountUser("validatingadmissionpolicy-status-controller")
 
 // New returns a Controller, or an error naming every required field cfg
 // lacks.
 func New(cfg Config) (*Controller, error) {
-	var errs []error
-	if cfg.Registry == nil {
-		errs = append(errs, errors.New("vapstatus: a Registry is required"))
-	}
-	if cfg.Codec == nil {
-		errs = append(errs, errors.New("vapstatus: a Codec is required"))
-	}
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("vapstatus: a Store is required"))
-	}
-	if cfg.Objects == nil {
-		errs = append(errs, errors.New("vapstatus: Objects are required"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	const name = "vapstatus"
+	if err := reconcile.Require(name, reconcile.Registry(cfg.Registry), reconcile.Codec(cfg.Codec), reconcile.Store(cfg.Store), reconcile.Objects(cfg.Objects)); err != nil {
 		return nil, err
 	}
-	res, ok := cfg.Registry.Lookup(admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"))
-	if !ok {
-		return nil, errors.New("vapstatus: the registry serves no ValidatingAdmissionPolicies")
+	res, err := reconcile.Lookup(name, cfg.Registry, admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"), "ValidatingAdmissionPolicies")
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = time.Second
-	}
+	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
 	return &Controller{cfg: cfg, res: res, checker: &validating.TypeChecker{
 		SchemaResolver: openapi.NewSchemaResolver(cfg.Registry),
 		RestMapper:     registry.NewRESTMapper(cfg.Registry),
@@ -120,14 +93,12 @@ func New(cfg Config) (*Controller, error) {
 // change the store's watch reports, and every Retry while an update
 // failed. A failed watch is replaced by a new read after Retry.
 func (c *Controller) Run(ctx context.Context) {
-	policies := storewatch.NewIndex(c.res.KeyPrefix(""), func(value []byte, rev int64) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
-		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-		return p, c.cfg.Codec.DecodeStorage(value, rev, p)
-	}, c.cfg.Logger)
-	storewatch.Reconcile(identity.WithUser(ctx, User), storewatch.Config{
-		Store: c.cfg.Store, Prefix: c.res.KeyPrefix(""), What: "ValidatingAdmissionPolicies to type-check",
-		Logger: c.cfg.Logger, Retry: c.cfg.Retry,
-	}, c.cfg.Retry, policies.Apply, func(ctx context.Context) bool { return c.syncAll(ctx, policies.Objects) })
+	reconcile.Run(ctx, reconcile.Loop{
+		Store: c.cfg.Store, Codec: c.cfg.Codec, Resource: c.res, What: "ValidatingAdmissionPolicies to type-check",
+		User: User, Logger: c.cfg.Logger, Retry: c.cfg.Retry,
+	}, func() *admissionregistrationv1.ValidatingAdmissionPolicy {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	}, c.syncAll)
 }
 
 // syncAll writes the status of every policy whose observedGeneration is
@@ -149,8 +120,7 @@ func (c *Controller) syncAll(ctx context.Context, policies map[string]*admission
 // update type-checks the stored policy name and writes its status,
 // unless the status is already that of its generation.
 func (c *Controller) update(ctx context.Context, name string) error {
-	ref := &apiv1.ResourceRef{Group: c.res.GVR.Group, Version: c.res.GVR.Version, Resource: c.res.GVR.Resource, Name: name, Subresource: "status"}
-	_, err := c.cfg.Objects.UpdateObject(ctx, c.res, ref, func(old runtime.Object) (runtime.Object, error) {
+	return reconcile.Update(ctx, c.cfg.Objects, c.res, reconcile.Ref(c.res, "", name, "status"), func(old runtime.Object) (runtime.Object, error) {
 		p := old.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 		if p.Status.ObservedGeneration >= p.Generation {
 			return old, nil
@@ -160,8 +130,4 @@ func (c *Controller) update(ctx context.Context, name string) error {
 		updated.Status.TypeChecking = &admissionregistrationv1.TypeChecking{ExpressionWarnings: c.checker.Check(p)}
 		return updated, nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/controllers/reconcile/reconciletest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources/resourcestest"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage/storagetest"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -78,10 +79,7 @@ func TestTypeCheckingStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	reconciletest.Run(t, c.Run)
 
 	configmaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	res, _ := api.Registry.Lookup(admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"))
