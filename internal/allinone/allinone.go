@@ -1,7 +1,12 @@
 // Package allinone runs the whole control plane in one process: the store
 // (a single-node raft group), admission, flow control, watchfanout and
-// the API gateway, each on its own gRPC server on loopback with mTLS
-// between them, exactly as they run apart. It generates the PKI (two
+// the API gateway, each on its own gRPC server, exactly as they run
+// apart. Each backend serves on loopback with mTLS (for tools and tests:
+// StoreAddr, WatchFanoutAddr) and on an in-memory listener (package
+// inproc), which the gateway and the services' store clients dial: no
+// TLS and no TCP between the services of the one process, while each
+// server still authorizes its caller by the identity of the certificate
+// the caller would present over mTLS. It generates the PKI (two
 // CAs: one for the API and its users, one for the services; see pki.go),
 // writes an admin kubeconfig, and keeps everything in one data directory
 // so a restart keeps every object.
@@ -20,6 +25,7 @@ import (
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
@@ -31,6 +37,7 @@ import (
 	watchfanout "github.com/meridian-cp/meridian/services/watchfanout/app"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 )
 
 // Config configures the control plane.
@@ -132,7 +139,9 @@ type ControlPlane struct {
 	// Kubeconfig is the path of the admin kubeconfig.
 	Kubeconfig string
 
-	log     *slog.Logger
+	log *slog.Logger
+	// inproc are the backends' in-memory listeners, by service name.
+	inproc  inproc.Listeners
 	closers []func() error // in start order; closed in reverse
 	errc    chan error
 	wg      sync.WaitGroup
@@ -190,11 +199,10 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		trust:     identity.TrustOrganization(identity.GatewayOrganization),
 		resources: registry.New(registry.Standard()...),
 	}
-	backends, err := cp.startBackends(ctx, cfg, sh, dataDir)
-	if err != nil {
+	if err := cp.startBackends(ctx, cfg, sh, dataDir); err != nil {
 		return nil, err
 	}
-	if err := cp.startGateway(ctx, cfg, sh, backends, apiLis); err != nil {
+	if err := cp.startGateway(ctx, cfg, sh, apiLis); err != nil {
 		return nil, err
 	}
 
@@ -233,67 +241,73 @@ func (sh shared) serverTLS(svc string) *tls.Config {
 	return pki.ServerTLS(sh.certs.services[svc], sh.certs.internalCA.Pool(), tls.RequireAndVerifyClientCert)
 }
 
-// backendAddrs are the addresses the gateway dials.
-type backendAddrs struct {
-	store, admission, flowcontrol, watchfanout string
-}
-
 // startBackends starts the store, admission, flow control and
-// watchfanout, each on a loopback port, in that order: watchfanout
-// follows the store.
-func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared, dataDir string) (backendAddrs, error) {
-	var addrs backendAddrs
+// watchfanout, each on a loopback port and an in-memory listener, in that
+// order: watchfanout follows the store. The services' store clients dial
+// the store in memory, each as its own certificate.
+func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared, dataDir string) error {
 	var err error
-	if _, addrs.store, err = startService(cp, "store", onLoopback, func() (*store.App, error) {
+	if _, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
 		return store.New(ctx, store.Config{
 			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true,
 			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
-		return addrs, err
+		return err
 	}
-	cp.StoreAddr = addrs.store
-	if _, addrs.admission, err = startService(cp, "admission", onLoopback, func() (*admission.App, error) {
+	storeTarget := inproc.Target("store")
+	if _, _, err = startBackend(cp, "admission", func() (*admission.App, error) {
 		adCert := sh.certs.services["admission"]
+		storeDial, err := cp.dialOptions(adCert)
+		if err != nil {
+			return nil, err
+		}
 		return admission.New(ctx, admission.Config{
-			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&adCert, sh.certs.internalCA.Pool(), ""),
+			StoreAddress: storeTarget, StoreTLS: pki.ClientTLS(&adCert, sh.certs.internalCA.Pool(), ""), StoreDialOptions: storeDial,
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			TLS:                      sh.serverTLS("admission"), Registerer: sh.registerer("admission"), Logger: sh.logger("admission"), Trust: sh.trust,
 			TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
-		return addrs, err
+		return err
 	}
-	if _, addrs.flowcontrol, err = startService(cp, "flowcontrol", onLoopback, func() (*flowcontrol.App, error) {
+	if _, _, err = startBackend(cp, "flowcontrol", func() (*flowcontrol.App, error) {
 		fcCert := sh.certs.services["flowcontrol"]
+		storeDial, err := cp.dialOptions(fcCert)
+		if err != nil {
+			return nil, err
+		}
 		return flowcontrol.New(ctx, flowcontrol.Config{
-			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&fcCert, sh.certs.internalCA.Pool(), ""),
+			StoreAddress: storeTarget, StoreTLS: pki.ClientTLS(&fcCert, sh.certs.internalCA.Pool(), ""), StoreDialOptions: storeDial,
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig, ConcurrencyLimit: cfg.FlowControl.ConcurrencyLimit,
 			TLS: sh.serverTLS("flowcontrol"), Registerer: sh.registerer("flowcontrol"), Logger: sh.logger("flowcontrol"), Trust: sh.trust,
 			TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
-		return addrs, err
+		return err
 	}
-	if _, addrs.watchfanout, err = startService(cp, "watchfanout", onLoopback, func() (*watchfanout.App, error) {
+	if _, cp.WatchFanoutAddr, err = startBackend(cp, "watchfanout", func() (*watchfanout.App, error) {
 		wfCert := sh.certs.services["watchfanout"]
+		storeDial, err := cp.dialOptions(wfCert)
+		if err != nil {
+			return nil, err
+		}
 		return watchfanout.New(ctx, watchfanout.Config{
-			StoreAddress: addrs.store, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""),
+			StoreAddress: storeTarget, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""), StoreDialOptions: storeDial,
 			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
 			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
 			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig, TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
-		return addrs, err
+		return err
 	}
-	cp.WatchFanoutAddr = addrs.watchfanout
-	return addrs, nil
+	return nil
 }
 
 // startGateway starts the API gateway: its HTTPS API on apiLis and, when
 // cfg.GRPCListen is set, its gRPC API there.
-func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared, addrs backendAddrs, apiLis net.Listener) error {
-	watchAddrs := []string{addrs.watchfanout}
+func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared, apiLis net.Listener) error {
+	watchAddrs := []string{inproc.Target("watchfanout")}
 	if cfg.DisableWatchfanout {
 		watchAddrs = nil
 	}
@@ -301,11 +315,16 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	if err != nil {
 		return err
 	}
+	dial, err := cp.dialOptions(sh.certs.gateway)
+	if err != nil {
+		return err
+	}
 	gw, _, err := startService(cp, "apigateway", func() (net.Listener, error) { return apiLis, nil }, func() (*gateway.App, error) {
 		return gateway.New(ctx, gateway.Config{
 			ServiceAccounts: sa,
-			StoreAddress:    addrs.store, AdmissionAddress: addrs.admission, FlowControlAddress: addrs.flowcontrol,
+			StoreAddress:    inproc.Target("store"), AdmissionAddress: inproc.Target("admission"), FlowControlAddress: inproc.Target("flowcontrol"),
 			WatchFanoutAddresses:     watchAddrs,
+			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),
 			ServingTLS:               pki.ServerTLS(sh.certs.apiserver, nil, tls.NoClientCert),
@@ -356,6 +375,31 @@ func startService[S service](cp *ControlPlane, name string, listen func() (net.L
 	}
 	cp.serve(name, lis, svc.Serve)
 	return svc, lis.Addr().String(), nil
+}
+
+// startBackend starts a backend service with startService on a loopback
+// port, and serves it on the in-memory listener named name as well.
+func startBackend[S service](cp *ControlPlane, name string, build func() (S, error)) (S, string, error) {
+	svc, addr, err := startService(cp, name, onLoopback, build)
+	if err != nil {
+		return svc, addr, err
+	}
+	lis, err := cp.inproc.Listen(name)
+	if err != nil {
+		return svc, addr, fmt.Errorf("allinone: %s: %w", name, err)
+	}
+	cp.serve(name+" in memory", lis, svc.Serve)
+	return svc, addr, nil
+}
+
+// dialOptions are the options that dial the backends' in-memory
+// listeners (inproc.Target(name)) as the holder of cert: the servers
+// authorize the call as if cert had been presented over mTLS.
+func (cp *ControlPlane) dialOptions(cert tls.Certificate) ([]grpc.DialOption, error) {
+	if cert.Leaf == nil {
+		return nil, errors.New("allinone: a service certificate without its parsed leaf")
+	}
+	return cp.inproc.DialOptions(cert.Leaf), nil
 }
 
 // onLoopback listens on a free loopback port, where the services other

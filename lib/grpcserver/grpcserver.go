@@ -30,6 +30,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcclient"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
@@ -82,6 +83,9 @@ type Options struct {
 	Service string
 	// TLS is the server's TLS configuration; nil serves plaintext, for
 	// tests only. For mTLS set ClientAuth to tls.RequireAndVerifyClientCert.
+	// With TLS set the server also accepts in-memory connections of this
+	// process (package inproc) without a handshake, each with the
+	// identity its dialer gave it.
 	TLS *tls.Config
 	// Registerer receives the gRPC server metrics; nil means no metrics.
 	Registerer prometheus.Registerer
@@ -197,7 +201,7 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	so = append(so, Windows()...)
 	so = append(so, StreamWorkers())
 	if opts.TLS != nil {
-		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
+		so = append(so, grpc.Creds(inproc.ServerCredentials(credentials.NewTLS(opts.TLS))))
 	}
 	return so, nil
 }

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/meridian-cp/meridian/lib/inproc"
 )
 
 // Organizations (O=) of the internal certificates, one per identity that
@@ -58,11 +60,18 @@ func TrustOrganization(org string) TrustFunc {
 // VerifiedPeer returns the verified leaf certificate of the mTLS client of
 // ctx's gRPC call: the first certificate of the first verified chain. It
 // reports false for plaintext peers and for TLS peers that presented no
-// certificate or one that was not verified.
+// certificate or one that was not verified. For an in-memory connection
+// of this process (package inproc) it returns the certificate the dialing
+// code gave the connection.
 func VerifiedPeer(ctx context.Context) (*x509.Certificate, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
 		return nil, false
+	}
+	if in, ok := p.AuthInfo.(inproc.AuthInfo); ok {
+		// An in-memory connection of this process: the identity the
+		// dialing code gave it stands for a verified certificate.
+		return in.Cert, in.Cert != nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {

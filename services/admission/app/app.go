@@ -60,6 +60,10 @@ type Config struct {
 	// StoreTLS is the store client's TLS configuration, with a client
 	// certificate of O=meridian:admission; nil dials plaintext (tests).
 	StoreTLS *tls.Config
+	// StoreDialOptions are added to the store client's connections, after
+	// StoreTLS's credentials: the all-in-one's in-memory connections
+	// (inproc.Listeners.DialOptions) replace them.
+	StoreDialOptions []grpc.DialOption
 	// EncryptionProviderConfig is the gateways' EncryptionConfiguration
 	// file, to read param objects encrypted at rest; empty reads values
 	// as stored.
@@ -185,7 +189,7 @@ func (a *App) follow(ctx context.Context, cfg Config) (policy.Set, []<-chan stru
 	if err != nil {
 		return nil, nil, fmt.Errorf("admission: encryption at rest: %w", err)
 	}
-	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
+	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{DialOptions: cfg.StoreDialOptions})
 	if err != nil {
 		_ = crypt.Close()
 		return nil, nil, fmt.Errorf("admission: %w", err)

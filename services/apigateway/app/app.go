@@ -101,6 +101,10 @@ type Config struct {
 	// (the gateway's client certificate, O=meridian:gateways, and the
 	// internal CA); nil is plaintext, for tests only.
 	ClientTLS *tls.Config
+	// DialOptions are added to every connection to the other services,
+	// after ClientTLS's credentials: the all-in-one's in-memory
+	// connections (inproc.Listeners.DialOptions) replace them.
+	DialOptions []grpc.DialOption
 	// ServingTLS is the HTTPS (and gRPC API) configuration. Required.
 	// Client certificates are requested and verified against ClientCAs.
 	ServingTLS *tls.Config
@@ -399,7 +403,7 @@ func (a *App) loadEncryption(ctx context.Context, reg *registry.Registry) (*stor
 
 // dialStore connects to the store's members; Close closes the connection.
 func (a *App) dialStore() (*storeclient.Client, error) {
-	conn, err := storeclient.Dial(storeclient.Endpoints(a.cfg.StoreAddress), a.cfg.ClientTLS, storeclient.Options{Local: storeclient.Endpoints(a.cfg.StoreLocalAddress)})
+	conn, err := storeclient.Dial(storeclient.Endpoints(a.cfg.StoreAddress), a.cfg.ClientTLS, storeclient.Options{Local: storeclient.Endpoints(a.cfg.StoreLocalAddress), DialOptions: a.cfg.DialOptions})
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: store: %w", err)
 	}
@@ -656,7 +660,7 @@ func newHTTPServer(handler http.Handler, tlsConf *tls.Config, log *slog.Logger) 
 
 // dial connects to one service's address; Close closes the connection.
 func (a *App) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpcclient.Dial(addr, a.cfg.ClientTLS)
+	conn, err := grpcclient.Dial(addr, a.cfg.ClientTLS, a.cfg.DialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("apigateway: dial %s: %w", addr, err)
 	}

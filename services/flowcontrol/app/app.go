@@ -63,6 +63,10 @@ type Config struct {
 	// StoreTLS is the store client's TLS configuration, with a client
 	// certificate of O=meridian:flowcontrol; nil dials plaintext (tests).
 	StoreTLS *tls.Config
+	// StoreDialOptions are added to the store client's connections, after
+	// StoreTLS's credentials: the all-in-one's in-memory connections
+	// (inproc.Listeners.DialOptions) replace them.
+	StoreDialOptions []grpc.DialOption
 	// EncryptionProviderConfig is the path of the EncryptionConfiguration
 	// the gateways use, to read objects encrypted at rest; empty reads
 	// them as stored.
@@ -241,7 +245,7 @@ func (a *App) startFollower(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("flowcontrol: encryption at rest: %w", err)
 	}
-	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS)
+	st, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{DialOptions: cfg.StoreDialOptions})
 	if err != nil {
 		_ = crypt.Close()
 		return fmt.Errorf("flowcontrol: %w", err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/store/internal/disk"
@@ -184,7 +185,7 @@ func (a *App) open(ctx context.Context) error {
 	opts = append(opts, telemetry.GRPCServerOptions(cfg.TracerProvider)...)
 	if cfg.TLS != nil {
 		access := server.Access()
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)),
+		opts = append(opts, grpc.Creds(inproc.ServerCredentials(credentials.NewTLS(cfg.TLS))),
 			grpc.ChainUnaryInterceptor(access.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(access.StreamServerInterceptor()))
 	}

@@ -58,6 +58,10 @@ type Config struct {
 	// StoreTLS is the client TLS configuration for the store (with a
 	// client certificate for mTLS); nil dials plaintext (tests only).
 	StoreTLS *tls.Config
+	// StoreDialOptions are added to the store client's connections, after
+	// StoreTLS's credentials: the all-in-one's in-memory connections
+	// (inproc.Listeners.DialOptions) replace them.
+	StoreDialOptions []grpc.DialOption
 
 	// TLS is the server's TLS configuration; nil serves plaintext (tests
 	// only).
@@ -218,7 +222,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// opens a new watch on another member when one cannot be opened; the
 	// cache resumes its watch from the revision it reached.
 	conn, err := storeclient.Dial(storeclient.Endpoints(cfg.StoreAddress), cfg.StoreTLS, storeclient.Options{
-		Local: storeclient.Endpoints(cfg.StoreLocalAddress),
+		Local: storeclient.Endpoints(cfg.StoreLocalAddress), DialOptions: cfg.StoreDialOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: dial store: %w", err)
