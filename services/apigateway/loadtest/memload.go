@@ -74,32 +74,13 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 	if r.start, err = procstat.RSS(pid); err != nil {
 		return r, err
 	}
-	var peak atomic.Int64
-	peak.Store(r.start)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if v, err := procstat.RSS(pid); err == nil && v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	}()
+	peak := samplePeakRSS(pid, r.start)
 	loadErr := memLoads(tlsConf, api, n, d, watchers, conns)
-	close(stop)
-	<-sampled
+	peakRSS := peak()
 	if loadErr != nil {
 		return r, loadErr
 	}
-	r.peak = peak.Load()
+	r.peak = peakRSS
 	if r.end, err = procstat.RSS(pid); err != nil {
 		return r, err
 	}
@@ -203,4 +184,34 @@ func memWatches(tlsConf *tls.Config, c *http.Client, base string, d time.Duratio
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// samplePeakRSS samples the RSS of process pid every 100 ms, from now
+// until the returned function is called, which returns the highest RSS
+// seen (at least start).
+func samplePeakRSS(pid int, start int64) (stop func() int64) {
+	var peak atomic.Int64
+	peak.Store(start)
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if v, err := procstat.RSS(pid); err == nil && v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		<-sampled
+		return peak.Load()
+	}
 }

@@ -58,25 +58,7 @@ func runStorm(tlsConf *tls.Config, spec string, n, clients, conns int) error {
 	if err != nil {
 		return err
 	}
-	var peak atomic.Int64
-	peak.Store(base)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if rss, err := procstat.RSS(pid); err == nil && rss > peak.Load() {
-					peak.Store(rss)
-				}
-			}
-		}
-	}()
+	peak := samplePeakRSS(pid, base)
 	ctx, cancel := context.WithTimeout(context.Background(), stormTimeout)
 	defer cancel()
 	var ok200, tooMany, retryAfter, failed atomic.Int64
@@ -118,13 +100,12 @@ func runStorm(tlsConf *tls.Config, spec string, n, clients, conns int) error {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	close(stop)
-	<-sampled
+	peakRSS := peak()
 	fmt.Printf("storm: %d lists of %d objects over %d connections: %s; 200: %d, 429: %d (with Retry-After: %d), failed: %d; %d MiB read\n",
 		clients, n, conns, took.Round(10*time.Millisecond), ok200.Load(), tooMany.Load(), retryAfter.Load(), failed.Load(), bytes.Load()>>20)
 	if e := firstErr.Load(); e != nil {
 		fmt.Printf("storm: first failure: %s\n", e)
 	}
-	fmt.Printf("storm: server RSS before %d MiB, peak %d MiB, peak growth %d MiB\n", base>>20, peak.Load()>>20, (peak.Load()-base)>>20)
+	fmt.Printf("storm: server RSS before %d MiB, peak %d MiB, peak growth %d MiB\n", base>>20, peakRSS>>20, (peakRSS-base)>>20)
 	return nil
 }
