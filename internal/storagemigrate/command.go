@@ -8,14 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
+	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 const summary = `Rewrites every stored object of the resources --encryption-provider-config
@@ -38,7 +37,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		key       = fs.String("key", "", "the client certificate's key")
 		cacert    = fs.String("cacert", "", "the internal CA, which signs the store's certificate")
 		config    = fs.String("encryption-provider-config", "", "the EncryptionConfiguration the gateways run with (required)")
-		resources = fs.String("resources", "", "comma-separated resources to migrate (secrets, leases.coordination.k8s.io); empty: every resource the configuration names")
+		resources = fs.String("resources", "", "comma-separated resources to migrate (secrets, leases.coordination.k8s.io, widgets.example.com); empty: every resource the configuration names, custom resources of the stored CRDs included")
 		dryRun    = fs.Bool("dry-run", false, "count the objects to rewrite, write nothing")
 	)
 	fs.Usage = func() {
@@ -78,10 +77,6 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer crypt.Close()
-	targets, err := pick(reg, crypt, *resources)
-	if err != nil {
-		return err
-	}
 	tlsConf, err := pki.LoadClientTLS(*cert, *key, *cacert, "", logger)
 	if err != nil {
 		return err
@@ -91,45 +86,17 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer conn.Close()
+	cdc, err := codec.New()
+	if err != nil {
+		return err
+	}
+	targets, err := Targets(ctx, conn.KV(), crypt, reg, cdc, *resources)
+	if err != nil {
+		return err
+	}
 	results, err := Run(ctx, Config{KV: conn.KV(), Transformer: crypt, Resources: targets, DryRun: *dryRun, Logger: logger})
 	report(stdout, results, *dryRun)
 	return err
-}
-
-// pick returns the resources named in list (every resource the
-// configuration names when list is empty).
-func pick(reg *registry.Registry, crypt *storagecrypt.Transformer, list string) ([]*registry.Resource, error) {
-	if list == "" {
-		if len(crypt.Resources()) == 0 {
-			return nil, errors.New("the encryption configuration names no resource meridian serves")
-		}
-		return crypt.Resources(), nil
-	}
-	var out []*registry.Resource
-	for _, name := range strings.Split(list, ",") {
-		gr := schema.ParseGroupResource(strings.TrimSpace(name))
-		res := find(reg, gr)
-		if res == nil {
-			return nil, fmt.Errorf("--resources: %q is not a resource meridian serves", name)
-		}
-		out = append(out, res)
-	}
-	return out, nil
-}
-
-// find is the served resource of gr (any version).
-func find(reg *registry.Registry, gr schema.GroupResource) *registry.Resource {
-	for _, gv := range reg.GroupVersions() {
-		if gv.Group != gr.Group {
-			continue
-		}
-		for _, res := range reg.Resources(gv) {
-			if res.GVR.Resource == gr.Resource {
-				return res
-			}
-		}
-	}
-	return nil
 }
 
 // report prints one line per resource.

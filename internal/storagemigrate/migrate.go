@@ -1,5 +1,6 @@
 // Package storagemigrate is `meridian storage-migrate`: it rewrites the
-// stored objects of the resources an encryption configuration names whose
+// stored objects of the resources an encryption configuration names
+// (built-in ones, and custom resources of the CRDs in the store) whose
 // values are stale (encrypted with anything but the configuration's
 // current key, or stored in clear where a provider now encrypts), so that
 // each is encrypted with the current key. That completes a key rotation:
@@ -118,18 +119,10 @@ type rewrite struct {
 // current key already.
 func (m *migration) resource(ctx context.Context, res *registry.Resource) (Result, error) {
 	r := Result{Resource: res.GVR.GroupResource().String()}
-	prefix := res.KeyPrefix("")
-	start := []byte(prefix)
-	for {
-		resp, err := m.cfg.KV.Range(ctx, &storev1.RangeRequest{
-			Key: start, RangeEnd: storeclient.PrefixEnd(prefix), Limit: m.cfg.PageSize, SkipCount: true,
-		})
-		if err != nil {
-			return r, fmt.Errorf("storagemigrate: read %s: %w", prefix, err)
-		}
+	err := scan(ctx, m.cfg.KV, res.KeyPrefix(""), m.cfg.PageSize, func(kvs []*storev1.KeyValue) error {
 		var batch []rewrite
 		size := 0
-		for _, kv := range resp.GetKvs() {
+		for _, kv := range kvs {
 			r.Objects++
 			rw, ok := m.prepare(ctx, kv, &r)
 			if !ok {
@@ -141,19 +134,36 @@ func (m *migration) resource(ctx context.Context, res *registry.Resource) (Resul
 			}
 			if len(batch) == maxBatchOps || size+len(rw.value) > maxBatchBytes {
 				if err := m.write(ctx, batch, &r); err != nil {
-					return r, err
+					return err
 				}
 				batch, size = batch[:0], 0
 			}
 			batch = append(batch, rw)
 			size += len(rw.value)
 		}
-		if err := m.write(ctx, batch, &r); err != nil {
-			return r, err
+		return m.write(ctx, batch, &r)
+	})
+	return r, err
+}
+
+// scan calls page with the keys under prefix, pageSize at a time in key
+// order, each page read at the store's current state; it stops at the
+// first error.
+func scan(ctx context.Context, kv storev1.KVServiceClient, prefix string, pageSize int64, page func([]*storev1.KeyValue) error) error {
+	start := []byte(prefix)
+	for {
+		resp, err := kv.Range(ctx, &storev1.RangeRequest{
+			Key: start, RangeEnd: storeclient.PrefixEnd(prefix), Limit: pageSize, SkipCount: true,
+		})
+		if err != nil {
+			return fmt.Errorf("storagemigrate: read %s: %w", prefix, err)
 		}
 		kvs := resp.GetKvs()
+		if err := page(kvs); err != nil {
+			return err
+		}
 		if !resp.GetMore() || len(kvs) == 0 {
-			return r, nil
+			return nil
 		}
 		start = append(append([]byte(nil), kvs[len(kvs)-1].GetKey()...), 0)
 	}
