@@ -333,16 +333,52 @@ func (c *Controller) classify(d *Digest) *schema { return c.cur.Load().classify(
 // is done first (the request leaves its queue), with ErrInvalid for an
 // empty gatewayID, and with ErrClosed after Close.
 func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (Grant, error) {
+	return c.acquire(ctx, gatewayID, d)
+}
+
+// TryAcquire is Acquire for a request that does not wait: it grants or
+// rejects d as Acquire would when that needs no wait in a queue (an
+// exempt level; a level without queues; a level with no request queued
+// and free seats for d). Otherwise it fails with ErrWouldWait having
+// done nothing but count as a heartbeat, and returns wait, which makes
+// the request as Acquire would without classifying it again: the caller
+// calls it once, where it may block. A request never overtakes the
+// queued ones of its level this way.
+func (c *Controller) TryAcquire(ctx context.Context, gatewayID string, d Digest) (g Grant, wait func(context.Context) (Grant, error), err error) {
+	s, h, g, err := c.start(gatewayID, &d)
+	if h == nil {
+		return g, nil, err
+	}
+	g, err = c.admit(ctx, s, h, &d, false)
+	if errors.Is(err, ErrWouldWait) {
+		return Grant{}, func(ctx context.Context) (Grant, error) { return c.admit(ctx, s, h, &d, true) }, err
+	}
+	return g, nil, err
+}
+
+// acquire is Acquire.
+func (c *Controller) acquire(ctx context.Context, gatewayID string, d Digest) (Grant, error) {
+	s, h, g, err := c.start(gatewayID, &d)
+	if h == nil {
+		return g, err
+	}
+	return c.admit(ctx, s, h, &d, true)
+}
+
+// start checks and classifies a request. It returns the grant to record
+// once the request is admitted, or, with a nil grant record, the answer:
+// an exempt grant or an error.
+func (c *Controller) start(gatewayID string, d *Digest) (*schema, *held, Grant, error) {
 	if gatewayID == "" {
-		return Grant{}, fmt.Errorf("%w: gateway_id is required", ErrInvalid)
+		return nil, nil, Grant{}, fmt.Errorf("%w: gateway_id is required", ErrInvalid)
 	}
 	select {
 	case <-c.closed:
-		return Grant{}, ErrClosed
+		return nil, nil, Grant{}, ErrClosed
 	default:
 	}
 	c.touch(gatewayID)
-	s := c.classify(&d)
+	s := c.classify(d)
 	g := Grant{
 		FlowSchema:       s.Name,
 		FlowSchemaUID:    s.uid,
@@ -354,12 +390,18 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 		// Nothing is held, so nothing is recorded: gateways do not release
 		// exempt grants, and a recorded one would stay until its gateway
 		// went silent.
-		return g, nil
+		return nil, nil, g, nil
 	}
 	g.ID = newGrantID()
-	h := &held{grant: g, gateway: gatewayID, level: s.level, linger: max(d.AdditionalLatency, 0)}
 	d.Width = max(d.Width, d.FinalSeats)
-	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
+	return s, &held{grant: g, gateway: gatewayID, level: s.level, linger: max(d.AdditionalLatency, 0)}, Grant{}, nil
+}
+
+// admit admits the request d of schema s at its level, waiting in its
+// queue if mayWait (else failing with ErrWouldWait, see level.acquire),
+// and records the grant h.
+func (c *Controller) admit(ctx context.Context, s *schema, h *held, d *Digest, mayWait bool) (Grant, error) {
+	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(d), d, c.cfg.MaxWait, mayWait)
 	if err != nil {
 		var rej *RejectedError
 		if errors.As(err, &rej) {
@@ -370,15 +412,16 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	h.req = r
 	h.grant.Seats = r.width
 	h.grant.QueueWait = wait
+	id := h.grant.ID
 	c.mu.Lock()
-	gw := c.gatewayLocked(gatewayID)
-	c.mu.grants[g.ID] = h
-	gw.grants[g.ID] = h
+	gw := c.gatewayLocked(h.gateway)
+	c.mu.grants[id] = h
+	gw.grants[id] = h
 	c.mu.Unlock()
 	// The caller may have gone while we waited for the lock; then nobody
 	// would release the seats.
 	if err := ctx.Err(); err != nil {
-		_ = c.Release(context.WithoutCancel(ctx), g.ID)
+		_ = c.Release(context.WithoutCancel(ctx), id)
 		return Grant{}, err
 	}
 	return h.grant, nil

@@ -230,15 +230,31 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 	return nil
 }
 
+// waitsLocked reports whether a request of width w could have to wait in
+// a queue of l: l queues, and requests are queued ahead of it (it must
+// not overtake them) or its seats are not free. A request for which it
+// is false is dispatched or rejected by enqueueLocked at once.
+func (l *level) waitsLocked(w uint32) bool {
+	if l.cfg.Queuing == nil || (l.cfg.Seats == 0 && l.cfg.MaxSeats == 0) {
+		return false
+	}
+	return l.mu.waiting > 0 || l.mu.seatsInUse+l.width(w) > l.cfg.Seats
+}
+
 // acquire waits until the request of flow (schema, distinguisher) is
 // dispatched, for at most maxWait. It returns the dispatched request, which
 // the caller passes to release, and how long it waited. It fails with a
-// *RejectedError, ctx's error, or ErrClosed when closed is closed.
-func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration) (*request, time.Duration, error) {
+// *RejectedError, ctx's error, or ErrClosed when closed is closed; with
+// mayWait false, with ErrWouldWait, before the request is queued or
+// counted anywhere, when it could have to wait (waitsLocked).
+func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration, mayWait bool) (*request, time.Duration, error) {
 	start := time.Now()
-	r := &request{schema: schema, distinguisher: distinguisher, digest: d, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
-
 	l.mu.Lock()
+	if !mayWait && l.waitsLocked(d.Width) {
+		l.mu.Unlock()
+		return nil, 0, ErrWouldWait
+	}
+	r := &request{schema: schema, distinguisher: distinguisher, digest: d, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
 	if rej := l.enqueueLocked(r, d.Width, l.now()); rej != nil {
 		l.mu.Unlock()
 		return nil, 0, rej

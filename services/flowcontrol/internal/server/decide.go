@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -30,8 +31,12 @@ const workerIdle = 10 * time.Second
 // the unary methods (Acquire, ReleaseGrants), so both paths decide,
 // check leadership and map errors alike.
 //
-// Each Acquire runs in a worker goroutine of its own while it runs, since
-// it may wait in its queue; workers are kept (idle for up to
+// An Acquire that is granted or rejected without waiting in a queue is
+// decided in Decide's goroutine and answered with the batch it came in;
+// any other runs in a worker goroutine of its own while it runs, since
+// it waits in its queue, and so does every Acquire that arrives while
+// Acquires of the stream are in workers (its level likely has requests
+// queued, so a try would only add work); workers are kept (idle for up to
 // workerIdle) and reused by later Acquires, so a decision does not pay
 // for a new goroutine growing its stack. ReleaseGrants never waits and
 // runs in Decide's goroutine. Answers are sent as
@@ -115,32 +120,58 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 		case <-s.closing:
 			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
 		}
-		if batch := req.GetCalls(); len(batch) > 0 {
-			for _, call := range batch {
-				s.decideCall(ctx, call, out, &dc)
+		// The messages already received are decided before the flush, so
+		// that their answers decided at once go in one Send.
+		s.decideMessage(ctx, req, out, &dc)
+	received:
+		for range maxCoalesced {
+			select {
+			case req = <-reqs:
+				s.decideMessage(ctx, req, out, &dc)
+			default:
+				break received
 			}
-		} else {
-			s.decideCall(ctx, req, out, &dc)
 		}
 		out.flush()
 	}
+}
+
+// maxCoalesced bounds the messages a Decide stream decides beyond the
+// first before it sends the answers ready.
+const maxCoalesced = 16
+
+// decideMessage serves the calls of one message of a Decide stream.
+func (s *Server) decideMessage(ctx context.Context, req *flowcontrolv1.DecideRequest, out *answers, dc *decideCalls) {
+	if batch := req.GetCalls(); len(batch) > 0 {
+		for _, call := range batch {
+			s.decideCall(ctx, call, out, dc)
+		}
+		return
+	}
+	s.decideCall(ctx, req, out, dc)
 }
 
 // decideCalls is the state of a Decide stream's calls in progress.
 type decideCalls struct {
 	// run runs an Acquire in a worker goroutine.
 	run func(func())
-	// wg counts the Acquires in progress.
-	wg sync.WaitGroup
+	// wg counts the Acquires in progress; inWorkers those of them in
+	// workers.
+	wg        sync.WaitGroup
+	inWorkers atomic.Int32
 	// mu guards cancelers: the cancel functions of the Acquires in
 	// progress, by id.
 	mu        sync.Mutex
 	cancelers map[uint64]context.CancelFunc
 }
 
-// decideCall serves one call of a Decide stream: an Acquire in a worker
-// (its answer sent when it ends), a ReleaseGrants or a cancel at once (an
-// answer queued on out, sent by the caller's flush).
+// decideCall serves one call of a Decide stream: an Acquire that can be
+// decided without waiting in a queue (apf.Controller.TryAcquire), a
+// ReleaseGrants or a cancel at once (an answer queued on out, sent by
+// the caller's flush); any other Acquire in a worker (its answer sent
+// when it ends). An Acquire decided at once never overtakes a request
+// queued in its level; as between workers, there is no order between it
+// and an Acquire handed to a worker that has not queued its request yet.
 func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideRequest, out *answers, dc *decideCalls) {
 	id := req.GetId()
 	switch call := req.GetCall().(type) {
@@ -153,28 +184,36 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 			// flowcontrol.wait span goes under it.
 			actx, span = telemetry.StartRemoteSpan(actx, s.tracer, tp, telemetry.ScopeFlowControl, decideAcquireSpan, trace.WithSpanKind(trace.SpanKindServer))
 		}
+		a, resp, err := s.startAcquire(actx, call.Acquire)
+		switch {
+		case a == nil:
+		case dc.inWorkers.Load() > 0:
+			// Acquires of this stream wait in workers, so its requests
+			// are likely queued: this one goes to a worker without a try,
+			// which would most likely fail.
+			err = errWouldWait
+		default:
+			resp, err = a.decide(false)
+		}
+		if !errors.Is(err, errWouldWait) {
+			// Decided without waiting: answered in this batch's flush.
+			out.add(acquireAnswer(id, resp, err, span, cancel))
+			return
+		}
+		// The request may wait in its queue: a worker decides it.
 		dc.mu.Lock()
 		dc.cancelers[id] = cancel
 		dc.mu.Unlock()
 		dc.wg.Add(1)
+		dc.inWorkers.Add(1)
 		dc.run(func() {
 			defer dc.wg.Done()
-			resp, err := s.Acquire(actx, call.Acquire)
-			if err != nil {
-				span.SetStatus(otelcodes.Error, err.Error())
-			}
-			span.End()
+			resp, err := a.decide(true)
+			dc.inWorkers.Add(-1)
 			dc.mu.Lock()
 			delete(dc.cancelers, id)
 			dc.mu.Unlock()
-			cancel()
-			answer := &flowcontrolv1.DecideResponse{Id: id}
-			if err != nil {
-				answer.Result = errorResult(err)
-			} else {
-				answer.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
-			}
-			out.send(answer)
+			out.send(acquireAnswer(id, resp, err, span, cancel))
 		})
 	case *flowcontrolv1.DecideRequest_ReleaseGrants:
 		resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
@@ -196,6 +235,23 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 	default:
 		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
 	}
+}
+
+// acquireAnswer ends an Acquire of a Decide stream: it ends the call's
+// span and context (cancel) and returns its answer.
+func acquireAnswer(id uint64, resp *flowcontrolv1.AcquireResponse, err error, span trace.Span, cancel context.CancelFunc) *flowcontrolv1.DecideResponse {
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
+	cancel()
+	answer := &flowcontrolv1.DecideResponse{Id: id}
+	if err != nil {
+		answer.Result = errorResult(err)
+	} else {
+		answer.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
+	}
+	return answer
 }
 
 // decideAcquireSpan names the span of an Acquire made on a Decide stream.

@@ -93,29 +93,56 @@ func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream
 // leader counts the seats a gateway holds from the previous one before
 // it hands that gateway more.
 func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
+	a, resp, err := s.startAcquire(ctx, req)
+	if a == nil {
+		return resp, err
+	}
+	return a.decide(true)
+}
+
+// acquireCall is an Acquire past its checks of the request and the term,
+// to be decided once (decide), by the caller or by a goroutine it hands
+// the call to.
+type acquireCall struct {
+	s    *Server
+	ctx  context.Context // ends with the term; carries the flowcontrol.wait span
+	span trace.Span      // flowcontrol.wait
+	// done ends the span and stops watching the term.
+	done   func()
+	term   context.Context
+	gw     string
+	digest apf.Digest
+	// wait makes the request where it may block, once a decide without
+	// mayWait found it could have to wait (apf.Controller.TryAcquire).
+	wait func(context.Context) (apf.Grant, error)
+}
+
+// startAcquire checks req and the term and starts the call's
+// flowcontrol.wait span. It returns the call to decide, or, with a nil
+// call, the answer already known (an error).
+func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*acquireCall, *flowcontrolv1.AcquireResponse, error) {
 	d := req.GetDigest()
 	if d == nil {
-		return nil, status.Error(codes.InvalidArgument, "digest is required")
+		return nil, nil, status.Error(codes.InvalidArgument, "digest is required")
 	}
 	term, err := s.term()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if heard := req.GetTerm(); heard != "" {
 		if id := s.terms.idOf(term); heard != id {
-			return nil, newTerm(id)
+			return nil, nil, newTerm(id)
 		}
 	}
+	stopTerm := func() {}
 	if s.leadership != nil {
 		// A request queued when the term ends leaves its queue.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(term, cancel)()
+		stop := context.AfterFunc(term, cancel)
+		stopTerm = func() { stop(); cancel() }
 	}
-	ctx, span := telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
-	defer span.End()
-	g, err := s.ctrl.Acquire(ctx, req.GetGatewayId(), apf.Digest{
+	a := &acquireCall{s: s, term: term, gw: req.GetGatewayId(), digest: apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
 		Verb:              d.GetVerb(),
@@ -129,24 +156,50 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		Width:             d.GetEstimatedWidth(),
 		FinalSeats:        d.GetFinalSeats(),
 		AdditionalLatency: d.GetAdditionalLatency().AsDuration(),
-	})
-	if term.Err() != nil {
+	}}
+	a.ctx, a.span = telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
+	a.done = func() { a.span.End(); stopTerm() }
+	return a, nil, nil
+}
+
+// decide decides the call: with mayWait, as apf.Controller.Acquire
+// (blocking while the request is queued); without, as TryAcquire: then
+// errWouldWait, with nothing done and the call still to decide, says
+// that the request could have to wait, and the caller decides it again
+// with mayWait where it may block. Otherwise the call is over.
+func (a *acquireCall) decide(mayWait bool) (*flowcontrolv1.AcquireResponse, error) {
+	var (
+		g   apf.Grant
+		err error
+	)
+	switch {
+	case mayWait && a.wait != nil:
+		g, err = a.wait(a.ctx)
+	case mayWait:
+		g, err = a.s.ctrl.Acquire(a.ctx, a.gw, a.digest)
+	default:
+		if g, a.wait, err = a.s.ctrl.TryAcquire(a.ctx, a.gw, a.digest); errors.Is(err, apf.ErrWouldWait) {
+			return nil, errWouldWait
+		}
+	}
+	defer a.done()
+	if a.term.Err() != nil {
 		// The term ended while the request waited, or just after it was
 		// granted: the Forget at the term's end may have missed this
 		// grant, so it is given back here (twice is harmless).
 		if err == nil && g.ID != "" {
-			_ = s.ctrl.Release(context.WithoutCancel(ctx), g.ID)
+			_ = a.s.ctrl.Release(context.WithoutCancel(a.ctx), g.ID)
 		}
-		_, leader := s.leadership.Term()
+		_, leader := a.s.leadership.Term()
 		return nil, notLeader(leader)
 	}
-	if span.IsRecording() {
-		traceGrant(span, g, err)
+	if a.span.IsRecording() {
+		traceGrant(a.span, g, err)
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, a.s.toStatus(a.ctx, err)
 	}
-	return &flowcontrolv1.AcquireResponse{Term: s.terms.idOf(term), Grant: &flowcontrolv1.Grant{
+	return &flowcontrolv1.AcquireResponse{Term: a.s.terms.idOf(a.term), Grant: &flowcontrolv1.Grant{
 		Id:               g.ID,
 		FlowSchema:       g.FlowSchema,
 		FlowSchemaUid:    g.FlowSchemaUID,
@@ -157,6 +210,10 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 		QueueWait:        durationpb.New(g.QueueWait),
 	}}, nil
 }
+
+// errWouldWait is acquireCall.decide's answer to a call that it could not
+// decide without waiting.
+var errWouldWait = errors.New("flowcontrol: acquire would wait")
 
 // Release returns a grant's seats.
 func (s *Server) Release(ctx context.Context, req *flowcontrolv1.ReleaseRequest) (*flowcontrolv1.ReleaseResponse, error) {
