@@ -12,10 +12,6 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
-	storeapp "github.com/meridian-cp/meridian/services/store/app"
-	"github.com/meridian-cp/meridian/services/store/storetest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -51,13 +47,7 @@ func ptrTrue() *bool { t := true; return &t }
 // decrypts to the bytes it had, and the other CRD's objects are as they
 // were.
 func TestMigrateCustomResources(t *testing.T) {
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	kv := storev1.NewKVServiceClient(conn)
+	kv := storev1.NewKVServiceClient(startStore(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cdc, err := codec.New()

@@ -60,18 +60,26 @@ func (r *racing) Decrypt(ctx context.Context, key string, stored []byte) ([]byte
 	return r.Transformer.Decrypt(ctx, key, stored)
 }
 
+// startStore starts a one-member store for the test and returns a
+// connection to it, closed when the test ends.
+func startStore(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
+	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // TestMigrate rewrites the stale Secrets of a real store with the current
 // key: those under the old key, each keeping its lease; not the current
 // ones, nor other resources; one that a concurrent write changed keeps
 // that write's value (re-encrypted); one that does not decrypt is
 // reported, the rest done. A dry run writes nothing.
 func TestMigrate(t *testing.T) {
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startStore(t)
 	kv := storev1.NewKVServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
