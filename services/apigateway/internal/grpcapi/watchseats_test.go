@@ -81,16 +81,23 @@ func (s *gatedInitialEvents) Watch(_ *apiv1.WatchRequest, stream apiv1.ResourceS
 	return nil
 }
 
-// TestWatchSeatsUntilInitialEvents: a gRPC Watch keeps its seat while it
-// sends its initial events, gives it back once they are sent while it
-// stays open, once only, and counts as a ConfigMap watcher while open.
-func TestWatchSeatsUntilInitialEvents(t *testing.T) {
+// runLedgerClient returns a flow-control client deciding against a
+// grantLedger, running until the test ends.
+func runLedgerClient(t *testing.T) (*grantLedger, *flowcontrolclient.Client) {
 	ledger := &grantLedger{}
 	fc := flowcontrolclient.New(ledger, "test", nil)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); fc.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
+	t.Cleanup(func() { stopRun(); <-ran })
+	return ledger, fc
+}
+
+// TestWatchSeatsUntilInitialEvents: a gRPC Watch keeps its seat while it
+// sends its initial events, gives it back once they are sent while it
+// stays open, once only, and counts as a ConfigMap watcher while open.
+func TestWatchSeatsUntilInitialEvents(t *testing.T) {
+	ledger, fc := runLedgerClient(t)
 	work := worksize.NewTracker(nil, nil, 0, nil)
 	svc := &gatedInitialEvents{started: make(chan struct{}, 1), proceed: make(chan struct{})}
 	c := client(t, serveConfig(t, Config{Authorizer: testPolicy(), Resources: svc, FlowControl: fc, WorkSize: work}))
@@ -158,12 +165,7 @@ func (s *gatedList) List(_ *apiv1.ListRequest, stream apiv1.ResourceService_List
 // a REST list does, and gives it back once, when its last message is
 // sent.
 func TestListSeatsUntilSent(t *testing.T) {
-	ledger := &grantLedger{}
-	fc := flowcontrolclient.New(ledger, "test", nil)
-	runCtx, stopRun := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { defer close(ran); fc.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
+	ledger, fc := runLedgerClient(t)
 	svc := &gatedList{proceed: make(chan struct{})}
 	c := client(t, serveConfig(t, Config{Authorizer: testPolicy(), Resources: svc, FlowControl: fc, WorkSize: worksize.NewTracker(nil, nil, 0, nil)}))
 
