@@ -46,28 +46,41 @@ func storageError(err error, res *registry.Resource, ns, name string) error {
 // about an election, after which another member leads.
 const storeRetryAfter = 2
 
-// storeUnreachable is the retriable error a client gets when the store
-// could not serve the request, nil for other errors: 503
-// ServiceUnavailable when no member could take it (no leader, the
-// leadership lost before the request was answered), 504 Timeout when the
-// member it was sent to stopped answering (the store client gives up on
-// such a member within seconds) or the request ran out of time. Both
-// carry Retry-After, so that clients retry; a write that gets either may
-// or may not have been applied, as after kube-apiserver's 504.
+// storeUnreachable is the error a client gets when the store could not
+// serve the request, nil for other errors: 503 ServiceUnavailable when no
+// member could take it (no leader, the leadership lost before the request
+// was answered), 504 Timeout when the member it was sent to stopped
+// answering (the store client gives up on such a member within seconds)
+// or the request ran out of time.
+//
+// Retry-After goes only on requests that are safe to send again: reads,
+// and writes the store proves were never proposed. client-go resends a
+// write on its own when a 5xx carries Retry-After, so a write that may
+// have been committed gets none: the caller sees the error, and its next
+// attempt can read the object first instead of meeting its own create as
+// AlreadyExists or its own update as a Conflict.
 func storeUnreachable(err error) error {
 	var ue *storage.UnreachableError
 	if !errors.As(err, &ue) {
 		return nil
 	}
 	st := status.Convert(ue.Err)
+	retryAfter, note := int32(storeRetryAfter), ""
+	if ue.MayHaveApplied {
+		retryAfter, note = 0, " (the write may have been applied: read the object before sending it again)"
+	}
 	switch st.Code() {
 	case codes.Unavailable:
-		return &apierrors.StatusError{ErrStatus: metav1.Status{
+		s := metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
-			Message: "the store is unavailable: " + st.Message(), Details: &metav1.StatusDetails{RetryAfterSeconds: storeRetryAfter},
-		}}
+			Message: "the store is unavailable: " + st.Message() + note,
+		}
+		if retryAfter > 0 {
+			s.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfter}
+		}
+		return &apierrors.StatusError{ErrStatus: s}
 	case codes.DeadlineExceeded:
-		return apierrors.NewTimeoutError("the store did not answer in time: "+st.Message(), storeRetryAfter)
+		return apierrors.NewTimeoutError("the store did not answer in time: "+st.Message()+note, int(retryAfter))
 	}
 	return nil
 }

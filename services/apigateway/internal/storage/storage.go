@@ -66,10 +66,14 @@ func (e *FutureRevisionError) Error() string {
 // UnreachableError is a store call that no member served: none could take
 // it (UNAVAILABLE: no leader, the leadership lost before it was answered)
 // or the member it went to did not answer in time (DEADLINE_EXCEEDED). It
-// is worth retrying; a write's outcome is unknown.
+// is worth retrying, but a write may have been applied (MayHaveApplied).
 type UnreachableError struct {
 	// Err is the store's gRPC error.
 	Err error
+	// MayHaveApplied is set for a write whose error does not prove it was
+	// never proposed: it may have been committed before the member that
+	// took it went away, so sending it again may meet its own effect.
+	MayHaveApplied bool
 }
 
 func (e *UnreachableError) Error() string { return "storage: " + e.Err.Error() }
@@ -371,7 +375,7 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, parent Par
 		Failure: failure,
 	})
 	if err != nil {
-		return 0, convert(err, 0)
+		return 0, convertWrite(err)
 	}
 	if resp.Succeeded {
 		return resp.GetHeader().GetRevision(), nil
@@ -419,7 +423,7 @@ func (s *Store) guarded(ctx context.Context, key string, modRevision int64, op *
 		Failure: []*storev1.RequestOp{rangeOp(key, true)},
 	})
 	if err != nil {
-		return 0, convert(err, 0)
+		return 0, convertWrite(err)
 	}
 	if resp.Succeeded {
 		return resp.GetHeader().GetRevision(), nil
@@ -459,6 +463,17 @@ func (s *Store) encrypt(ctx context.Context, key string, value []byte) ([]byte, 
 		return value, nil
 	}
 	return s.crypt.Encrypt(ctx, key, value)
+}
+
+// convertWrite is convert for a write: an UnreachableError says whether
+// the write may have been applied.
+func convertWrite(err error) error {
+	err = convert(err, 0)
+	var ue *UnreachableError
+	if errors.As(err, &ue) {
+		ue.MayHaveApplied = !storeclient.NotProposed(ue.Err)
+	}
+	return err
 }
 
 // convert turns the store's gRPC errors into this package's errors; others
