@@ -132,7 +132,7 @@ func allocate(total float64, items [][3]float64) []float64 {
 // setSeats sets the level's current limit and dispatches what it allows.
 func (l *level) setSeats(seats int, now time.Time) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	l.syncDemandLocked(now)
 	l.cfg.Seats = seats
 	l.setLimitGaugesLocked()

@@ -336,24 +336,30 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 	return c.acquire(ctx, gatewayID, d)
 }
 
-// TryAcquire is Acquire for a request that does not wait: it grants or
-// rejects d as Acquire would when that needs no wait in a queue (an
-// exempt level; a level without queues; a level with no request queued
-// and free seats for d). Otherwise it fails with ErrWouldWait having
-// done nothing but count as a heartbeat, and returns wait, which makes
-// the request as Acquire would without classifying it again: the caller
-// calls it once, where it may block. A request never overtakes the
-// queued ones of its level this way.
-func (c *Controller) TryAcquire(ctx context.Context, gatewayID string, d Digest) (g Grant, wait func(context.Context) (Grant, error), err error) {
+// AcquireFunc is Acquire for a caller that must not block. When the
+// request is granted or rejected at once (an exempt level; free seats
+// and its turn; a full queue) it returns Acquire's answer with decided
+// true. Otherwise the request waits in its queue, AcquireFunc returns
+// decided false, and done is called once with what Acquire would have
+// returned: by the goroutine that dispatches the request (a Release, a
+// reconfiguration, a borrowing adjustment) or takes it out of its
+// queue (MaxWait, ctx's end, Close), with no lock of the Controller
+// held. done should be quick: other requests' answers wait behind it.
+// A request waits without a goroutine of its own.
+func (c *Controller) AcquireFunc(ctx context.Context, gatewayID string, d Digest, done func(Grant, error)) (g Grant, decided bool, err error) {
 	s, h, g, err := c.start(gatewayID, &d)
 	if h == nil {
-		return g, nil, err
+		return g, true, err
 	}
-	g, err = c.admit(ctx, s, h, &d, false)
-	if errors.Is(err, ErrWouldWait) {
-		return Grant{}, func(ctx context.Context) (Grant, error) { return c.admit(ctx, s, h, &d, true) }, err
+	l := s.level
+	r, wait, err, queued := l.acquireFunc(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait, func(r *request, wait time.Duration, err error) {
+		done(c.admitted(ctx, s, h, r, wait, err))
+	})
+	if queued {
+		return Grant{}, false, nil
 	}
-	return g, nil, err
+	g, err = c.admitted(ctx, s, h, r, wait, err)
+	return g, true, err
 }
 
 // acquire is Acquire.
@@ -362,7 +368,8 @@ func (c *Controller) acquire(ctx context.Context, gatewayID string, d Digest) (G
 	if h == nil {
 		return g, err
 	}
-	return c.admit(ctx, s, h, &d, true)
+	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait)
+	return c.admitted(ctx, s, h, r, wait, err)
 }
 
 // start checks and classifies a request. It returns the grant to record
@@ -397,11 +404,10 @@ func (c *Controller) start(gatewayID string, d *Digest) (*schema, *held, Grant, 
 	return s, &held{grant: g, gateway: gatewayID, level: s.level, linger: max(d.AdditionalLatency, 0)}, Grant{}, nil
 }
 
-// admit admits the request d of schema s at its level, waiting in its
-// queue if mayWait (else failing with ErrWouldWait, see level.acquire),
-// and records the grant h.
-func (c *Controller) admit(ctx context.Context, s *schema, h *held, d *Digest, mayWait bool) (Grant, error) {
-	r, wait, err := s.level.acquire(ctx, c.closed, s.Name, s.flowDistinguisher(d), d, c.cfg.MaxWait, mayWait)
+// admitted ends a request of schema s that its level dispatched as r
+// after wait, or failed with err: it records the grant h of a dispatched
+// one and returns it.
+func (c *Controller) admitted(ctx context.Context, s *schema, h *held, r *request, wait time.Duration, err error) (Grant, error) {
 	if err != nil {
 		var rej *RejectedError
 		if errors.As(err, &rej) {
@@ -470,7 +476,15 @@ func (c *Controller) RetryAfter() time.Duration { return c.cfg.RetryAfter }
 // Close stops the sweeper and fails queued Acquires with ErrClosed. Held
 // grants stay held. It is safe to call more than once.
 func (c *Controller) Close() error {
-	c.closeOnce.Do(func() { close(c.closed) })
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		// The requests queued by AcquireFunc have no goroutine watching
+		// closed: they are failed here. Those of levels no longer served
+		// (draining) end by their own deadlines or contexts.
+		for _, l := range c.cur.Load().levels {
+			l.closeQueued()
+		}
+	})
 	c.wg.Wait()
 	return nil
 }

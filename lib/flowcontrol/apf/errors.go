@@ -25,9 +25,6 @@ var (
 	// ErrClosed reports a call on, or a wait cut short by, a closed
 	// Controller.
 	ErrClosed = errors.New("apf: controller closed")
-	// ErrWouldWait reports a TryAcquire whose request could not be
-	// dispatched at once; nothing was done for it.
-	ErrWouldWait = errors.New("apf: request would wait")
 )
 
 // RejectedError is a request the priority level could not admit: its queue

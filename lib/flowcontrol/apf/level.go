@@ -64,10 +64,20 @@ type request struct {
 	// the seat-seconds its queue was charged at dispatch (fairqueue.go).
 	arrivalR, charged float64
 	// ready is closed when the request is dispatched, or rejected while
-	// queued (its state then stateRemoved, reason set).
+	// queued (its state then stateRemoved, reason set); nil for a request
+	// queued by acquireFunc, which has wake instead.
 	ready  chan struct{}
 	state  int    // guarded by level.mu
 	reason string // why a queued request was rejected; guarded by level.mu
+	// wake, for a request queued by acquireFunc, is called once, by the
+	// goroutine that dispatched it or took it out of its queue, after
+	// that goroutine released level.mu (level.unlock): with nil when it
+	// was dispatched, else with why it left its queue (woken).
+	wake func(why error)
+	// woken is that error, and nextWoken links the requests to wake at
+	// the next unlock (level.mu.woken); both guarded by level.mu.
+	woken     error
+	nextWoken *request
 }
 
 // level is the run-time state of a priority level: its seats and queues,
@@ -116,6 +126,10 @@ type level struct {
 		// borrowing adjustment; smoothed is its smoothed envelope.
 		demand   integrator
 		smoothed float64
+		// woken lists, through request.nextWoken, the requests queued
+		// by acquireFunc that were dispatched or left their queues while
+		// mu was held; unlock wakes them once mu is released.
+		woken, wokenTail *request
 	}
 }
 
@@ -152,7 +166,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 		}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	now := l.now()
 	l.syncDemandLocked(now)
 	old := l.cfg.Queuing
@@ -182,7 +196,12 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 		if cfg.Queuing == nil {
 			r.state, r.reason = stateRemoved, ReasonConcurrencyLimit
 			l.flowMetrics(r.schema).inQueue.Dec()
-			close(r.ready)
+			var why error
+			if r.wake != nil {
+				// A blocking acquire counts its rejection itself.
+				why = l.reject(r.schema, ReasonConcurrencyLimit)
+			}
+			l.signalLocked(r, why)
 			continue
 		}
 		l.pushLocked(l.chooseQueueLocked(r.flow), r)
@@ -230,37 +249,20 @@ func (l *level) enqueueLocked(r *request, width uint32, now time.Time) *Rejected
 	return nil
 }
 
-// waitsLocked reports whether a request of width w could have to wait in
-// a queue of l: l queues, and requests are queued ahead of it (it must
-// not overtake them) or its seats are not free. A request for which it
-// is false is dispatched or rejected by enqueueLocked at once.
-func (l *level) waitsLocked(w uint32) bool {
-	if l.cfg.Queuing == nil || (l.cfg.Seats == 0 && l.cfg.MaxSeats == 0) {
-		return false
-	}
-	return l.mu.waiting > 0 || l.mu.seatsInUse+l.width(w) > l.cfg.Seats
-}
-
 // acquire waits until the request of flow (schema, distinguisher) is
 // dispatched, for at most maxWait. It returns the dispatched request, which
 // the caller passes to release, and how long it waited. It fails with a
-// *RejectedError, ctx's error, or ErrClosed when closed is closed; with
-// mayWait false, with ErrWouldWait, before the request is queued or
-// counted anywhere, when it could have to wait (waitsLocked).
-func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration, mayWait bool) (*request, time.Duration, error) {
+// *RejectedError, ctx's error, or ErrClosed when closed is closed.
+func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration) (*request, time.Duration, error) {
 	start := time.Now()
 	l.mu.Lock()
-	if !mayWait && l.waitsLocked(d.Width) {
-		l.mu.Unlock()
-		return nil, 0, ErrWouldWait
-	}
 	r := &request{schema: schema, distinguisher: distinguisher, digest: d, flow: flowHash(schema, distinguisher), enqueued: start, ready: make(chan struct{})}
 	if rej := l.enqueueLocked(r, d.Width, l.now()); rej != nil {
-		l.mu.Unlock()
+		l.unlock()
 		return nil, 0, rej
 	}
 	dispatched := r.state == stateDispatched
-	l.mu.Unlock()
+	l.unlock()
 	if dispatched {
 		wait := time.Since(start)
 		l.flowMetrics(schema).observeWait(true, wait)
@@ -313,13 +315,19 @@ func (l *level) acquire(ctx context.Context, closed <-chan struct{}, schema, dis
 	l.removeLocked(r)
 	// The removed request may have been the head blocking dispatch.
 	l.dispatchLocked(now)
-	l.mu.Unlock()
+	l.unlock()
+	l.countCancelled(schema, cause)
+	l.flowMetrics(schema).observeWait(false, time.Since(start))
+	return nil, 0, cause
+}
+
+// countCancelled counts a request of schema that left its queue for
+// cause, unless cause is a rejection (counted by reject).
+func (l *level) countCancelled(schema string, cause error) {
 	if _, ok := cause.(*RejectedError); !ok {
 		l.cancelled.Add(1)
 		l.metrics.rejected.WithLabelValues(l.cfg.Name, schema, ReasonCancelled).Inc()
 	}
-	l.flowMetrics(schema).observeWait(false, time.Since(start))
-	return nil, 0, cause
 }
 
 func (l *level) reject(schema, reason string) *RejectedError {
@@ -357,7 +365,7 @@ func (l *level) release(r *request, ran bool) {
 		l.mu.estimate.observe(executed)
 	}
 	l.dispatchLocked(now)
-	l.mu.Unlock()
+	l.unlock()
 	l.flowMetrics(r.schema).executingSeats.Sub(float64(r.width))
 	if ran {
 		l.flowMetrics(r.schema).execution.Observe(executed.Seconds())
@@ -370,7 +378,7 @@ func (l *level) startLocked(r *request) {
 	l.mu.executing[r] = struct{}{}
 	l.dispatched.Add(1)
 	r.state = stateDispatched
-	close(r.ready)
+	l.signalLocked(r, nil)
 	fm := l.flowMetrics(r.schema)
 	fm.executingSeats.Add(float64(r.width))
 	fm.dispatched.Inc()

@@ -2,6 +2,7 @@ package apf
 
 import (
 	"container/heap"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -23,19 +24,29 @@ import (
 // released (alone, it mostly finds one free). With the elephant, the
 // kube-apiserver rule (R advancing at seats / busy queues, 3 s charged
 // at dispatch) left the mice's p99 at 76-100 ms against 16-21 ms alone.
+//
+// A mouse makes about 200 requests in the default 20 s, so its p99 is
+// its second-longest wait and varies by run: -mice-run sets a longer
+// simulated run for the benchmark figures (docs/benchmarks.md), and the
+// test logs how many mice met issue 21's target of 1.5× without the
+// added execution time.
 func TestElephantAndMice(t *testing.T) {
 	const (
 		seats   = 4
 		service = 20 * time.Millisecond
-		run     = 20 * time.Second
 	)
+	run := *miceRunLength
 	capacity := float64(seats) / service.Seconds()
 	alone := runMice(t, seats, service, run, capacity, false)
 	loaded := runMice(t, seats, service, run, capacity, true)
+	met := 0
 	for i := range 10 {
 		a, l := alone.p99(i), loaded.p99(i)
-		t.Logf("mouse-%d: p99 %s alone, %s with the elephant; %.1f%% / %.1f%% of capacity", i, a, l,
-			alone.share(i, run, capacity), loaded.share(i, run, capacity))
+		if l <= a*3/2 {
+			met++
+		}
+		t.Logf("mouse-%d: p99 %s alone, %s with the elephant (%.2f×; %d requests); %.1f%% / %.1f%% of capacity", i, a, l,
+			float64(l)/float64(a), len(loaded.flows[i].waits), alone.share(i, run, capacity), loaded.share(i, run, capacity))
 		if limit := a*3/2 + service; l > limit {
 			t.Errorf("mouse-%d: p99 queue wait %s with the elephant, %s alone: over %s", i, l, a, limit)
 		}
@@ -48,11 +59,14 @@ func TestElephantAndMice(t *testing.T) {
 	for i := range 10 {
 		mice += loaded.share(i, run, capacity)
 	}
-	t.Logf("elephant: %.1f%% of capacity, %d rejected; mice %.1f%%", e, loaded.flows[10].rejected, mice)
+	t.Logf("elephant: %.1f%% of capacity, %d rejected; mice %.1f%%; %d of 10 mice within 1.5× of their p99 alone", e, loaded.flows[10].rejected, mice, met)
 	if e > 100-mice+2 || e < 100-mice-5 {
 		t.Errorf("elephant got %.1f%% of capacity; the mice left %.1f%%", e, 100-mice)
 	}
 }
+
+// miceRunLength is the simulated length of TestElephantAndMice's runs.
+var miceRunLength = flag.Duration("mice-run", 20*time.Second, "simulated length of each TestElephantAndMice run")
 
 // miceFlow is one flow's outcome in runMice.
 type miceFlow struct {

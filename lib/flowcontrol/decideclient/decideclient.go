@@ -217,46 +217,54 @@ func (c *Client) answer(resp *flowcontrolv1.DecideResponse, ok bool) (*flowcontr
 // error returned; a grant that crossed the cancellation is released.
 func (c *Client) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
 	call := &flowcontrolv1.DecideRequest{Call: &flowcontrolv1.DecideRequest_Acquire{Acquire: req}, Traceparent: telemetry.Traceparent(ctx)}
-	ch, err := c.send(call)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case resp, ok := <-ch:
-		resp, err := c.answer(resp, ok)
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetAcquire(), nil
-	case <-ctx.Done():
-	}
-	c.enqueue(&flowcontrolv1.DecideRequest{Id: call.GetId(), Call: &flowcontrolv1.DecideRequest_Cancel{Cancel: true}})
-	// The answer follows the cancellation at once (or the stream ends).
-	resp, ok := <-ch
-	if resp, err := c.answer(resp, ok); err == nil {
+	resp, err := c.call(ctx, call, func(resp *flowcontrolv1.DecideResponse) {
 		if g := resp.GetAcquire().GetGrant(); g.GetId() != "" {
 			_, _ = c.ReleaseGrants(context.WithoutCancel(ctx), []string{g.GetId()})
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, ctx.Err()
+	return resp.GetAcquire(), nil
 }
 
-// ReleaseGrants is FlowControlService.ReleaseGrants on the stream.
+// ReleaseGrants is FlowControlService.ReleaseGrants on the stream. When
+// ctx ends first, ctx's error is returned; the release goes on and its
+// answer is dropped.
 func (c *Client) ReleaseGrants(ctx context.Context, ids []string) (*flowcontrolv1.ReleaseGrantsResponse, error) {
-	ch, err := c.send(&flowcontrolv1.DecideRequest{Call: &flowcontrolv1.DecideRequest_ReleaseGrants{ReleaseGrants: &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids}}})
+	call := &flowcontrolv1.DecideRequest{Call: &flowcontrolv1.DecideRequest_ReleaseGrants{ReleaseGrants: &flowcontrolv1.ReleaseGrantsRequest{GrantIds: ids}}}
+	resp, err := c.call(ctx, call, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetReleaseGrants(), nil
+}
+
+// call sends req and returns its answer, or its error as a gRPC status
+// error, or the stream's error when the stream ended first. When ctx
+// ends first it returns ctx's error; with crossed set, it first cancels
+// the call on the stream, waits for the answer (which follows the
+// cancellation at once, or the stream ends) and passes crossed an answer
+// that is not an error: one decided before the cancellation arrived.
+func (c *Client) call(ctx context.Context, req *flowcontrolv1.DecideRequest, crossed func(*flowcontrolv1.DecideResponse)) (*flowcontrolv1.DecideResponse, error) {
+	ch, err := c.send(req)
 	if err != nil {
 		return nil, err
 	}
 	select {
 	case resp, ok := <-ch:
-		resp, err := c.answer(resp, ok)
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetReleaseGrants(), nil
+		return c.answer(resp, ok)
 	case <-ctx.Done():
-		return nil, ctx.Err() // the release goes on; its answer is dropped
 	}
+	if crossed == nil {
+		return nil, ctx.Err()
+	}
+	c.enqueue(&flowcontrolv1.DecideRequest{Id: req.GetId(), Call: &flowcontrolv1.DecideRequest_Cancel{Cancel: true}})
+	resp, ok := <-ch
+	if resp, err := c.answer(resp, ok); err == nil {
+		crossed(resp)
+	}
+	return nil, ctx.Err()
 }
 
 // Close half-closes the stream once the calls queued are sent, waits for

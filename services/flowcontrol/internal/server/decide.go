@@ -6,8 +6,6 @@ import (
 	"io"
 	"slices"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -24,71 +22,35 @@ import (
 
 var _ flowcontrolv1.DecisionServiceServer = (*Server)(nil)
 
-// workerIdle is how long a Decide stream keeps an idle worker.
-const workerIdle = 10 * time.Second
-
 // Decide serves the Acquire and ReleaseGrants calls of one stream with
-// the unary methods (Acquire, ReleaseGrants), so both paths decide,
-// check leadership and map errors alike.
+// the unary methods' code (Acquire's checks and answer, ReleaseGrants),
+// so both paths decide, check leadership and map errors alike.
 //
-// An Acquire that is granted or rejected without waiting in a queue is
-// decided in Decide's goroutine and answered with the batch it came in;
-// any other runs in a worker goroutine of its own while it runs, since
-// it waits in its queue, and so does every Acquire that arrives while
-// Acquires of the stream are in workers (its level likely has requests
-// queued, so a try would only add work); workers are kept (idle for up to
-// workerIdle) and reused by later Acquires, so a decision does not pay
-// for a new goroutine growing its stack. ReleaseGrants never waits and
-// runs in Decide's goroutine. Answers are sent as
-// calls finish (answers: what is ready goes in one message when the
-// client opened the stream with decideclient.BatchMetadata; the server
-// says the same in its header, sent at once). When the client closes its
-// side, the calls in progress are answered before Decide returns; when
-// the stream ends otherwise, or the Server closes (UNAVAILABLE), they
-// are cancelled: queued requests leave their queues, and a grant made
-// meanwhile is released by Acquire's own check of its context.
+// Every call is decided in Decide's goroutine, which alone sends the
+// answers (answers): an Acquire granted or rejected at once, a
+// ReleaseGrants and a cancel are answered in the flush that follows the
+// messages received together. An Acquire whose request waits in its
+// queue has no goroutine: apf.Controller.AcquireFunc calls back when it
+// is decided, from the goroutine that decides it (often this one, a
+// ReleaseGrants of this stream dispatching it; else another stream's
+// Decide, or the request's timer or context), which posts the answer;
+// this goroutine sends it with its next flush, woken for it when idle.
+// The answers go in one message when the client opened the stream with
+// decideclient.BatchMetadata (the server says the same in its header,
+// sent at once). When the client closes its side, the calls in progress
+// are answered before Decide returns; when the stream ends otherwise,
+// or the Server closes (UNAVAILABLE), they are cancelled: queued
+// requests leave their queues, and a grant made meanwhile is released
+// by AcquireFunc's own check of its context.
 func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse]) error {
 	ctx, cancelAll := context.WithCancel(stream.Context())
+	defer cancelAll() // the calls in progress end at once
 	md, _ := metadata.FromIncomingContext(ctx)
-	out := &answers{stream: stream, batch: slices.Contains(md.Get(decideclient.BatchMetadata), "1"), failed: cancelAll}
+	out := newAnswers(stream, slices.Contains(md.Get(decideclient.BatchMetadata), "1"), cancelAll)
 	if err := stream.SendHeader(metadata.Pairs(decideclient.BatchMetadata, "1")); err != nil {
-		cancelAll()
 		return err
 	}
-	var (
-		workers sync.WaitGroup      // the worker goroutines
-		jobs    = make(chan func()) // to idle workers
-		dc      = decideCalls{cancelers: map[uint64]context.CancelFunc{}}
-	)
-	// run runs f in an idle worker, or a new one.
-	dc.run = func(f func()) {
-		select {
-		case jobs <- f:
-			return
-		default:
-		}
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			idle := time.NewTimer(workerIdle)
-			defer idle.Stop()
-			for {
-				f()
-				idle.Reset(workerIdle)
-				select {
-				case f = <-jobs:
-				case <-idle.C:
-					return
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		cancelAll() // the calls in progress end at once; the workers too
-		workers.Wait()
-	}()
+	dc := decideCalls{cancelers: map[uint64]context.CancelFunc{}}
 	// Recv blocks until a message or the stream's end, so it runs in its
 	// own goroutine, which ends with the stream.
 	reqs := make(chan *flowcontrolv1.DecideRequest)
@@ -111,17 +73,21 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 		var req *flowcontrolv1.DecideRequest
 		select {
 		case req = <-reqs:
+		case <-out.posted:
+			out.begin()
+			out.flush()
+			continue
 		case err := <-recvErr:
 			if !errors.Is(err, io.EOF) {
 				return err
 			}
-			dc.wg.Wait()
-			return out.Err()
+			return s.finishCalls(out, &dc)
 		case <-s.closing:
 			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
 		}
 		// The messages already received are decided before the flush, so
 		// that their answers decided at once go in one Send.
+		out.begin()
 		s.decideMessage(ctx, req, out, &dc)
 	received:
 		for range maxCoalesced {
@@ -133,6 +99,26 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 			}
 		}
 		out.flush()
+	}
+}
+
+// finishCalls sends the answers of a Decide stream's calls in progress
+// as they are decided, once the client has closed its side, and returns
+// when all are sent, or at once with UNAVAILABLE when the Server closes.
+func (s *Server) finishCalls(out *answers, dc *decideCalls) error {
+	all := make(chan struct{})
+	go func() { dc.wg.Wait(); close(all) }()
+	for {
+		select {
+		case <-out.posted:
+			out.begin()
+			out.flush()
+		case <-all:
+			out.flush()
+			return out.Err()
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "flowcontrol: shutting down")
+		}
 	}
 }
 
@@ -151,27 +137,20 @@ func (s *Server) decideMessage(ctx context.Context, req *flowcontrolv1.DecideReq
 	s.decideCall(ctx, req, out, dc)
 }
 
-// decideCalls is the state of a Decide stream's calls in progress.
+// decideCalls is the state of a Decide stream's Acquires waiting in
+// their queues.
 type decideCalls struct {
-	// run runs an Acquire in a worker goroutine.
-	run func(func())
-	// wg counts the Acquires in progress; inWorkers those of them in
-	// workers.
-	wg        sync.WaitGroup
-	inWorkers atomic.Int32
-	// mu guards cancelers: the cancel functions of the Acquires in
-	// progress, by id.
+	// wg counts them.
+	wg sync.WaitGroup
+	// mu guards cancelers: their cancel functions, by id.
 	mu        sync.Mutex
 	cancelers map[uint64]context.CancelFunc
 }
 
-// decideCall serves one call of a Decide stream: an Acquire that can be
-// decided without waiting in a queue (apf.Controller.TryAcquire), a
-// ReleaseGrants or a cancel at once (an answer queued on out, sent by
-// the caller's flush); any other Acquire in a worker (its answer sent
-// when it ends). An Acquire decided at once never overtakes a request
-// queued in its level; as between workers, there is no order between it
-// and an Acquire handed to a worker that has not queued its request yet.
+// decideCall serves one call of a Decide stream, in its Decide
+// goroutine: an Acquire (answered by the flush that follows when it is
+// decided at once, else once it leaves its queue), a ReleaseGrants or a
+// cancel.
 func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideRequest, out *answers, dc *decideCalls) {
 	id := req.GetId()
 	switch call := req.GetCall().(type) {
@@ -185,36 +164,30 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 			actx, span = telemetry.StartRemoteSpan(actx, s.tracer, tp, telemetry.ScopeFlowControl, decideAcquireSpan, trace.WithSpanKind(trace.SpanKindServer))
 		}
 		a, resp, err := s.startAcquire(actx, call.Acquire)
-		switch {
-		case a == nil:
-		case dc.inWorkers.Load() > 0:
-			// Acquires of this stream wait in workers, so its requests
-			// are likely queued: this one goes to a worker without a try,
-			// which would most likely fail.
-			err = errWouldWait
-		default:
-			resp, err = a.decide(false)
-		}
-		if !errors.Is(err, errWouldWait) {
-			// Decided without waiting: answered in this batch's flush.
+		if a == nil {
 			out.add(acquireAnswer(id, resp, err, span, cancel))
 			return
 		}
-		// The request may wait in its queue: a worker decides it.
+		// Registered before the request can be queued, since its answer
+		// may come from another goroutine before AcquireFunc returns.
 		dc.mu.Lock()
 		dc.cancelers[id] = cancel
 		dc.mu.Unlock()
 		dc.wg.Add(1)
-		dc.inWorkers.Add(1)
-		dc.run(func() {
-			defer dc.wg.Done()
-			resp, err := a.decide(true)
-			dc.inWorkers.Add(-1)
+		forget := func() {
 			dc.mu.Lock()
 			delete(dc.cancelers, id)
 			dc.mu.Unlock()
-			out.send(acquireAnswer(id, resp, err, span, cancel))
+			dc.wg.Done()
+		}
+		resp, err, decided := a.decideFunc(func(resp *flowcontrolv1.AcquireResponse, err error) {
+			out.post(acquireAnswer(id, resp, err, span, cancel))
+			forget()
 		})
+		if decided {
+			forget()
+			out.add(acquireAnswer(id, resp, err, span, cancel))
+		}
 	case *flowcontrolv1.DecideRequest_ReleaseGrants:
 		resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
 		answer := &flowcontrolv1.DecideResponse{Id: id}

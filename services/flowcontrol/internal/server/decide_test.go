@@ -69,7 +69,8 @@ func serve(t *testing.T, conf apf.Configuration) *grpc.ClientConn {
 // ReleaseGrants; of two Acquires in one batch for a level of one seat
 // the first is granted and the second queued, and a later Acquire of
 // that level queues behind it though a seat is free for no one else:
-// each is granted in turn as the seat is released.
+// each is granted in turn as the seat is released, answered in the
+// message that answers the release that dispatched it.
 func TestDecideFreeSeat(t *testing.T) {
 	conn := serve(t, oneSeat())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -181,16 +182,16 @@ func TestDecideFreeSeat(t *testing.T) {
 	send(acquire(8, "dave"))
 	waiting(2)
 	send(release(9, bob))
-	for got[7] == nil || got[9] == nil {
-		recv()
+	if ids := recv(); !same(ids, []uint64{7, 9}) {
+		t.Fatalf("answers %v after bob's release, want carol's grant (7) and the release (9) together", ids)
 	}
 	carol := grant(7)
 	if got[8] != nil {
 		t.Fatalf("dave answered before carol released: %v", got[8])
 	}
 	send(release(10, carol))
-	for got[8] == nil || got[10] == nil {
-		recv()
+	if ids := recv(); !same(ids, []uint64{8, 10}) {
+		t.Fatalf("answers %v after carol's release, want dave's grant (8) and the release (10) together", ids)
 	}
 	send(release(11, grant(8)))
 	for got[11] == nil {

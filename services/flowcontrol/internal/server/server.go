@@ -97,12 +97,11 @@ func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest)
 	if a == nil {
 		return resp, err
 	}
-	return a.decide(true)
+	return a.answer(a.s.ctrl.Acquire(a.ctx, a.gw, a.digest))
 }
 
 // acquireCall is an Acquire past its checks of the request and the term,
-// to be decided once (decide), by the caller or by a goroutine it hands
-// the call to.
+// to be decided once: by Acquire, blocking, or by decideFunc.
 type acquireCall struct {
 	s    *Server
 	ctx  context.Context // ends with the term; carries the flowcontrol.wait span
@@ -112,9 +111,6 @@ type acquireCall struct {
 	term   context.Context
 	gw     string
 	digest apf.Digest
-	// wait makes the request where it may block, once a decide without
-	// mayWait found it could have to wait (apf.Controller.TryAcquire).
-	wait func(context.Context) (apf.Grant, error)
 }
 
 // startAcquire checks req and the term and starts the call's
@@ -162,26 +158,22 @@ func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireReq
 	return a, nil, nil
 }
 
-// decide decides the call: with mayWait, as apf.Controller.Acquire
-// (blocking while the request is queued); without, as TryAcquire: then
-// errWouldWait, with nothing done and the call still to decide, says
-// that the request could have to wait, and the caller decides it again
-// with mayWait where it may block. Otherwise the call is over.
-func (a *acquireCall) decide(mayWait bool) (*flowcontrolv1.AcquireResponse, error) {
-	var (
-		g   apf.Grant
-		err error
-	)
-	switch {
-	case mayWait && a.wait != nil:
-		g, err = a.wait(a.ctx)
-	case mayWait:
-		g, err = a.s.ctrl.Acquire(a.ctx, a.gw, a.digest)
-	default:
-		if g, a.wait, err = a.s.ctrl.TryAcquire(a.ctx, a.gw, a.digest); errors.Is(err, apf.ErrWouldWait) {
-			return nil, errWouldWait
-		}
+// decideFunc decides the call without blocking
+// (apf.Controller.AcquireFunc): it returns the answer with decided true
+// when the request was granted or rejected at once; otherwise done gets
+// the answer once the request leaves its queue, from the goroutine that
+// decides it.
+func (a *acquireCall) decideFunc(done func(*flowcontrolv1.AcquireResponse, error)) (resp *flowcontrolv1.AcquireResponse, err error, decided bool) {
+	g, decided, err := a.s.ctrl.AcquireFunc(a.ctx, a.gw, a.digest, func(g apf.Grant, err error) { done(a.answer(g, err)) })
+	if !decided {
+		return nil, nil, false
 	}
+	resp, err = a.answer(g, err)
+	return resp, err, true
+}
+
+// answer ends the call with Acquire's outcome g, err: the answer to send.
+func (a *acquireCall) answer(g apf.Grant, err error) (*flowcontrolv1.AcquireResponse, error) {
 	defer a.done()
 	if a.term.Err() != nil {
 		// The term ended while the request waited, or just after it was
@@ -210,10 +202,6 @@ func (a *acquireCall) decide(mayWait bool) (*flowcontrolv1.AcquireResponse, erro
 		QueueWait:        durationpb.New(g.QueueWait),
 	}}, nil
 }
-
-// errWouldWait is acquireCall.decide's answer to a call that it could not
-// decide without waiting.
-var errWouldWait = errors.New("flowcontrol: acquire would wait")
 
 // Release returns a grant's seats.
 func (s *Server) Release(ctx context.Context, req *flowcontrolv1.ReleaseRequest) (*flowcontrolv1.ReleaseResponse, error) {
