@@ -281,9 +281,13 @@ func (s *Schema) validateRules(ctx context.Context, obj, old *unstructured.Unstr
 			return field.ErrorList{field.Invalid(nil, nil, "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation")}
 		}
 	}
+	var oldMap map[string]any
 	var oldObj any
 	if old != nil {
-		oldObj = old.Object
+		oldMap, oldObj = old.Object, old.Object
+	}
+	if s.rules != nil && s.rules.pass(ctx, obj.Object, oldMap, s.budget) {
+		return nil
 	}
 	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, s.budget, opts...)
 	return ruleErrs

@@ -43,6 +43,10 @@ type Schema struct {
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
 	celValidator *cel.Validator
+	// rules answers quickly that every rule holds, before celValidator
+	// is asked for the errors; nil when celValidator is nil or the
+	// schema has rules passRules does not cover.
+	rules *passRules
 	// budget is the runtime cost all rules may spend on one request:
 	// celenv.RuntimeBudget (tests lower it).
 	budget int64
@@ -144,6 +148,9 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		// environment of the base set for the default compatibility
 		// version, which is celenv.Base(); it returns nil without rules.
 		s.celValidator = cel.NewValidator(s.structural, true, celenv.PerCallLimit)
+		if s.celValidator != nil {
+			s.rules = compileRules(s.structural)
+		}
 	}
 	return s, nil
 }
