@@ -261,6 +261,9 @@ func (s *Schema) validateEmbeddedAndLists(ctx context.Context, obj, old *unstruc
 	if s.hasEmbedded {
 		errs = schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
 	}
+	if !s.hasListSetsOrMaps {
+		return errs
+	}
 	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, s.structural, old.Object)) == 0 {
 		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, s.structural, obj.Object)...)
 	}

@@ -59,6 +59,11 @@ type Schema struct {
 	// defaulting and embedded-metadata walks change nothing and are
 	// skipped (each walk copies the schema node of every field it visits).
 	hasDefaults, hasEmbedded bool
+	// hasListSetsOrMaps tells whether the schema has an
+	// x-kubernetes-list-type of set or map anywhere; without one the
+	// list invariants cannot fail and their walk of the object is
+	// skipped.
+	hasListSetsOrMaps bool
 }
 
 // GroupVersionKind is the kind the schema admits.
@@ -104,6 +109,9 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		}
 		s.hasDefaults = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.Default != nil })
 		s.hasEmbedded = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.XEmbeddedResource })
+		s.hasListSetsOrMaps = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool {
+			return p.XListType != nil && (*p.XListType == "set" || *p.XListType == "map")
+		})
 		st, err := structuralschema.NewStructural(internal)
 		if err != nil && !crd.Spec.PreserveUnknownFields {
 			return nil, fmt.Errorf("crdschema: schema of %s %s is not structural: %w", crd.Name, version, err)
