@@ -13,57 +13,43 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
 )
 
-// rulesCRD has rules where widgets.yaml has none: on the resource root
-// (self.metadata), under an atomic map, on an embedded resource, on a
-// nullable field, a transition rule on the root and one that errors at
-// run time (no such key).
-const rulesCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
+// rulesRoot is the schema of a CRD with rules where widgets.yaml has
+// none: on the resource root (self.metadata), under an atomic map, on an
+// embedded resource, on a nullable field, a transition rule on the root
+// and one that errors at run time (no such key).
+const rulesRoot = `type: object
+x-kubernetes-validations:
+- rule: "self.metadata.name != 'forbidden' || !has(self.spec)"
+- rule: "!has(self.spec) || !has(oldSelf.spec) || !has(self.spec.frozen) || !has(oldSelf.spec.frozen) || self.spec.frozen == oldSelf.spec.frozen"
+properties:
+  spec:
+    type: object
+    x-kubernetes-map-type: atomic
+    x-kubernetes-validations:
+    - rule: "self.a < 3 || self.b == 'small'"
+    properties:
+      a: {type: integer}
+      b: {type: string}
+      frozen: {type: string}
+      note:
+        type: string
+        nullable: true
         x-kubernetes-validations:
-        - rule: "self.metadata.name != 'forbidden' || !has(self.spec)"
-        - rule: "!has(self.spec) || !has(oldSelf.spec) || !has(self.spec.frozen) || !has(oldSelf.spec.frozen) || self.spec.frozen == oldSelf.spec.frozen"
+        - rule: "self != 'black'"
+      inner:
+        type: object
         properties:
-          spec:
-            type: object
-            x-kubernetes-map-type: atomic
+          x:
+            type: integer
             x-kubernetes-validations:
-            - rule: "self.a < 3 || self.b == 'small'"
-            properties:
-              a: {type: integer}
-              b: {type: string}
-              frozen: {type: string}
-              note:
-                type: string
-                nullable: true
-                x-kubernetes-validations:
-                - rule: "self != 'black'"
-              inner:
-                type: object
-                properties:
-                  x:
-                    type: integer
-                    x-kubernetes-validations:
-                    - rule: "self == oldSelf"
-              template:
-                type: object
-                x-kubernetes-embedded-resource: true
-                x-kubernetes-validations:
-                - rule: "self.kind != 'Secret'"
-                properties:
-                  data: {type: string}
+            - rule: "self == oldSelf"
+      template:
+        type: object
+        x-kubernetes-embedded-resource: true
+        x-kubernetes-validations:
+        - rule: "self.kind != 'Secret'"
+        properties:
+          data: {type: string}
 `
 
 // TestPassRulesMatchesUpstream: on random objects and random old objects,
@@ -75,7 +61,7 @@ func TestPassRulesMatchesUpstream(t *testing.T) {
 		"widgets": compile(t, "widgets.yaml", "v1"),
 		"bench":   compile(t, "bench.yaml", "v1"),
 	}
-	gadget, err := Compile(parseCRD(t, rulesCRD), "v1")
+	gadget, err := Compile(parseCRD(t, crdWithRootSchema(rulesRoot)), "v1")
 	if err != nil {
 		t.Fatal(err)
 	}
