@@ -187,3 +187,43 @@ func TestCRDConversionWebhook(t *testing.T) {
 		t.Errorf("a create that failed to convert was stored: %q", got)
 	}
 }
+
+// TestCRDApplyAcrossWebhookConversion: server-side apply compares each
+// managedFields entry at its own version, converting the object there
+// through the CRD's conversion webhook, as kube-apiserver does. A manager
+// that set spec.size through v1 conflicts with an apply of spec.replicas
+// through v2 (the same field once converted); --force-conflicts takes it
+// over, and each version reads the new value.
+func TestCRDApplyAcrossWebhookConversion(t *testing.T) {
+	requireKubectl(t)
+	var calls atomic.Int32
+	srv := webhooktest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		crdconverttest.Handler(crdconverttest.SizeReplicas).ServeHTTP(w, r)
+	}))
+	cp := start(t, "")
+	cp.createNamespace("conv")
+	cp.kubectl("apply", "-f", manifest(t, "crd.yaml", gizmoCRD(srv.URL+"/convert", srv.CABundle)))
+	cp.waitEstablished("gizmos.example.com")
+
+	cp.kubectl("-n", "conv", "apply", "--server-side", "--field-manager=old", "-f", manifest(t, "old.yaml", "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: shared}\nspec: {size: \"3\"}\n"))
+	before := calls.Load()
+	newer := manifest(t, "new.yaml", "apiVersion: example.com/v2\nkind: Gizmo\nmetadata: {name: shared}\nspec: {replicas: 4}\n")
+	if _, errOut, err := cp.kubectlErr("-n", "conv", "apply", "--server-side", "--field-manager=new", "-f", newer); err == nil || !strings.Contains(errOut, `conflict with "old"`) || !strings.Contains(errOut, ".spec.size") {
+		t.Errorf("apply through v2 over a v1 manager's field: %v %s, want a conflict with \"old\" on .spec.size", err, errOut)
+	}
+	if calls.Load() == before {
+		t.Error("the conflicting apply did not call the conversion webhook")
+	}
+	if got := cp.kubectl("-n", "conv", "get", "gizmos.v1.example.com", "shared", "-o", "jsonpath={.spec.size}"); got != "3" {
+		t.Errorf("after the refused apply: size %q, want \"3\"", got)
+	}
+
+	cp.kubectl("-n", "conv", "apply", "--server-side", "--field-manager=new", "--force-conflicts", "-f", newer)
+	if got := cp.kubectl("-n", "conv", "get", "gizmos.v2.example.com", "shared", "--show-managed-fields", "-o", `jsonpath={.spec.replicas} {range .metadata.managedFields[*]}{.manager}={.apiVersion} {.fieldsV1} {end}`); got != `4 new=example.com/v2 {"f:spec":{"f:replicas":{}}} ` {
+		t.Errorf("after the forced apply, at v2: %q", got)
+	}
+	if got := cp.kubectl("-n", "conv", "get", "gizmos.v1.example.com", "shared", "-o", "jsonpath={.spec.size}"); got != "4" {
+		t.Errorf("after the forced apply, at v1: size %q, want \"4\"", got)
+	}
+}

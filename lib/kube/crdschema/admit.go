@@ -261,6 +261,9 @@ func (s *Schema) validateEmbeddedAndLists(ctx context.Context, obj, old *unstruc
 	if s.hasEmbedded {
 		errs = schemaobjectmeta.Validate(ctx, nil, obj.Object, s.structural, false)
 	}
+	if !s.hasListSetsOrMaps {
+		return errs
+	}
 	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, s.structural, old.Object)) == 0 {
 		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, s.structural, obj.Object)...)
 	}
@@ -281,9 +284,13 @@ func (s *Schema) validateRules(ctx context.Context, obj, old *unstructured.Unstr
 			return field.ErrorList{field.Invalid(nil, nil, "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation")}
 		}
 	}
+	var oldMap map[string]any
 	var oldObj any
 	if old != nil {
-		oldObj = old.Object
+		oldMap, oldObj = old.Object, old.Object
+	}
+	if s.rules != nil && s.rules.pass(ctx, obj.Object, oldMap, s.budget) {
+		return nil
 	}
 	ruleErrs, _ := s.celValidator.Validate(ctx, nil, s.structural, obj.Object, oldObj, s.budget, opts...)
 	return ruleErrs

@@ -219,8 +219,8 @@ func TestDefaultOnRead(t *testing.T) {
 // fields and nulls of non-nullable fields.
 func TestAdmitWithoutDefaultsOrEmbedded(t *testing.T) {
 	s := compile(t, "bench.yaml", "v1")
-	if s.hasDefaults || s.hasEmbedded {
-		t.Fatalf("bench.yaml: hasDefaults %v hasEmbedded %v", s.hasDefaults, s.hasEmbedded)
+	if s.hasDefaults || s.hasEmbedded || s.hasListSetsOrMaps {
+		t.Fatalf("bench.yaml: hasDefaults %v hasEmbedded %v hasListSetsOrMaps %v", s.hasDefaults, s.hasEmbedded, s.hasListSetsOrMaps)
 	}
 	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Bench\nmetadata: {name: b, namespace: default}\nspec: {s00: value-0, n01: 1, n05: 2, b02: false, e03: red, s04: null, zz: 1}\n")
 	warnings, errs := s.Admit(context.Background(), obj, nil, FieldValidationWarn)
@@ -308,4 +308,23 @@ func TestAdmitConcurrent(t *testing.T) {
 	for got := range errc {
 		t.Errorf("errors = %s", got)
 	}
+}
+
+// TestAdmitNestedListSet: a listType=set deep in the schema (under
+// additionalProperties and items) is found, and its duplicates refused.
+func TestAdmitNestedListSet(t *testing.T) {
+	s, err := Compile(parseCRD(t, crdWithSchema(`type: object
+additionalProperties:
+  type: array
+  items:
+    type: array
+    x-kubernetes-list-type: set
+    items: {type: string}
+`)), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := parseObj(t, "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g, namespace: default}\nspec: {a: [[x, y, x]]}\n")
+	_, errs := s.Admit(context.Background(), obj, nil, "")
+	wantErrs(t, errs, []string{`spec[a][0][2]: Duplicate value: "x"`})
 }

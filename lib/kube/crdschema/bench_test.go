@@ -22,7 +22,7 @@ func processCPU(b *testing.B) int64 {
 
 // benchObject is testdata/bench-object.json decoded as the gateway
 // decodes a request body.
-func benchObject(b *testing.B) *unstructured.Unstructured {
+func benchObject(b testing.TB) *unstructured.Unstructured {
 	b.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", "bench-object.json"))
 	if err != nil {

@@ -20,18 +20,25 @@ spec:
 `
 
 // crdWithSchema is a one-version CRD whose openAPIV3Schema.properties.spec
-// is specYAML (indented by 12 spaces inside the template).
+// is specYAML.
 func crdWithSchema(specYAML string) string {
-	indented := "            " + strings.ReplaceAll(strings.TrimRight(specYAML, "\n"), "\n", "\n            ")
+	return crdWithRootSchema("type: object\nproperties:\n  spec:\n" + indent(specYAML, "    "))
+}
+
+// crdWithRootSchema is a one-version CRD whose openAPIV3Schema is
+// rootYAML.
+func crdWithRootSchema(rootYAML string) string {
 	return gadgetsHeader + `  - name: v1
     served: true
     storage: true
     schema:
       openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-` + indented + "\n"
+` + indent(rootYAML, "        ") + "\n"
+}
+
+// indent prefixes every line of doc with prefix.
+func indent(doc, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(doc, "\n"), "\n", "\n"+prefix)
 }
 
 // crdWithVersions is the CRD with the given versions list (YAML, indented

@@ -43,6 +43,10 @@ type Schema struct {
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
 	celValidator *cel.Validator
+	// rules answers quickly that every rule holds, before celValidator
+	// is asked for the errors; nil when celValidator is nil or the
+	// schema has rules passRules does not cover.
+	rules *passRules
 	// budget is the runtime cost all rules may spend on one request:
 	// celenv.RuntimeBudget (tests lower it).
 	budget int64
@@ -55,6 +59,11 @@ type Schema struct {
 	// defaulting and embedded-metadata walks change nothing and are
 	// skipped (each walk copies the schema node of every field it visits).
 	hasDefaults, hasEmbedded bool
+	// hasListSetsOrMaps tells whether the schema has an
+	// x-kubernetes-list-type of set or map anywhere; without one the
+	// list invariants cannot fail and their walk of the object is
+	// skipped.
+	hasListSetsOrMaps bool
 }
 
 // GroupVersionKind is the kind the schema admits.
@@ -100,6 +109,9 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		}
 		s.hasDefaults = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.Default != nil })
 		s.hasEmbedded = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool { return p.XEmbeddedResource })
+		s.hasListSetsOrMaps = crdvalidation.SchemaHas(internal, func(p *apiextensions.JSONSchemaProps) bool {
+			return p.XListType != nil && (*p.XListType == "set" || *p.XListType == "map")
+		})
 		st, err := structuralschema.NewStructural(internal)
 		if err != nil && !crd.Spec.PreserveUnknownFields {
 			return nil, fmt.Errorf("crdschema: schema of %s %s is not structural: %w", crd.Name, version, err)
@@ -144,6 +156,9 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		// environment of the base set for the default compatibility
 		// version, which is celenv.Base(); it returns nil without rules.
 		s.celValidator = cel.NewValidator(s.structural, true, celenv.PerCallLimit)
+		if s.celValidator != nil {
+			s.rules = compileRules(s.structural)
+		}
 	}
 	return s, nil
 }
