@@ -8,6 +8,14 @@ import (
 // the message longer by up to 10 bytes each.
 const maxShared = 4096
 
+// maxMisses bounds the ready watches shareBatch looks at past the last one
+// that joined. The dispatcher queues an event to the watchers it concerns
+// one after the other, so watches that share a batch sit together on the
+// ready list; the bound keeps a long list of unrelated watches (many
+// collections written at once) from costing each message a look at all
+// of them.
+const maxMisses = 32
+
 // shareBatch finds the other watches of the stream that w's batch of
 // items goes to as well, and takes that batch for them: it returns their
 // ids, for WatchManyResponse.also, or nil.
@@ -36,15 +44,22 @@ func (m *mux) shareBatch(w *watch, batch []cache.Item) []int64 {
 		return nil
 	}
 	m.mu.Lock()
-	m.peers = append(m.peers[:0], m.ready...)
+	m.peers = append(m.peers[:0], m.ready[:min(len(m.ready), maxShared)]...)
 	m.mu.Unlock()
 	also := m.also[:0]
-	for i, v := range m.peers {
-		m.peers[i] = nil
-		if len(also) < maxShared && v != w && v.joins(w, batch) {
+	misses := 0
+	for _, v := range m.peers {
+		if misses >= maxMisses {
+			break
+		}
+		if v != w && v.joins(w, batch) {
 			also = append(also, v.id)
+			misses = 0
+		} else {
+			misses++
 		}
 	}
+	clear(m.peers)
 	m.also = also
 	if len(also) == 0 {
 		return nil
