@@ -29,9 +29,9 @@ const maxMisses = 32
 //
 // A watch joins when it reads shared messages, has w's format, is live
 // and not stopping, has credit (the shared message takes one, as its own
-// would), has sent everything it took, and the first items it now takes
-// are exactly w's batch: then those items count as sent, and whatever it
-// took beyond them stays in its items for its own drain. A watch whose
+// would), and its next items not sent yet (what it queued, taken now
+// when it holds none) start with exactly w's batch: then those items
+// count as sent, and the rest stays in its items for its own drain. A watch whose
 // items differ keeps what it took, as drain would have taken it, so no
 // event is lost or sent twice and each watch's order is kept.
 //
