@@ -165,7 +165,7 @@ func (s *session) open(w *watchStream, req *watchv1.WatchRequest) error {
 	}
 	s.watches[w.id] = w
 	s.mu.Unlock()
-	err := s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Open{Open: &watchv1.WatchOpen{Id: w.id, Request: req, Window: int64(w.window)}}})
+	err := s.stream.Send(&watchv1.WatchManyRequest{Op: &watchv1.WatchManyRequest_Open{Open: &watchv1.WatchOpen{Id: w.id, Request: req, Window: int64(w.window), Shared: true}}})
 	if err != nil {
 		s.forget(w.id)
 		// Send reports io.EOF when the stream broke; its status comes from
@@ -234,23 +234,33 @@ func (s *session) receive() {
 			s.cancelStream()
 			return
 		}
-		s.mu.Lock()
-		w := s.watches[msg.GetId()]
-		if w != nil && msg.GetEnd() {
-			delete(s.watches, msg.GetId())
+		s.deliver(msg.GetId(), msg)
+		for _, id := range msg.GetAlso() {
+			s.deliver(id, msg)
 		}
-		s.mu.Unlock()
-		if w == nil {
-			continue // cancelled
+	}
+}
+
+// deliver queues msg for watch id, if it is still registered. A message
+// naming several watches (also) is queued to each of them as it is: its
+// readers only read it.
+func (s *session) deliver(id int64, msg *watchv1.WatchManyResponse) {
+	s.mu.Lock()
+	w := s.watches[id]
+	if w != nil && msg.GetEnd() {
+		delete(s.watches, id)
+	}
+	s.mu.Unlock()
+	if w == nil {
+		return // cancelled
+	}
+	if !w.push(msg) {
+		// The reader fell behind: end its watch (never drop a message
+		// and go on, never block the stream's other watches).
+		if !msg.GetEnd() {
+			s.cancel(id)
 		}
-		if !w.push(msg) {
-			// The reader fell behind: end its watch (never drop a message
-			// and go on, never block the stream's other watches).
-			if !msg.GetEnd() {
-				s.cancel(msg.GetId())
-			}
-			w.fail(ErrTooSlow)
-		}
+		w.fail(ErrTooSlow)
 	}
 }
 

@@ -103,6 +103,7 @@ func watchLatency(tlsConf *tls.Config, api string, watchers, conns, rate int, d 
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	var creates sync.WaitGroup
 	var failed atomic.Int64
+	var firstErr atomic.Value // the first create's error, reported
 	for seq := range n {
 		<-tick.C
 		creates.Add(1)
@@ -110,6 +111,7 @@ func watchLatency(tlsConf *tls.Config, api string, watchers, conns, rate int, d 
 			defer creates.Done()
 			if _, err := send(admin, http.MethodPost, base, "application/json", []byte(fmt.Sprintf(cm, seq)), http.StatusCreated); err != nil {
 				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
 				return
 			}
 			respAt[seq].Store(time.Now().UnixNano())
@@ -150,6 +152,9 @@ func watchLatency(tlsConf *tls.Config, api string, watchers, conns, rate int, d 
 		return lats[min(len(lats)-1, int(p*float64(len(lats))))]
 	}
 	fmt.Printf("watch delivery: %d watchers over %d connections, %d creates/s for %v (%d creates, %d failed)\n", watchers, conns, rate, d, n, failed.Load())
+	if e := firstErr.Load(); e != nil {
+		fmt.Printf("  first failed create: %s\n", e)
+	}
 	fmt.Printf("  events delivered %d of %d (missing %d); latency from the create's response: p50 %v p90 %v p99 %v max %v\n",
 		len(lats), want, missing, pct(0.50).Round(10*time.Microsecond), pct(0.90).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond))
 	if pid > 0 && len(lats) > 0 {

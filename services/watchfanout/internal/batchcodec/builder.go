@@ -12,6 +12,7 @@ import (
 const (
 	tagManyID       = 1<<3 | byte(protowire.VarintType) // WatchManyResponse.id
 	tagManyResponse = 2<<3 | byte(protowire.BytesType)  // WatchManyResponse.response
+	tagManyAlso     = 5<<3 | byte(protowire.BytesType)  // WatchManyResponse.also, packed
 	tagFrames       = 1<<3 | byte(protowire.BytesType)  // WatchResponse.frames
 	tagRV           = 2<<3 | byte(protowire.BytesType)  // WatchResponse.resource_version
 )
@@ -108,7 +109,12 @@ func (b *Builder) get(n int) *[]byte {
 // Finish encodes the frames added, with resourceVersion rv (none when
 // rv <= 0), into m, and empties the builder; a buffer m still held (never
 // sent) goes back to its pool first. Without frames m is left as it is.
-func (b *Builder) Finish(rv int64, m *Message) {
+func (b *Builder) Finish(rv int64, m *Message) { b.FinishShared(rv, nil, m) }
+
+// FinishShared is Finish for a WatchManyResponse that also goes to the
+// watches also names (its field also); also must be empty for a
+// WatchResponse.
+func (b *Builder) FinishShared(rv int64, also []int64, m *Message) {
 	if b.frames == 0 {
 		return
 	}
@@ -118,9 +124,14 @@ func (b *Builder) Finish(rv int64, m *Message) {
 		d := digits(rv)
 		rvField = 1 + protowire.SizeVarint(uint64(d)) + d
 	}
+	alsoField := 0
+	if len(also) > 0 {
+		n := alsoLen(also)
+		alsoField = 1 + protowire.SizeVarint(uint64(n)) + n
+	}
 	inner := 1 + protowire.SizeVarint(uint64(b.n)) + b.n + rvField
 	h := b.headerLen(b.n, inner)
-	if b.buf != nil && h == b.reserve {
+	if b.buf != nil && h == b.reserve && alsoField == 0 {
 		// In place: the header fills the room left for it.
 		out := b.appendHeader((*b.buf)[:0], inner)
 		out = appendRV(out[:h+b.n], rv)
@@ -133,10 +144,11 @@ func (b *Builder) Finish(rv int64, m *Message) {
 	if b.buf != nil {
 		frames = (*b.buf)[b.reserve : b.reserve+b.n]
 	}
-	p := b.get(h + b.n + rvField)
+	p := b.get(h + b.n + rvField + alsoField)
 	out := b.appendHeader(*p, inner)
 	out = append(out, frames...)
-	*p = appendRV(out, rv)
+	out = appendRV(out, rv)
+	*p = appendAlso(out, also)
 	m.buf, m.pool = p, b.pool
 	b.Reset()
 }
@@ -183,6 +195,29 @@ func appendRV(dst []byte, rv int64) []byte {
 	dst = append(dst, tagRV)
 	dst = protowire.AppendVarint(dst, uint64(digits(rv)))
 	return strconv.AppendInt(dst, rv, 10)
+}
+
+// alsoLen is the size of ids as packed varints.
+func alsoLen(ids []int64) int {
+	n := 0
+	for _, id := range ids {
+		n += protowire.SizeVarint(uint64(id))
+	}
+	return n
+}
+
+// appendAlso appends WatchManyResponse.also holding ids (nothing for
+// none), packed.
+func appendAlso(dst []byte, ids []int64) []byte {
+	if len(ids) == 0 {
+		return dst
+	}
+	dst = append(dst, tagManyAlso)
+	dst = protowire.AppendVarint(dst, uint64(alsoLen(ids)))
+	for _, id := range ids {
+		dst = protowire.AppendVarint(dst, uint64(id))
+	}
+	return dst
 }
 
 // digits is the decimal length of v > 0.

@@ -20,7 +20,7 @@ func frame(i, size int) []byte {
 // TestBuilderEncoding: what the builder writes is byte for byte what the
 // proto codec marshals for the same message, for every header size, with
 // frames added as they are (Add), written into the batch (AddAppend), or
-// both.
+// both, and with the other watches a shared message names (also).
 func TestBuilderEncoding(t *testing.T) {
 	for _, mode := range []string{"Add", "AddAppend", "both"} {
 		t.Run(mode, func(t *testing.T) { builderEncoding(t, mode) })
@@ -34,17 +34,21 @@ func builderEncoding(t *testing.T, mode string) {
 		id     int64
 		frames []int // sizes
 		rv     int64
+		also   []int64
 	}{
-		{"watch one small frame", false, 0, []int{100}, 7},
-		{"watch no rv", false, 0, []int{100, 200}, 0},
-		{"watch large batch", false, 0, []int{16000, 16000}, 123456789},
-		{"many small", true, 3, []int{10, 20, 30}, 42},
-		{"many id 0", true, 0, []int{20000, 5000}, 1},
-		{"many negative id", true, -5, []int{30000}, 99},
-		{"many large batch", true, 1 << 40, []int{16 << 10, 16 << 10}, 1 << 62},
-		{"many just under 16 KiB", true, 9, []int{8000, 8300}, 10},
-		{"many above 2 MiB", true, 9, []int{1 << 20, 1 << 20, 1 << 10}, 10},
-		{"many one giant frame", true, 2, []int{3 << 20}, 11},
+		{"watch one small frame", false, 0, []int{100}, 7, nil},
+		{"watch no rv", false, 0, []int{100, 200}, 0, nil},
+		{"watch large batch", false, 0, []int{16000, 16000}, 123456789, nil},
+		{"many small", true, 3, []int{10, 20, 30}, 42, nil},
+		{"many id 0", true, 0, []int{20000, 5000}, 1, nil},
+		{"many negative id", true, -5, []int{30000}, 99, nil},
+		{"many large batch", true, 1 << 40, []int{16 << 10, 16 << 10}, 1 << 62, nil},
+		{"many just under 16 KiB", true, 9, []int{8000, 8300}, 10, nil},
+		{"many above 2 MiB", true, 9, []int{1 << 20, 1 << 20, 1 << 10}, 10, nil},
+		{"many one giant frame", true, 2, []int{3 << 20}, 11, nil},
+		{"many shared one frame", true, 3, []int{1300}, 42, []int64{4, 5, 1 << 40}},
+		{"many shared batch", true, 3, []int{1300, 200, 7000}, 43, []int64{1, 2}},
+		{"many shared no rv", true, 3, []int{10, 20}, 0, []int64{9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := batchcodectest.New(t)
@@ -65,14 +69,14 @@ func builderEncoding(t *testing.T, mode string) {
 				t.Fatalf("Len %d, want %d", b.Len(), len(want))
 			}
 			var m Message
-			b.Finish(tc.rv, &m)
+			b.FinishShared(tc.rv, tc.also, &m)
 			resp := &watchv1.WatchResponse{Frames: want}
 			if tc.rv > 0 {
 				resp.ResourceVersion = strconv.FormatInt(tc.rv, 10)
 			}
 			var msg proto.Message = resp
 			if tc.many {
-				msg = &watchv1.WatchManyResponse{Id: tc.id, Response: resp}
+				msg = &watchv1.WatchManyResponse{Id: tc.id, Response: resp, Also: tc.also}
 			}
 			exp, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 			if err != nil {

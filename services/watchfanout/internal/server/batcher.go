@@ -23,6 +23,9 @@ type batcher struct {
 	msg  batchcodec.Message // reused: each send hands its buffer to gRPC
 	n    int                // frames in the batch
 	rev  int64
+	// also: the other watches the next flush goes to (WatchMany); flush
+	// clears it.
+	also []int64
 }
 
 func (b *batcher) event(ev *cache.Event, kind cache.FrameKind, f cache.Format) error {
@@ -96,8 +99,8 @@ func (b *batcher) flush() error {
 	if b.n == 0 {
 		return nil
 	}
-	b.enc.Finish(b.rev, &b.msg)
-	b.n = 0
+	b.enc.FinishShared(b.rev, b.also, &b.msg)
+	b.n, b.also = 0, nil
 	err := b.send.sendEncoded(&b.msg)
 	// gRPC took the buffer if it marshalled the message; if the send
 	// failed before that, the buffer is still ours.

@@ -54,6 +54,10 @@ type mux struct {
 	ready   []*watch
 	wake    chan struct{} // capacity 1: ready grew
 	live    sync.WaitGroup
+
+	// Used by the sender (serve) only: scratch of shareBatch.
+	peers []*watch
+	also  []int64
 }
 
 func newMux(s *Server, ctx context.Context, many bool, emit emitFunc, sendMsg func(any) error) *mux {
@@ -88,9 +92,10 @@ func (m *mux) closeSends() {
 	m.sendMu.Unlock()
 }
 
-// open starts watch id with a credit window (0: none); false when the id
-// is in use, a nil watch when the stream is ending (after stopAll).
-func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) (*watch, bool) {
+// open starts watch id with a credit window (0: none), whose batches may
+// be shared with other watches (shared, WatchMany only); false when the
+// id is in use, a nil watch when the stream is ending (after stopAll).
+func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, shared bool, done chan struct{}) (*watch, bool) {
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -100,7 +105,7 @@ func (m *mux) open(id int64, req *watchv1.WatchRequest, window int64, done chan 
 		m.mu.Unlock()
 		return nil, false
 	}
-	w := newWatch(m, id, req, window, done)
+	w := newWatch(m, id, req, window, shared, done)
 	m.watches[id] = w
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -204,7 +209,7 @@ func (s *Server) Watch(req *watchv1.WatchRequest, stream watchv1.WatchService_Wa
 		return nil
 	}, stream.SendMsg)
 	done := make(chan struct{})
-	w, _ := m.open(0, req, 0, done) // HTTP/2 flow control is the watch's
+	w, _ := m.open(0, req, 0, false, done) // HTTP/2 flow control is the watch's
 	stop := context.AfterFunc(stream.Context(), func() { w.stop(stopGone) })
 	defer stop()
 	// The handler is this watch's sender.
@@ -266,7 +271,7 @@ func (m *mux) receive(stream watchv1.WatchService_WatchManyServer) error {
 		}
 		switch op := req.GetOp().(type) {
 		case *watchv1.WatchManyRequest_Open:
-			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest(), op.Open.GetWindow(), nil); !ok {
+			if _, ok := m.open(op.Open.GetId(), op.Open.GetRequest(), op.Open.GetWindow(), op.Open.GetShared(), nil); !ok {
 				return status.Errorf(codes.InvalidArgument, "watch id %d is in use", op.Open.GetId())
 			}
 		case *watchv1.WatchManyRequest_Cancel:

@@ -121,14 +121,14 @@ func TestMuxBookkeeping(t *testing.T) {
 		m.serve(quit)
 	}()
 	req := &watchv1.WatchRequest{Resource: configMaps, ResourceVersion: "0"}
-	if w, ok := m.open(1, req, 0, nil); w == nil || !ok {
+	if w, ok := m.open(1, req, 0, false, nil); w == nil || !ok {
 		t.Fatal("the first open failed")
 	}
-	if w, ok := m.open(1, req, 0, nil); w != nil || ok {
+	if w, ok := m.open(1, req, 0, false, nil); w != nil || ok {
 		t.Fatal("an id in use was opened again")
 	}
 	m.stopAll()
-	if w, ok := m.open(2, req, 0, nil); w != nil || !ok {
+	if w, ok := m.open(2, req, 0, false, nil); w != nil || !ok {
 		t.Fatal("a watch was opened on an ending stream")
 	}
 	m.live.Wait()

@@ -40,6 +40,10 @@ type watch struct {
 	id   int64
 	req  *watchv1.WatchRequest // read by start, then dropped
 	done chan struct{}         // Watch only (nil for WatchMany): closed by finish
+	// shared: the client reads WatchManyResponse.also, so the sender may
+	// send this watch's event batches in messages shared with other
+	// watches of the stream (share.go).
+	shared bool
 
 	sched   atomic.Bool
 	stopped atomic.Int32 // 0 or a stop reason
@@ -76,8 +80,8 @@ type watch struct {
 
 // newWatch returns watch id of m; done, if not nil, is closed when the
 // watch has finished.
-func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64, done chan struct{}) *watch {
-	w := &watch{m: m, id: id, req: req, done: done, window: window, setup: true, dl: -1}
+func newWatch(m *mux, id int64, req *watchv1.WatchRequest, window int64, shared bool, done chan struct{}) *watch {
+	w := &watch{m: m, id: id, req: req, done: done, shared: shared && m.many, window: window, setup: true, dl: -1}
 	w.credit.Store(window)
 	w.sched.Store(true) // the setup goroutine is at work
 	max := m.s.cfg.MaxBatchBytes
@@ -551,9 +555,11 @@ func (w *watch) drain() {
 }
 
 // sendMessage sends one message of the taken items: as many as fit in a
-// batch.
+// batch. The same message also goes to the other ready watches whose next
+// items are the same (share.go).
 func (w *watch) sendMessage() error {
 	var p pending
+	start := w.next
 	for w.next < len(w.items) {
 		it := w.items[w.next]
 		if err := p.prepare(it.Ev, it.Kind, w.f); err != nil {
@@ -565,9 +571,12 @@ func (w *watch) sendMessage() error {
 		if err := w.b.put(&p, it.Ev.Rev); err != nil {
 			return err
 		}
-		w.items[w.next] = cache.Item{}
 		w.next++
 	}
+	if w.shared {
+		w.b.also = w.m.shareBatch(w, w.items[start:w.next])
+	}
+	clear(w.items[start:w.next])
 	return w.b.flush()
 }
 

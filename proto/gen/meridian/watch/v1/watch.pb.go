@@ -462,7 +462,11 @@ type WatchOpen struct {
 	// buffer overflows, as with Watch). The end message needs no credit, and
 	// a watch may exceed its window by one message (an ERROR frame) as it
 	// ends.
-	Window        int64 `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"`
+	Window int64 `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"`
+	// shared lets the server send this watch's responses in messages that
+	// also name other watches of the stream (WatchManyResponse.also); a
+	// client that does not read also leaves it false.
+	Shared        bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -518,6 +522,13 @@ func (x *WatchOpen) GetWindow() int64 {
 	return 0
 }
 
+func (x *WatchOpen) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 // WatchManyResponse is one message of one watch of a WatchMany stream.
 type WatchManyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -529,7 +540,11 @@ type WatchManyResponse struct {
 	End bool `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	// status, with end, is the serialized google.rpc.Status the Watch call
 	// would have ended with; empty for OK.
-	Status        []byte `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Status []byte `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// also names other watches (each opened with shared) whose next message
+	// is this same response: one message carries an event batch to every
+	// watch of the stream that gets it. Never set with end.
+	Also          []int64 `protobuf:"varint,5,rep,packed,name=also,proto3" json:"also,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +603,13 @@ func (x *WatchManyResponse) GetEnd() bool {
 func (x *WatchManyResponse) GetStatus() []byte {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetAlso() []int64 {
+	if x != nil {
+		return x.Also
 	}
 	return nil
 }
@@ -1146,16 +1168,18 @@ const file_meridian_watch_v1_watch_proto_rawDesc = "" +
 	"\x02op\"9\n" +
 	"\vWatchCredit\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
-	"\bmessages\x18\x02 \x01(\x03R\bmessages\"n\n" +
+	"\bmessages\x18\x02 \x01(\x03R\bmessages\"\x86\x01\n" +
 	"\tWatchOpen\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x129\n" +
 	"\arequest\x18\x02 \x01(\v2\x1f.meridian.watch.v1.WatchRequestR\arequest\x12\x16\n" +
-	"\x06window\x18\x03 \x01(\x03R\x06window\"\x8b\x01\n" +
+	"\x06window\x18\x03 \x01(\x03R\x06window\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\x9f\x01\n" +
 	"\x11WatchManyResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12<\n" +
 	"\bresponse\x18\x02 \x01(\v2 .meridian.watch.v1.WatchResponseR\bresponse\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\fR\x06status\"R\n" +
+	"\x06status\x18\x04 \x01(\fR\x06status\x12\x12\n" +
+	"\x04also\x18\x05 \x03(\x03R\x04also\"R\n" +
 	"\rWatchResponse\x12\x16\n" +
 	"\x06frames\x18\x01 \x01(\fR\x06frames\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\xb0\x03\n" +
