@@ -271,9 +271,17 @@ type listPage struct {
 }
 
 // listSnapshot reads up to limit (0: all) selected items from key start.
+// Without selectors a chunk reports the items after it (remaining): from
+// the count the chunk before recorded for start when there is one (then
+// it reads only its own items), else by walking the rest; it records the
+// count for the chunk after it.
 func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selection.Filter) listPage {
 	p := listPage{rev: snap.Rev}
 	var rest int64
+	counted, known := int64(0), false
+	if flt.Empty() && limit > 0 {
+		counted, known = snap.CountFrom(start)
+	}
 	ascend := snap.Ascend
 	if name, ok := flt.Name(); ok {
 		ascend = func(from string, fn func(*cache.Event) bool) { snap.AscendNamed(from, name, fn) }
@@ -291,6 +299,10 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 		}
 		if limit > 0 && int64(len(p.evs)) == limit {
 			p.next = ev.Key
+			if known {
+				rest = counted - limit
+				return false
+			}
 			rest = 1
 			return true
 		}
@@ -299,6 +311,7 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 	})
 	if p.next != "" && flt.Empty() {
 		p.remaining = &rest
+		snap.NoteCountFrom(p.next, rest)
 	}
 	return p
 }
