@@ -217,22 +217,8 @@ func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.L
 		return s.appendJSONList(nil, res, page.evs, lm, 0, nil)
 	}
 	if f == cache.FormatProtobuf && page.items == nil {
-		gvk := res.GVK()
-		w := protolist.NewWriter(gvk.GroupVersion().WithKind(res.ListKind), listChunkBytes)
-		for _, ev := range page.evs {
-			po, ok := ev.Stored()
-			if !ok {
-				w = nil
-				break
-			}
-			w.Add(po, ev.Rev)
-		}
-		if w != nil {
-			chunks, err := w.Finish(lm)
-			if err != nil {
-				return nil, apierrors.NewInternalError(err)
-			}
-			return bytes.Join(chunks, nil), nil
+		if chunks, ok, err := protobufListChunks(res, page, lm, listChunkBytes); ok || err != nil {
+			return bytes.Join(chunks, nil), err
 		}
 	}
 	items := page.items
@@ -258,6 +244,26 @@ func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.L
 	la.SetContinue(lm.Continue)
 	la.SetRemainingItemCount(lm.RemainingItemCount)
 	return s.encode(res, list, f)
+}
+
+// protobufListChunks writes a page as a protobuf list with metadata lm,
+// spliced from the stored bytes of the cache's objects (package
+// protolist), in order: a head, then items gathered into chunks of about
+// chunkSize bytes. ok is false when an object has no stored bytes to
+// splice (the list must be encoded from the decoded objects).
+func protobufListChunks(res *registry.Resource, page *listPage, lm *metav1.ListMeta, chunkSize int) (chunks [][]byte, ok bool, err error) {
+	w := protolist.NewWriter(res.GVK().GroupVersion().WithKind(res.ListKind), chunkSize)
+	for _, ev := range page.evs {
+		po, ok := ev.Stored()
+		if !ok {
+			return nil, false, nil
+		}
+		w.Add(po, ev.Rev)
+	}
+	if chunks, err = w.Finish(lm); err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	return chunks, true, nil
 }
 
 // listPage is one chunk of a list: the cache's events (a snapshot's) or
