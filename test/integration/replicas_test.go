@@ -109,9 +109,10 @@ func (r *replica) watchers() float64 {
 	return r.metric("watchfanout_watchers", map[string]string{"resource": "configmaps"})
 }
 
-// lists is how many List calls the replica answered OK.
+// lists is how many lists the replica answered OK, whole (List) or
+// streamed (StreamList).
 func (r *replica) lists() float64 {
-	return r.metric("grpc_server_handled_total", map[string]string{"grpc_method": "List", "grpc_code": "OK"})
+	return r.metric("grpc_server_handled_total", map[string]string{"grpc_method": "List", "grpc_code": "OK"}) + r.streamLists()
 }
 
 // streamLists is how many StreamList calls the replica answered OK.

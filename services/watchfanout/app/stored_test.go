@@ -437,7 +437,7 @@ func TestFieldSelectorTransitions(t *testing.T) {
 // is sent by StreamList in several of at most 1 MiB, the list's metadata
 // in the first, and joined
 // they are List's bytes, a ConfigMapList of every object; a protobuf list
-// likewise (built whole, sent in chunks).
+// likewise (spliced into chunks of at most 1 MiB, sent as they are).
 func TestStreamListSendsChunks(t *testing.T) {
 	e := newEnv(t, app.Config{})
 	const n = 400

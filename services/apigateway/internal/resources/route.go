@@ -225,8 +225,10 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 // from memory, without the store's scan — what kube-apiserver does for
 // consistent lists since 1.31 (ConsistentListFromCache). A JSON list of
 // the objects is relayed as watchfanout writes it (relayList), from each
-// object's memoized JSON, so no whole list is held on either side;
-// protobuf lists and Tables are built whole either way. When watchfanout
+// object's memoized JSON, so no whole list is held on either side; a
+// protobuf list is relayed too, in the chunks watchfanout splices from the
+// stored bytes (never joined into one buffer on either side); Tables are
+// built whole. When watchfanout
 // cannot reach the store's revision in time (504) the store serves the
 // list, as kube-apiserver falls back to etcd.
 func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *apiv1.ListRequest, out output, stream apiv1.ResourceService_ListServer) (bool, error) {
@@ -243,7 +245,7 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 	}
 	continued := req.GetContinueToken() != ""
 	ctx = identity.AppendToOutgoing(ctx, user(ctx))
-	if out.mediaType == negotiation.JSON && !out.table && !out.partial {
+	if (out.mediaType == negotiation.JSON || out.mediaType == negotiation.Protobuf) && !out.table && !out.partial {
 		return s.relayList(ctx, res, lreq, out, consistent, continued, stream)
 	}
 	resp, err := s.cfg.Watchfanout.Client().List(ctx, lreq)
@@ -256,8 +258,8 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 	return true, stream.Send(&httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()})
 }
 
-// relayList serves a JSON list from watchfanout's StreamList, sending each
-// chunk on as it arrives. Until the first chunk has come, a failure is
+// relayList serves a JSON or protobuf list from watchfanout's StreamList,
+// sending each chunk on as it arrives. Until the first chunk has come, a failure is
 // handled as List's (the store may serve the list instead); after it, the
 // response is cut, as a list streamed from the store is.
 func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent, continued bool, stream apiv1.ResourceService_ListServer) (bool, error) {

@@ -83,6 +83,9 @@ type Resource struct {
 		// tree header and a snapshot each.
 		clone *tree
 		snap  *Snapshot
+		// counts are what lists learned of clone's state (keyCounts),
+		// shared and reset with it.
+		counts *keyCounts
 	}
 }
 
@@ -145,7 +148,7 @@ func (r *Resource) applyBatch(chs []change, complete int64, now time.Time) {
 }
 
 func (r *Resource) applyLocked(ch change, now time.Time) {
-	r.mu.clone, r.mu.snap = nil, nil // the state changes
+	r.mu.clone, r.mu.snap, r.mu.counts = nil, nil, nil // the state changes
 	prev, had := r.mu.state.Get(&Event{Key: ch.key})
 	ev := &Event{Rev: ch.rev, Key: ch.key, Namespace: r.namespaceOf(ch.key), obj: ch.obj, own: ownEnvelope(ch.obj, ch.rev), enc: r.enc, at: now}
 	if had {
@@ -210,7 +213,7 @@ func (r *Resource) reset(state *tree, rev int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.state = state
-	r.mu.clone, r.mu.snap = nil, nil
+	r.mu.clone, r.mu.snap, r.mu.counts = nil, nil, nil
 	r.mu.rev = rev
 	clear(r.mu.hist)
 	r.mu.hist, r.mu.head, r.mu.histStart = r.mu.hist[:0], 0, rev

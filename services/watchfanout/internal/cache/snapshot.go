@@ -24,19 +24,20 @@ func (r *Resource) snapshotLocked(ns string) *Snapshot {
 	if s := r.mu.snap; s != nil && s.Rev == r.mu.rev && s.prefix == prefix {
 		return s
 	}
-	s := &Snapshot{Rev: r.mu.rev, tree: r.cloneLocked(), prefix: prefix, named: ns != "" || !r.res.Namespaced}
+	t, counts := r.cloneLocked()
+	s := &Snapshot{Rev: r.mu.rev, tree: t, prefix: prefix, named: ns != "" || !r.res.Namespaced, counts: counts}
 	r.mu.snap = s
 	return s
 }
 
-// cloneLocked returns a clone of the state, shared until the state
-// changes. r.mu must be held for writing (Clone writes the tree's
-// copy-on-write context).
-func (r *Resource) cloneLocked() *tree {
+// cloneLocked returns a clone of the state and the counts lists learn of
+// it, shared until the state changes. r.mu must be held for writing
+// (Clone writes the tree's copy-on-write context).
+func (r *Resource) cloneLocked() (*tree, *keyCounts) {
 	if r.mu.clone == nil {
-		r.mu.clone = r.mu.state.Clone()
+		r.mu.clone, r.mu.counts = r.mu.state.Clone(), newKeyCounts()
 	}
-	return r.mu.clone
+	return r.mu.clone, r.mu.counts
 }
 
 // Keep retains snap (its whole resource) so a continued list can read the
@@ -59,7 +60,7 @@ func (r *Resource) Keep(snap *Snapshot) {
 		}
 		delete(r.mu.snapshots, oldest)
 	}
-	r.mu.snapshots[snap.Rev] = &keptSnapshot{snap: &Snapshot{Rev: snap.Rev, tree: snap.tree, prefix: r.res.KeyPrefix("")}, used: now}
+	r.mu.snapshots[snap.Rev] = &keptSnapshot{snap: &Snapshot{Rev: snap.Rev, tree: snap.tree, prefix: r.res.KeyPrefix(""), counts: snap.counts}, used: now}
 }
 
 // Kept returns the state of namespace ns at rev if a snapshot at rev is
@@ -72,10 +73,11 @@ func (r *Resource) Kept(ns string, rev int64) (*Snapshot, bool) {
 	defer r.mu.Unlock()
 	if k, ok := r.mu.snapshots[rev]; ok {
 		k.used = time.Now()
-		return &Snapshot{Rev: rev, tree: k.snap.tree, prefix: r.res.KeyPrefix(ns)}, true
+		return &Snapshot{Rev: rev, tree: k.snap.tree, prefix: r.res.KeyPrefix(ns), counts: k.snap.counts}, true
 	}
 	if rev == r.mu.rev {
-		return &Snapshot{Rev: rev, tree: r.cloneLocked(), prefix: r.res.KeyPrefix(ns)}, true
+		t, counts := r.cloneLocked()
+		return &Snapshot{Rev: rev, tree: t, prefix: r.res.KeyPrefix(ns), counts: counts}, true
 	}
 	return nil, false
 }
@@ -90,6 +92,8 @@ type Snapshot struct {
 	// named is true when an object's key is prefix + its name: the
 	// snapshot covers one namespace, or a cluster-scoped resource.
 	named bool
+	// counts are shared by the snapshots of the same state (keyCounts).
+	counts *keyCounts
 }
 
 // Prefix returns the key prefix the snapshot covers.

@@ -217,22 +217,8 @@ func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.L
 		return s.appendJSONList(nil, res, page.evs, lm, 0, nil)
 	}
 	if f == cache.FormatProtobuf && page.items == nil {
-		gvk := res.GVK()
-		w := protolist.NewWriter(gvk.GroupVersion().WithKind(res.ListKind), listChunkBytes)
-		for _, ev := range page.evs {
-			po, ok := ev.Stored()
-			if !ok {
-				w = nil
-				break
-			}
-			w.Add(po, ev.Rev)
-		}
-		if w != nil {
-			chunks, err := w.Finish(lm)
-			if err != nil {
-				return nil, apierrors.NewInternalError(err)
-			}
-			return bytes.Join(chunks, nil), nil
+		if chunks, ok, err := protobufListChunks(res, page, lm, listChunkBytes); ok || err != nil {
+			return bytes.Join(chunks, nil), err
 		}
 	}
 	items := page.items
@@ -260,6 +246,26 @@ func (s *Server) encodeList(res *registry.Resource, page *listPage, lm *metav1.L
 	return s.encode(res, list, f)
 }
 
+// protobufListChunks writes a page as a protobuf list with metadata lm,
+// spliced from the stored bytes of the cache's objects (package
+// protolist), in order: a head, then items gathered into chunks of about
+// chunkSize bytes. ok is false when an object has no stored bytes to
+// splice (the list must be encoded from the decoded objects).
+func protobufListChunks(res *registry.Resource, page *listPage, lm *metav1.ListMeta, chunkSize int) (chunks [][]byte, ok bool, err error) {
+	w := protolist.NewWriter(res.GVK().GroupVersion().WithKind(res.ListKind), chunkSize)
+	for _, ev := range page.evs {
+		po, ok := ev.Stored()
+		if !ok {
+			return nil, false, nil
+		}
+		w.Add(po, ev.Rev)
+	}
+	if chunks, err = w.Finish(lm); err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	return chunks, true, nil
+}
+
 // listPage is one chunk of a list: the cache's events (a snapshot's) or
 // objects decoded from the store.
 type listPage struct {
@@ -271,9 +277,17 @@ type listPage struct {
 }
 
 // listSnapshot reads up to limit (0: all) selected items from key start.
+// Without selectors a chunk reports the items after it (remaining): from
+// the count the chunk before recorded for start when there is one (then
+// it reads only its own items), else by walking the rest; it records the
+// count for the chunk after it.
 func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selection.Filter) listPage {
 	p := listPage{rev: snap.Rev}
 	var rest int64
+	counted, known := int64(0), false
+	if flt.Empty() && limit > 0 {
+		counted, known = snap.CountFrom(start)
+	}
 	ascend := snap.Ascend
 	if name, ok := flt.Name(); ok {
 		ascend = func(from string, fn func(*cache.Event) bool) { snap.AscendNamed(from, name, fn) }
@@ -291,6 +305,10 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 		}
 		if limit > 0 && int64(len(p.evs)) == limit {
 			p.next = ev.Key
+			if known {
+				rest = counted - limit
+				return false
+			}
 			rest = 1
 			return true
 		}
@@ -299,6 +317,7 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 	})
 	if p.next != "" && flt.Empty() {
 		p.remaining = &rest
+		snap.NoteCountFrom(p.next, rest)
 	}
 	return p
 }

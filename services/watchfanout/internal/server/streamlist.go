@@ -17,8 +17,10 @@ const streamChunkBytes = 1<<20 - 4<<10
 // StreamList is List with the encoded list sent in chunks. A JSON list of
 // the objects is written from their memoized JSON (cache.Event.ObjectJSON)
 // and each chunk is sent as it fills, so neither watchfanout nor the gateway
-// relaying it holds the whole list; other encodings are built whole, as
-// List builds them, and sent in chunks. The first message carries the
+// relaying it holds the whole list; a protobuf list of them is spliced from
+// their stored bytes into chunks that are sent as they are (never joined
+// into one buffer); other encodings are built whole, as List builds them,
+// and sent in chunks. The first message carries the
 // list's resource_version, continue_token and remaining_item_count.
 // Errors before the first message are Status errors as List's; after it,
 // the stream ends with the error and the list is incomplete.
@@ -36,6 +38,15 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 		}
 		// Send has encoded msg when it returns: chunk may be reused.
 		return stream.Send(msg)
+	}
+	if l.f == cache.FormatProtobuf && l.page.items == nil {
+		chunks, ok, err := protobufListChunks(l.res, &l.page, &l.lm, streamChunkBytes)
+		for i := 0; ok && err == nil && i < len(chunks); i++ {
+			err = send(chunks[i])
+		}
+		if ok || err != nil {
+			return toGRPC(err)
+		}
 	}
 	var rest []byte
 	if l.f == cache.FormatJSON && l.page.items == nil {
