@@ -633,7 +633,17 @@ func (c *Cache) Plain(ctx context.Context, key string, stored []byte) ([]byte, e
 
 // bookmarks sends periodic bookmarks until ctx ends.
 func (c *Cache) bookmarks(ctx context.Context) {
-	t := time.NewTicker(c.opts.BookmarkInterval)
+	c.everyResource(ctx, c.opts.BookmarkInterval, func(r *Resource) {
+		if err := r.bookmark(); err != nil {
+			c.logger.Error("bookmark", "err", err)
+		}
+	})
+}
+
+// everyResource calls fn with each served resource every period until
+// ctx ends.
+func (c *Cache) everyResource(ctx context.Context, period time.Duration, fn func(*Resource)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -641,9 +651,7 @@ func (c *Cache) bookmarks(ctx context.Context) {
 			return
 		case <-t.C:
 			for _, r := range c.set.Load().all {
-				if err := r.bookmark(); err != nil {
-					c.logger.Error("bookmark", "err", err)
-				}
+				fn(r)
 			}
 		}
 	}

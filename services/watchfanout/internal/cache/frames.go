@@ -1,9 +1,6 @@
 package cache
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // Encoded frames are a cache of encodings: a JSON watch frame or the JSON
 // a list copies is encoded once per event and handed to every reader
@@ -19,18 +16,7 @@ import (
 // dropUnreadFrames drops unread frames every Options.FrameRetention
 // until ctx ends.
 func (c *Cache) dropUnreadFrames(ctx context.Context) {
-	t := time.NewTicker(c.opts.FrameRetention)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, r := range c.set.Load().all {
-				r.dropUnreadFrames()
-			}
-		}
-	}
+	c.everyResource(ctx, c.opts.FrameRetention, (*Resource).dropUnreadFrames)
 }
 
 // dropUnreadFrames drops the frames of every current object not read
