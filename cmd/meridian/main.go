@@ -29,6 +29,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/ports"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func main() {
@@ -75,6 +76,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
 		oidc      gateway.OIDCOptions
 		listBytes = flag.Int64("list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list waits for its share, then gets 429 with Retry-After; 0: 512 MiB; < 0: no bound")
+		cacheSize = flag.String("store-cache-size", resource.NewQuantity(allinone.DefaultStoreCacheBytes, resource.BinarySI).String(), "size of the store's pebble block cache, a quantity such as 64Mi (a store member of its own defaults to 128Mi; the all-in-one serves most reads from watchfanout's cache)")
 		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
 	audit.AddFlags(flag.CommandLine)
@@ -94,6 +96,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	requestLogLevel, err := telemetry.ParseLevel(*reqLog)
 	if err != nil {
 		return fmt.Errorf("--request-log-level: %w", err)
+	}
+	storeCache, err := resource.ParseQuantity(*cacheSize)
+	if err != nil {
+		return fmt.Errorf("--store-cache-size: %w", err)
+	}
+	if storeCache.Value() <= 0 {
+		return fmt.Errorf("--store-cache-size %q: not a positive size", *cacheSize)
 	}
 	if err := memory.Start(ctx, logger); err != nil {
 		return err
@@ -119,6 +128,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
 		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit}, ListBytesInFlight: *listBytes,
+		StoreCacheBytes: storeCache.Value(),
 	})
 	if err != nil {
 		return err

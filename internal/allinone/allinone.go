@@ -92,6 +92,9 @@ type Config struct {
 	// ListBytesInFlight is the gateway's --list-bytes-in-flight; 0: its
 	// default.
 	ListBytesInFlight int64
+	// StoreCacheBytes is the size of the store's pebble block cache; 0:
+	// DefaultStoreCacheBytes.
+	StoreCacheBytes int64
 	// DisableWatchfanout gives the gateway no watchfanout address: it
 	// serves watches and cached reads straight from the store, as when
 	// watchfanout is down. watchfanout itself still runs.
@@ -114,6 +117,16 @@ type FlowControlConfig struct {
 	// (default 600).
 	ConcurrencyLimit int
 }
+
+// DefaultStoreCacheBytes is the all-in-one store's pebble block cache,
+// smaller than a store member's own default (128 MiB): in the all-in-one
+// watchfanout serves lists, watches and reads at a revision from its own
+// cache, so the store's block cache serves only consistent GETs and each
+// write's look-up of its key's previous version. 32 MiB holds the blocks
+// of ~10,000 objects of 1 KiB with their index, and memory a warm cache
+// holds stays resident while the process is idle (docs/benchmarks.md,
+// "Memory after load").
+const DefaultStoreCacheBytes = 32 << 20
 
 // KubeconfigName is the admin kubeconfig's file name in the data dir.
 const KubeconfigName = "admin.kubeconfig"
@@ -246,10 +259,14 @@ func (sh shared) serverTLS(svc string) *tls.Config {
 // order: watchfanout follows the store. The services' store clients dial
 // the store in memory, each as its own certificate.
 func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared, dataDir string) error {
+	cacheBytes := cfg.StoreCacheBytes
+	if cacheBytes <= 0 {
+		cacheBytes = DefaultStoreCacheBytes
+	}
 	var err error
 	if _, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
 		return store.New(ctx, store.Config{
-			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true,
+			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true, CacheBytes: cacheBytes,
 			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {

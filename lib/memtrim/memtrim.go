@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -87,11 +88,22 @@ func (o Options) Start(ctx context.Context, logger *slog.Logger) error {
 	return nil
 }
 
+// release collects twice and returns every free page to the operating
+// system. One collection is not enough after a burst: it moves what the
+// sync.Pools hold (the buffers of a relist storm's lists, in the gRPC,
+// HTTP/2 and in-memory connection pools) to their victim caches, which
+// only the next collection frees, and an idle process runs that next
+// collection two minutes later.
+func release() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
 // releaseWhenIdle checks every period whether the process allocated
 // less than IdleAllocRate since the last check and holds at least
 // MinRelease of heap it could return: free pages not yet returned, and
 // objects beyond the live heap of the last collection (garbage the next
-// collection frees). Then it collects and returns every free page.
+// collection frees). Then it releases (release).
 // Heap the runtime cannot return (free slots in spans that still hold
 // live objects) is not counted, so an idle process releases once, not
 // at every check.
@@ -120,7 +132,7 @@ func releaseWhenIdle(ctx context.Context, logger *slog.Logger, period time.Durat
 		if float64(allocated) >= IdleAllocRate*period.Seconds() || reclaimable < MinRelease {
 			continue
 		}
-		debug.FreeOSMemory()
+		release()
 		metrics.Read(samples)
 		last = samples[0].Value.Uint64()
 		logger.Debug("idle: returned free heap to the operating system", "reclaimable_bytes", reclaimable, "live_bytes", samples[3].Value.Uint64())

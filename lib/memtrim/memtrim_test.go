@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -59,6 +60,31 @@ func TestIdleRelease(t *testing.T) {
 			t.Fatalf("after 30s: %d forced collections, %d bytes reclaimable", samples[0].Value.Uint64()-forced0, reclaimable())
 		}
 	}
+}
+
+// TestReleaseFreesPooledBuffers: buffers a sync.Pool held when the
+// process went idle (a burst's pooled buffers) are freed and returned by
+// one release, not kept until a later collection.
+func TestReleaseFreesPooledBuffers(t *testing.T) {
+	const n, size = 64, 1 << 20
+	// With the collector off, so that no collection during the Puts
+	// moves them to the pool's victim cache early.
+	var pool sync.Pool
+	gcPercent := debug.SetGCPercent(-1)
+	for range n {
+		pool.Put(make([]byte, size))
+	}
+	debug.SetGCPercent(gcPercent)
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
+	release()
+	metrics.Read(samples)
+	if live := samples[0].Value.Uint64(); live >= n*size/2 {
+		t.Errorf("live heap %d MiB after a release, the pool's %d MiB still held", live>>20, n*size>>20)
+	}
+	if free := samples[1].Value.Uint64(); free >= n*size/2 {
+		t.Errorf("%d MiB of free heap kept from the operating system after a release", free>>20)
+	}
+	runtime.KeepAlive(&pool)
 }
 
 func TestLimit(t *testing.T) {

@@ -318,6 +318,12 @@ func (a *App) registerMetrics(reg prometheus.Registerer) error {
 			Name: "etcd_mvcc_db_total_size_in_bytes", Help: "Total size of the underlying database physically allocated in bytes (etcd's name; the pebble DB's on-disk size).",
 		}, func() float64 { return float64(a.dbSize()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_block_cache_bytes", Help: "Bytes of blocks the store's pebble block cache holds (resident memory, at most meridian_store_block_cache_capacity_bytes).",
+		}, func() float64 { return float64(a.db.Metrics().BlockCache.Size) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meridian_store_block_cache_capacity_bytes", Help: "Capacity of the store's pebble block cache (Config.CacheBytes).",
+		}, func() float64 { return float64(a.cfg.CacheBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meridian_store_ready_lag_entries", Help: "Raft log entries this member's applied index trailed the leader's commit index at the last readiness check (ready within --ready-max-lag).",
 		}, func() float64 { return float64(a.lag.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

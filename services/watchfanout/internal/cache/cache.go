@@ -70,6 +70,7 @@ const (
 	DefaultWatcherBuffer    = 1000
 	DefaultBookmarkInterval = time.Minute
 	DefaultMaxSnapshots     = 32
+	DefaultFrameRetention   = time.Minute
 	DefaultStartupReplay    = 10000
 	DefaultListPageSize     = 1000
 )
@@ -95,6 +96,11 @@ type Options struct {
 	// SnapshotTTL is how long a list snapshot is kept for continue tokens
 	// after its last use; default HistoryWindow.
 	SnapshotTTL time.Duration
+	// FrameRetention is how long the encoded frames of an event (and the
+	// JSON a list copies from them) are kept while no watcher or list
+	// reads them: unread for a whole period, they are dropped and encoded
+	// again when next asked for. Default 1m.
+	FrameRetention time.Duration
 	// MaxSnapshots caps the kept snapshots per resource; default 32.
 	MaxSnapshots int
 	// StartupReplay is how many revisions of store history the cache
@@ -124,7 +130,7 @@ func (o *Options) Validate() error {
 	if o.Codec == nil {
 		errs = append(errs, errors.New("Codec is required"))
 	}
-	for name, d := range map[string]time.Duration{"HistoryWindow": o.HistoryWindow, "BookmarkInterval": o.BookmarkInterval, "SnapshotTTL": o.SnapshotTTL} {
+	for name, d := range map[string]time.Duration{"HistoryWindow": o.HistoryWindow, "BookmarkInterval": o.BookmarkInterval, "SnapshotTTL": o.SnapshotTTL, "FrameRetention": o.FrameRetention} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
 		}
@@ -145,6 +151,7 @@ func (o *Options) EnsureDefaults() {
 	o.BookmarkInterval = cmp.Or(o.BookmarkInterval, DefaultBookmarkInterval)
 	o.SnapshotTTL = cmp.Or(o.SnapshotTTL, o.HistoryWindow)
 	o.MaxSnapshots = cmp.Or(o.MaxSnapshots, DefaultMaxSnapshots)
+	o.FrameRetention = cmp.Or(o.FrameRetention, DefaultFrameRetention)
 	o.StartupReplay = cmp.Or(o.StartupReplay, DefaultStartupReplay)
 	o.ListPageSize = cmp.Or(o.ListPageSize, DefaultListPageSize)
 	if o.Logger == nil {
@@ -314,6 +321,7 @@ func (c *Cache) requestProgress(force bool) {
 // compaction. It returns nil when ctx ends.
 func (c *Cache) Run(ctx context.Context) error {
 	go c.bookmarks(ctx)
+	go c.dropUnreadFrames(ctx)
 	needList, startup := true, true
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -625,7 +633,17 @@ func (c *Cache) Plain(ctx context.Context, key string, stored []byte) ([]byte, e
 
 // bookmarks sends periodic bookmarks until ctx ends.
 func (c *Cache) bookmarks(ctx context.Context) {
-	t := time.NewTicker(c.opts.BookmarkInterval)
+	c.everyResource(ctx, c.opts.BookmarkInterval, func(r *Resource) {
+		if err := r.bookmark(); err != nil {
+			c.logger.Error("bookmark", "err", err)
+		}
+	})
+}
+
+// everyResource calls fn with each served resource every period until
+// ctx ends.
+func (c *Cache) everyResource(ctx context.Context, period time.Duration, fn func(*Resource)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -633,9 +651,7 @@ func (c *Cache) bookmarks(ctx context.Context) {
 			return
 		case <-t.C:
 			for _, r := range c.set.Load().all {
-				if err := r.bookmark(); err != nil {
-					c.logger.Error("bookmark", "err", err)
-				}
+				fn(r)
 			}
 		}
 	}

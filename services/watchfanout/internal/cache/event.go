@@ -62,8 +62,11 @@ type Event struct {
 
 	mu sync.Mutex // serializes encoding
 	// frames are the frames encoded so far, the newest first; pushed
-	// under mu, read without it.
+	// under mu, read without it; emptied under mu by dropUnreadFrames.
 	frames atomic.Pointer[frame]
+	// read is set when a frame or the JSON of the event is asked for,
+	// and cleared by dropUnreadFrames (frames.go).
+	read atomic.Bool
 }
 
 // frame is one encoded frame of an Event; immutable once published.
@@ -196,6 +199,7 @@ func (f *ProtoFrame) AppendTo(dst []byte) []byte {
 // are shared: callers must not modify them. (Protobuf frames of stored
 // objects go straight into batches with ProtoFrame instead.)
 func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
+	e.markRead()
 	slot := frameSlot(f, kind)
 	if fr := e.frames.Load().find(slot); fr != nil {
 		return fr.data, nil
@@ -250,13 +254,15 @@ func (e *Event) Frame(kind FrameKind, f Format) ([]byte, error) {
 // cost one decode, one encode and one copy of the bytes between them, and
 // a list of unchanged objects costs no encoding at all — what
 // kube-apiserver's watch cache does for its events (cachingObject), here
-// for lists too. The bytes live as long as the event: while it is a key's
-// current state or in the history.
+// for lists too. The bytes are kept while the event is a key's current
+// state or in the history, and is read at least once per
+// Options.FrameRetention (frames.go).
 func (e *Event) ObjectJSON() ([]byte, error) {
 	if e.Bookmark {
 		return nil, fmt.Errorf("cache: a bookmark has no object")
 	}
 	if x, ok := e.memoizedJSON(); ok {
+		e.markRead()
 		return x, nil
 	}
 	// ADDED: the frame initial events (a relist) ask for, so that a list
