@@ -46,9 +46,10 @@ type pod struct {
 // with an operator certificate issued from the chart's internal CA as
 // docs/deploy.md says, lists the 3 voters and the non-voter that joined
 // and saves a snapshot; and a ValidatingAdmissionPolicy denies through
-// every gateway (admitInChart). With upgradeTo (a second image tag), the
-// fault test gives way to upgradeRoll: `helm upgrade` to that tag and
-// back, under the workload.
+// every gateway (admitInChart). Then the fault test (faults) runs, and
+// after it the restore of a backup into a new release (restoreOnDocker).
+// With upgradeTo (a second image tag), both give way to upgradeRoll:
+// `helm upgrade` to that tag and back, under the workload.
 func runChartOnDocker(t *testing.T, version, upgradeTo string) {
 	const ns = "mrd"
 	objs := renderTopology(t, version)
@@ -154,7 +155,7 @@ func runChartOnDocker(t *testing.T, version, upgradeTo string) {
 	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
 		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
 	}
-	cli := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
+	cli, ops := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
 	if *topologyKeep != "" {
 		keepTopology(t, kubeconfig, []string{server(0), server(1)})
 		return
@@ -177,15 +178,20 @@ func runChartOnDocker(t *testing.T, version, upgradeTo string) {
 		return
 	}
 	faults(t, network, cli, kubectlAt, clients, watchClients)
+	restoreOnDocker(t, run, pods, version, ops, cli, clients)
 }
 
 // renderTopology renders the chart as runChartOnDocker runs it, with the
-// images of version.
-func renderTopology(t *testing.T, version string) []object {
+// images of version and any further --set values.
+func renderTopology(t *testing.T, version string, set ...string) []object {
 	t.Helper()
-	out, err := render(t, "--set", "image.tag="+version+",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2,"+
-		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi,"+
-		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1")
+	values := "image.tag=" + version + ",store.voters=3,watchfanout.autoscaling.enabled=false,watchfanout.replicas=2," +
+		"apigateway.autoscaling.enabled=false,apigateway.replicas=2,admission.replicas=1,store.persistence.size=1Gi," +
+		"store.nonVoters[0].name=nv,store.nonVoters[0].replicas=1"
+	for _, s := range set {
+		values += "," + s
+	}
+	out, err := render(t, "--set", values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,12 +350,14 @@ func awaitHealthy(t *testing.T, kubectl func(args ...string) (string, error)) {
 // (meridian pki issue, in the all-in-one image) and runs the store CLI
 // (in the store image) on the network: member list must show the 3
 // voters and the joined non-voter, and snapshot save must write a backup.
-func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) func(args ...string) (string, error) {
+// It returns the CLI and the operator's directory, mounted at /ops in
+// the CLI's container (where it saves backups).
+func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) (cli func(args ...string) (string, error), ops string) {
 	t.Helper()
 	if ca == nil {
 		t.Fatal("no Secret meridian-internal-ca rendered")
 	}
-	ops := scratchDir(t, "ops")
+	ops = scratchDir(t, "ops")
 	for _, d := range []string{ops, filepath.Join(ops, "ca"), filepath.Join(ops, "ca", "internal")} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
@@ -375,7 +383,7 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 			endpoints = append(endpoints, h+":2479")
 		}
 	}
-	cli := func(args ...string) (string, error) {
+	cli = func(args ...string) (string, error) {
 		run := append([]string{"run", "--rm", "--read-only", "--network", network, "-v", ops + ":/ops"}, addHosts...)
 		run = append(run, "meridian/store:"+version)
 		run = append(run, args...)
@@ -413,7 +421,7 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 	if st, err := os.Stat(filepath.Join(ops, "backup.snap")); err != nil || st.Size() == 0 {
 		t.Errorf("snapshot file: %v", err)
 	}
-	return cli
+	return cli, ops
 }
 
 // podVolumes makes the host directory of each of p's volumes: Secrets'
