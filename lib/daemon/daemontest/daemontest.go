@@ -79,22 +79,3 @@ func (s *Served) Wait() error {
 	<-s.done
 	return s.err
 }
-
-// FreeAddrs returns n distinct loopback addresses that were free a moment
-// ago, for servers that bind their addresses themselves (a binary's
-// --listen, raft's transport). All n are held open until every one is
-// picked: picking them one at a time, closing each, can return one port
-// twice.
-func FreeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
-	}
-	return out
-}

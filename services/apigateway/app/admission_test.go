@@ -118,6 +118,23 @@ func (g *gateway) write(method, resource, name string) (int, string) {
 	return resp.StatusCode, string(data)
 }
 
+// get reads the object of resource named name in namespace default and
+// returns the HTTP status.
+func (g *gateway) get(resource, name string) int {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, g.url+"/api/v1/namespaces/default/"+resource+"/"+name, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer root-secret")
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // synced reads meridian_apigateway_admission_scope_synced.
 func (g *gateway) synced() bool {
 	g.t.Helper()
@@ -181,8 +198,8 @@ func TestAdmissionScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the gateway forgets the scope", func() bool { return !g.synced() })
-	if code, _ := g.write(http.MethodPost, "secrets", "while-down"); code != http.StatusInternalServerError {
-		t.Fatalf("write while admission is down and the scope unknown: %d, want 500 (sent to admission)", code)
+	if code, body := g.write(http.MethodPost, "secrets", "while-down"); code != http.StatusServiceUnavailable {
+		t.Fatalf("write while admission is down and the scope unknown: %d %s, want 503 (sent to admission)", code, body)
 	}
 
 	// It comes back with an empty scope: the gateway follows it again.

@@ -450,7 +450,7 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		if err != nil {
 			return svc, err
 		}
-		ac, err := admissionclient.New(admissionv1.NewAdmissionServiceClient(conn), a.cfg.Logger, a.cfg.Registerer)
+		ac, err := admissionclient.New(conn, a.cfg.Logger, a.cfg.Registerer)
 		if err != nil {
 			return svc, fmt.Errorf("apigateway: admission: %w", err)
 		}

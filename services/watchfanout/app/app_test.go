@@ -216,15 +216,26 @@ func TestEncodingsAndBookmarks(t *testing.T) {
 	if ev := s.next(t); ev.Type != "ADDED" || ev.Object.Kind != "Table" {
 		t.Fatalf("table event %+v", ev)
 	}
-	// Periodic bookmarks.
+	// Periodic bookmarks. One may come before the write's event (the
+	// write can take longer than the interval): at the watch's start
+	// revision, never past the write. One follows the event, at or past it.
 	s = e.mustWatch(&watchv1.WatchRequest{Resource: cmResource, ResourceVersion: strconv.FormatInt(rev, 10), AllowBookmarks: true})
-	e.mustPut(configMap("ns", "cm", nil, "y"))
-	s.expect(t, "MODIFIED", "cm")
-	if bm := s.expect(t, "BOOKMARK", ""); bm.rv() < rev+1 {
-		t.Fatalf("bookmark rv %d", bm.rv())
+	rev2 := e.mustPut(configMap("ns", "cm", nil, "y"))
+	ev := s.next(t)
+	for ev.Type == "BOOKMARK" {
+		if ev.rv() < rev || ev.rv() >= rev2 {
+			t.Fatalf("bookmark before the write's event at rv %d, want in [%d, %d)", ev.rv(), rev, rev2)
+		}
+		ev = s.next(t)
+	}
+	if ev.Type != "MODIFIED" || ev.Object.Metadata.Name != "cm" || ev.rv() != rev2 {
+		t.Fatalf("got %s %s (rv %d), want MODIFIED cm at %d", ev.Type, ev.Object.Metadata.Name, ev.rv(), rev2)
+	}
+	if bm := s.expect(t, "BOOKMARK", ""); bm.rv() < rev2 {
+		t.Fatalf("bookmark rv %d after the write at %d", bm.rv(), rev2)
 	}
 	// timeoutSeconds ends the stream cleanly.
-	s = e.mustWatch(&watchv1.WatchRequest{Resource: cmResource, ResourceVersion: strconv.FormatInt(rev+1, 10), TimeoutSeconds: 1})
+	s = e.mustWatch(&watchv1.WatchRequest{Resource: cmResource, ResourceVersion: strconv.FormatInt(rev2, 10), TimeoutSeconds: 1})
 	select {
 	case _, ok := <-s.events:
 		if ok {

@@ -38,6 +38,13 @@ func TestWatchSemanticsOverWatchMany(t *testing.T) {
 		for i := range 20 {
 			e.mustPut(configMap("ns", "cm", nil, strconv.Itoa(i)))
 		}
+		// The cache follows the store: a consistent list returns once it
+		// holds every write above, so that first is out of its history.
+		// Before that, a watch from first is served from the history it
+		// still has, as kube-apiserver's watch cache does.
+		if _, err := e.watch.List(t.Context(), &watchv1.ListRequest{Resource: cmResource, Namespace: "ns"}); err != nil {
+			t.Fatal(err)
+		}
 		s := e.mustWatch(&watchv1.WatchRequest{Resource: cmResource, ResourceVersion: strconv.FormatInt(first, 10)})
 		if ev := s.expect(t, "ERROR", ""); ev.Object.Code != 410 || ev.Object.Reason != "Expired" {
 			t.Fatalf("error %+v, want 410 Expired", ev.Object)

@@ -14,12 +14,21 @@
 // never applies later than that: while the client holds no scope (the
 // stream not yet established, broken, or the service older than
 // WatchScope, answering UNIMPLEMENTED) every write is sent to Admit.
+//
+// # Availability
+//
+// Admission fails closed: a write that must be admitted is not stored
+// while the service cannot be asked. Admit waits for an unreachable
+// service for a while (UnreachableWait) so that a restart is a delay, not
+// a failure; past that the gateway answers 503 with Retry-After, since
+// the write was not applied.
 package admissionclient
 
 import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/follow"
@@ -32,15 +41,19 @@ import (
 // call: without it every request is in scope.
 type Client struct {
 	admissionv1.AdmissionServiceClient
+	conn    *grpc.ClientConn
 	log     *slog.Logger
 	metrics *metrics
+	// wait bounds how long Admit waits for an unreachable service.
+	wait time.Duration
 
 	// scope is the latest scope received; nil while not synced.
 	scope atomic.Pointer[matcher]
 }
 
-// New returns a Client of c; metrics go to reg (nil: none).
-func New(c admissionv1.AdmissionServiceClient, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+// New returns a Client of the admission service on conn; metrics go to
+// reg (nil: none).
+func New(conn *grpc.ClientConn, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -48,7 +61,7 @@ func New(c admissionv1.AdmissionServiceClient, log *slog.Logger, reg prometheus.
 	if err != nil {
 		return nil, err
 	}
-	return &Client{AdmissionServiceClient: c, log: log, metrics: m}, nil
+	return &Client{AdmissionServiceClient: admissionv1.NewAdmissionServiceClient(conn), conn: conn, log: log, metrics: m, wait: UnreachableWait}, nil
 }
 
 // InScope reports whether a request may match an admission policy and must

@@ -26,7 +26,7 @@ func TestFollowsScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	c, err := admissionclient.New(admissionv1.NewAdmissionServiceClient(conn), nil, nil)
+	c, err := admissionclient.New(conn, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,11 @@ import (
 )
 
 // metrics show whether the gateway follows the admission scope and how
-// many admission calls it saved.
+// many admission calls it saved or sent again.
 type metrics struct {
 	synced  prometheus.Gauge
 	skipped prometheus.Counter
+	retries prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_apigateway_admission_skipped_total",
 			Help: "Writes admitted without an admission call, because no admission policy could match them.",
 		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_apigateway_admission_retries_total",
+			Help: "Admission calls sent again because the admission service was unreachable.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -31,6 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.skipped, err = telemetry.Register(reg, m.skipped); err != nil {
+		return nil, err
+	}
+	if m.retries, err = telemetry.Register(reg, m.retries); err != nil {
 		return nil, err
 	}
 	return m, nil

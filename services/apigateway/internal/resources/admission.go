@@ -3,6 +3,7 @@ package resources
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 
@@ -18,6 +19,8 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/audit"
 	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +88,7 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 	}
 	resp, err := s.cfg.Admission.Admit(identity.AppendToOutgoing(ctx, u), req)
 	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
+		return admissionError(err)
 	}
 	// The policies' audit annotations go on the request's audit event,
 	// whether they admitted it or not; their warnings to the client.
@@ -122,6 +125,26 @@ func (s *Server) admit(ctx context.Context, res *registry.Resource, ref *apiv1.R
 		Status: metav1.StatusFailure, Code: code, Reason: reason,
 		Message: st.GetMessage(), Details: details,
 	}}
+}
+
+// admissionRetryAfter is the Retry-After of a write refused because the
+// admission service was unreachable: about a restart.
+const admissionRetryAfter = 2
+
+// admissionError is the error a client gets when the admission call
+// failed. An unreachable service (UNAVAILABLE, after the client's own
+// wait) is 503 ServiceUnavailable with Retry-After: the write was not
+// sent to the store, so sending it again is safe. Anything else is an
+// internal error.
+func admissionError(err error) error {
+	if st := status.Convert(err); st.Code() == codes.Unavailable {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: "the admission service is unavailable; the write was not applied: " + st.Message(),
+			Details: &metav1.StatusDetails{RetryAfterSeconds: admissionRetryAfter},
+		}}
+	}
+	return apierrors.NewInternalError(fmt.Errorf("admission: %w", err))
 }
 
 // applyAdmissionPatch applies the mutating policies' JSON patch to the

@@ -91,7 +91,10 @@ func TestCoveredBy(t *testing.T) {
 // The leader appends a barrier right after each write, and each follower
 // applies every write long before that.
 func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
-	ms := cluster(t, 3, func(c *Config) { c.CommitTimeout = time.Minute })
+	ms := cluster(t, 3, func(c *Config) {
+		steadyLeader(c)
+		c.CommitTimeout = time.Minute
+	})
 	leader, followers := leaderOf(t, ms)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -126,11 +129,19 @@ func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
 	}
 }
 
+// steadyLeader gives a cluster timeouts that a loaded machine does not
+// reach (the leader steps down after half the heartbeat timeout without
+// a quorum's answer): tests of what a leader does over a stream of
+// writes, not of elections.
+func steadyLeader(c *Config) {
+	c.HeartbeatTimeout, c.ElectionTimeout = 5*time.Second, 5*time.Second
+}
+
 // TestStreamOfCommitsIsNotNudgedPerCommit: writes that follow each other
 // closely carry each other's commit index; the leader adds a barrier only
 // where the stream pauses, never one per write.
 func TestStreamOfCommitsIsNotNudgedPerCommit(t *testing.T) {
-	ms := cluster(t, 3, nil)
+	ms := cluster(t, 3, steadyLeader)
 	leader, _ := leaderOf(t, ms)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
