@@ -3,7 +3,6 @@ package resources
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,14 +70,11 @@ func storeUnreachable(err error) error {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		s := metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
-			Message: "the store is unavailable: " + st.Message() + note,
-		}
+		e := apierrors.NewServiceUnavailable("the store is unavailable: " + st.Message() + note)
 		if retryAfter > 0 {
-			s.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfter}
+			e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfter}
 		}
-		return &apierrors.StatusError{ErrStatus: s}
+		return e
 	case codes.DeadlineExceeded:
 		return apierrors.NewTimeoutError("the store did not answer in time: "+st.Message()+note, int(retryAfter))
 	}
