@@ -16,7 +16,6 @@ import (
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/storetest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -64,13 +63,7 @@ func (r *racing) Decrypt(ctx context.Context, key string, stored []byte) ([]byte
 // connection to it, closed when the test ends.
 func startStore(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return storetest.Start(t, storeapp.Config{ID: "store-0"}).Dial(t)
 }
 
 // TestMigrate rewrites the stale Secrets of a real store with the current

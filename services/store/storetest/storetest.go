@@ -10,6 +10,8 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Member is a running store member.
@@ -51,6 +53,20 @@ func Serve(t testing.TB, st *storeapp.App, lis net.Listener) *Member {
 
 func member(served *daemontest.Served, st *storeapp.App) *Member {
 	return &Member{Addr: served.Addr, App: st, served: served}
+}
+
+// Dial returns a plaintext connection to the member, with opts added,
+// closed when the test ends. The member must serve without TLS (cfg.TLS
+// unset in Start).
+func (m *Member) Dial(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	conn, err := grpc.NewClient(m.Addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // Stop closes the member and waits until it has stopped serving; it is

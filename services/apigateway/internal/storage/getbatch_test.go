@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
@@ -28,12 +27,7 @@ func startStore(t *testing.T) (*Store, *sync.Map) {
 		n.(*atomic.Int64).Add(1)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(count))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return New(conn), calls
+	return New(member.Dial(t, grpc.WithUnaryInterceptor(count))), calls
 }
 
 func calls(m *sync.Map, method string) int64 {

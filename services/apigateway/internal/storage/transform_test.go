@@ -13,8 +13,6 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/storetest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // transformer is the Transformer of an EncryptionConfiguration that
@@ -45,11 +43,7 @@ const (
 // sets Err on its watch event, which the watch goes on after.
 func TestTransformer(t *testing.T) {
 	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := member.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	raw := storage.New(conn)

@@ -7,9 +7,6 @@ import (
 	"net/url"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
@@ -23,11 +20,7 @@ import (
 // seat; a count not read yet, one seat.
 func TestWideList(t *testing.T) {
 	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := member.Dial(t)
 	reg := registry.New(registry.Standard()...)
 	cms, _ := reg.Lookup(registry.Core()[1].GVR)
 	secrets, _ := reg.Lookup(registry.Core()[2].GVR)

@@ -13,8 +13,6 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	"github.com/meridian-cp/meridian/services/store/storetest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -22,13 +20,7 @@ import (
 // connection to it. Both end when the test ends.
 func Start(t testing.TB) *storage.Store {
 	t.Helper()
-	member := storetest.Start(t, storeapp.Config{ID: "store-0"})
-	conn, err := grpc.NewClient(member.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return storage.New(conn)
+	return storage.New(storetest.Start(t, storeapp.Config{ID: "store-0"}).Dial(t))
 }
 
 // Object reads the object of res named ns/name from s, decoded with c;
