@@ -50,14 +50,16 @@ func (l *level) unlock() {
 
 // acquireFunc is acquire for a caller that does not block. When the
 // request is dispatched or rejected at once, it returns what acquire
-// would, with queued false. Otherwise it returns queued true, and done
+// would, with queued nil. Otherwise it returns the queued request, which
+// cancel takes out of its queue, and done
 // is called once with what acquire would have returned: by the goroutine
 // that dispatches the request (a release, a reconfiguration, a
-// borrowing adjustment) or takes it out of its queue (its maxWait timer,
-// ctx's end, closeQueued), after that goroutine released l.mu. done
+// borrowing adjustment) or takes it out of its queue (the level's
+// deadline timer, ctx's end, cancel, closeQueued), after that goroutine
+// released l.mu. done
 // should not block: other requests' wake-ups wait behind it.
 func (l *level) acquireFunc(ctx context.Context, closed <-chan struct{}, schema, distinguisher string, d *Digest, maxWait time.Duration,
-	done func(*request, time.Duration, error)) (dispatched *request, wait time.Duration, err error, queued bool) {
+	done func(*request, time.Duration, error)) (dispatched *request, wait time.Duration, err error, queued *request) {
 	start := time.Now()
 	r := &request{schema: schema, distinguisher: distinguisher, digest: d, flow: flowHash(schema, distinguisher), enqueued: start}
 	l.mu.Lock()
@@ -67,25 +69,30 @@ func (l *level) acquireFunc(ctx context.Context, closed <-chan struct{}, schema,
 	select {
 	case <-closed:
 		l.mu.Unlock()
-		return nil, 0, ErrClosed, false
+		return nil, 0, ErrClosed, nil
 	default:
 	}
 	if rej := l.enqueueLocked(r, d.Width, l.now()); rej != nil {
 		l.unlock()
-		return nil, 0, rej, false
+		return nil, 0, rej, nil
 	}
 	if r.state == stateDispatched {
 		l.unlock()
 		wait = time.Since(start)
 		l.flowMetrics(schema).observeWait(true, wait)
-		return r, wait, nil, false
+		return r, wait, nil, nil
 	}
 	// Still queued, and no other goroutine can see r before l.mu is
-	// released: its ways out of the queue are set up first.
-	timer := time.AfterFunc(maxWait, func() { l.leave(r, func() error { return l.reject(schema, ReasonTimeout) }) })
-	stopCtx := context.AfterFunc(ctx, func() { l.leave(r, ctx.Err) })
+	// released: its ways out of the queue are set up first. Its MaxWait
+	// is watched by the level's one timer (expireLocked), not one of its
+	// own; its context only when that can end.
+	r.deadline = start.Add(maxWait)
+	l.watchDeadlineLocked(r.deadline)
+	stopCtx := func() bool { return false }
+	if ctx.Done() != nil {
+		stopCtx = context.AfterFunc(ctx, func() { l.leave(r, ctx.Err) })
+	}
 	r.wake = func(why error) {
-		timer.Stop()
 		stopCtx()
 		wait := time.Since(start)
 		l.flowMetrics(schema).observeWait(why == nil, wait)
@@ -97,7 +104,7 @@ func (l *level) acquireFunc(ctx context.Context, closed <-chan struct{}, schema,
 		done(r, wait, nil)
 	}
 	l.unlock()
-	return nil, 0, nil, true
+	return nil, 0, nil, r
 }
 
 // leave takes r out of its queue, if it is still queued, and wakes it
@@ -115,6 +122,65 @@ func (l *level) leave(r *request, why func() error) {
 	// The removed request may have been the head blocking dispatch.
 	l.dispatchLocked(now)
 	l.unlock()
+}
+
+// watchDeadlineLocked makes the level's deadline timer fire by
+// deadline, the MaxWait of a request acquireFunc queued. l.mu is held.
+func (l *level) watchDeadlineLocked(deadline time.Time) {
+	switch {
+	case l.mu.deadlineTimer == nil:
+		l.mu.deadlineTimer = time.AfterFunc(time.Until(deadline), l.expire)
+	case l.mu.deadlineAt.IsZero() || deadline.Before(l.mu.deadlineAt):
+		l.mu.deadlineTimer.Reset(time.Until(deadline))
+	default:
+		return // it fires earlier, and then looks again
+	}
+	l.mu.deadlineAt = deadline
+}
+
+// expire is the level's deadline timer: it rejects (time-out) the
+// requests queued by acquireFunc whose MaxWait has passed, and sets the
+// timer again for the earliest deadline left. One timer per level
+// instead of one per queued request: under load it fires about once a
+// MaxWait and scans the queues once, where a timer per request cost a
+// timer start and stop for every queued Acquire.
+func (l *level) expire() {
+	l.mu.Lock()
+	now := time.Now()
+	var next time.Time
+	var late []*request
+	for _, q := range l.mu.queues {
+		for _, r := range q.reqs {
+			switch {
+			case r.wake == nil: // a blocking acquire has its own timer
+			case !r.deadline.After(now):
+				late = append(late, r)
+			case next.IsZero() || r.deadline.Before(next):
+				next = r.deadline
+			}
+		}
+	}
+	l.mu.deadlineAt = next
+	if !next.IsZero() {
+		l.mu.deadlineTimer.Reset(next.Sub(now))
+	}
+	if len(late) > 0 {
+		vnow := l.now()
+		l.syncDemandLocked(vnow)
+		for _, r := range late {
+			l.removeLocked(r)
+			l.signalLocked(r, l.reject(r.schema, ReasonTimeout))
+		}
+		// A removed request may have been a head blocking dispatch.
+		l.dispatchLocked(vnow)
+	}
+	l.unlock()
+}
+
+// cancel takes r, queued by acquireFunc, out of its queue, if it is
+// still queued: its done gets context.Canceled.
+func (l *level) cancel(r *request) {
+	l.leave(r, func() error { return context.Canceled })
 }
 
 // closeQueued takes the requests queued by acquireFunc out of l's queues

@@ -18,8 +18,8 @@ type outcome struct {
 func acquireFunc(t *testing.T, ctx context.Context, c *Controller, d Digest) (Grant, bool, error, <-chan outcome) {
 	t.Helper()
 	ch := make(chan outcome, 2)
-	g, decided, err := c.AcquireFunc(ctx, "gw", d, func(g Grant, err error) { ch <- outcome{g, err} })
-	return g, decided, err, ch
+	g, q, err := c.AcquireFunc(ctx, "gw", d, func(g Grant, err error) { ch <- outcome{g, err} })
+	return g, !q.Waiting(), err, ch
 }
 
 // doneNow returns the outcome already sent on ch, failing the test if
@@ -134,5 +134,84 @@ func TestAcquireFunc(t *testing.T) {
 			t.Fatalf("done called twice: %+v", o)
 		default:
 		}
+	}
+}
+
+// TestAcquireFuncCancelAndDeadlines: a request queued with a context
+// that never ends leaves its queue by Queued.Cancel (done gets
+// context.Canceled, once; a second Cancel, or one after the request was
+// decided, does nothing); requests queued together, and one queued after
+// the level's deadline timer has fired and found nothing left, each
+// leave their queue past MaxWait (time-out), done called once; no seat
+// or queued request is left.
+func TestAcquireFuncCancelAndDeadlines(t *testing.T) {
+	c := newFixed(t, Config{MaxWait: 20 * time.Millisecond}, levels{globalDefault: 1})
+	ctx := context.WithoutCancel(t.Context()) // never done
+	queue := func(name string) (Queued, <-chan outcome) {
+		t.Helper()
+		ch := make(chan outcome, 2)
+		_, q, err := c.AcquireFunc(ctx, "gw", user(name), func(g Grant, err error) { ch <- outcome{g, err} })
+		if err != nil || !q.Waiting() {
+			t.Fatalf("AcquireFunc of %s with no seat free = %+v, %v; want it queued", name, q, err)
+		}
+		return q, ch
+	}
+	once := func(what string, ch <-chan outcome) outcome {
+		t.Helper()
+		var o outcome
+		select {
+		case o = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: done was never called", what)
+		}
+		select {
+		case again := <-ch:
+			t.Fatalf("%s: done called twice: %+v", what, again)
+		default:
+		}
+		return o
+	}
+	timedOut := func(what string, ch <-chan outcome) {
+		t.Helper()
+		var rej *RejectedError
+		if o := once(what, ch); !errors.As(o.err, &rej) || rej.Reason != ReasonTimeout {
+			t.Fatalf("%s past MaxWait: %+v, want %s", what, o, ReasonTimeout)
+		}
+	}
+
+	holder, _, err := c.AcquireFunc(ctx, "gw", user("holder"), func(Grant, error) { t.Error("holder was queued") })
+	if err != nil || holder.ID == "" {
+		t.Fatalf("first AcquireFunc = %+v, %v; want the seat", holder, err)
+	}
+	alice, aliceDone := queue("alice")
+	alice.Cancel()
+	if o := doneNow(t, "alice cancelled", aliceDone); !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("alice cancelled: %+v, want context.Canceled", o)
+	}
+	alice.Cancel()
+	Queued{}.Cancel()
+	select {
+	case o := <-aliceDone:
+		t.Fatalf("alice cancelled twice: done called again with %+v", o)
+	default:
+	}
+
+	// bob and carol queued together; then, with nothing queued, dave.
+	_, bobDone := queue("bob")
+	carol, carolDone := queue("carol")
+	timedOut("bob", bobDone)
+	timedOut("carol", carolDone)
+	carol.Cancel() // decided: nothing happens
+	if s := stats(t, c, LevelGlobalDefault); s != (Stats{SeatsInUse: 1}) {
+		t.Fatalf("after the time-outs: %+v, want the holder's seat only", s)
+	}
+	_, daveDone := queue("dave")
+	timedOut("dave", daveDone)
+
+	if err := c.Release(ctx, holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	if s := stats(t, c, LevelGlobalDefault); s != (Stats{}) {
+		t.Fatalf("at the end: %+v, want nothing held or queued", s)
 	}
 }

@@ -338,28 +338,52 @@ func (c *Controller) Acquire(ctx context.Context, gatewayID string, d Digest) (G
 
 // AcquireFunc is Acquire for a caller that must not block. When the
 // request is granted or rejected at once (an exempt level; free seats
-// and its turn; a full queue) it returns Acquire's answer with decided
-// true. Otherwise the request waits in its queue, AcquireFunc returns
-// decided false, and done is called once with what Acquire would have
-// returned: by the goroutine that dispatches the request (a Release, a
-// reconfiguration, a borrowing adjustment) or takes it out of its
-// queue (MaxWait, ctx's end, Close), with no lock of the Controller
-// held. done should be quick: other requests' answers wait behind it.
-// A request waits without a goroutine of its own.
-func (c *Controller) AcquireFunc(ctx context.Context, gatewayID string, d Digest, done func(Grant, error)) (g Grant, decided bool, err error) {
+// and its turn; a full queue) it returns Acquire's answer and a zero
+// Queued. Otherwise the request waits in its queue, AcquireFunc returns
+// it as a Queued (Waiting true), and done is called once with what
+// Acquire would have returned: by the goroutine that dispatches the
+// request (a Release, a reconfiguration, a borrowing adjustment) or
+// takes it out of its queue (MaxWait, ctx's end, Queued.Cancel, Close),
+// with no lock of the Controller held. done should be quick: other
+// requests' answers wait behind it. A request waits without a goroutine
+// or a timer of its own; a ctx that is never done (Done nil) costs
+// nothing to watch, so a caller that cancels requests one by one can
+// use Queued.Cancel instead of a context per request.
+func (c *Controller) AcquireFunc(ctx context.Context, gatewayID string, d Digest, done func(Grant, error)) (Grant, Queued, error) {
 	s, h, g, err := c.start(gatewayID, &d)
 	if h == nil {
-		return g, true, err
+		return g, Queued{}, err
 	}
 	l := s.level
 	r, wait, err, queued := l.acquireFunc(ctx, c.closed, s.Name, s.flowDistinguisher(&d), &d, c.cfg.MaxWait, func(r *request, wait time.Duration, err error) {
 		done(c.admitted(ctx, s, h, r, wait, err))
 	})
-	if queued {
-		return Grant{}, false, nil
+	if queued != nil {
+		return Grant{}, Queued{l: l, r: queued}, nil
 	}
 	g, err = c.admitted(ctx, s, h, r, wait, err)
-	return g, true, err
+	return g, Queued{}, err
+}
+
+// Queued is a request AcquireFunc left waiting in its queue; the zero
+// Queued is none: the request was decided at once.
+type Queued struct {
+	l *level
+	r *request
+}
+
+// Waiting reports whether AcquireFunc queued the request, so that its
+// done will be called.
+func (q Queued) Waiting() bool { return q.r != nil }
+
+// Cancel takes the request out of its queue if it is still queued; its
+// done then gets context.Canceled. After the request was decided it does
+// nothing; it may be called from any goroutine, more than once, but not
+// from done or with a lock that done takes (it may call done).
+func (q Queued) Cancel() {
+	if q.r != nil {
+		q.l.cancel(q.r)
+	}
 }
 
 // acquire is Acquire.

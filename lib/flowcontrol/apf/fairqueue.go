@@ -195,9 +195,12 @@ func boundLocked(q *queue) {
 }
 
 // dispatchLocked dispatches queued requests while seats allow, at now.
+// It stops without looking for the next head while no seat is free (a
+// request takes at least one): so a request queued behind busy seats
+// costs no scan of the queues.
 func (l *level) dispatchLocked(now time.Time) {
 	est := l.mu.estimate.get()
-	for l.mu.waiting > 0 {
+	for l.mu.waiting > 0 && l.mu.seatsInUse < l.cfg.Seats {
 		qi := l.selectQueueLocked(est)
 		q := l.mu.queues[qi]
 		r := q.reqs[0]

@@ -56,7 +56,10 @@ type request struct {
 	width         int
 	queue         *queue // nil for a level without queues
 	enqueued      time.Time
-	dispatched    time.Time // when it took its seats
+	// deadline is when a request queued by acquireFunc is rejected
+	// (time-out) if still queued: enqueued + MaxWait (level.expire).
+	deadline   time.Time
+	dispatched time.Time // when it took its seats
 	// adopted: dispatched by a previous leader (adopt.go); its run time
 	// here is a part of its real one, so it feeds no estimate.
 	adopted bool
@@ -130,6 +133,11 @@ type level struct {
 		// by acquireFunc that were dispatched or left their queues while
 		// mu was held; unlock wakes them once mu is released.
 		woken, wokenTail *request
+		// deadlineTimer rejects the requests queued by acquireFunc that
+		// wait past their deadline (expire); deadlineAt is when it fires,
+		// zero when it is not set. Made at the first such request.
+		deadlineTimer *time.Timer
+		deadlineAt    time.Time
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/flowcontrol/decideclient"
 	"github.com/meridian-cp/meridian/lib/telemetry"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
@@ -50,7 +51,7 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 	if err := stream.SendHeader(metadata.Pairs(decideclient.BatchMetadata, "1")); err != nil {
 		return err
 	}
-	dc := decideCalls{cancelers: map[uint64]context.CancelFunc{}}
+	dc := decideCalls{queued: map[uint64]apf.Queued{}, finished: map[uint64]struct{}{}}
 	// Recv blocks until a message or the stream's end, so it runs in its
 	// own goroutine, which ends with the stream.
 	reqs := make(chan *flowcontrolv1.DecideRequest)
@@ -142,9 +143,38 @@ func (s *Server) decideMessage(ctx context.Context, req *flowcontrolv1.DecideReq
 type decideCalls struct {
 	// wg counts them.
 	wg sync.WaitGroup
-	// mu guards cancelers: their cancel functions, by id.
-	mu        sync.Mutex
-	cancelers map[uint64]context.CancelFunc
+	// mu guards queued, their requests by id (for cancels), and
+	// finished, the ids of those answered before they were registered:
+	// a call's answer (forget) may come, from another goroutine, before
+	// AcquireFunc has returned its Queued (register); whichever of the
+	// two comes second cleans up.
+	mu       sync.Mutex
+	queued   map[uint64]apf.Queued
+	finished map[uint64]struct{}
+}
+
+// register records the queued request of call id, unless it was
+// answered already.
+func (dc *decideCalls) register(id uint64, q apf.Queued) {
+	dc.mu.Lock()
+	if _, ok := dc.finished[id]; ok {
+		delete(dc.finished, id)
+	} else {
+		dc.queued[id] = q
+	}
+	dc.mu.Unlock()
+}
+
+// forget ends the call id once it left its queue.
+func (dc *decideCalls) forget(id uint64) {
+	dc.mu.Lock()
+	if _, ok := dc.queued[id]; ok {
+		delete(dc.queued, id)
+	} else {
+		dc.finished[id] = struct{}{}
+	}
+	dc.mu.Unlock()
+	dc.wg.Done()
 }
 
 // decideCall serves one call of a Decide stream, in its Decide
@@ -155,7 +185,10 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 	id := req.GetId()
 	switch call := req.GetCall().(type) {
 	case *flowcontrolv1.DecideRequest_Acquire:
-		actx, cancel := context.WithCancel(ctx)
+		// The stream's context, not one per call: the stream's end
+		// cancels every call, and a cancel message takes its one call out
+		// of its queue (apf.Queued.Cancel).
+		actx := ctx
 		var span trace.Span = noSpan
 		if tp := req.GetTraceparent(); tp != "" && s.tracer != nil {
 			// The call's span, under the caller's, as the gRPC server's
@@ -165,29 +198,22 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 		}
 		a, resp, err := s.startAcquire(actx, call.Acquire)
 		if a == nil {
-			out.add(acquireAnswer(id, resp, err, span, cancel))
+			out.add(acquireAnswer(id, resp, err, span))
 			return
 		}
-		// Registered before the request can be queued, since its answer
+		// Counted before the request can be queued, since its answer
 		// may come from another goroutine before AcquireFunc returns.
-		dc.mu.Lock()
-		dc.cancelers[id] = cancel
-		dc.mu.Unlock()
 		dc.wg.Add(1)
-		forget := func() {
-			dc.mu.Lock()
-			delete(dc.cancelers, id)
-			dc.mu.Unlock()
-			dc.wg.Done()
-		}
-		resp, err, decided := a.decideFunc(func(resp *flowcontrolv1.AcquireResponse, err error) {
-			out.post(acquireAnswer(id, resp, err, span, cancel))
-			forget()
+		resp, q, err := a.decideFunc(func(resp *flowcontrolv1.AcquireResponse, err error) {
+			out.post(acquireAnswer(id, resp, err, span))
+			dc.forget(id)
 		})
-		if decided {
-			forget()
-			out.add(acquireAnswer(id, resp, err, span, cancel))
+		if q.Waiting() {
+			dc.register(id, q)
+			return
 		}
+		dc.wg.Done()
+		out.add(acquireAnswer(id, resp, err, span))
 	case *flowcontrolv1.DecideRequest_ReleaseGrants:
 		resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
 		answer := &flowcontrolv1.DecideResponse{Id: id}
@@ -200,10 +226,9 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 	case *flowcontrolv1.DecideRequest_Cancel:
 		if call.Cancel {
 			dc.mu.Lock()
-			if cancel := dc.cancelers[id]; cancel != nil {
-				cancel()
-			}
+			q := dc.queued[id]
 			dc.mu.Unlock()
+			q.Cancel() // its done, if it runs now, takes dc.mu
 		}
 	default:
 		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
@@ -211,13 +236,12 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 }
 
 // acquireAnswer ends an Acquire of a Decide stream: it ends the call's
-// span and context (cancel) and returns its answer.
-func acquireAnswer(id uint64, resp *flowcontrolv1.AcquireResponse, err error, span trace.Span, cancel context.CancelFunc) *flowcontrolv1.DecideResponse {
+// span and returns its answer.
+func acquireAnswer(id uint64, resp *flowcontrolv1.AcquireResponse, err error, span trace.Span) *flowcontrolv1.DecideResponse {
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
 	}
 	span.End()
-	cancel()
 	answer := &flowcontrolv1.DecideResponse{Id: id}
 	if err != nil {
 		answer.Result = errorResult(err)

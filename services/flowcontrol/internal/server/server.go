@@ -159,17 +159,18 @@ func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireReq
 }
 
 // decideFunc decides the call without blocking
-// (apf.Controller.AcquireFunc): it returns the answer with decided true
-// when the request was granted or rejected at once; otherwise done gets
-// the answer once the request leaves its queue, from the goroutine that
-// decides it.
-func (a *acquireCall) decideFunc(done func(*flowcontrolv1.AcquireResponse, error)) (resp *flowcontrolv1.AcquireResponse, err error, decided bool) {
-	g, decided, err := a.s.ctrl.AcquireFunc(a.ctx, a.gw, a.digest, func(g apf.Grant, err error) { done(a.answer(g, err)) })
-	if !decided {
-		return nil, nil, false
+// (apf.Controller.AcquireFunc): it returns the answer with a zero Queued
+// when the request was granted or rejected at once; otherwise the
+// request waits in its queue (Queued.Cancel takes it out), and done gets
+// the answer once it leaves its queue, from the goroutine that decides
+// it.
+func (a *acquireCall) decideFunc(done func(*flowcontrolv1.AcquireResponse, error)) (*flowcontrolv1.AcquireResponse, apf.Queued, error) {
+	g, q, err := a.s.ctrl.AcquireFunc(a.ctx, a.gw, a.digest, func(g apf.Grant, err error) { done(a.answer(g, err)) })
+	if q.Waiting() {
+		return nil, q, nil
 	}
-	resp, err = a.answer(g, err)
-	return resp, err, true
+	resp, err := a.answer(g, err)
+	return resp, q, err
 }
 
 // answer ends the call with Acquire's outcome g, err: the answer to send.
