@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -183,6 +184,27 @@ properties:
       '^x': {type: integer}
 `
 
+// loadtestSchema is the schema of the gateway loadtest's custom
+// resource (services/apigateway/loadtest benchCRD): 20 string fields of
+// at most 128 characters under spec, and its 3 rules.
+func loadtestSchema() string {
+	var b strings.Builder
+	b.WriteString(`type: object
+properties:
+  spec:
+    type: object
+    x-kubernetes-validations:
+    - rule: "self.f00.size() <= 64"
+    - rule: "self.f01 != 'forbidden'"
+    - rule: "!has(self.f02) || self.f02.startsWith('v')"
+    properties:
+`)
+	for i := range 20 {
+		fmt.Fprintf(&b, "      f%02d: {type: string, maxLength: 128}\n", i)
+	}
+	return b.String()
+}
+
 // stringPool and numberPool are the leaf values the generator draws
 // from: samples valid and invalid for every keyword and format of the
 // schemas above (multi-byte runes for the lengths).
@@ -201,6 +223,7 @@ var (
 		"aGVsbG8=", "aGVsbG8", "2006-01-02", "2006-13-02", "1h30m", "3 days", "1 hour", "3 lightyears",
 		"2014-12-15T19:30:20.000Z", "2014-12-15 19:30:20", "2014-12-15T19:30:20Z07",
 		"k8s-name", "K8s-name", "a.b.c", "a..b", "-a",
+		"v" + strings.Repeat("x", 39), strings.Repeat("é", 128), strings.Repeat("é", 129),
 	}
 	intPool   = []int64{-6, -5, -4, -3, -1, 0, 1, 2, 3, 4, 5, 6, 8, 10, 11, 100, 101, 1000, 1001, 2000, 2001, 1<<31 - 1, 1 << 31, -1<<31 - 1, 1 << 62}
 	floatPool = []float64{0, 0.5, 1, 2.5, 3.75, -0.5, 0.25, 1e20, 3.5e38, 1e39, 2e30}
@@ -214,8 +237,8 @@ type valueGen struct {
 	r      *rand.Rand
 	mutate float64
 	// accepted caches, per leaf schema (by its path), the pool values
-	// upstream's validator accepts for it.
-	accepted map[string][]any
+	// upstream's validator accepts for it and those it rejects.
+	accepted map[string][2][]any
 }
 
 // leafValues are the pool values of the leaf's types.
@@ -249,21 +272,30 @@ func leafValues(s *spec.Schema) []any {
 	return append(vs, s.Enum...)
 }
 
-// leaf is a value for a node that is not an object or an array.
+// leaf is a value for a node that is not an object or an array: mostly
+// one its own keywords accept, sometimes one they reject, sometimes any.
 func (g *valueGen) leaf(s *spec.Schema, path string) any {
 	all := leafValues(s)
-	ok, cached := g.accepted[path]
+	sorted, cached := g.accepted[path]
 	if !cached {
 		v := validate.NewSchemaValidator(s, nil, "", strfmt.Default)
+		var ok, rejected []any
 		for _, x := range all {
 			if v.Validate(x).IsValid() {
 				ok = append(ok, x)
+			} else {
+				rejected = append(rejected, x)
 			}
 		}
-		g.accepted[path] = ok
+		sorted = [2][]any{ok, rejected}
+		g.accepted[path] = sorted
 	}
-	if len(ok) > 0 && g.r.IntN(10) > 0 {
+	ok, rejected := sorted[0], sorted[1]
+	switch n := g.r.IntN(40); {
+	case n < 35 && len(ok) > 0:
 		return ok[g.r.IntN(len(ok))]
+	case n < 37 && len(rejected) > 0:
+		return rejected[g.r.IntN(len(rejected))]
 	}
 	return all[g.r.IntN(len(all))]
 }
@@ -382,7 +414,9 @@ func passCases(t testing.TB) map[string]passCase {
 		validator, openapi := openAPISchema(t, doc)
 		cases[name] = passCase{validator: validator, openapi: openapi, maxFallback: 0.04}
 	}
-	validator, openapi := openAPISchema(t, unsupportedSchema)
+	validator, openapi := openAPISchema(t, loadtestSchema())
+	cases["loadtest"] = passCase{validator: validator, openapi: openapi, maxFallback: 0.04}
+	validator, openapi = openAPISchema(t, unsupportedSchema)
 	cases["unsupported"] = passCase{validator: validator, openapi: openapi, maxFallback: 1}
 	return cases
 }
@@ -408,8 +442,8 @@ func TestPassSchemaMatchesUpstream(t *testing.T) {
 				if p == nil {
 					t.Fatal("schema not compiled")
 				}
-				g := &valueGen{r: rand.New(rand.NewPCG(7, uint64(len(name)))), mutate: mutate, accepted: map[string][]any{}}
-				const n = 3000
+				g := &valueGen{r: rand.New(rand.NewPCG(7, uint64(len(name)))), mutate: mutate, accepted: map[string][2][]any{}}
+				const n = 2000
 				var valid, invalid, fallback int
 				for i := range n {
 					obj := g.value(c.openapi, "", 0)
