@@ -150,15 +150,31 @@ func compileSchema(s *spec.Schema) *passSchema {
 	if s == nil {
 		return nil
 	}
-	for name := range s.Properties {
-		// Upstream keeps the errors of oneOf alternatives whose message
-		// starts with "IMPORTANT!" even when one alternative passes; at
-		// the root a message starts with the property name.
-		if strings.HasPrefix(name, "IMPORTANT!") {
-			return nil
-		}
+	if rootMarksImportant(s) {
+		return nil
 	}
 	return &passSchema{root: compileNode(s)}
+}
+
+// rootMarksImportant reports whether a property declared at the root (by
+// s or an allOf, anyOf, oneOf or not below it, which validate at the same
+// path) starts with "IMPORTANT!". Upstream keeps the errors of oneOf
+// alternatives whose message starts so even when one alternative passes,
+// and a message about such a property starts with its name.
+func rootMarksImportant(s *spec.Schema) bool {
+	for name := range s.Properties {
+		if strings.HasPrefix(name, "IMPORTANT!") {
+			return true
+		}
+	}
+	for _, subs := range [][]spec.Schema{s.AllOf, s.AnyOf, s.OneOf} {
+		for i := range subs {
+			if rootMarksImportant(&subs[i]) {
+				return true
+			}
+		}
+	}
+	return s.Not != nil && rootMarksImportant(s.Not)
 }
 
 // compileNode compiles one schema node and every node below it.
