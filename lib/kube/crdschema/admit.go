@@ -236,12 +236,11 @@ func (s *Schema) validate(ctx context.Context, obj, old *unstructured.Unstructur
 	// is valid; valid on create implies valid on update with ratcheting
 	// (see passSchema), so it serves both.
 	passed := s.pass.pass(obj.Object)
-	switch {
-	case old == nil:
+	if old == nil {
 		if !passed {
 			errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj.Object, s.validator)...)
 		}
-	default:
+	} else {
 		var opts []apiservervalidation.ValidationOption
 		if s.structural != nil {
 			// Ratcheting: a value that was invalid and did not change

@@ -43,7 +43,8 @@ type Schema struct {
 	statusValidator apiservervalidation.SchemaValidator
 	// pass and statusPass answer quickly that validator and
 	// statusValidator find no error, before they are asked for the
-	// errors; nil when there is no schema.
+	// errors; nil when there is no such validator or compileSchema
+	// leaves the schema to it.
 	pass, statusPass *passSchema
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
