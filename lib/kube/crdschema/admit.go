@@ -99,7 +99,9 @@ func (s *Schema) AdmitStatus(ctx context.Context, obj, old *unstructured.Unstruc
 		opts = append(opts, apiservervalidation.WithRatcheting(correlated.Key("status")))
 		celOpts = append(celOpts, cel.WithRatcheting(correlated))
 	}
-	if status, ok := obj.Object["status"]; ok && s.statusValidator != nil {
+	// statusPass stands for statusValidator when it is sure: valid on
+	// create implies valid with ratcheting (see passSchema).
+	if status, ok := obj.Object["status"]; ok && s.statusValidator != nil && !s.statusPass.pass(status) {
 		errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(field.NewPath("status"), status, old.Object["status"], s.statusValidator, opts...)...)
 	}
 	errs = append(errs, s.validateScaleStatus(obj)...)
@@ -230,8 +232,14 @@ func (s *Schema) validate(ctx context.Context, obj, old *unstructured.Unstructur
 	}
 	errs := s.validateObjectMeta(ctx, obj, old)
 	var celOpts []cel.Option
+	// s.pass stands for upstream's validator when it is sure the object
+	// is valid; valid on create implies valid on update with ratcheting
+	// (see passSchema), so it serves both.
+	passed := s.pass.pass(obj.Object)
 	if old == nil {
-		errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj.Object, s.validator)...)
+		if !passed {
+			errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj.Object, s.validator)...)
+		}
 	} else {
 		var opts []apiservervalidation.ValidationOption
 		if s.structural != nil {
@@ -242,7 +250,9 @@ func (s *Schema) validate(ctx context.Context, obj, old *unstructured.Unstructur
 			opts = append(opts, apiservervalidation.WithRatcheting(correlated))
 			celOpts = append(celOpts, cel.WithRatcheting(correlated))
 		}
-		errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, obj.Object, old.Object, s.validator, opts...)...)
+		if !passed {
+			errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, obj.Object, old.Object, s.validator, opts...)...)
+		}
 	}
 	errs = append(errs, s.validateScaleSpec(obj)...)
 	errs = append(errs, s.validateScaleStatus(obj)...)

@@ -34,7 +34,12 @@
 //     (self, oldSelf, optionalOldSelf, messageExpression, reason, fieldPath,
 //     runtime cost budget).
 //   - pkg/apiserver/validation: the OpenAPI schema validator with
-//     ratcheting on update.
+//     ratcheting on update, and the go-openapi schema it is built from.
+//     Admit asks it only for the errors: passSchema, compiled once per
+//     Schema from that same go-openapi schema with kube-openapi's own
+//     format registry and number-bound functions, first decides whether
+//     an object is certainly valid (upstream's validator builds a
+//     validator per field on every call).
 //   - pkg/controller/openapi/v2: the conversion of a structural schema to
 //     what OpenAPI v2 can express; pkg/generated/openapi: the metav1 and
 //     autoscaling/v1 definitions the published documents refer to.

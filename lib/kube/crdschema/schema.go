@@ -13,6 +13,7 @@ import (
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
 )
@@ -40,6 +41,11 @@ type Schema struct {
 	// .status alone for the status subresource (nil without one).
 	validator       apiservervalidation.SchemaValidator
 	statusValidator apiservervalidation.SchemaValidator
+	// pass and statusPass answer quickly that validator and
+	// statusValidator find no error, before they are asked for the
+	// errors; nil when there is no such validator or compileSchema
+	// leaves the schema to it.
+	pass, statusPass *passSchema
 	// celValidator runs the x-kubernetes-validations rules; nil when the
 	// schema has none.
 	celValidator *cel.Validator
@@ -126,9 +132,11 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 			s.structural = st
 		}
 	}
-	if s.validator, _, err = apiservervalidation.NewSchemaValidator(internal); err != nil {
+	var openapi *spec.Schema
+	if s.validator, openapi, err = apiservervalidation.NewSchemaValidator(internal); err != nil {
 		return nil, fmt.Errorf("crdschema: validator of %s %s: %w", crd.Name, version, err)
 	}
+	s.pass = compileSchema(openapi)
 
 	sub, err := apihelpers.GetSubresourcesForVersion(crd, version)
 	if err != nil {
@@ -138,9 +146,11 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, version string) (*Sc
 		s.hasStatus = true
 		if internal != nil {
 			if status, ok := internal.Properties["status"]; ok {
-				if s.statusValidator, _, err = apiservervalidation.NewSchemaValidator(&status); err != nil {
+				var statusOpenAPI *spec.Schema
+				if s.statusValidator, statusOpenAPI, err = apiservervalidation.NewSchemaValidator(&status); err != nil {
 					return nil, fmt.Errorf("crdschema: status validator of %s %s: %w", crd.Name, version, err)
 				}
+				s.statusPass = compileSchema(statusOpenAPI)
 			}
 		}
 	}
