@@ -75,21 +75,39 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	if g.gz != nil {
 		return g.gz.Write(p)
 	}
+	if len(g.buf) == 0 && len(p) >= gzipThreshold {
+		// A first write past the threshold (a relayed list chunk) is
+		// compressed from where it is, not copied into buf first.
+		if err := g.startGzip(); err != nil {
+			return 0, err
+		}
+		return g.gz.Write(p)
+	}
 	g.buf = append(g.buf, p...)
 	if len(g.buf) < gzipThreshold {
 		return len(p), nil
 	}
+	if err := g.startGzip(); err != nil {
+		return 0, err
+	}
+	g.buf = nil
+	return len(p), nil
+}
+
+// startGzip sends the header of a compressed response and compresses
+// what buf holds.
+func (g *gzipWriter) startGzip() error {
 	h := g.ResponseWriter.Header()
 	h.Set("Content-Encoding", "gzip")
 	h.Add("Vary", "Accept-Encoding")
 	h.Del("Content-Length")
 	g.ResponseWriter.WriteHeader(g.code)
 	g.gz = g.writers.get(g.ResponseWriter)
-	if _, err := g.gz.Write(g.buf); err != nil {
-		return 0, err
+	if len(g.buf) == 0 {
+		return nil
 	}
-	g.buf = nil
-	return len(p), nil
+	_, err := g.gz.Write(g.buf)
+	return err
 }
 
 // Flush sends what is compressed so far (a streamed list flushes after
