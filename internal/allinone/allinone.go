@@ -154,12 +154,15 @@ type ControlPlane struct {
 
 	log *slog.Logger
 	// inproc are the backends' in-memory listeners, by service name.
-	inproc  inproc.Listeners
-	closers []func() error // in start order; closed in reverse
-	errc    chan error
-	wg      sync.WaitGroup
-	once    sync.Once
-	err     error
+	inproc inproc.Listeners
+	// watchfanout serves the gateway's StreamList calls in process
+	// (App.StreamListInProcess).
+	watchfanout *watchfanout.App
+	closers     []func() error // in start order; closed in reverse
+	errc        chan error
+	wg          sync.WaitGroup
+	once        sync.Once
+	err         error
 }
 
 // service is what every service's app package provides.
@@ -303,7 +306,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	}); err != nil {
 		return err
 	}
-	if _, cp.WatchFanoutAddr, err = startBackend(cp, "watchfanout", func() (*watchfanout.App, error) {
+	if cp.watchfanout, cp.WatchFanoutAddr, err = startBackend(cp, "watchfanout", func() (*watchfanout.App, error) {
 		wfCert := sh.certs.services["watchfanout"]
 		storeDial, err := cp.dialOptions(wfCert)
 		if err != nil {
@@ -324,9 +327,12 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 // startGateway starts the API gateway: its HTTPS API on apiLis and, when
 // cfg.GRPCListen is set, its gRPC API there.
 func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared, apiLis net.Listener) error {
-	watchAddrs := []string{inproc.Target("watchfanout")}
+	// The gateway's lists from watchfanout skip the connection: each
+	// chunk is handed over as watchfanout wrote it, its calls still
+	// authorized as the gateway's certificate's.
+	watchAddrs, streamList := []string{inproc.Target("watchfanout")}, cp.watchfanout.StreamListInProcess(sh.certs.gateway.Leaf)
 	if cfg.DisableWatchfanout {
-		watchAddrs = nil
+		watchAddrs, streamList = nil, nil
 	}
 	sa, err := serviceAccounts(cfg, apiLis.Addr())
 	if err != nil {
@@ -341,6 +347,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			ServiceAccounts: sa,
 			StoreAddress:    inproc.Target("store"), AdmissionAddress: inproc.Target("admission"), FlowControlAddress: inproc.Target("flowcontrol"),
 			WatchFanoutAddresses:     watchAddrs,
+			WatchFanoutStreamList:    streamList,
 			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

@@ -171,6 +171,23 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 		maxRecv = DefaultMaxRecvMsgSize
 	}
 
+	unary, stream := interceptors(opts, logger, m)
+	so := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRecv),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	}
+	so = append(so, Keepalive()...)
+	so = append(so, Windows()...)
+	so = append(so, StreamWorkers())
+	if opts.TLS != nil {
+		so = append(so, grpc.Creds(inproc.ServerCredentials(credentials.NewTLS(opts.TLS))))
+	}
+	return so, nil
+}
+
+// interceptors are the chains of the package comment, outermost first.
+func interceptors(opts Options, logger *slog.Logger, m *metrics) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
 	unary := []grpc.UnaryServerInterceptor{}
 	stream := []grpc.StreamServerInterceptor{}
 	// Tracing first: every interceptor after it (metrics, the request
@@ -191,19 +208,41 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	}
 	unary = append(unary, identity.UnaryServerInterceptor(opts.Trust))
 	stream = append(stream, identity.StreamServerInterceptor(opts.Trust))
+	return unary, stream
+}
 
-	so := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxRecv),
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(stream...),
+// StreamServerInterceptor returns, as one interceptor, the chain of stream
+// interceptors that a server built with ServerOptions(opts) runs every
+// stream call through: for a stream call handled in this process without
+// the gRPC server (inproc.ServerStream), which must be authorized,
+// counted, logged and traced as the server's calls are. Calling it with
+// the Registerer of ServerOptions reuses its metric collectors.
+func StreamServerInterceptor(opts Options) (grpc.StreamServerInterceptor, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	so = append(so, Keepalive()...)
-	so = append(so, Windows()...)
-	so = append(so, StreamWorkers())
-	if opts.TLS != nil {
-		so = append(so, grpc.Creds(inproc.ServerCredentials(credentials.NewTLS(opts.TLS))))
+	var m *metrics
+	if opts.Registerer != nil {
+		var err error
+		if m, err = newMetrics(opts.Registerer); err != nil {
+			return nil, err
+		}
 	}
-	return so, nil
+	_, stream := interceptors(opts, opts.logger(), m)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return chainStream(stream, srv, ss, info, handler)
+	}, nil
+}
+
+// chainStream calls chain[0], which calls chain[1] as its handler, and so
+// on; the last calls handler.
+func chainStream(chain []grpc.StreamServerInterceptor, srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if len(chain) == 0 {
+		return handler(srv, ss)
+	}
+	return chain[0](srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+		return chainStream(chain[1:], srv, ss, info, handler)
+	})
 }
 
 // New returns a gRPC server built with ServerOptions(opts) and the gRPC

@@ -364,11 +364,7 @@ func NewWriter(listGVK schema.GroupVersionKind, chunkSize int) *Writer {
 
 // Add appends an item: o with resourceVersion modRevision.
 func (w *Writer) Add(o *Object, modRevision int64) {
-	var buf [20]byte
-	rv := strconv.AppendInt(buf[:0], modRevision, 10)
-	ms := o.metaSize(len(rv))
-	size := o.size(ms)
-	n := protowire.SizeTag(listItemsField) + protowire.SizeBytes(size)
+	n := ItemSize(o, modRevision)
 	last := len(w.chunks) - 1
 	if last < 0 || len(w.chunks[last])+n > cap(w.chunks[last])-tailSize {
 		// A new chunk, sized so that appending (the tail included)
@@ -376,12 +372,57 @@ func (w *Writer) Add(o *Object, modRevision int64) {
 		w.chunks = append(w.chunks, make([]byte, 0, max(w.chunkSize, n)+tailSize))
 		last++
 	}
-	c := protowire.AppendTag(w.chunks[last], listItemsField, protowire.BytesType)
-	c = protowire.AppendVarint(c, uint64(size))
-	w.chunks[last] = o.appendTo(c, rv, ms)
+	w.chunks[last] = AppendItem(w.chunks[last], o, modRevision)
 	w.itemsSize += n
 	w.count++
 }
+
+// ItemSize is the size of item o with resourceVersion modRevision in a
+// list, its tag and length included: what AppendItem appends.
+func ItemSize(o *Object, modRevision int64) int {
+	var buf [20]byte
+	size := o.size(o.metaSize(len(strconv.AppendInt(buf[:0], modRevision, 10))))
+	return protowire.SizeTag(listItemsField) + protowire.SizeBytes(size)
+}
+
+// AppendItem appends item o with resourceVersion modRevision of a list to
+// dst, as Writer.Add lays it out.
+//
+// With AppendHead and AppendTail a list can be written in two passes
+// without a Writer: sum the ItemSize of every item, append the head, then
+// the items and the tail, in as many pieces as the caller likes (a
+// buffer reused for each chunk of a streamed list) — byte for byte what a
+// Writer gives.
+func AppendItem(dst []byte, o *Object, modRevision int64) []byte {
+	var buf [20]byte
+	rv := strconv.AppendInt(buf[:0], modRevision, 10)
+	ms := o.metaSize(len(rv))
+	dst = protowire.AppendTag(dst, listItemsField, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(o.size(ms)))
+	return o.appendTo(dst, rv, ms)
+}
+
+// AppendHead appends the head of a list of kind listGVK with metadata lm
+// whose items take itemsSize bytes (the sum of their ItemSize): what
+// Writer.Finish returns first.
+func AppendHead(dst []byte, listGVK schema.GroupVersionKind, lm *metav1.ListMeta, itemsSize int) ([]byte, error) {
+	meta, err := lm.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("protolist: list metadata: %w", err)
+	}
+	apiVersion, kind := listGVK.GroupVersion().String(), listGVK.Kind
+	tmSize := typeMetaSize(apiVersion, kind)
+	listSize := protowire.SizeTag(listMetaField) + protowire.SizeBytes(len(meta)) + itemsSize
+	dst = appendEnvelopeHead(dst, apiVersion, kind, tmSize, listSize)
+	dst = protowire.AppendTag(dst, listMetaField, protowire.BytesType)
+	return protowire.AppendBytes(dst, meta), nil
+}
+
+// TailSize is the size of what AppendTail appends.
+const TailSize = tailSize
+
+// AppendTail appends what ends a list after its last item.
+func AppendTail(dst []byte) []byte { return appendEnvelopeTail(dst) }
 
 // Len returns the number of items added.
 func (w *Writer) Len() int { return w.count }
@@ -391,19 +432,10 @@ func (w *Writer) Len() int { return w.count }
 // ending with the envelope's remaining fields. The Writer must not be used
 // afterwards.
 func (w *Writer) Finish(lm *metav1.ListMeta) ([][]byte, error) {
-	meta, err := lm.Marshal()
+	head, err := AppendHead(nil, w.listGVK, lm, w.itemsSize)
 	if err != nil {
-		return nil, fmt.Errorf("protolist: list metadata: %w", err)
+		return nil, err
 	}
-	apiVersion, kind := w.listGVK.GroupVersion().String(), w.listGVK.Kind
-	tmSize := typeMetaSize(apiVersion, kind)
-	listSize := protowire.SizeTag(listMetaField) + protowire.SizeBytes(len(meta)) + w.itemsSize
-
-	head := make([]byte, 0, len(envelopePrefix)+16+tmSize+len(meta)+16)
-	head = appendEnvelopeHead(head, apiVersion, kind, tmSize, listSize)
-	head = protowire.AppendTag(head, listMetaField, protowire.BytesType)
-	head = protowire.AppendBytes(head, meta)
-
 	out := append([][]byte{head}, w.chunks...)
 	out[len(out)-1] = appendEnvelopeTail(out[len(out)-1])
 	w.chunks = nil

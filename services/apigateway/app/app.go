@@ -97,6 +97,12 @@ type Config struct {
 	// watches and Any/NotOlderThan reads; empty: everything is served from
 	// the store.
 	WatchFanoutAddresses []string
+	// WatchFanoutStreamList, when set, serves the StreamList calls (the
+	// JSON and protobuf lists) meant for the first of
+	// WatchFanoutAddresses in this process: the all-in-one's watchfanout,
+	// whose App.StreamListInProcess hands each chunk over without a
+	// connection. Its other calls go over the connection.
+	WatchFanoutStreamList watchfanoutclient.StreamListFunc
 	// ClientTLS is the mTLS configuration for calls to the other services
 	// (the gateway's client certificate, O=meridian:gateways, and the
 	// internal CA); nil is plaintext, for tests only.
@@ -498,7 +504,11 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 			}
 			conns = append(conns, conn)
 		}
-		svc.watchfanout = watchfanoutclient.New(conns)
+		var opts []watchfanoutclient.Option
+		if a.cfg.WatchFanoutStreamList != nil {
+			opts = append(opts, watchfanoutclient.WithStreamListInProcess(0, a.cfg.WatchFanoutStreamList))
+		}
+		svc.watchfanout = watchfanoutclient.New(conns, opts...)
 		svc.dependencies = append(svc.dependencies, watchfanoutCheck(conns))
 	}
 	return svc, nil

@@ -7,6 +7,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/kube/codec"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
@@ -152,7 +154,12 @@ func (c *Config) Validate() error {
 // App is the watchfanout service. New builds it and starts following the
 // store, Serve serves it, Close stops it.
 type App struct {
-	srv    *grpc.Server
+	srv *grpc.Server
+	// ws is the WatchService srv serves; intercept is srv's chain of
+	// stream interceptors, which StreamListInProcess runs calls through.
+	ws        *server.Server
+	intercept grpc.StreamServerInterceptor
+
 	health *health.Server
 	logger *slog.Logger
 	cfg    Config
@@ -195,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = crypt.Close()
 		}
 	}()
-	so, err := grpcserver.ServerOptions(grpcserver.Options{
+	sopts := grpcserver.Options{
 		Service:        "watchfanout",
 		TLS:            cfg.TLS,
 		Registerer:     cfg.Registerer,
@@ -203,7 +210,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Trust:          cfg.Trust,
 		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
 		TracerProvider: cfg.TracerProvider,
-	})
+	}
+	so, err := grpcserver.ServerOptions(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: %w", err)
+	}
+	intercept, err := grpcserver.StreamServerInterceptor(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
@@ -251,7 +263,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	a := &App{srv: srv, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
+	a := &App{srv: srv, ws: ws, intercept: intercept, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
 	ok = true
 	go func() {
 		defer close(a.done)
@@ -266,6 +278,21 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}()
 	return a, nil
+}
+
+// StreamListInProcess returns the service's StreamList for a caller of
+// this process holding cert (the all-in-one's gateway): the call runs
+// through the gRPC server's interceptors (access, identity, metrics,
+// logging, tracing) as one over an in-memory connection dialed as cert
+// would, but without a connection: each chunk of the list is handed to
+// the caller as watchfanout wrote it, not encoded, framed, copied and
+// decoded (inproc.ServerStream). Responses and errors are those of the
+// gRPC method.
+func (a *App) StreamListInProcess(cert *x509.Certificate) func(context.Context, *watchv1.StreamListRequest) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
+	info := &grpc.StreamServerInfo{FullMethod: watchv1.WatchService_StreamList_FullMethodName, IsServerStream: true}
+	return func(ctx context.Context, req *watchv1.StreamListRequest) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
+		return inproc.ServerStream(ctx, cert, info, a.intercept, a.ws, req, a.ws.StreamList), nil
+	}
 }
 
 // Synced is closed once the cache has synced with the store.

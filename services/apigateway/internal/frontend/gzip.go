@@ -75,30 +75,51 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	if g.gz != nil {
 		return g.gz.Write(p)
 	}
+	if len(g.buf) == 0 && len(p) >= gzipThreshold {
+		// A first write past the threshold (a relayed list chunk) is
+		// compressed from where it is, not copied into buf first.
+		if err := g.startGzip(); err != nil {
+			return 0, err
+		}
+		return g.gz.Write(p)
+	}
 	g.buf = append(g.buf, p...)
 	if len(g.buf) < gzipThreshold {
 		return len(p), nil
 	}
-	h := g.ResponseWriter.Header()
-	h.Set("Content-Encoding", "gzip")
-	h.Add("Vary", "Accept-Encoding")
-	h.Del("Content-Length")
-	g.ResponseWriter.WriteHeader(g.code)
-	g.gz = g.writers.get(g.ResponseWriter)
-	if _, err := g.gz.Write(g.buf); err != nil {
+	if err := g.startGzip(); err != nil {
 		return 0, err
 	}
 	g.buf = nil
 	return len(p), nil
 }
 
-// Flush sends what is compressed so far (a streamed list flushes after
-// every chunk); below the threshold it keeps buffering.
+// startGzip sends the header of a compressed response and compresses
+// what buf holds.
+func (g *gzipWriter) startGzip() error {
+	h := g.ResponseWriter.Header()
+	h.Set("Content-Encoding", "gzip")
+	h.Add("Vary", "Accept-Encoding")
+	h.Del("Content-Length")
+	g.ResponseWriter.WriteHeader(g.code)
+	g.gz = g.writers.get(g.ResponseWriter)
+	if len(g.buf) == 0 {
+		return nil
+	}
+	_, err := g.gz.Write(g.buf)
+	return err
+}
+
+// Flush sends what the compressor has written so far (a streamed list
+// flushes after every chunk); below the threshold it keeps buffering.
+// The compressor writes out each block it fills (64 KiB of input), so
+// at most one block waits in it until the next chunk or Close; forcing
+// it out on every chunk (a sync flush) would cost a block end and a
+// marker per chunk, ~4% of a whole list's CPU (docs/benchmarks.md).
 func (g *gzipWriter) Flush() {
 	if g.gz == nil {
 		return
 	}
-	_ = g.gz.Flush()
 	if f, ok := g.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -35,13 +35,46 @@ type Pool struct {
 // multiplexed over WatchMany streams of each replica (lib/watchmux): a
 // watch then costs the replica a few hundred bytes, not a gRPC stream and
 // the goroutine that serves it.
-func New(conns []*grpc.ClientConn) *Pool {
+func New(conns []*grpc.ClientConn, opts ...Option) *Pool {
 	p := &Pool{conns: conns}
 	for _, c := range conns {
 		wc := watchv1.NewWatchServiceClient(c)
 		p.clients = append(p.clients, &muxed{WatchServiceClient: wc, mux: watchmux.New(wc, watchmux.Options{})})
 	}
+	for _, o := range opts {
+		o(p)
+	}
 	return p
+}
+
+// StreamListFunc is a replica's StreamList served in this process
+// (watchfanout's App.StreamListInProcess).
+type StreamListFunc func(context.Context, *watchv1.StreamListRequest) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error)
+
+// Option configures a Pool.
+type Option func(*Pool)
+
+// WithStreamListInProcess serves the StreamList calls of replica i (the
+// one at conns[i], which runs in this process) with f instead of over its
+// connection: the list's chunks are handed over as the replica wrote
+// them. Its other calls, and the health the pool sees, stay on the
+// connection.
+func WithStreamListInProcess(i int, f StreamListFunc) Option {
+	return func(p *Pool) {
+		p.clients[i] = localLists{WatchServiceClient: p.clients[i], streamList: f}
+	}
+}
+
+// localLists is a replica's client whose StreamList runs in process.
+type localLists struct {
+	watchv1.WatchServiceClient
+	streamList StreamListFunc
+}
+
+// StreamList calls the replica in process; call options, which configure
+// a connection's call, do not apply.
+func (l localLists) StreamList(ctx context.Context, in *watchv1.StreamListRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
+	return l.streamList(ctx, in)
 }
 
 // retryManyAfter is how long a replica that does not serve WatchMany (an

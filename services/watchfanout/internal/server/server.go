@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/mem"
@@ -78,6 +79,10 @@ type Server struct {
 	pool         mem.BufferPool
 	// deadlines ends watches at their timeout.
 	deadlines deadlines
+	// listBufs holds the *[]byte buffers (capacity streamChunkBytes) that
+	// StreamList writes JSON chunks into, reused from list to list and
+	// chunk to chunk instead of one new buffer per call.
+	listBufs sync.Pool
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"github.com/meridian-cp/meridian/lib/kube/protolist"
+	"github.com/meridian-cp/meridian/lib/kube/registry"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/watchfanout/internal/cache"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // streamChunkBytes is the most a StreamList message carries (unless one
@@ -18,9 +22,11 @@ const streamChunkBytes = 1<<20 - 4<<10
 // the objects is written from their memoized JSON (cache.Event.ObjectJSON)
 // and each chunk is sent as it fills, so neither watchfanout nor the gateway
 // relaying it holds the whole list; a protobuf list of them is spliced from
-// their stored bytes into chunks that are sent as they are (never joined
-// into one buffer); other encodings are built whole, as List builds them,
-// and sent in chunks. The first message carries the
+// their stored bytes likewise, once the items' sizes are summed (the
+// envelope holds the list's length before its first item); both are
+// written chunk after chunk into one buffer reused from list to list.
+// Other encodings are built whole, as List builds them, and sent in
+// chunks. The first message carries the
 // list's resource_version, continue_token and remaining_item_count.
 // Errors before the first message are Status errors as List's; after it,
 // the stream ends with the error and the list is incomplete.
@@ -40,17 +46,17 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 		return stream.Send(msg)
 	}
 	if l.f == cache.FormatProtobuf && l.page.items == nil {
-		chunks, ok, err := protobufListChunks(l.res, &l.page, &l.lm, streamChunkBytes)
-		for i := 0; ok && err == nil && i < len(chunks); i++ {
-			err = send(chunks[i])
-		}
-		if ok || err != nil {
-			return toGRPC(err)
+		if size, ok := protobufItemsSize(l.page.evs); ok {
+			buf := s.listBuf()
+			defer s.listBufs.Put(buf)
+			return toGRPC(sendProtobufList((*buf)[:0], l.res, l.page.evs, &l.lm, size, send))
 		}
 	}
 	var rest []byte
 	if l.f == cache.FormatJSON && l.page.items == nil {
-		rest, err = s.appendJSONList(make([]byte, 0, streamChunkBytes), l.res, l.page.evs, &l.lm, streamChunkBytes, send)
+		buf := s.listBuf()
+		defer s.listBufs.Put(buf)
+		rest, err = s.appendJSONList((*buf)[:0], l.res, l.page.evs, &l.lm, streamChunkBytes, send)
 	} else {
 		rest, err = s.encodeList(l.res, &l.page, &l.lm, l.f)
 		for err == nil && len(rest) > streamChunkBytes {
@@ -62,4 +68,53 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 		return toGRPC(err)
 	}
 	return send(rest)
+}
+
+// listBuf returns a buffer of capacity streamChunkBytes from listBufs;
+// every message sent from it has been encoded (or, in process, handled)
+// once Send returns, so it goes back once the list is sent.
+func (s *Server) listBuf() *[]byte {
+	if b, ok := s.listBufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, streamChunkBytes)
+	return &b
+}
+
+// protobufItemsSize is the size of evs' objects as protobuf list items
+// (protolist.ItemSize), spliced from their stored bytes; false when one
+// has no stored bytes to splice.
+func protobufItemsSize(evs []*cache.Event) (int, bool) {
+	size := 0
+	for _, ev := range evs {
+		po, ok := ev.Stored()
+		if !ok {
+			return 0, false
+		}
+		size += protolist.ItemSize(po, ev.Rev)
+	}
+	return size, true
+}
+
+// sendProtobufList sends the protobuf list of evs' objects (whose items
+// take itemsSize bytes) with metadata lm in chunks of at most
+// streamChunkBytes unless one item alone is larger, each written into
+// dst from its start: spliced from the stored bytes, byte for byte what
+// protobufListChunks gives joined, without holding the list.
+func sendProtobufList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, itemsSize int, send func([]byte) error) error {
+	dst, err := protolist.AppendHead(dst, res.GVK().GroupVersion().WithKind(res.ListKind), lm, itemsSize)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	for _, ev := range evs {
+		po, _ := ev.Stored() // protobufItemsSize saw every one
+		if n := protolist.ItemSize(po, ev.Rev); len(dst) > 0 && len(dst)+n+protolist.TailSize > streamChunkBytes {
+			if err := send(dst); err != nil {
+				return err
+			}
+			dst = dst[:0]
+		}
+		dst = protolist.AppendItem(dst, po, ev.Rev)
+	}
+	return send(protolist.AppendTail(dst))
 }
