@@ -16,26 +16,39 @@ import (
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
+// Stream runs a server-streaming handler of this process without a
+// connection and without a server: handler runs on req in a new goroutine,
+// and the caller gets the client end of its stream, whose Recv returns
+// the very messages the handler sends, with no encoding, no transport and
+// no flow-control window in between. The gateway's REST front end reaches
+// the ResourceService's streaming methods (watch, streamed lists) through
+// grpc-gateway's client routes this way, so that no watch event or list
+// page is marshalled to protobuf, framed and parsed back once per watcher.
+//
+// The handler's context is ctx with ctx's outgoing metadata as its
+// incoming metadata, and grpc.SetHeader and friends work on it as on a
+// real server. Cancelling ctx ends the stream; the handler's context ends
+// when it returns, as a gRPC server's does.
+//
+// Invariant (Stream and ServerStream): Send returns only once the
+// receiver is done with the message (it has called Recv again, or gone
+// away), as a real stream's Send returns only once the message is
+// encoded. A handler may therefore reuse what it sent, and a slow
+// receiver slows its handler down instead of letting messages pile up.
+func Stream[Req, Resp any](ctx context.Context, method string, req *Req, handler func(*Req, grpc.ServerStreamingServer[Resp]) error) grpc.ServerStreamingClient[Resp] {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return startStream[Resp](ctx, metadata.NewIncomingContext(ctx, md.Copy()), method, func(ss grpc.ServerStream) error {
+		return handler(req, &grpc.GenericServerStream[Req, Resp]{ServerStream: ss})
+	})
+}
+
 // ServerStream runs a server-streaming method of a gRPC server of this
-// process without a connection: handler (the service's method) runs on
-// req in a new goroutine, inside intercept (the server's interceptor
-// chain, grpcserver.StreamServerInterceptor), and the caller gets the
-// client end of its stream, whose Recv returns the very messages the
-// handler sends: no encoding, no framing, no copy.
-//
-// The handler's context is as on a connection dialed with
-// DialOptions(cert): its peer carries an AuthInfo holding cert, so the
-// interceptors authorize the call as one made over an in-memory
-// connection; ctx's outgoing metadata is its incoming metadata, with the
+// process as Stream does, inside intercept (the server's interceptor
+// chain, grpcserver.StreamServerInterceptor), as a call over a
+// connection dialed with DialOptions(cert) would: the handler's context
+// has a peer carrying an AuthInfo holding cert, so the interceptors
+// authorize the call as one made over an in-memory connection, and the
 // caller's trace context when ctx is traced (telemetry.Traced).
-// Cancelling ctx ends the call; the handler's context ends when it
-// returns, as a gRPC server's does.
-//
-// Invariant: Send returns only once the receiver is done with the message
-// (it has called Recv again, or gone away), as a real stream's Send
-// returns only once the message is encoded. A handler may therefore reuse
-// what it sent, and a slow receiver slows its handler down instead of
-// letting messages pile up.
 func ServerStream[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grpc.StreamServerInfo, intercept grpc.StreamServerInterceptor, srv any, req *Req, handler func(*Req, grpc.ServerStreamingServer[Resp]) error) grpc.ServerStreamingClient[Resp] {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
@@ -48,25 +61,34 @@ func ServerStream[Req, Resp any](ctx context.Context, cert *x509.Certificate, in
 			md.Set(k, v)
 		}
 	}
+	sctx := peer.NewContext(metadata.NewIncomingContext(ctx, md), &peer.Peer{
+		Addr: Addr("client-of-" + info.FullMethod), LocalAddr: Addr(info.FullMethod),
+		AuthInfo: AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, Cert: cert},
+	})
+	return startStream[Resp](ctx, sctx, info.FullMethod, func(ss grpc.ServerStream) error {
+		return intercept(srv, ss, info, func(_ any, ss grpc.ServerStream) error {
+			return handler(req, &grpc.GenericServerStream[Req, Resp]{ServerStream: ss})
+		})
+	})
+}
+
+// startStream runs run in a new goroutine on the server end of a new
+// pipe, under a context derived from serverCtx that ends when run
+// returns, and returns the client end, which lives in clientCtx.
+func startStream[Resp any](clientCtx, serverCtx context.Context, method string, run func(grpc.ServerStream) error) grpc.ServerStreamingClient[Resp] {
 	p := &streamPipe[Resp]{
-		clientCtx: ctx,
+		clientCtx: clientCtx,
 		msgs:      make(chan *Resp),
 		ack:       make(chan struct{}, 1),
 		headerOut: make(chan struct{}),
 		done:      make(chan struct{}),
-		method:    info.FullMethod,
+		method:    method,
 	}
-	sctx, cancel := context.WithCancel(metadata.NewIncomingContext(ctx, md))
-	sctx = peer.NewContext(sctx, &peer.Peer{
-		Addr: Addr("client-of-" + info.FullMethod), LocalAddr: Addr(info.FullMethod),
-		AuthInfo: AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, Cert: cert},
-	})
+	sctx, cancel := context.WithCancel(serverCtx)
 	p.serverCtx = grpc.NewContextWithServerTransportStream(sctx, streamTransport[Resp]{p})
 	go func() {
 		defer cancel() // as a gRPC server ends a call's context when its handler returns
-		err := intercept(srv, streamServer[Resp]{p}, info, func(_ any, ss grpc.ServerStream) error {
-			return handler(req, &grpc.GenericServerStream[Req, Resp]{ServerStream: ss})
-		})
+		err := run(streamServer[Resp]{p})
 		p.mu.Lock()
 		p.err = err
 		p.mu.Unlock()
@@ -161,7 +183,7 @@ func (s streamServer[Resp]) SendHeader(md metadata.MD) error { return s.p.sendHe
 func (s streamServer[Resp]) SetTrailer(md metadata.MD)       { s.p.setTrailer(md) }
 func (s streamServer[Resp]) Context() context.Context        { return s.p.serverCtx }
 
-// RecvMsg ends the request stream: the request came with ServerStream.
+// RecvMsg ends the request stream: the request came with the call.
 func (s streamServer[Resp]) RecvMsg(any) error { return io.EOF }
 
 // streamTransport lets grpc.SetHeader, grpc.SendHeader and
@@ -227,11 +249,11 @@ func (c streamClient[Resp]) Trailer() metadata.MD {
 	return c.p.trailer.Copy()
 }
 
-// CloseSend does nothing: the request was sent with ServerStream.
+// CloseSend does nothing: the request was sent with the call.
 func (c streamClient[Resp]) CloseSend() error         { return nil }
 func (c streamClient[Resp]) Context() context.Context { return c.p.clientCtx }
 func (c streamClient[Resp]) SendMsg(any) error {
-	return errors.New("inproc: the request was sent with ServerStream")
+	return errors.New("inproc: the request was sent with the call")
 }
 
 // RecvMsg is not supported: messages are handed over, not decoded into

@@ -65,7 +65,7 @@ type Config struct {
 	Resources apiv1.ResourceServiceClient
 	// LocalResources is a ResourceService in this process: unary methods
 	// are served by direct calls, watches on the request's goroutine
-	// (serveLocalWatch) and lists through localstream, with no gRPC hop.
+	// (serveLocalWatch) and lists through inproc.Stream, with no gRPC hop.
 	// It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.

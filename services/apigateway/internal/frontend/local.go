@@ -3,8 +3,8 @@ package frontend
 import (
 	"context"
 
+	"github.com/meridian-cp/meridian/lib/inproc"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/localstream"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,7 +13,7 @@ import (
 
 // localClient is the ResourceService client of a server in this process.
 // grpc-gateway streams only through a client: localClient runs the
-// server's streaming handlers through localstream, handing each list page
+// server's streaming handlers through inproc.Stream, handing each list page
 // over without encoding it. Unary methods are served by grpc-gateway's
 // direct-call routes and watches by serveLocalWatch; neither comes here
 // (Watch is here for the route grpc-gateway registers).
@@ -24,11 +24,11 @@ type localClient struct {
 var _ apiv1.ResourceServiceClient = localClient{}
 
 func (l localClient) List(ctx context.Context, in *apiv1.ListRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error) {
-	return localstream.Call(ctx, apiv1.ResourceService_List_FullMethodName, in, l.srv.List), nil
+	return inproc.Stream(ctx, apiv1.ResourceService_List_FullMethodName, in, l.srv.List), nil
 }
 
 func (l localClient) Watch(ctx context.Context, in *apiv1.WatchRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error) {
-	return localstream.Call(ctx, apiv1.ResourceService_Watch_FullMethodName, in, l.srv.Watch), nil
+	return inproc.Stream(ctx, apiv1.ResourceService_Watch_FullMethodName, in, l.srv.Watch), nil
 }
 
 var errUnaryThroughClient = status.Error(codes.Internal, "frontend: unary calls take the direct route")

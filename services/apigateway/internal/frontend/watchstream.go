@@ -25,7 +25,7 @@ import (
 // grpc-gateway: the service's Watch runs on the request's goroutine and
 // each message it sends is written to the HTTP response and flushed at
 // once. Through grpc-gateway a watch would need a client stream
-// (localstream): a second goroutine per watch, and a hand-over between
+// (inproc.Stream): a second goroutine per watch, and a hand-over between
 // the two for every message.
 //
 // The response is what grpc-gateway's ForwardResponseStream writes with

@@ -1,4 +1,4 @@
-package localstream
+package inproc_test
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/meridian-cp/meridian/lib/inproc"
 )
 
-type msg struct{ n int }
+type smsg struct{ n int }
 
 func TestMessagesHeaderTrailerAndError(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "user", "alice")
 	failure := status.Error(codes.NotFound, "gone")
-	s := Call(ctx, "/svc/M", &msg{n: 3}, func(req *msg, ss grpc.ServerStreamingServer[msg]) error {
+	s := inproc.Stream(ctx, "/svc/M", &smsg{n: 3}, func(req *smsg, ss grpc.ServerStreamingServer[smsg]) error {
 		md, _ := metadata.FromIncomingContext(ss.Context())
 		if got := md.Get("user"); len(got) != 1 || got[0] != "alice" {
 			t.Errorf("incoming metadata: %v", md)
@@ -30,7 +32,7 @@ func TestMessagesHeaderTrailerAndError(t *testing.T) {
 			t.Error(err)
 		}
 		for i := range req.n {
-			if err := ss.Send(&msg{n: i}); err != nil {
+			if err := ss.Send(&smsg{n: i}); err != nil {
 				return err
 			}
 		}
@@ -59,7 +61,7 @@ func TestMessagesHeaderTrailerAndError(t *testing.T) {
 }
 
 func TestEOFAndHeaderWithoutMessages(t *testing.T) {
-	s := Call(context.Background(), "/svc/M", &msg{}, func(*msg, grpc.ServerStreamingServer[msg]) error { return nil })
+	s := inproc.Stream(context.Background(), "/svc/M", &smsg{}, func(*smsg, grpc.ServerStreamingServer[smsg]) error { return nil })
 	if _, err := s.Header(); err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +74,8 @@ func TestEOFAndHeaderWithoutMessages(t *testing.T) {
 // returns, because the receiver is done with it by then.
 func TestSendWaitsForTheReceiver(t *testing.T) {
 	sent := make(chan int, 10)
-	s := Call(context.Background(), "/svc/M", &msg{}, func(_ *msg, ss grpc.ServerStreamingServer[msg]) error {
-		m := &msg{}
+	s := inproc.Stream(context.Background(), "/svc/M", &smsg{}, func(_ *smsg, ss grpc.ServerStreamingServer[smsg]) error {
+		m := &smsg{}
 		for i := range 3 {
 			m.n = i // reused: safe only if Send waited
 			if err := ss.Send(m); err != nil {
@@ -107,9 +109,9 @@ func TestSendWaitsForTheReceiver(t *testing.T) {
 func TestCancelEndsTheHandler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan error, 1)
-	s := Call(ctx, "/svc/M", &msg{}, func(_ *msg, ss grpc.ServerStreamingServer[msg]) error {
+	s := inproc.Stream(ctx, "/svc/M", &smsg{}, func(_ *smsg, ss grpc.ServerStreamingServer[smsg]) error {
 		for {
-			if err := ss.Send(&msg{}); err != nil {
+			if err := ss.Send(&smsg{}); err != nil {
 				ended <- err
 				return err
 			}
