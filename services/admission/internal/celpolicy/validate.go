@@ -48,13 +48,21 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 		}
 	}
 	params := paramValue(param)
-	evalResults, remaining, err := p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
-	if err != nil {
-		return errorResult(err.Error())
+	var evalResults, messageResults []plugincel.EvaluationResult
+	var err error
+	untracked := false
+	if p.untracked != nil && p.untracked.fits(inputSize(in, param), budget) {
+		evalResults, messageResults, untracked = p.untracked.eval(ctx, in, params, p.validations, p.messages)
 	}
-	var messageResults []plugincel.EvaluationResult
-	if !p.messages.empty {
-		messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+	if !untracked {
+		var remaining int64
+		evalResults, remaining, err = p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
+		if err != nil {
+			return errorResult(err.Error())
+		}
+		if !p.messages.empty {
+			messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+		}
 	}
 	decisions := make([]validating.PolicyDecision, len(evalResults))
 	for i, evalResult := range evalResults {
