@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -251,12 +252,13 @@ func (e *costEstimator) EstimateCallCost(function, overloadID string, target *ch
 	return (&library.CostEstimator{SizeEstimator: e}).EstimateCallCost(function, overloadID, target, args)
 }
 
-// optionalCallCost is the estimate of an optional-types call with a
-// known result size, or nil. Its cost is the one cel-go's checker gives
-// these calls (1 plus the arguments'); the result size is what cel-go
-// leaves unknown: an optional value's size is the size of the value it
-// holds, a field or entry selected from an input is an input's value,
-// and or/orValue/value give one of their operands.
+// optionalCallCost is the estimate of an optional-types call, or of a
+// scalar's conversion to string, with a known result size, or nil. Its
+// cost is the one cel-go's checker gives these calls (1 plus the
+// arguments'); the result size is what cel-go leaves unknown: an
+// optional value's size is the size of the value it holds, a field or
+// entry selected from an input is an input's value, or/orValue/value
+// give one of their operands, and a scalar's string is short.
 func (e *costEstimator) optionalCallCost(overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	var size *checker.SizeEstimate
 	switch overloadID {
@@ -275,6 +277,10 @@ func (e *costEstimator) optionalCallCost(overloadID string, target *checker.AstN
 		if target != nil {
 			size = (*target).ComputedSize()
 		}
+	case overloads.IntToString, overloads.UintToString, overloads.BoolToString, overloads.DoubleToString:
+		// string(x) of a scalar: at most 20 digits and a sign, "false",
+		// or a shortest-form float64 (at most 24 characters).
+		size = &checker.SizeEstimate{Min: 1, Max: 32}
 	}
 	if size == nil {
 		return nil
