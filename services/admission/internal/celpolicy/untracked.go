@@ -68,13 +68,18 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 	if err != nil {
 		return nil
 	}
-	msgEnv, err := untrackedEnv(twin.StoredExpressionsEnv(), u.varsType, plugincel.OptionalVariableDeclarations{HasParams: opts.HasParams})
-	if err != nil {
-		return nil
+	// The message expressions' environment (no authorizer) and the size
+	// probe's are built only for policies that need them.
+	var msgEnv, probeEnv *cel.Env
+	if len(p.Spec.Variables) > 0 {
+		if probeEnv, err = valEnv.Extend(cel.Function(sizeProbe, cel.Overload(sizeProbe+"_dyn", []*cel.Type{cel.DynType}, cel.BoolType))); err != nil {
+			return nil
+		}
 	}
-	probeEnv, err := valEnv.Extend(cel.Function(sizeProbe, cel.Overload(sizeProbe+"_dyn", []*cel.Type{cel.DynType}, cel.BoolType)))
-	if err != nil {
-		return nil
+	if !messages.empty {
+		if msgEnv, err = untrackedEnv(twin.StoredExpressionsEnv(), u.varsType, plugincel.OptionalVariableDeclarations{HasParams: opts.HasParams}); err != nil {
+			return nil
+		}
 	}
 	compile := func(env *cel.Env, expr string) (*cel.Ast, cel.Program, bool) {
 		ast, iss := env.Compile(expr)
