@@ -32,7 +32,7 @@ var sizeBounds = [...]uint64{4 << 10, 64 << 10}
 // expressions compiled a second time, in celenv's untracked twin of the
 // environment with the same variables, as programs without cel-go's
 // runtime cost observer; and their worst-case cost under each of
-// sizeBounds, which gates their use (see useUntracked).
+// sizeBounds, which gates their use (see fits).
 type untracked struct {
 	varNames    []string
 	vars        []cel.Program
@@ -92,7 +92,8 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 		}
 		return ast, prg, true
 	}
-	// est[b] sums the estimates under sizeBounds[b]; varSizes[b] holds
+	// valCost, msgCost and varCost[b] sum the estimates under sizeBounds[b]
+	// (MaxUint64: unbounded or over the per-call limit); varSizes[b] holds
 	// each variable's result size estimate (absent: unknown).
 	var (
 		valCost, msgCost, varCost [len(sizeBounds)]uint64
