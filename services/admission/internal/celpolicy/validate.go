@@ -29,7 +29,11 @@ import (
 // budget of their own; an evaluation error or an exhausted budget is an
 // error decision, Deny under failurePolicy Fail and Admit under Ignore.
 // The request's values are built once per request (in) instead of once
-// per policy and list of expressions; that is the whole difference.
+// per policy and list of expressions; and when the policy's worst-case
+// cost for this request's input sizes fits the limits (untracked.fits),
+// the validations and message expressions run as programs without cost
+// tracking, falling back to the tracked programs on any evaluation error.
+// Those are the only differences.
 func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validating.ValidateResult {
 	f := admissionregistrationv1.Fail
 	if fp := p.obj.Spec.FailurePolicy; fp != nil {
