@@ -28,6 +28,10 @@ type celInput struct {
 	rawNamespace      ref.Val // the namespace as stored
 	authorizer        any     // nil without an authorizer
 	resourceAuthz     any
+	// size bounds the size of every string, list and map in object,
+	// oldObject, request and namespaceObject: the largest of the
+	// request's and the namespace's serialized sizes.
+	size uint64
 }
 
 // newCELInput converts the request a (with ns its namespace, nil when none)
@@ -50,6 +54,10 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 			metav1.GroupVersionResource(a.GetResource()), metav1.GroupVersionKind(v.VersionedKind))),
 		namespace:    celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(ns)),
 		rawNamespace: celcommon.SchemalessTypedToVal(ns),
+		size:         a.size,
+	}
+	if ns != nil {
+		in.size = max(in.size, uint64(ns.Size()))
 	}
 	// object and oldObject stay untyped nil when absent, as in
 	// kube-apiserver's activation.

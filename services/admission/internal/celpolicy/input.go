@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 
@@ -14,6 +15,9 @@ import (
 type attributes struct {
 	admission.Attributes
 	versioned *admission.VersionedAttributes
+	// size is the request's serialized size, which bounds the size of
+	// every string, list and map decoded from it.
+	size uint64
 }
 
 // newAttributes converts req. An object that is not a JSON object, or
@@ -23,7 +27,7 @@ func newAttributes(req *admissionv1.AdmitRequest) (*attributes, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &attributes{Attributes: v.Attributes, versioned: v}, nil
+	return &attributes{Attributes: v.Attributes, versioned: v, size: uint64(proto.Size(req))}, nil
 }
 
 // objectLabels returns the labels of the request's object, or of its old

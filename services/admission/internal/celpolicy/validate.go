@@ -29,7 +29,11 @@ import (
 // budget of their own; an evaluation error or an exhausted budget is an
 // error decision, Deny under failurePolicy Fail and Admit under Ignore.
 // The request's values are built once per request (in) instead of once
-// per policy and list of expressions; that is the whole difference.
+// per policy and list of expressions; and when the policy's worst-case
+// cost for this request's input sizes fits the limits (untracked.fits),
+// the validations and message expressions run as programs without cost
+// tracking, falling back to the tracked programs on any evaluation error.
+// Those are the only differences.
 func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validating.ValidateResult {
 	f := admissionregistrationv1.Fail
 	if fp := p.obj.Spec.FailurePolicy; fp != nil {
@@ -48,13 +52,21 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 		}
 	}
 	params := paramValue(param)
-	evalResults, remaining, err := p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
-	if err != nil {
-		return errorResult(err.Error())
+	var evalResults, messageResults []plugincel.EvaluationResult
+	var err error
+	untracked := false
+	if p.untracked != nil && p.untracked.fits(inputSize(in, param), budget) {
+		evalResults, messageResults, untracked = p.untracked.eval(ctx, in, params, p.validations, p.messages)
 	}
-	var messageResults []plugincel.EvaluationResult
-	if !p.messages.empty {
-		messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+	if !untracked {
+		var remaining int64
+		evalResults, remaining, err = p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
+		if err != nil {
+			return errorResult(err.Error())
+		}
+		if !p.messages.empty {
+			messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+		}
 	}
 	decisions := make([]validating.PolicyDecision, len(evalResults))
 	for i, evalResult := range evalResults {

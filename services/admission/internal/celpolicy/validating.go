@@ -34,7 +34,10 @@ type validatingPolicy struct {
 	// validations, their message expressions (placeholders where a
 	// validation has none) and the audit annotations.
 	validations, messages, annotations expressions
-	err                                error // a configuration error: the policy cannot be evaluated
+	// untracked: the validations and message expressions as programs
+	// without runtime cost tracking, nil when they may never be used.
+	untracked *untracked
+	err       error // a configuration error: the policy cannot be evaluated
 }
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, params func(*admissionregistrationv1.ParamKind) (*paramSource, error)) *validatingPolicy {
@@ -50,6 +53,7 @@ func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy, par
 	vp.validations = compileExpressions(cc.compiler, validations, cc.opts)
 	vp.messages = compileExpressions(cc.compiler, messages, plugincel.OptionalVariableDeclarations{HasParams: cc.opts.HasParams})
 	vp.annotations = compileExpressions(cc.compiler, annotations, cc.opts)
+	vp.untracked = compileUntracked(p, vp.validations, vp.messages, cc.opts)
 	return vp
 }
 

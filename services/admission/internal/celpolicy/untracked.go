@@ -1,0 +1,445 @@
+package celpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/overloads"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/lazy"
+	"k8s.io/apiserver/pkg/cel/library"
+
+	"github.com/meridian-cp/meridian/lib/kube/celenv"
+)
+
+// sizeBounds are the input size bounds B, in bytes, under which a
+// policy's worst-case cost is estimated, smallest first. A request is
+// gated by the smallest bound its inputs fit.
+var sizeBounds = [...]uint64{4 << 10, 64 << 10}
+
+// untracked is a validating policy's variables, validations and message
+// expressions compiled a second time, in celenv's untracked twin of the
+// environment with the same variables, as programs without cel-go's
+// runtime cost observer; and their worst-case cost under each of
+// sizeBounds, which gates their use (see fits).
+type untracked struct {
+	varNames    []string
+	vars        []cel.Program
+	varsType    *apiservercel.DeclType
+	validations []cel.Program
+	messages    []cel.Program // nil entries: validations without messageExpression
+	hasMessages bool
+	// cost[i] is the worst-case cost of evaluating the validations and
+	// then the message expressions, each list with every variable once,
+	// when every input is at most sizeBounds[i] bytes; MaxUint64 when an
+	// expression's estimate is unbounded or over celenv.PerCallLimit.
+	cost [len(sizeBounds)]uint64
+}
+
+// compileUntracked compiles p's variables, validations and message
+// expressions in the untracked twin. It returns nil, and the policy is
+// only ever evaluated with its tracked programs, when any of them does
+// not compile there, when the tracked compilation of a validation or
+// message expression failed (its error is the tracked path's result),
+// or when the policy has no bounded worst case under any size bound.
+func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, validations, messages expressions, opts plugincel.OptionalVariableDeclarations) *untracked {
+	for _, r := range append(append([]plugincel.CompilationResult{}, validations.results...), messages.results...) {
+		if r.Error != nil {
+			return nil
+		}
+	}
+	twin, err := celenv.Untracked()
+	if err != nil {
+		return nil
+	}
+	u := &untracked{varsType: apiservercel.NewObjectType("kubernetes.variables", map[string]*apiservercel.DeclField{})}
+	valEnv, err := untrackedEnv(twin.StoredExpressionsEnv(), u.varsType, opts)
+	if err != nil {
+		return nil
+	}
+	// The message expressions' environment (no authorizer) and the size
+	// probe's are built only for policies that need them.
+	var msgEnv, probeEnv *cel.Env
+	if len(p.Spec.Variables) > 0 {
+		if probeEnv, err = valEnv.Extend(cel.Function(sizeProbe, cel.Overload(sizeProbe+"_dyn", []*cel.Type{cel.DynType}, cel.BoolType))); err != nil {
+			return nil
+		}
+	}
+	if !messages.empty {
+		if msgEnv, err = untrackedEnv(twin.StoredExpressionsEnv(), u.varsType, plugincel.OptionalVariableDeclarations{HasParams: opts.HasParams}); err != nil {
+			return nil
+		}
+	}
+	compile := func(env *cel.Env, expr string) (*cel.Ast, cel.Program, bool) {
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			return nil, nil, false
+		}
+		prg, err := env.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency))
+		if err != nil {
+			return nil, nil, false
+		}
+		return ast, prg, true
+	}
+	// valCost, msgCost and varCost[b] sum the estimates under sizeBounds[b]
+	// (MaxUint64: unbounded or over the per-call limit); varSizes[b] holds
+	// each variable's result size estimate (absent: unknown).
+	var (
+		valCost, msgCost, varCost [len(sizeBounds)]uint64
+		varSizes                  [len(sizeBounds)]map[string]checker.SizeEstimate
+	)
+	for b := range sizeBounds {
+		varSizes[b] = map[string]checker.SizeEstimate{}
+	}
+	add := func(sum *[len(sizeBounds)]uint64, env *cel.Env, ast *cel.Ast) {
+		for b, bound := range sizeBounds {
+			est, err := env.EstimateCost(ast, &costEstimator{bound: bound, vars: varSizes[b]})
+			if err != nil || est.Max > celenv.PerCallLimit || sum[b] > math.MaxUint64-est.Max {
+				sum[b] = math.MaxUint64
+				continue
+			}
+			sum[b] += est.Max
+		}
+	}
+	// Variables first, in order: each may read the ones before it, as
+	// the tracked compiler declares them.
+	for _, v := range p.Spec.Variables {
+		ast, prg, ok := compile(valEnv, v.Expression)
+		if !ok {
+			return nil
+		}
+		add(&varCost, valEnv, ast)
+		if probe, iss := probeEnv.Compile(sizeProbe + "(" + v.Expression + ")"); iss.Err() == nil {
+			for b, bound := range sizeBounds {
+				e := &costEstimator{bound: bound, vars: varSizes[b]}
+				if _, err := probeEnv.EstimateCost(probe, e); err == nil && e.probed != nil {
+					varSizes[b][v.Name] = *e.probed
+				}
+			}
+		}
+		u.varsType.Fields[v.Name] = apiservercel.NewDeclField(v.Name, declType(ast.OutputType()), true, nil, nil)
+		u.varNames = append(u.varNames, v.Name)
+		u.vars = append(u.vars, prg)
+	}
+	u.validations = make([]cel.Program, len(p.Spec.Validations))
+	u.messages = make([]cel.Program, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		ast, prg, ok := compile(valEnv, v.Expression)
+		if !ok {
+			return nil
+		}
+		add(&valCost, valEnv, ast)
+		u.validations[i] = prg
+		if v.MessageExpression == "" {
+			continue
+		}
+		if ast, u.messages[i], ok = compile(msgEnv, v.MessageExpression); !ok {
+			return nil
+		}
+		add(&msgCost, msgEnv, ast)
+		u.hasMessages = true
+	}
+	bounded := false
+	for b := range sizeBounds {
+		// The message expressions evaluate the variables again (a list's
+		// variables are evaluated at most once per list).
+		lists := uint64(1)
+		if u.hasMessages {
+			lists = 2
+		}
+		u.cost[b] = math.MaxUint64
+		if valCost[b] == math.MaxUint64 || msgCost[b] == math.MaxUint64 || varCost[b] == math.MaxUint64 ||
+			varCost[b] > (math.MaxUint64/4) || valCost[b] > math.MaxUint64/4 || msgCost[b] > math.MaxUint64/4 {
+			continue
+		}
+		u.cost[b] = valCost[b] + msgCost[b] + lists*varCost[b]
+		bounded = true
+	}
+	if !bounded {
+		return nil
+	}
+	return u
+}
+
+// untrackedEnv is base with the admission variables declared as
+// kube-apiserver's CompositedCompiler and createEnvForOpts declare them:
+// `variables` first (varsType, whose fields are added as variables
+// compile), then object, oldObject, namespaceObject, request, and params
+// and the authorizer as opts say.
+func untrackedEnv(base *cel.Env, varsType *apiservercel.DeclType, opts plugincel.OptionalVariableDeclarations) (*cel.Env, error) {
+	extend := func(env *cel.Env, decls []*apiservercel.DeclType, envOpts ...cel.EnvOption) (*cel.Env, error) {
+		provider := apiservercel.NewDeclTypeProvider(decls...)
+		// The stored-expressions environment is built at the newest
+		// version, where keywords are recognized as field names.
+		provider.SetRecognizeKeywordAsFieldName(true)
+		providerOpts, err := provider.EnvOptions(env.CELTypeProvider())
+		if err != nil {
+			return nil, err
+		}
+		return env.Extend(append(envOpts, providerOpts...)...)
+	}
+	env, err := extend(base, []*apiservercel.DeclType{varsType}, cel.Variable(plugincel.VariableVarName, varsType.CelType()))
+	if err != nil {
+		return nil, fmt.Errorf("variables: %w", err)
+	}
+	namespaceType, requestType := plugincel.BuildNamespaceType(), plugincel.BuildRequestType()
+	envOpts := []cel.EnvOption{
+		cel.Variable(plugincel.ObjectVarName, cel.DynType),
+		cel.Variable(plugincel.OldObjectVarName, cel.DynType),
+		cel.Variable(plugincel.NamespaceVarName, namespaceType.CelType()),
+		cel.Variable(plugincel.RequestVarName, requestType.CelType()),
+	}
+	if opts.HasParams {
+		envOpts = append(envOpts, cel.Variable(plugincel.ParamsVarName, cel.DynType))
+	}
+	if opts.HasAuthorizer {
+		envOpts = append(envOpts,
+			cel.Variable(plugincel.AuthorizerVarName, library.AuthorizerType),
+			cel.Variable(plugincel.RequestResourceAuthorizerVarName, library.ResourceCheckType))
+	}
+	return extend(env, []*apiservercel.DeclType{namespaceType, requestType}, envOpts...)
+}
+
+// sizeProbe is a function declared only in the environment that
+// estimates a variable's result size: the estimator sees its argument's
+// size estimate when it is asked the call's cost.
+const sizeProbe = "meridian_size_probe"
+
+// costEstimator is Kubernetes' cost estimator (library.CostEstimator)
+// with sizes known from the gate's bound: every value read from an input
+// (a path rooted at object, oldObject, params, namespaceObject or request:
+// a field, a list item, a map key or value) is at most bound in size, as
+// it is at most the size of the input's serialization; a variable read as
+// a whole (variables.<name>) is at most its expression's estimated result
+// size. Every other size is unknown to it, so the checker computes it or
+// treats it as unbounded.
+type costEstimator struct {
+	bound  uint64
+	vars   map[string]checker.SizeEstimate
+	probed *checker.SizeEstimate // the size probe's argument size, when asked
+}
+
+// EstimateSize implements checker.CostEstimator.
+func (e *costEstimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	path := n.Path()
+	if e.fromInput(path) {
+		return &checker.SizeEstimate{Min: 0, Max: e.bound}
+	}
+	if len(path) == 2 && path[0] == plugincel.VariableVarName {
+		if s, ok := e.vars[path[1]]; ok {
+			return &s
+		}
+	}
+	return nil
+}
+
+// EstimateCallCost implements checker.CostEstimator.
+func (e *costEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	if function == sizeProbe {
+		if len(args) == 1 {
+			e.probed = args[0].ComputedSize()
+		}
+		return &checker.CallEstimate{}
+	}
+	if est := e.optionalCallCost(overloadID, target, args); est != nil {
+		return est
+	}
+	return (&library.CostEstimator{SizeEstimator: e}).EstimateCallCost(function, overloadID, target, args)
+}
+
+// optionalCallCost is the estimate of an optional-types call, or of a
+// scalar's conversion to string, with a known result size, or nil. Its
+// cost is the one cel-go's checker gives these calls (1 plus the
+// arguments'); the result size is what cel-go leaves unknown: an
+// optional value's size is the size of the value it holds, a field or
+// entry selected from an input is an input's value, or/orValue/value
+// give one of their operands, and a scalar's string is short.
+func (e *costEstimator) optionalCallCost(overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	var size *checker.SizeEstimate
+	switch overloadID {
+	case "select_optional_field", "map_optindex_optional_value", "list_optindex_optional_int": // x.?f, x[?k], x[?i]
+		if len(args) == 2 && e.fromInput(args[0].Path()) {
+			size = &checker.SizeEstimate{Min: 0, Max: e.bound}
+		}
+	case "optional_orValue_value", "optional_or_optional": // o.orValue(v), o.or(p)
+		if target != nil && len(args) == 1 {
+			if t, a := (*target).ComputedSize(), args[0].ComputedSize(); t != nil && a != nil {
+				u := t.Union(*a)
+				size = &u
+			}
+		}
+	case "optional_value": // o.value()
+		if target != nil {
+			size = (*target).ComputedSize()
+		}
+	case overloads.IntToString, overloads.UintToString, overloads.BoolToString, overloads.DoubleToString:
+		// string(x) of a scalar: at most 20 digits and a sign, "false",
+		// or a shortest-form float64 (at most 24 characters).
+		size = &checker.SizeEstimate{Min: 1, Max: 32}
+	}
+	if size == nil {
+		return nil
+	}
+	return &checker.CallEstimate{CostEstimate: checker.FixedCostEstimate(1), ResultSize: size}
+}
+
+// fromInput reports whether path is rooted at an input variable, whose
+// every string, list and map is at most the bound in size.
+func (e *costEstimator) fromInput(path []string) bool {
+	if len(path) == 0 {
+		return false
+	}
+	switch path[0] {
+	case plugincel.ObjectVarName, plugincel.OldObjectVarName, plugincel.ParamsVarName, plugincel.NamespaceVarName, plugincel.RequestVarName:
+		return true
+	}
+	return false
+}
+
+// declType is a variable's output type as a field of the variables
+// object, as kube-apiserver's composition converts it.
+func declType(t *cel.Type) *apiservercel.DeclType {
+	if t == nil {
+		return apiservercel.DynType
+	}
+	switch t {
+	case cel.AnyType:
+		return apiservercel.AnyType
+	case cel.BoolType:
+		return apiservercel.BoolType
+	case cel.BytesType:
+		return apiservercel.BytesType
+	case cel.DoubleType:
+		return apiservercel.DoubleType
+	case cel.DurationType:
+		return apiservercel.DurationType
+	case cel.IntType:
+		return apiservercel.IntType
+	case cel.NullType:
+		return apiservercel.NullType
+	case cel.StringType:
+		return apiservercel.StringType
+	case cel.TimestampType:
+		return apiservercel.TimestampType
+	case cel.UintType:
+		return apiservercel.UintType
+	}
+	if t.HasTrait(traits.ContainerType) && t.HasTrait(traits.IndexerType) {
+		switch ps := t.Parameters(); len(ps) {
+		case 1:
+			return apiservercel.NewListType(declType(ps[0]), -1)
+		case 2:
+			return apiservercel.NewMapType(declType(ps[0]), declType(ps[1]), -1)
+		}
+	}
+	return apiservercel.DynType
+}
+
+// fits reports whether the untracked programs may be evaluated for a
+// request whose inputs are each at most size bytes, under budget: the
+// policy's worst-case cost under the smallest bound that size fits is
+// within budget. This is where the gate's invariant is enforced: every
+// expression's and variable's estimated cost is within
+// celenv.PerCallLimit (compileUntracked), and all of them together,
+// variables counted once per list, within budget; the estimates bound
+// the runtime cost the tracked programs would charge (as Kubernetes'
+// write-time cost checks rely on), so the tracked path could neither
+// exceed the per-call limit nor run out of budget, in the validations or
+// in the message expressions (which get what the validations left:
+// at least the message expressions' and variables' worst case). Its
+// decisions are then those of the untracked evaluation.
+func (u *untracked) fits(size uint64, budget int64) bool {
+	if budget < 0 {
+		return false
+	}
+	for b, bound := range sizeBounds {
+		if size <= bound {
+			return u.cost[b] <= uint64(budget)
+		}
+	}
+	return false
+}
+
+// eval evaluates the validations and then the message expressions (nil
+// results when there are none) over the request's input, as
+// expressions.forInput would with the tracked programs, the variables
+// evaluated lazily and at most once per list. ok is false when any
+// expression or variable failed to evaluate: the caller then evaluates
+// the tracked programs, so every error is reported as the tracked path
+// reports it.
+func (u *untracked) eval(ctx context.Context, in *celInput, params any, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
+	failed := false
+	act := &activation{in: in, params: params, namespace: in.namespace, authorizer: true}
+	act.variables = u.variables(ctx, act, &failed)
+	valResults = make([]plugincel.EvaluationResult, len(u.validations))
+	for i, prg := range u.validations {
+		val, _, err := prg.ContextEval(ctx, act)
+		if err != nil || failed {
+			return nil, nil, false
+		}
+		valResults[i] = plugincel.EvaluationResult{EvalResult: val, ExpressionAccessor: validations.results[i].ExpressionAccessor}
+	}
+	if !u.hasMessages {
+		return valResults, nil, true
+	}
+	act = &activation{in: in, params: params, namespace: in.namespace}
+	act.variables = u.variables(ctx, act, &failed)
+	msgResults = make([]plugincel.EvaluationResult, len(u.messages))
+	for i, prg := range u.messages {
+		if prg == nil { // a placeholder
+			continue
+		}
+		val, _, err := prg.ContextEval(ctx, act)
+		if err != nil || failed {
+			return nil, nil, false
+		}
+		msgResults[i] = plugincel.EvaluationResult{EvalResult: val, ExpressionAccessor: messages.results[i].ExpressionAccessor}
+	}
+	return valResults, msgResults, true
+}
+
+// variables is the `variables` value of one list's activation: each
+// variable evaluated on first read, untracked; an evaluation error sets
+// *failed.
+func (u *untracked) variables(ctx context.Context, act *activation, failed *bool) ref.Val {
+	m := lazy.NewMapValue(u.varsType)
+	for i, name := range u.varNames {
+		prg := u.vars[i]
+		m.Append(name, func(*lazy.MapValue) ref.Val {
+			v, _, err := prg.ContextEval(ctx, act)
+			if err != nil {
+				*failed = true
+				return types.NewErr("composited variable %q fails to evaluate: %v", name, err)
+			}
+			return v
+		})
+	}
+	return m
+}
+
+// inputSize bounds the size of every input of a request's evaluation
+// with param: the largest of the request's serialization (which holds
+// object, oldObject and every field of request), the namespace's, and
+// param's JSON.
+func inputSize(in *celInput, param runtime.Object) uint64 {
+	size := in.size
+	if param != nil {
+		js, err := json.Marshal(param)
+		if err != nil {
+			return math.MaxUint64
+		}
+		size = max(size, uint64(len(js)))
+	}
+	return size
+}
