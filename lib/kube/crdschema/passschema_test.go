@@ -2,6 +2,7 @@ package crdschema
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -427,6 +428,10 @@ func passCases(t testing.TB) map[string]passCase {
 // a generated old object) on update; and it passes nearly every object
 // upstream finds valid (the rest, its fallbacks, are counted), none of
 // them when no value is mutated to another type.
+//
+// Each of the 16 cases generates -pass-schema-objects objects: 600 in the
+// normal test run (seconds under -race); a deeper run asks for more, e.g.
+// go test -run PassSchemaMatchesUpstream -args -pass-schema-objects 20000.
 func TestPassSchemaMatchesUpstream(t *testing.T) {
 	cases := passCases(t)
 	names := make([]string, 0, len(cases))
@@ -443,7 +448,7 @@ func TestPassSchemaMatchesUpstream(t *testing.T) {
 					t.Fatal("schema not compiled")
 				}
 				g := &valueGen{r: rand.New(rand.NewPCG(7, uint64(len(name)))), mutate: mutate, accepted: map[string][2][]any{}}
-				const n = 2000
+				n := *passSchemaObjects
 				var valid, invalid, fallback int
 				for i := range n {
 					obj := g.value(c.openapi, "", 0)
@@ -488,6 +493,10 @@ func TestPassSchemaMatchesUpstream(t *testing.T) {
 		}
 	}
 }
+
+// passSchemaObjects is how many objects each TestPassSchemaMatchesUpstream
+// case generates.
+var passSchemaObjects = flag.Int("pass-schema-objects", 600, "objects generated per TestPassSchemaMatchesUpstream case")
 
 // withOneChange is a copy of obj (an object) with one top-level property
 // regenerated, so ratcheting sees unchanged and changed values.
