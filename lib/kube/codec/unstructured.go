@@ -39,10 +39,10 @@ func isUnstructured(obj runtime.Object) bool {
 func encodeUnstructured(w io.Writer, obj runtime.Object, mediaType string) error {
 	switch mediaType {
 	case negotiation.JSON, "":
-		return unstructured.UnstructuredJSONScheme.Encode(obj, w)
+		return encodeUnstructuredJSON(w, obj)
 	case negotiation.YAML:
 		var buf bytes.Buffer
-		if err := unstructured.UnstructuredJSONScheme.Encode(obj, &buf); err != nil {
+		if err := encodeUnstructuredJSON(&buf, obj); err != nil {
 			return err
 		}
 		y, err := sigsyaml.JSONToYAML(buf.Bytes())
@@ -55,6 +55,28 @@ func encodeUnstructured(w io.Writer, obj runtime.Object, mediaType string) error
 		return ErrNoProtobuf
 	}
 	return fmt.Errorf("codec: unsupported media type %q", mediaType)
+}
+
+// encodeUnstructuredJSON writes obj as unstructured.UnstructuredJSONScheme
+// does (its JSON and a newline): a custom resource through appendJSON,
+// anything appendJSON leaves to encoding/json (and lists) through the
+// scheme.
+func encodeUnstructuredJSON(w io.Writer, obj runtime.Object) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return unstructured.UnstructuredJSONScheme.Encode(obj, w)
+	}
+	var b []byte
+	bb, toBuffer := w.(*bytes.Buffer)
+	if toBuffer {
+		b = bb.AvailableBuffer()
+	}
+	b, ok = appendJSON(b, u.Object)
+	if !ok {
+		return unstructured.UnstructuredJSONScheme.Encode(obj, w)
+	}
+	_, err := w.Write(append(b, '\n'))
+	return err
 }
 
 // decodeUnstructured reads a JSON or YAML body into into. A body without
