@@ -20,7 +20,11 @@ for dir in $(go list -m -f '{{.Dir}}'); do
     # time on 2 cores and keep CI past 20 minutes; the concurrent code
     # they drive is raced in each module's own tests below and above.
     (cd "$dir" && go test -race -count=1 -timeout 15m "$@" $(go list ./... | grep -v '/test/')) || fail=1
-    (cd "$dir" && go test -count=1 -timeout 15m "$@" ./test/...) || fail=1
+    # -p 3: the suites spend much of their time waiting on servers,
+    # kubectl and Docker, and test/deploy (about 6 minutes) would
+    # otherwise leave one of two slots idle while e2e, integration and
+    # distributed (about 11 minutes together) take turns in the other.
+    (cd "$dir" && go test -p 3 -count=1 -timeout 15m "$@" ./test/...) || fail=1
   else
     (cd "$dir" && go test -race -count=1 -timeout 15m "$@" ./...) || fail=1
   fi
