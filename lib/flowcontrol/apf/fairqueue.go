@@ -11,16 +11,17 @@ import "time"
 // width × its real execution time, so a queue pays for the seat-seconds
 // its requests really used. The next request dispatched is the head of
 // the non-empty queue whose head would finish first (nextR + width ×
-// estimate; ties in round-robin order), when enough seats are free: a
-// head waiting for seats blocks smaller ones behind it, so wide requests
-// are not starved.
+// estimate; of equal ones, the least loaded queue's, then the head
+// queued first), when enough seats are free: a head waiting for seats
+// blocks smaller ones behind it, so wide requests are not starved.
 //
 // The level's virtual time R is the largest nextR a request was
 // dispatched at. A queue that was idle starts, when it gets a request,
 // at R or at the earliest nextR of a queue with a request waiting, if
 // that is earlier: no credit for its idleness, and no later than the
 // heads of backlogged queues; as it is the least loaded of the queues
-// tied with it, its request takes the next free seat. A flow gets that
+// tied with it, its request takes the next free seat, and of several
+// such requests the one queued first does. A flow gets that
 // only while its queue has nothing else queued or running: once its
 // request runs, its nextR moves on by the request's charge, as any
 // queue's. kube-apiserver instead
@@ -40,6 +41,13 @@ import "time"
 //
 // As kube-apiserver's anti-windup (boundNextDispatch), a queue's nextR
 // is never below the R at which its head arrived.
+//
+// Fairness is accounted per queue, as kube-apiserver's: a flow's request
+// that arrives while its queue is busy joins the least loaded queue of
+// its hand, and if that one is idle starts at R. A mouse's request that
+// arrives while its previous one runs thus still takes the next free
+// seat beside an elephant; with one virtual time per flow across its
+// hand it would wait its turn against the elephant's.
 
 // EstimatedServiceTime is what a level charges a dispatched request
 // until it has seen one finish; from then on it charges the moving
@@ -153,6 +161,10 @@ func (l *level) pushLocked(q *queue, r *request) {
 		r.arrivalR = q.nextR
 	}
 	r.queue = q
+	if r.seq == 0 { // dealt again by a reconfiguration, it keeps its place
+		l.mu.seq++
+		r.seq = l.mu.seq
+	}
 	q.reqs = append(q.reqs, r)
 	q.seatsWaiting += r.width
 	l.mu.seatsWaiting += r.width
@@ -220,7 +232,6 @@ func (l *level) dispatchLocked(now time.Time) {
 		q.nextR += r.charged
 		boundLocked(q)
 		l.mu.waiting--
-		l.mu.next = (qi + 1) % len(l.mu.queues)
 		r.dispatched = now
 		l.flowMetrics(r.schema).inQueue.Dec()
 		l.startLocked(r)
@@ -229,26 +240,26 @@ func (l *level) dispatchLocked(now time.Time) {
 
 // selectQueueLocked returns the non-empty queue whose head would finish
 // first in virtual time, at est seconds per seat; of equal ones, the
-// least loaded (seats waiting and in use), then the first in round-robin
-// order. l.mu.waiting must be > 0. The scan stops once it has seen
-// l.mu.waiting requests (the count of all queues' requests): the queues
-// left are empty.
+// least loaded (seats waiting and in use), then the one whose head was
+// queued first: heads tie when their flows were idle and started at the
+// same R (pushLocked), and first come, first served keeps each of them
+// from waiting for those queued after it, as an order by queue index
+// would. l.mu.waiting must be > 0. The scan stops once it
+// has seen l.mu.waiting requests (the count of all queues' requests):
+// the queues left are empty.
 func (l *level) selectQueueLocked(est float64) int {
-	n := len(l.mu.queues)
-	best, bestFinish, bestLoad := -1, 0.0, 0
+	best, bestFinish, bestLoad, bestSeq := -1, 0.0, 0, uint64(0)
 	left := l.mu.waiting
-	for i, k := l.mu.next, 0; k < n && left > 0; i, k = i+1, k+1 {
-		if i == n {
-			i = 0
-		}
+	for i := 0; i < len(l.mu.queues) && left > 0; i++ {
 		q := l.mu.queues[i]
 		if len(q.reqs) == 0 {
 			continue
 		}
 		left -= len(q.reqs)
 		finish, load := q.nextR+float64(q.reqs[0].width)*est, q.seatsWaiting+q.seatsInUse
-		if best < 0 || finish < bestFinish || (finish == bestFinish && load < bestLoad) {
-			best, bestFinish, bestLoad = i, finish, load
+		seq := q.reqs[0].seq
+		if best < 0 || finish < bestFinish || (finish == bestFinish && (load < bestLoad || load == bestLoad && seq < bestSeq)) {
+			best, bestFinish, bestLoad, bestSeq = i, finish, load, seq
 		}
 	}
 	return best

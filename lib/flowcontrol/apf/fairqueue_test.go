@@ -242,6 +242,62 @@ func TestDispatchByVirtualFinishTime(t *testing.T) {
 	}
 }
 
+// TestTiedHeadsFirstComeFirstServed: one seat held, an elephant queues
+// 30 requests, then 20 flows that were idle queue one each. All start at
+// the same virtual time, so their heads tie: the idle flows, in the
+// least loaded queues, go before the elephant, and among themselves in
+// the order they were queued, whatever queues they were dealt; then the
+// elephant.
+func TestTiedHeadsFirstComeFirstServed(t *testing.T) {
+	s := newSim(t, 1, 128, 6)
+	held, err := s.submit("holder", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []*request
+	name := map[*request]string{}
+	for range 30 {
+		r, err := s.submit("elephant", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name[r] = "elephant"
+	}
+	for i := range 20 {
+		s.now = s.now.Add(time.Millisecond)
+		f := fmt.Sprintf("mouse-%d", i)
+		r, err := s.submit(f, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name[r] = f
+		order = append(order, r)
+	}
+	var got []string
+	running := held
+	for len(got) < 50 {
+		s.now = s.now.Add(10 * time.Millisecond)
+		s.release(running)
+		ex := s.executing()
+		if len(ex) != 1 {
+			t.Fatalf("%d executing on one seat", len(ex))
+		}
+		running = ex[0]
+		got = append(got, name[running])
+	}
+	var want []string
+	for _, r := range order {
+		want = append(want, name[r])
+	}
+	for range 30 {
+		want = append(want, "elephant")
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dispatched in the order\n%v\nwant\n%v", got, want)
+	}
+	s.release(running)
+}
+
 // TestMouseNotStarved: elephants with long backlogs share some of a
 // mouse flow's queues; the mouse, dealt a hand with a queue none of them
 // uses, has each of its requests dispatched within about one round of

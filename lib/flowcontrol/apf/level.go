@@ -56,6 +56,9 @@ type request struct {
 	width         int
 	queue         *queue // nil for a level without queues
 	enqueued      time.Time
+	// seq orders the requests queued in a level: dispatch breaks ties
+	// by it, first come first served (selectQueueLocked).
+	seq uint64
 	// deadline is when a request queued by acquireFunc is rejected
 	// (time-out) if still queued: enqueued + MaxWait (level.expire).
 	deadline   time.Time
@@ -121,8 +124,9 @@ type level struct {
 		// estimate is what a dispatched request is charged per seat.
 		estimate estimator
 		syncedAt time.Time
-		next     int // queue where the next tie-breaking scan starts
-		queues   []*queue
+		// seq is the last request.seq given.
+		seq    uint64
+		queues []*queue
 		// executing are the dispatched, unreleased requests.
 		executing map[*request]struct{}
 		// demand integrates seatsInUse + seatsWaiting since the last
@@ -195,7 +199,7 @@ func (l *level) reconfigure(cfg PriorityLevel) error {
 		q.live = false // its executing requests release without it
 		waiting = append(waiting, q.reqs...)
 	}
-	l.dealer, l.mu.queues, l.mu.next = d, nil, 0
+	l.dealer, l.mu.queues = d, nil
 	l.mu.waiting, l.mu.seatsWaiting, l.mu.active = 0, 0, 0
 	if cfg.Queuing != nil {
 		l.mu.queues = newQueues(cfg.Queuing.Queues, l.mu.vt)

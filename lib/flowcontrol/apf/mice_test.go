@@ -1,6 +1,7 @@
 package apf
 
 import (
+	"cmp"
 	"container/heap"
 	"flag"
 	"fmt"
@@ -25,11 +26,19 @@ import (
 // kube-apiserver rule (R advancing at seats / busy queues, 3 s charged
 // at dispatch) left the mice's p99 at 76-100 ms against 16-21 ms alone.
 //
+// That floor is also computed (miceFloor: the same arrivals, every seat
+// given as soon as it is released to the mouse that has waited longest,
+// else to the elephant), and the ten mice's p99 together beside the
+// elephant is within 10 % of its p99: fair queuing gives the mice all
+// that a scheduler could give them without preempting a request or
+// leaving a seat idle while the elephant waits.
+//
 // A mouse makes about 200 requests in the default 20 s, so its p99 is
 // its second-longest wait and varies by run: -mice-run sets a longer
-// simulated run for the benchmark figures (docs/benchmarks.md), and the
-// test logs how many mice met issue 21's target of 1.5× without the
-// added execution time.
+// simulated run for the benchmark figures (docs/benchmarks.md),
+// -mice-seed other arrivals and execution times, and the test logs how
+// many mice met issue 21's target of 1.5× without the added execution
+// time.
 func TestElephantAndMice(t *testing.T) {
 	const (
 		seats   = 4
@@ -39,20 +48,26 @@ func TestElephantAndMice(t *testing.T) {
 	capacity := float64(seats) / service.Seconds()
 	alone := runMice(t, seats, service, run, capacity, false)
 	loaded := runMice(t, seats, service, run, capacity, true)
+	floor := miceFloor(seats, service, run, capacity)
 	met := 0
 	for i := range 10 {
 		a, l := alone.p99(i), loaded.p99(i)
 		if l <= a*3/2 {
 			met++
 		}
-		t.Logf("mouse-%d: p99 %s alone, %s with the elephant (%.2f×; %d requests); %.1f%% / %.1f%% of capacity", i, a, l,
-			float64(l)/float64(a), len(loaded.flows[i].waits), alone.share(i, run, capacity), loaded.share(i, run, capacity))
+		t.Logf("mouse-%d: p99 %s alone, %s with the elephant (%.2f×; %d requests; floor %s); %.1f%% / %.1f%% of capacity", i, a, l,
+			float64(l)/float64(a), len(loaded.flows[i].waits), floor.p99(i), alone.share(i, run, capacity), loaded.share(i, run, capacity))
 		if limit := a*3/2 + service; l > limit {
 			t.Errorf("mouse-%d: p99 queue wait %s with the elephant, %s alone: over %s", i, l, a, limit)
 		}
 		if f := loaded.flows[i]; f.rejected > 0 || len(f.waits) < f.offered {
 			t.Errorf("mouse-%d: %d of %d served, %d rejected", i, len(f.waits), f.offered, f.rejected)
 		}
+	}
+	together, least := loaded.pooledP99(), floor.pooledP99()
+	t.Logf("mice together: p99 %s alone, %s with the elephant, floor %s (%.2f×)", alone.pooledP99(), together, least, float64(together)/float64(least))
+	if limit := least * 11 / 10; together > limit {
+		t.Errorf("mice together: p99 queue wait %s with the elephant, over 1.1 × the floor %s", together, least)
 	}
 	e := loaded.share(10, run, capacity)
 	mice := 0.0
@@ -67,6 +82,9 @@ func TestElephantAndMice(t *testing.T) {
 
 // miceRunLength is the simulated length of TestElephantAndMice's runs.
 var miceRunLength = flag.Duration("mice-run", 20*time.Second, "simulated length of each TestElephantAndMice run")
+
+// miceSeed seeds TestElephantAndMice's arrivals and execution times.
+var miceSeed = flag.Uint64("mice-seed", 1, "seed of TestElephantAndMice's arrivals and execution times")
 
 // miceFlow is one flow's outcome in runMice.
 type miceFlow struct {
@@ -146,14 +164,14 @@ func runMice(t *testing.T, seats int, service, run time.Duration, capacity float
 			rate = 10 * capacity
 		}
 		interval[f] = time.Duration(float64(time.Second) / rate)
-		rngs[f] = rand.New(rand.NewPCG(uint64(f), 1))
+		rngs[f] = rand.New(rand.NewPCG(uint64(f), *miceSeed))
 		next[f] = start.Add(time.Duration(rngs[f].ExpFloat64() * float64(interval[f])))
 	}
 	flowOf := map[*request]int{}
 	arrived := map[*request]time.Time{}
 	var queued []*request
 	var done completions
-	exec := rand.New(rand.NewPCG(99, 1))
+	exec := rand.New(rand.NewPCG(99, *miceSeed))
 	// started schedules the completions of the requests dispatched since
 	// the last event.
 	started := func() {
@@ -211,4 +229,69 @@ func runMice(t *testing.T, seats int, service, run time.Duration, capacity float
 		t.Fatalf("at the end %d seats held, %d requests queued", n, len(queued))
 	}
 	return res
+}
+
+// miceFloor is the least queue wait any scheduler that neither preempts
+// nor idles a seat could give the mice beside the elephant: the same
+// arrivals as runMice, every seat taken, as soon as it is released, by
+// the mouse request that has waited longest, or by the elephant, always
+// backlogged, when no mouse waits. It returns the waits in a miceRun.
+func miceFloor(seats int, service, run time.Duration, capacity float64) *miceRun {
+	start := time.Unix(1_000_000, 0)
+	end := start.Add(run)
+	type arrival struct {
+		at   time.Time
+		flow int
+	}
+	var arrivals []arrival
+	interval := time.Duration(float64(time.Second) / (0.05 * capacity))
+	for f := range 10 {
+		rng := rand.New(rand.NewPCG(uint64(f), *miceSeed))
+		for at := start.Add(time.Duration(rng.ExpFloat64() * float64(interval))); at.Before(end); at = at.Add(time.Duration(rng.ExpFloat64() * float64(interval))) {
+			arrivals = append(arrivals, arrival{at, f})
+		}
+	}
+	slices.SortStableFunc(arrivals, func(a, b arrival) int { return a.at.Compare(b.at) })
+	exec := rand.New(rand.NewPCG(99, *miceSeed))
+	duration := func() time.Duration { return service/2 + time.Duration(exec.Int64N(int64(service))) }
+	res := &miceRun{}
+	for f := range res.flows {
+		res.flows[f] = &miceFlow{}
+	}
+	// free is when each seat is next released; the elephant holds them
+	// all from the start.
+	free := make([]time.Time, seats)
+	for i := range free {
+		free[i] = start.Add(duration())
+	}
+	for _, a := range arrivals {
+		// Seats released before a's arrival went to the elephant (the
+		// mice before a took theirs already); a takes the first seat
+		// released from its arrival on.
+		for {
+			i := 0
+			for j := range free {
+				if free[j].Before(free[i]) {
+					i = j
+				}
+			}
+			if !free[i].Before(a.at) {
+				res.flows[a.flow].waits = append(res.flows[a.flow].waits, free[i].Sub(a.at))
+				free[i] = free[i].Add(duration())
+				break
+			}
+			free[i] = free[i].Add(duration())
+		}
+	}
+	return res
+}
+
+// pooledP99 is the p99 of the waits of flows 0-9 together.
+func (r *miceRun) pooledP99() time.Duration {
+	var w []time.Duration
+	for _, f := range r.flows[:10] {
+		w = append(w, f.waits...)
+	}
+	slices.SortFunc(w, cmp.Compare)
+	return w[int(float64(len(w)-1)*0.99)]
 }
