@@ -109,6 +109,8 @@ type Options struct {
 	// caller's trace (W3C trace context in metadata); nil or a no-op
 	// provider: no tracing work at all (telemetry.GRPCServerInterceptors).
 	TracerProvider trace.TracerProvider
+	// Extra are more options, after these (a service's own codec).
+	Extra []grpc.ServerOption
 }
 
 // Validate reports every problem with o at once.
@@ -183,7 +185,7 @@ func ServerOptions(opts Options) ([]grpc.ServerOption, error) {
 	if opts.TLS != nil {
 		so = append(so, grpc.Creds(inproc.ServerCredentials(credentials.NewTLS(opts.TLS))))
 	}
-	return so, nil
+	return append(so, opts.Extra...), nil
 }
 
 // interceptors are the chains of the package comment, outermost first.

@@ -158,6 +158,8 @@ type Controller struct {
 	cfg     Config
 	metrics *metrics
 	cur     atomic.Pointer[state]
+	// ids makes the grant IDs.
+	ids *grantIDs
 	// configMu serializes Apply.
 	configMu sync.Mutex
 
@@ -194,7 +196,11 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apf: %w", err)
 	}
-	c := &Controller{cfg: cfg, metrics: m, closed: make(chan struct{})}
+	ids, err := newGrantIDs()
+	if err != nil {
+		return nil, fmt.Errorf("apf: %w", err)
+	}
+	c := &Controller{cfg: cfg, metrics: m, ids: ids, closed: make(chan struct{})}
 	c.mu.grants = map[string]*held{}
 	c.mu.gateways = map[string]*gateway{}
 	c.mu.released = map[string]time.Time{}
@@ -423,7 +429,7 @@ func (c *Controller) start(gatewayID string, d *Digest) (*schema, *held, Grant, 
 		// went silent.
 		return nil, nil, g, nil
 	}
-	g.ID = newGrantID()
+	g.ID = c.ids.newID()
 	d.Width = max(d.Width, d.FinalSeats)
 	return s, &held{grant: g, gateway: gatewayID, level: s.level, linger: max(d.AdditionalLatency, 0)}, Grant{}, nil
 }

@@ -95,12 +95,24 @@ func (sa ServiceAccount) user() string {
 	return serviceAccountPrefix + sa.Namespace + ":" + sa.Name
 }
 
+// matches reports whether user is sa's user name (or, for Name "*", that
+// of a service account of its namespace), compared piece by piece rather
+// than built, since every classification asks.
 func (sa ServiceAccount) matches(user string) bool {
-	if sa.Name == "*" {
-		rest, ok := strings.CutPrefix(user, sa.user())
-		return ok && rest != "" && !strings.Contains(rest, ":")
+	rest, ok := strings.CutPrefix(user, serviceAccountPrefix)
+	if !ok {
+		return false
 	}
-	return user == sa.user()
+	if rest, ok = strings.CutPrefix(rest, sa.Namespace); !ok {
+		return false
+	}
+	if rest, ok = strings.CutPrefix(rest, ":"); !ok {
+		return false
+	}
+	if sa.Name == "*" {
+		return rest != "" && !strings.Contains(rest, ":")
+	}
+	return rest == sa.Name
 }
 
 func (s Subjects) matches(d *Digest) bool {

@@ -1,9 +1,14 @@
 package apf
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"sync/atomic"
 )
 
 // uidNamespace is the UUIDv5 namespace of the configuration objects' UIDs:
@@ -28,10 +33,34 @@ func uuid5(ns [16]byte, name string) [16]byte {
 	return u
 }
 
-// newGrantID returns a random (version 4) UUID.
-func newGrantID() string {
+// grantIDs makes grant IDs: random (version 4) UUIDs without a read of
+// the system's random source per grant. Each ID is a counter encrypted
+// with AES under a key drawn once, so the IDs of one source never repeat
+// and, without the key, look random and cannot be guessed from one
+// another; sources of different Controllers (replicas, terms) draw their
+// own keys, so their IDs collide no more than random UUIDs do (Adopt
+// keeps a previous leader's IDs beside this one's).
+type grantIDs struct {
+	block cipher.Block
+	next  atomic.Uint64
+}
+
+// newGrantIDs returns a source of grant IDs with a fresh random key.
+func newGrantIDs() (*grantIDs, error) {
+	var key [16]byte
+	_, _ = rand.Read(key[:]) // never fails (crypto/rand documents this)
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, fmt.Errorf("grant ids: %w", err)
+	}
+	return &grantIDs{block: block}, nil
+}
+
+// newID returns the next grant ID.
+func (g *grantIDs) newID() string {
 	var u [16]byte
-	_, _ = rand.Read(u[:]) // never fails (crypto/rand documents this)
+	binary.LittleEndian.PutUint64(u[:8], g.next.Add(1))
+	g.block.Encrypt(u[:], u[:])
 	u[6] = (u[6] & 0x0f) | 0x40
 	u[8] = (u[8] & 0x3f) | 0x80
 	return format(u)

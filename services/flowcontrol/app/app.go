@@ -214,6 +214,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Trust:          cfg.Trust,
 		Access:         access(cfg.Callers),
 		TracerProvider: cfg.TracerProvider,
+		// The Decide streams' requests are decoded by hand.
+		Extra: []grpc.ServerOption{grpc.ForceServerCodecV2(server.NewCodec())},
 	})
 	if err != nil {
 		ctrl.Close()

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -46,9 +48,13 @@ func TestRunMTLS(t *testing.T) {
 			"--listen", addr, "--metrics-listen", metrics,
 			"--tls-cert-file", srv.CertFile, "--tls-key-file", srv.KeyFile,
 			"--client-ca-file", filepath.Join(dir, "ca.crt"),
-			"--concurrency-limit", "10", "--log-level", "debug",
+			"--concurrency-limit", "10", "--log-level", "debug", "--gc-percent", "250",
 		}, io.Discard)
 	}()
+	// --gc-percent sets the process's GC target; the tests' own is put back.
+	gogc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gogc)
+	t.Cleanup(func() { debug.SetGCPercent(gogc) })
 
 	clientTLS, err := pki.LoadClientTLS(gw.CertFile, gw.KeyFile, filepath.Join(dir, "ca.crt"), "", nil)
 	if err != nil {
@@ -101,9 +107,13 @@ func TestRunMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, err := io.ReadAll(hr.Body)
 	hr.Body.Close()
-	if hr.StatusCode != http.StatusOK {
-		t.Fatalf("metrics: %d", hr.StatusCode)
+	if err != nil || hr.StatusCode != http.StatusOK {
+		t.Fatalf("metrics: %d %v", hr.StatusCode, err)
+	}
+	if !regexp.MustCompile(`(?m)^go_gc_gogc_percent 250$`).Match(body) {
+		t.Errorf("metrics do not show --gc-percent 250 as go_gc_gogc_percent:\n%s", regexp.MustCompile(`(?m)^go_gc_gogc.*$`).FindAll(body, -1))
 	}
 
 	cancel()
@@ -114,5 +124,18 @@ func TestRunMTLS(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
+	}
+}
+
+// TestGCPercentDefault: --gc-percent defaults to DefaultGCPercent, or to
+// GOGC when the environment sets a value Go accepts.
+func TestGCPercentDefault(t *testing.T) {
+	for gogc, want := range map[string]int{
+		"": DefaultGCPercent, "100": 100, " 50 ": 50, "0": 0, "off": -1, "OFF": -1,
+		"-5": DefaultGCPercent, "lots": DefaultGCPercent,
+	} {
+		if got := gcPercentDefault(gogc); got != want {
+			t.Errorf("GOGC=%q: default %d, want %d", gogc, got, want)
+		}
 	}
 }

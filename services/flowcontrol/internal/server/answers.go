@@ -21,19 +21,26 @@ type answers struct {
 	stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse]
 	batch  bool   // the client takes DecideResponse.answers
 	failed func() // called once when a Send fails
+	// recycle takes back an Acquire's messages once its answer is sent.
+	recycle func(*decideAcquire)
 	// posted has a token when answers were posted while Decide was idle
 	// (capacity 1: a token waiting stands for any number of posts).
 	posted chan struct{}
 	// mu guards pending, busy and err.
 	mu      sync.Mutex
 	pending []*flowcontrolv1.DecideResponse
-	busy    bool  // between begin and the end of flush
-	err     error // the first Send's error; later answers are dropped
-	spare   []*flowcontrolv1.DecideResponse
+	// owners are the Acquires whose messages the pending answers are,
+	// recycled once sent (or dropped).
+	owners []*decideAcquire
+	busy   bool  // between begin and the end of flush
+	err    error // the first Send's error; later answers are dropped
+	spare  []*flowcontrolv1.DecideResponse
+	// spareOwners is owners' other buffer.
+	spareOwners []*decideAcquire
 }
 
-func newAnswers(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse], batch bool, failed func()) *answers {
-	return &answers{stream: stream, batch: batch, failed: failed, posted: make(chan struct{}, 1)}
+func newAnswers(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequest, flowcontrolv1.DecideResponse], batch bool, failed func(), recycle func(*decideAcquire)) *answers {
+	return &answers{stream: stream, batch: batch, failed: failed, recycle: recycle, posted: make(chan struct{}, 1)}
 }
 
 // begin marks the Decide goroutine busy: answers posted from now on are
@@ -44,19 +51,26 @@ func (a *answers) begin() {
 	a.mu.Unlock()
 }
 
-// add queues resp for the next flush; Decide's goroutine only.
-func (a *answers) add(resp *flowcontrolv1.DecideResponse) {
+// add queues resp for the next flush; Decide's goroutine only. owner,
+// if not nil, holds resp's messages and is recycled once resp is sent.
+func (a *answers) add(resp *flowcontrolv1.DecideResponse, owner *decideAcquire) {
 	a.mu.Lock()
 	a.pending = append(a.pending, resp)
+	if owner != nil {
+		a.owners = append(a.owners, owner)
+	}
 	a.mu.Unlock()
 }
 
 // post queues resp from any goroutine; it is sent by the Decide
 // goroutine's flush in progress or next, which it signals when that
-// goroutine is idle.
-func (a *answers) post(resp *flowcontrolv1.DecideResponse) {
+// goroutine is idle. owner is as add's.
+func (a *answers) post(resp *flowcontrolv1.DecideResponse, owner *decideAcquire) {
 	a.mu.Lock()
 	a.pending = append(a.pending, resp)
+	if owner != nil {
+		a.owners = append(a.owners, owner)
+	}
 	idle := !a.busy
 	a.mu.Unlock()
 	if idle {
@@ -72,19 +86,26 @@ func (a *answers) post(resp *flowcontrolv1.DecideResponse) {
 func (a *answers) flush() {
 	a.mu.Lock()
 	for len(a.pending) > 0 && a.err == nil {
-		out := a.pending
-		a.pending = a.spare[:0]
+		out, owners := a.pending, a.owners
+		a.pending, a.owners = a.spare[:0], a.spareOwners[:0]
 		a.mu.Unlock()
 		err := a.write(out)
 		clear(out)
+		// Send has encoded the answers: their messages may be reused.
+		for _, o := range owners {
+			a.recycle(o)
+		}
+		clear(owners)
 		a.mu.Lock()
-		a.spare = out
+		a.spare, a.spareOwners = out, owners
 		if err != nil {
 			a.err = err
 			a.failed() // nobody would hear the answers
 		}
 	}
 	a.pending = a.pending[:0]
+	clear(a.owners) // dropped after a failed Send: left to the GC
+	a.owners = a.owners[:0]
 	a.busy = false
 	a.mu.Unlock()
 }

@@ -47,7 +47,7 @@ func (s *Server) Decide(stream grpc.BidiStreamingServer[flowcontrolv1.DecideRequ
 	ctx, cancelAll := context.WithCancel(stream.Context())
 	defer cancelAll() // the calls in progress end at once
 	md, _ := metadata.FromIncomingContext(ctx)
-	out := newAnswers(stream, slices.Contains(md.Get(decideclient.BatchMetadata), "1"), cancelAll)
+	out := newAnswers(stream, slices.Contains(md.Get(decideclient.BatchMetadata), "1"), cancelAll, s.recycle)
 	if err := stream.SendHeader(metadata.Pairs(decideclient.BatchMetadata, "1")); err != nil {
 		return err
 	}
@@ -196,24 +196,23 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 			// flowcontrol.wait span goes under it.
 			actx, span = telemetry.StartRemoteSpan(actx, s.tracer, tp, telemetry.ScopeFlowControl, decideAcquireSpan, trace.WithSpanKind(trace.SpanKindServer))
 		}
-		a, resp, err := s.startAcquire(actx, call.Acquire)
-		if a == nil {
-			out.add(acquireAnswer(id, resp, err, span))
+		da := s.newDecideAcquire()
+		da.id, da.callSpan, da.out, da.dc = id, span, out, dc
+		if err := s.startAcquire(actx, call.Acquire, &da.acquireCall); err != nil {
+			out.add(da.result(nil, err), da)
 			return
 		}
 		// Counted before the request can be queued, since its answer
 		// may come from another goroutine before AcquireFunc returns.
 		dc.wg.Add(1)
-		resp, q, err := a.decideFunc(func(resp *flowcontrolv1.AcquireResponse, err error) {
-			out.post(acquireAnswer(id, resp, err, span))
-			dc.forget(id)
-		})
+		g, q, err := s.ctrl.AcquireFunc(da.ctx, da.gw, da.digest, da.decidedFunc)
 		if q.Waiting() {
 			dc.register(id, q)
 			return
 		}
 		dc.wg.Done()
-		out.add(acquireAnswer(id, resp, err, span))
+		resp, err := da.answer(g, err, &da.reply)
+		out.add(da.result(resp, err), da)
 	case *flowcontrolv1.DecideRequest_ReleaseGrants:
 		resp, err := s.ReleaseGrants(ctx, call.ReleaseGrants)
 		answer := &flowcontrolv1.DecideResponse{Id: id}
@@ -222,7 +221,7 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 		} else {
 			answer.Result = &flowcontrolv1.DecideResponse_ReleaseGrants{ReleaseGrants: resp}
 		}
-		out.add(answer)
+		out.add(answer, nil)
 	case *flowcontrolv1.DecideRequest_Cancel:
 		if call.Cancel {
 			dc.mu.Lock()
@@ -231,22 +230,70 @@ func (s *Server) decideCall(ctx context.Context, req *flowcontrolv1.DecideReques
 			q.Cancel() // its done, if it runs now, takes dc.mu
 		}
 	default:
-		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))})
+		out.add(&flowcontrolv1.DecideResponse{Id: id, Result: errorResult(status.Error(codes.InvalidArgument, "a call is required"))}, nil)
 	}
 }
 
-// acquireAnswer ends an Acquire of a Decide stream: it ends the call's
-// span and returns its answer.
-func acquireAnswer(id uint64, resp *flowcontrolv1.AcquireResponse, err error, span trace.Span) *flowcontrolv1.DecideResponse {
-	if err != nil {
-		span.SetStatus(otelcodes.Error, err.Error())
+// decideAcquire is an Acquire of a Decide stream: the call, the
+// messages of its answer and what AcquireFunc's callback needs, in one
+// allocation, which the stream's answers give back to the Server
+// (recycle) once the answer is sent.
+type decideAcquire struct {
+	acquireCall
+	reply acquireReply
+	id    uint64
+	// callSpan is the span of the call (its caller's child), noSpan
+	// when its caller is not traced.
+	callSpan trace.Span
+	out      *answers
+	dc       *decideCalls
+	// decidedFunc is decided as a func value, made once per
+	// decideAcquire and kept across its reuses.
+	decidedFunc func(apf.Grant, error)
+}
+
+// newDecideAcquire returns a zeroed decideAcquire, a recycled one if
+// there is one.
+func (s *Server) newDecideAcquire() *decideAcquire {
+	da, _ := s.acquires.Get().(*decideAcquire)
+	if da == nil {
+		da = &decideAcquire{}
+		da.decidedFunc = da.decided
+		return da
 	}
-	span.End()
-	answer := &flowcontrolv1.DecideResponse{Id: id}
+	f := da.decidedFunc
+	*da = decideAcquire{decidedFunc: f}
+	return da
+}
+
+// recycle gives da back once its answer is sent: nothing refers to it
+// any more.
+func (s *Server) recycle(da *decideAcquire) { s.acquires.Put(da) }
+
+// decided is AcquireFunc's callback for a request that waited in its
+// queue: it posts the answer, from the goroutine that decided it. The
+// answer's flush may recycle da as soon as it is posted, so what is
+// needed afterwards is read first.
+func (da *decideAcquire) decided(g apf.Grant, err error) {
+	id, dc := da.id, da.dc
+	resp, err := da.answer(g, err, &da.reply)
+	da.out.post(da.result(resp, err), da)
+	dc.forget(id)
+}
+
+// result ends the call's span and returns its answer, made in da.reply.
+func (da *decideAcquire) result(resp *flowcontrolv1.AcquireResponse, err error) *flowcontrolv1.DecideResponse {
+	if err != nil {
+		da.callSpan.SetStatus(otelcodes.Error, err.Error())
+	}
+	da.callSpan.End()
+	answer := &da.reply.resp
+	answer.Id = da.id
 	if err != nil {
 		answer.Result = errorResult(err)
 	} else {
-		answer.Result = &flowcontrolv1.DecideResponse_Acquire{Acquire: resp}
+		da.reply.wrap.Acquire = resp
+		answer.Result = &da.reply.wrap
 	}
 	return answer
 }

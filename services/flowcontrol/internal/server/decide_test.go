@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,4 +203,85 @@ func TestDecideFreeSeat(t *testing.T) {
 		t.Fatalf("release of dave's grant: %v", got[11])
 	}
 	waiting(0)
+}
+
+// TestDecideAnswersMatchTheirCalls: many Acquires on two Decide streams
+// (whose answers' messages the Server recycles through one pool), from
+// concurrent callers, some exempt (answered at once) and some for a
+// level of one seat (most of them queued, answered from the goroutine of
+// the release that dispatches them): each caller gets the answer of its
+// own call, whatever other answers went out before it; every limited
+// grant has an id no other grant had, and its release releases it once.
+func TestDecideAnswersMatchTheirCalls(t *testing.T) {
+	conn := serve(t, oneSeat())
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var streams [2]*decideclient.Client
+	for i := range streams {
+		dc, err := decideclient.Open(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dc.Close()
+		streams[i] = dc
+	}
+	const callers, rounds = 8, 150
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dc := streams[w%len(streams)]
+			errs <- func() error {
+				for i := range rounds {
+					exempt := (w+i)%3 == 0
+					d := &flowcontrolv1.RequestDigest{User: fmt.Sprintf("user-%d", w), Verb: "get", Path: "/api"}
+					if exempt {
+						d.Groups = []string{"system:masters"}
+					}
+					resp, err := dc.Acquire(ctx, &flowcontrolv1.AcquireRequest{GatewayId: "gw-1", Digest: d})
+					if err != nil {
+						return fmt.Errorf("caller %d round %d: %w", w, i, err)
+					}
+					g := resp.GetGrant()
+					if exempt {
+						if !g.GetExempt() || g.GetPriorityLevel() != apf.LevelExempt || g.GetId() != "" || g.GetSeats() != 0 {
+							return fmt.Errorf("caller %d round %d, exempt: got %v", w, i, g)
+						}
+						continue
+					}
+					if g.GetExempt() || g.GetPriorityLevel() != apf.LevelGlobalDefault || g.GetId() == "" || g.GetSeats() != 1 {
+						return fmt.Errorf("caller %d round %d, limited: got %v", w, i, g)
+					}
+					mu.Lock()
+					again := seen[g.GetId()]
+					seen[g.GetId()] = true
+					mu.Unlock()
+					if again {
+						return fmt.Errorf("caller %d round %d: grant %s handed out before", w, i, g.GetId())
+					}
+					rel, err := dc.ReleaseGrants(ctx, []string{g.GetId()})
+					if err != nil || rel.GetReleased() != 1 {
+						return fmt.Errorf("caller %d round %d: release of %s: %v %v", w, i, g.GetId(), rel, err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := callers * rounds * 2 / 3; len(seen) < want-callers {
+		t.Fatalf("%d limited grants, want about %d", len(seen), want)
+	}
 }

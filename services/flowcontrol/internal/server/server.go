@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -42,6 +43,9 @@ type Server struct {
 	// tracer starts a Decide call's span under its caller's (the
 	// traceparent the call carries); nil: no spans for Decide calls.
 	tracer trace.TracerProvider
+	// acquires recycles the Decide streams' *decideAcquire once their
+	// answers are sent.
+	acquires sync.Pool
 }
 
 var _ flowcontrolv1.FlowControlServiceServer = (*Server)(nil)
@@ -93,52 +97,64 @@ func (s *Server) WatchExemptions(_ *flowcontrolv1.WatchExemptionsRequest, stream
 // leader counts the seats a gateway holds from the previous one before
 // it hands that gateway more.
 func (s *Server) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*flowcontrolv1.AcquireResponse, error) {
-	a, resp, err := s.startAcquire(ctx, req)
-	if a == nil {
-		return resp, err
+	a := new(acquireCall)
+	if err := s.startAcquire(ctx, req, a); err != nil {
+		return nil, err
 	}
-	return a.answer(a.s.ctrl.Acquire(a.ctx, a.gw, a.digest))
+	g, err := a.s.ctrl.Acquire(a.ctx, a.gw, a.digest)
+	return a.answer(g, err, new(acquireReply))
 }
 
 // acquireCall is an Acquire past its checks of the request and the term,
-// to be decided once: by Acquire, blocking, or by decideFunc.
+// to be decided once: by Acquire, blocking, or by a Decide stream
+// (apf.Controller.AcquireFunc).
 type acquireCall struct {
 	s    *Server
 	ctx  context.Context // ends with the term; carries the flowcontrol.wait span
 	span trace.Span      // flowcontrol.wait
-	// done ends the span and stops watching the term.
-	done   func()
-	term   context.Context
-	gw     string
-	digest apf.Digest
+	// stopTerm stops watching the term; nil while there is no leadership.
+	stopTerm func()
+	term     context.Context
+	gw       string
+	digest   apf.Digest
 }
 
-// startAcquire checks req and the term and starts the call's
-// flowcontrol.wait span. It returns the call to decide, or, with a nil
-// call, the answer already known (an error).
-func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireRequest) (*acquireCall, *flowcontrolv1.AcquireResponse, error) {
+// acquireReply holds the messages of one Acquire answer, allocated
+// together: a Decide stream reuses them once the answer is sent.
+type acquireReply struct {
+	resp  flowcontrolv1.DecideResponse
+	wrap  flowcontrolv1.DecideResponse_Acquire
+	acq   flowcontrolv1.AcquireResponse
+	grant flowcontrolv1.Grant
+	wait  durationpb.Duration
+}
+
+// startAcquire checks req and the term, fills a with the call to decide
+// and starts its flowcontrol.wait span. An error is the call's answer;
+// a is then not started.
+func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireRequest, a *acquireCall) error {
 	d := req.GetDigest()
 	if d == nil {
-		return nil, nil, status.Error(codes.InvalidArgument, "digest is required")
+		return status.Error(codes.InvalidArgument, "digest is required")
 	}
 	term, err := s.term()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if heard := req.GetTerm(); heard != "" {
 		if id := s.terms.idOf(term); heard != id {
-			return nil, nil, newTerm(id)
+			return newTerm(id)
 		}
 	}
-	stopTerm := func() {}
 	if s.leadership != nil {
 		// A request queued when the term ends leaves its queue.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		stop := context.AfterFunc(term, cancel)
-		stopTerm = func() { stop(); cancel() }
+		a.stopTerm = func() { stop(); cancel() }
 	}
-	a := &acquireCall{s: s, term: term, gw: req.GetGatewayId(), digest: apf.Digest{
+	a.s, a.term, a.gw = s, term, req.GetGatewayId()
+	a.digest = apf.Digest{
 		User:              d.GetUser(),
 		Groups:            d.GetGroups(),
 		Verb:              d.GetVerb(),
@@ -152,29 +168,22 @@ func (s *Server) startAcquire(ctx context.Context, req *flowcontrolv1.AcquireReq
 		Width:             d.GetEstimatedWidth(),
 		FinalSeats:        d.GetFinalSeats(),
 		AdditionalLatency: d.GetAdditionalLatency().AsDuration(),
-	}}
-	a.ctx, a.span = telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
-	a.done = func() { a.span.End(); stopTerm() }
-	return a, nil, nil
-}
-
-// decideFunc decides the call without blocking
-// (apf.Controller.AcquireFunc): it returns the answer with a zero Queued
-// when the request was granted or rejected at once; otherwise the
-// request waits in its queue (Queued.Cancel takes it out), and done gets
-// the answer once it leaves its queue, from the goroutine that decides
-// it.
-func (a *acquireCall) decideFunc(done func(*flowcontrolv1.AcquireResponse, error)) (*flowcontrolv1.AcquireResponse, apf.Queued, error) {
-	g, q, err := a.s.ctrl.AcquireFunc(a.ctx, a.gw, a.digest, func(g apf.Grant, err error) { done(a.answer(g, err)) })
-	if q.Waiting() {
-		return nil, q, nil
 	}
-	resp, err := a.answer(g, err)
-	return resp, q, err
+	a.ctx, a.span = telemetry.StartSpan(ctx, telemetry.ScopeFlowControl, "flowcontrol.wait")
+	return nil
 }
 
-// answer ends the call with Acquire's outcome g, err: the answer to send.
-func (a *acquireCall) answer(g apf.Grant, err error) (*flowcontrolv1.AcquireResponse, error) {
+// done ends the call's span and stops watching the term.
+func (a *acquireCall) done() {
+	a.span.End()
+	if a.stopTerm != nil {
+		a.stopTerm()
+	}
+}
+
+// answer ends the call with Acquire's outcome g, err: the answer to
+// send, made in r.
+func (a *acquireCall) answer(g apf.Grant, err error, r *acquireReply) (*flowcontrolv1.AcquireResponse, error) {
 	defer a.done()
 	if a.term.Err() != nil {
 		// The term ended while the request waited, or just after it was
@@ -192,16 +201,16 @@ func (a *acquireCall) answer(g apf.Grant, err error) (*flowcontrolv1.AcquireResp
 	if err != nil {
 		return nil, a.s.toStatus(a.ctx, err)
 	}
-	return &flowcontrolv1.AcquireResponse{Term: a.s.terms.idOf(a.term), Grant: &flowcontrolv1.Grant{
-		Id:               g.ID,
-		FlowSchema:       g.FlowSchema,
-		FlowSchemaUid:    g.FlowSchemaUID,
-		PriorityLevel:    g.PriorityLevel,
-		PriorityLevelUid: g.PriorityLevelUID,
-		Seats:            uint32(g.Seats),
-		Exempt:           g.Exempt,
-		QueueWait:        durationpb.New(g.QueueWait),
-	}}, nil
+	// As durationpb.New, into r.
+	secs := g.QueueWait / time.Second
+	r.wait.Seconds, r.wait.Nanos = int64(secs), int32(g.QueueWait-secs*time.Second)
+	r.grant.Id = g.ID
+	r.grant.FlowSchema, r.grant.FlowSchemaUid = g.FlowSchema, g.FlowSchemaUID
+	r.grant.PriorityLevel, r.grant.PriorityLevelUid = g.PriorityLevel, g.PriorityLevelUID
+	r.grant.Seats, r.grant.Exempt = uint32(g.Seats), g.Exempt
+	r.grant.QueueWait = &r.wait
+	r.acq.Term, r.acq.Grant = a.s.terms.idOf(a.term), &r.grant
+	return &r.acq, nil
 }
 
 // Release returns a grant's seats.
