@@ -50,25 +50,31 @@ func (c *cluster) addNonvoter(id string) *member {
 
 // acked records the writes the cluster acknowledged: key → value.
 type acked struct {
-	mu   sync.Mutex
-	kvs  map[string]string
-	errs int
+	mu      sync.Mutex
+	kvs     map[string]string
+	errs    int
+	lastErr error
 }
 
 // write puts prefix<i> for i = 0, 1, ... through cl until ctx ends,
 // recording each acknowledged put. Failed puts (members are killed) are
-// counted and not retried: their outcome is unknown.
+// counted and not retried: their outcome is unknown; the put in flight
+// when ctx ends is not counted.
 func (a *acked) write(ctx context.Context, cl *client.Client, prefix string) {
 	for i := 0; ctx.Err() == nil; i++ {
 		k, v := fmt.Sprintf("%s%06d", prefix, i), fmt.Sprint("v", i)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := cl.KV().Txn(pctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{putOp(k, v)}})
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			return // stopped, not failed
+		}
 		a.mu.Lock()
 		if err == nil {
 			a.kvs[k] = v
 		} else {
 			a.errs++
+			a.lastErr = err
 		}
 		a.mu.Unlock()
 	}
@@ -144,7 +150,7 @@ func TestNonvoterKilledUnderWritesCatchesUp(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	stop()
 	wg.Wait()
-	t.Logf("%d writes acknowledged, %d failed", len(a.kvs), a.errs)
+	t.Logf("%d writes acknowledged, %d failed (last: %v)", len(a.kvs), a.errs, a.lastErr)
 	if len(a.kvs) == 0 {
 		t.Fatal("no write was acknowledged")
 	}
@@ -195,7 +201,7 @@ func TestPromotedNonvotersKeepAcknowledgedWrites(t *testing.T) {
 	}
 	stop()
 	wg.Wait()
-	t.Logf("%d writes acknowledged, %d failed", len(a.kvs), a.errs)
+	t.Logf("%d writes acknowledged, %d failed (last: %v)", len(a.kvs), a.errs, a.lastErr)
 	if len(a.kvs) == 0 {
 		t.Fatal("no write was acknowledged")
 	}
