@@ -32,8 +32,8 @@
 // acknowledgements for nothing, and if a crash takes the tail of its log
 // the leader sends those entries again (the member answers with its
 // shorter log and the leader backs up). So while the latest configuration
-// the log knows lists the local member as a non-voter, appends are
-// written without fdatasync. That configuration is the newest of the
+// the log knows lists the local member as a non-voter among an odd number
+// of voters, appends are written without fdatasync. That configuration is the newest of the
 // configuration entries the log holds and the configuration of the newest
 // snapshot (NoteSnapshotConfiguration), as raft itself determines it.
 // Unknown (no LocalID, no configuration yet, the member absent from it, an
@@ -45,6 +45,17 @@
 //     effect when it is appended, and the leader counts the member's
 //     acknowledgement of the entry that makes it a voter (and of every
 //     later one) in the new configuration.
+//   - Only among an odd number of voters: one acknowledgement of entries
+//     written unsynced can still reach the leader after it appended the
+//     configuration that promotes the member (replication sends one
+//     request at a time), and counts in the new configuration. From n odd
+//     voters a quorum of n+1 less the member is a quorum of the n, which
+//     had synced those entries; from n even it is not (4 to 5: two of the
+//     old voters and the member, which a crash can empty). The member's
+//     view may lag the leader's, but raft appends a configuration only
+//     once the one before it committed, so entries before a configuration
+//     the member has not seen are synced on a quorum of it already, and
+//     every quorum of the next one meets that quorum.
 //   - Every append while the member is a voter is synced; a change of the
 //     known configuration that makes it one (a snapshot's, or a tail
 //     truncation that removes the entry that made it a non-voter) first
@@ -471,14 +482,21 @@ func (l *Log) suffrageIn(e *raft.Log) suffrage {
 	return suffrage{index: e.Index, nonvoter: ok && l.isNonvoter(cfg)}
 }
 
-// isNonvoter reports whether cfg lists the local member as a non-voter.
+// isNonvoter reports whether cfg lists the local member as a non-voter
+// among an odd number of voters: only then may its appends skip the sync
+// (see "Durability": a promotion from an even number of voters would
+// count an unsynced acknowledgement toward a quorum that needs it).
 func (l *Log) isNonvoter(cfg raft.Configuration) bool {
+	nonvoter, voters := false, 0
 	for _, s := range cfg.Servers {
-		if s.ID == l.local {
-			return s.Suffrage == raft.Nonvoter
+		switch {
+		case s.ID == l.local:
+			nonvoter = s.Suffrage == raft.Nonvoter
+		case s.Suffrage == raft.Voter:
+			voters++
 		}
 	}
-	return false
+	return nonvoter && voters%2 == 1
 }
 
 // decodeConfiguration decodes a configuration entry's data;

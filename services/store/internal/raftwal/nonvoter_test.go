@@ -294,3 +294,44 @@ func TestWithoutLocalIDEveryAppendSyncs(t *testing.T) {
 		t.Fatal("Sync after Close succeeded")
 	}
 }
+
+// A non-voter among an even number of voters syncs every append: promoted
+// from there, an acknowledgement of unsynced entries could complete a
+// quorum of the new configuration.
+func TestNonvoterAmongEvenVotersSyncs(t *testing.T) {
+	c := newCrashFS(t)
+	syncs := 0
+	l := c.open(1<<20, &syncs)
+	defer l.Close()
+	cfg := raft.Configuration{Servers: []raft.Server{
+		{Suffrage: raft.Voter, ID: "a", Address: "a:1"},
+		{Suffrage: raft.Voter, ID: "b", Address: "b:1"},
+		{Suffrage: raft.Voter, ID: "c", Address: "c:1"},
+		{Suffrage: raft.Voter, ID: "d", Address: "d:1"},
+		{Suffrage: raft.Nonvoter, ID: "nv", Address: "nv:1"},
+	}}
+	even := &raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(cfg)}
+	if err := l.StoreLogs([]*raft.Log{even}); err != nil {
+		t.Fatal(err)
+	}
+	before := syncs
+	for lo := uint64(2); lo <= 20; lo += 2 {
+		if err := l.StoreLogs(entries(lo, lo+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := syncs - before; got != 10 {
+		t.Fatalf("%d syncs for 10 appends among 4 voters, want 10", got)
+	}
+	// Back to three voters: appends skip the sync again.
+	if err := l.StoreLogs([]*raft.Log{configEntry(22, raft.Nonvoter)}); err != nil {
+		t.Fatal(err)
+	}
+	before = syncs
+	if err := l.StoreLogs(entries(23, 30)); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != before {
+		t.Fatalf("%d syncs for an append among 3 voters, want 0", syncs-before)
+	}
+}
