@@ -11,6 +11,11 @@
 // and the FSM skips every entry at or below the durable applied index:
 // nothing is lost and nothing is applied twice.
 //
+// On a non-voter the log is not synced (package raftwal, "Durability"): a
+// crash may take the log's tail, even below the applied index the DB kept.
+// Those entries are committed; the leader sends them again, and the FSM
+// skips them as above.
+//
 // Raft deletes log entries only up to a snapshot's index; Persist syncs the
 // DB first, so the state covering those entries is durable before they go.
 // A restore from a snapshot (Restore) ends with a synced commit for the

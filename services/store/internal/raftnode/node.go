@@ -269,7 +269,8 @@ func openStores(cfg Config, hl hclog.Logger, observeSync func(time.Duration)) (_
 	if err != nil {
 		return nil, err
 	}
-	wl, err := raftwal.Open(raftwal.Options{Dir: cfg.LogDir, FS: cfg.FS, ObserveSync: observeSync, Fatal: cfg.Fatal, TracerProvider: cfg.TracerProvider})
+	wl, err := raftwal.Open(raftwal.Options{Dir: cfg.LogDir, FS: cfg.FS, ObserveSync: observeSync, Fatal: cfg.Fatal, TracerProvider: cfg.TracerProvider,
+		LocalID: cfg.ID})
 	if err != nil {
 		return nil, err
 	}
@@ -290,9 +291,13 @@ func openStores(cfg Config, hl hclog.Logger, observeSync func(time.Duration)) (_
 	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot dir: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir, 2, hl.Named("snapshots"))
+	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.SnapshotDir, 2, hl.Named("snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	snaps, err := newSnapshotStore(files, wl)
+	if err != nil {
+		return nil, err
 	}
 	return &stores{stable: raftstable.New(cfg.DB, observeSync), wal: wl, logs: logs, snaps: snaps}, nil
 }

@@ -70,6 +70,16 @@ func DecodeLog(b []byte, out *raft.Log) error {
 	return nil
 }
 
+// isConfiguration reports whether encoded entry b is a configuration
+// entry, reading only its header.
+func isConfiguration(b []byte) bool {
+	if len(b) < 1 || b[0] != logFormatV1 {
+		return false
+	}
+	_, n := binary.Uvarint(b[1:])
+	return n > 0 && len(b) > 1+n && raft.LogType(b[1+n]) == raft.LogConfiguration
+}
+
 func readBytes(b []byte) (v, rest []byte, ok bool) {
 	l, n := binary.Uvarint(b)
 	if n <= 0 || uint64(len(b)-n) < l {

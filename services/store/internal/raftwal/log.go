@@ -20,12 +20,61 @@
 //
 // # Durability
 //
-// StoreLogs returns only after its entries are synced. The state machine
-// commits to pebble without syncing: a crash may lose its last batches,
-// and raft replays them from this log, as the FSM skips entries at or below
-// the applied index it persisted (package fsm). Raft deletes entries only
-// up to a snapshot's index, and the snapshot's Persist syncs the pebble DB
-// first, so the state covering deleted entries is durable.
+// StoreLogs returns only after its entries are synced, except on a member
+// that is a non-voter (Options.LocalID, below). The state machine commits
+// to pebble without syncing: a crash may lose its last batches, and raft
+// replays them from this log, as the FSM skips entries at or below the
+// applied index it persisted (package fsm). Raft deletes entries only up to
+// a snapshot's index, and the snapshot's Persist syncs the pebble DB first,
+// so the state covering deleted entries is durable.
+//
+// A non-voter's log is part of no quorum: the leader counts its
+// acknowledgements for nothing, and if a crash takes the tail of its log
+// the leader sends those entries again (the member answers with its
+// shorter log and the leader backs up). So while the latest configuration
+// the log knows lists the local member as a non-voter among an odd number
+// of voters, appends are written without fdatasync. That configuration is the newest of the
+// configuration entries the log holds and the configuration of the newest
+// snapshot (NoteSnapshotConfiguration), as raft itself determines it.
+// Unknown (no LocalID, no configuration yet, the member absent from it, an
+// entry that does not decode) counts as a voter. The rules that keep the
+// voters' guarantees:
+//
+//   - A batch holding a configuration entry is synced, with everything
+//     written unsynced before it: in hashicorp/raft a configuration takes
+//     effect when it is appended, and the leader counts the member's
+//     acknowledgement of the entry that makes it a voter (and of every
+//     later one) in the new configuration.
+//   - Only among an odd number of voters: one acknowledgement of entries
+//     written unsynced can still reach the leader after it appended the
+//     configuration that promotes the member (replication sends one
+//     request at a time), and counts in the new configuration. From n odd
+//     voters a quorum of n+1 less the member is a quorum of the n, which
+//     had synced those entries; from n even it is not (4 to 5: two of the
+//     old voters and the member, which a crash can empty). The member's
+//     view may lag the leader's, but raft appends a configuration only
+//     once the one before it committed, so entries before a configuration
+//     the member has not seen are synced on a quorum of it already, and
+//     every quorum of the next one meets that quorum.
+//   - Every append while the member is a voter is synced; a change of the
+//     known configuration that makes it one (a snapshot's, or a tail
+//     truncation that removes the entry that made it a non-voter) first
+//     syncs what was written unsynced.
+//   - Unsynced data is only ever in the tail segment: before a new segment
+//     is started, the one it follows is synced. A crash therefore leaves
+//     every segment but the last whole, and the last one a prefix of its
+//     records (a record the disk lost reads as zeros or does not verify,
+//     and Open cuts the segment there and zeros what follows, whatever of
+//     the later records did reach the disk).
+//   - Sync syncs what was written unsynced; raftnode calls it before a
+//     snapshot becomes durable, so the log never ends, after a crash,
+//     before the newest snapshot's index (raft would then append after a
+//     gap).
+//
+// The FSM's applied index may then be ahead of the log after a crash (the
+// pebble DB and the log lose their unsynced tails independently); the
+// entries between are committed ones the leader sends again, and the FSM
+// skips them.
 //
 // A failed fsync is fatal (Options.Fatal): the kernel may have dropped the
 // dirty pages, so a retried fsync could "succeed" without them (pebble,
@@ -75,8 +124,8 @@ type Options struct {
 	// DefaultSegmentBytes. A batch larger than that gets a segment of its
 	// own, as large as it needs.
 	SegmentBytes int64
-	// ObserveSync, if set, receives the duration of every append (write
-	// and fdatasync).
+	// ObserveSync, if set, receives the duration of every synced append
+	// (write and fdatasync).
 	ObserveSync func(time.Duration)
 	// Fatal is called with the error of a failed fsync and must not
 	// return; nil panics.
@@ -85,6 +134,10 @@ type Options struct {
 	// fdatasync) for every appended entry whose Extensions hold a sampled
 	// W3C traceparent (what raftnode puts there); nil: none.
 	TracerProvider trace.TracerProvider
+	// LocalID is the local member's raft server id: while the latest
+	// configuration the log knows lists it as a non-voter, appends are
+	// not synced (see "Durability"). Empty: every append is synced.
+	LocalID string
 }
 
 // Log is a raft.LogStore and raft.MonotonicLogStore.
@@ -111,6 +164,23 @@ type Log struct {
 	// appends, under writeMu.
 	buf  []byte
 	offs []int64
+
+	// The suffrage the appends follow (see "Durability"), under writeMu:
+	// local is Options.LocalID; cfgs are the configuration entries the
+	// log holds, in index order, and snapCfg is the newest snapshot's
+	// configuration; dirty is the segment (the tail) holding appends not
+	// yet synced, nil when there are none.
+	local   raft.ServerID
+	cfgs    []suffrage
+	snapCfg suffrage
+	dirty   *segment
+}
+
+// suffrage is the local member's suffrage in the configuration at index
+// (0: none known).
+type suffrage struct {
+	index    uint64
+	nonvoter bool
 }
 
 var (
@@ -130,7 +200,8 @@ func Open(o Options) (*Log, error) {
 	if o.Fatal == nil {
 		o.Fatal = func(err error) { panic(err) }
 	}
-	l := &Log{fs: o.FS, dir: o.Dir, size: o.SegmentBytes, observe: o.ObserveSync, fatal: o.Fatal, tracer: o.TracerProvider}
+	l := &Log{fs: o.FS, dir: o.Dir, size: o.SegmentBytes, observe: o.ObserveSync, fatal: o.Fatal, tracer: o.TracerProvider,
+		local: raft.ServerID(o.LocalID)}
 	if err := l.mkdir(); err != nil {
 		return nil, err
 	}
@@ -229,6 +300,25 @@ func (l *Log) load() error {
 			l.first, l.last = 0, 0
 		}
 	}
+	if l.local != "" {
+		for _, s := range l.segs {
+			for _, idx := range s.configs {
+				body, err := s.recordAt(idx)
+				if err != nil {
+					return err
+				}
+				var e raft.Log
+				if err := DecodeLog(body, &e); err != nil {
+					return fmt.Errorf("raftwal: entry %d: %w", idx, err)
+				}
+				e.Index = idx
+				l.cfgs = append(l.cfgs, l.suffrageIn(&e))
+			}
+		}
+	}
+	for _, s := range l.segs {
+		s.configs = nil
+	}
 	return nil
 }
 
@@ -275,7 +365,8 @@ func (l *Log) GetLog(index uint64, out *raft.Log) error {
 func (l *Log) StoreLog(e *raft.Log) error { return l.StoreLogs([]*raft.Log{e}) }
 
 // StoreLogs appends consecutive entries, the first following the last
-// index (any index for an empty log), and syncs them.
+// index (any index for an empty log), and syncs them unless the local
+// member is a non-voter (see "Durability").
 func (l *Log) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -297,18 +388,25 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 		return fmt.Errorf("raftwal: append of entry %d after %d would leave a gap", logs[0].Index, last)
 	}
 	buf, offs := l.buf[:0], l.offs[:0]
+	configs := false
 	for i, e := range logs {
 		if e.Index != logs[0].Index+uint64(i) {
 			return fmt.Errorf("raftwal: append: entry %d follows %d", e.Index, logs[0].Index+uint64(i)-1)
 		}
 		offs = append(offs, int64(len(buf)))
 		buf = appendRecord(buf, e)
+		configs = configs || e.Type == raft.LogConfiguration
 	}
 	l.buf, l.offs = buf[:0], offs[:0]
+	sync := configs || !l.nonvoter()
 
 	// A new segment when there is none, when the log was emptied (its
 	// segment's base no longer fits), or when the batch does not fit.
 	if tail == nil || (tail.empty() && tail.base != logs[0].Index) || (!tail.empty() && tail.end+int64(len(buf)) > l.size) {
+		// Only the tail may hold unsynced appends.
+		if err := l.syncDirty(); err != nil {
+			return err
+		}
 		s, err := l.createSegment(logs[0].Index, max(l.size, int64(len(buf))))
 		if err != nil {
 			return err
@@ -320,12 +418,21 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 		if zerr := zeroFrom(tail.f, tail.end, l.size); zerr != nil {
 			l.fatal(fmt.Errorf("raftwal: %s: failed append could not be undone: %w (after %w)", tail.name, zerr, err))
 		}
+		if l.dirty == tail {
+			l.dirty = nil // zeroFrom synced it
+		}
 		return fmt.Errorf("raftwal: append to %s: %w", tail.name, err)
 	}
-	if err := tail.f.SyncData(); err != nil {
-		err = fmt.Errorf("raftwal: fsync of %s failed: %w", tail.name, err)
-		l.fatal(err)
-		return err
+	if sync {
+		// The segment's earlier unsynced appends go with this one.
+		if err := tail.f.SyncData(); err != nil {
+			err = fmt.Errorf("raftwal: fsync of %s failed: %w", tail.name, err)
+			l.fatal(err)
+			return err
+		}
+		l.dirty = nil
+	} else {
+		l.dirty = tail
 	}
 
 	l.mu.Lock()
@@ -341,16 +448,117 @@ func (l *Log) StoreLogs(logs []*raft.Log) error {
 	}
 	l.last = logs[len(logs)-1].Index
 	l.mu.Unlock()
+	if configs && l.local != "" {
+		for _, e := range logs {
+			if e.Type == raft.LogConfiguration {
+				l.cfgs = append(l.cfgs, l.suffrageIn(e))
+			}
+		}
+	}
+	if sync && l.observe != nil {
+		l.observe(time.Since(start))
+	}
+	l.traceAppend(logs, start, len(buf), sync)
+	return nil
+}
+
+// nonvoter reports whether the latest configuration the log knows lists
+// the local member as a non-voter. Called under writeMu.
+func (l *Log) nonvoter() bool {
+	if l.local == "" {
+		return false
+	}
+	latest := l.snapCfg
+	if n := len(l.cfgs); n > 0 && l.cfgs[n-1].index > latest.index {
+		latest = l.cfgs[n-1]
+	}
+	return latest.index > 0 && latest.nonvoter
+}
+
+// suffrageIn returns the local member's suffrage in configuration entry
+// e; one that does not decode counts as a voter.
+func (l *Log) suffrageIn(e *raft.Log) suffrage {
+	cfg, ok := decodeConfiguration(e.Data)
+	return suffrage{index: e.Index, nonvoter: ok && l.isNonvoter(cfg)}
+}
+
+// isNonvoter reports whether cfg lists the local member as a non-voter
+// among an odd number of voters: only then may its appends skip the sync
+// (see "Durability": a promotion from an even number of voters would
+// count an unsynced acknowledgement toward a quorum that needs it).
+func (l *Log) isNonvoter(cfg raft.Configuration) bool {
+	nonvoter, voters := false, 0
+	for _, s := range cfg.Servers {
+		switch {
+		case s.ID == l.local:
+			nonvoter = s.Suffrage == raft.Nonvoter
+		case s.Suffrage == raft.Voter:
+			voters++
+		}
+	}
+	return nonvoter && voters%2 == 1
+}
+
+// decodeConfiguration decodes a configuration entry's data;
+// raft.DecodeConfiguration panics on bad input.
+func decodeConfiguration(b []byte) (cfg raft.Configuration, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return raft.DecodeConfiguration(b), true
+}
+
+// NoteSnapshotConfiguration records the configuration of a snapshot that
+// became durable (index is its configuration's index); the log follows
+// the newest one (see "Durability"). If the local member is then a voter,
+// what was written unsynced is synced first.
+func (l *Log) NoteSnapshotConfiguration(cfg raft.Configuration, index uint64) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.local == "" || index < l.snapCfg.index {
+		return nil
+	}
+	l.snapCfg = suffrage{index: index, nonvoter: l.isNonvoter(cfg)}
+	if !l.nonvoter() {
+		return l.syncDirty()
+	}
+	return nil
+}
+
+// Sync syncs the appends written unsynced, if any.
+func (l *Log) Sync() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.closed {
+		return errors.New("raftwal: closed")
+	}
+	return l.syncDirty()
+}
+
+// syncDirty syncs the segment holding unsynced appends. Called under
+// writeMu.
+func (l *Log) syncDirty() error {
+	if l.dirty == nil {
+		return nil
+	}
+	start := time.Now()
+	if err := l.dirty.f.SyncData(); err != nil {
+		err = fmt.Errorf("raftwal: fsync of %s failed: %w", l.dirty.name, err)
+		l.fatal(err)
+		return err
+	}
+	l.dirty = nil
 	if l.observe != nil {
 		l.observe(time.Since(start))
 	}
-	l.traceAppend(logs, start, len(buf))
 	return nil
 }
 
 // traceAppend records the append of the traced entries among logs, which
-// began at start and wrote n bytes.
-func (l *Log) traceAppend(logs []*raft.Log, start time.Time, n int) {
+// began at start and wrote n bytes, synced or not.
+func (l *Log) traceAppend(logs []*raft.Log, start time.Time, n int, synced bool) {
 	if l.tracer == nil {
 		return
 	}
@@ -366,7 +574,7 @@ func (l *Log) traceAppend(logs []*raft.Log, start time.Time, n int) {
 		if end.IsZero() {
 			end = time.Now()
 		}
-		span.SetAttributes(attribute.Int64("raft.index", int64(e.Index)), attribute.Int("raft.batch_entries", len(logs)), attribute.Int("raft.batch_bytes", n), attribute.Bool("fsync", true))
+		span.SetAttributes(attribute.Int64("raft.index", int64(e.Index)), attribute.Int("raft.batch_entries", len(logs)), attribute.Int("raft.batch_bytes", n), attribute.Bool("fsync", synced))
 		span.End(trace.WithTimestamp(end))
 	}
 }
@@ -455,11 +663,17 @@ func (l *Log) truncateHead(newFirst uint64) error {
 	}
 	if len(l.segs) == 0 {
 		l.first, l.last = 0, 0
+		// raft empties the log after installing a snapshot, whose
+		// configuration (NoteSnapshotConfiguration) is then the latest.
+		l.cfgs = nil
 	} else {
 		l.first = newFirst
 	}
 	l.mu.Unlock()
 	for _, s := range drop {
+		if l.dirty == s {
+			l.dirty = nil
+		}
 		if err := l.removeSegment(s); err != nil {
 			return err
 		}
@@ -481,7 +695,13 @@ func (l *Log) truncateTail(idx uint64) error {
 	s.end = off
 	l.last = idx - 1
 	l.mu.Unlock()
+	for len(l.cfgs) > 0 && l.cfgs[len(l.cfgs)-1].index >= idx {
+		l.cfgs = l.cfgs[:len(l.cfgs)-1]
+	}
 	for _, d := range drop {
+		if l.dirty == d {
+			l.dirty = nil
+		}
 		if err := l.removeSegment(d); err != nil {
 			return err
 		}
@@ -498,6 +718,9 @@ func (l *Log) truncateTail(idx uint64) error {
 		l.fatal(err)
 		return err
 	}
+	if l.dirty == s {
+		l.dirty = nil // zeroFrom synced it
+	}
 	return nil
 }
 
@@ -513,10 +736,16 @@ func (l *Log) reopenForWrite(s *segment) error {
 	return old.Close()
 }
 
-// Close closes the segments. The log must not be used after.
+// Close syncs what was written unsynced and closes the segments. The log
+// must not be used after.
 func (l *Log) Close() error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
+	if !l.closed {
+		if err := l.syncDirty(); err != nil {
+			return err
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -45,6 +45,9 @@ type segment struct {
 	// next record will be written.
 	offsets []int64
 	end     int64
+	// configs lists the indexes of the configuration entries scan found,
+	// for Open.
+	configs []uint64
 }
 
 func (s *segment) last() uint64 { return s.base + uint64(len(s.offsets)) - 1 }
@@ -112,6 +115,7 @@ func (s *segment) scan() (torn bool, err error) {
 	var buf []byte
 	off := int64(0)
 	s.offsets = s.offsets[:0]
+	s.configs = s.configs[:0]
 	for {
 		s.end = off
 		if off+8 > size {
@@ -134,9 +138,12 @@ func (s *segment) scan() (torn bool, err error) {
 		if _, err := s.f.ReadAt(buf, off); err != nil {
 			return false, fmt.Errorf("raftwal: read %s: %w", s.name, err)
 		}
-		_, index, ok := verify(buf)
+		body, index, ok := verify(buf)
 		if !ok || index != s.base+uint64(len(s.offsets)) {
 			return true, nil
+		}
+		if isConfiguration(body) {
+			s.configs = append(s.configs, index)
 		}
 		s.offsets = append(s.offsets, off)
 		off += 8 + n
