@@ -64,6 +64,9 @@ type Event struct {
 	// frames are the frames encoded so far, the newest first; pushed
 	// under mu, read without it; emptied under mu by dropUnreadFrames.
 	frames atomic.Pointer[frame]
+	// runs are the compressed list runs starting at the event
+	// (ListRun); set under mu, read without it, dropped with the frames.
+	runs atomic.Pointer[listRuns]
 	// read is set when a frame or the JSON of the event is asked for,
 	// and cleared by dropUnreadFrames (frames.go).
 	read atomic.Bool
@@ -314,6 +317,65 @@ func (e *Event) siblingJSON(f Format, kind FrameKind) ([]byte, bool) {
 	}
 	return e.memoizedJSON()
 }
+
+// ListRun is a run of consecutive items of a list memoized as one
+// compressed segment (gzsplice): Items are the objects it holds, in
+// order, named by key and revision (one key at one revision is one
+// object, and one list item), Segment their compressed bytes. A list
+// whose next items are Items splices Segment instead of compressing them.
+type ListRun struct {
+	Items   []RunItem
+	Segment []byte
+}
+
+// RunItem is one object of a ListRun.
+type RunItem struct {
+	Key string
+	Rev int64
+}
+
+// listRuns are the runs memoized on an event, per list format.
+type listRuns struct {
+	json, protobuf *ListRun
+}
+
+// ListRun returns the run of list items in format f (FormatJSON or
+// FormatProtobuf) memoized on e, the run's first object, or nil.
+func (e *Event) ListRun(f Format) *ListRun {
+	rs := e.runs.Load()
+	if rs == nil {
+		return nil
+	}
+	e.markRead()
+	if f == FormatProtobuf {
+		return rs.protobuf
+	}
+	return rs.json
+}
+
+// SetListRun memoizes r as the run of list items in format f starting at
+// e, in place of the one before. Runs are kept and dropped as frames are
+// (frames.go): while lists read them, each object costs its compressed
+// share of a run plus a RunItem.
+func (e *Event) SetListRun(f Format, r *ListRun) {
+	e.markRead()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var rs listRuns
+	if old := e.runs.Load(); old != nil {
+		rs = *old
+	}
+	if f == FormatProtobuf {
+		rs.protobuf = r
+	} else {
+		rs.json = r
+	}
+	e.runs.Store(&rs)
+}
+
+// Size is the size of the object after the change as the store holds it;
+// 0 for a bookmark.
+func (e *Event) Size() int { return e.size() }
 
 // frameSlot is the slot of the frame of kind in format f.
 func frameSlot(f Format, kind FrameKind) uint8 { return uint8(int(f)*int(numKinds) + int(kind)) }

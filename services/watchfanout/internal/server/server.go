@@ -83,6 +83,9 @@ type Server struct {
 	// StreamList writes JSON chunks into, reused from list to list and
 	// chunk to chunk instead of one new buffer per call.
 	listBufs sync.Pool
+	// compressors holds *gzsplice.Compressor for gzip-compressed lists
+	// (streamlistgzip.go): each holds a deflate compressor's tables.
+	compressors sync.Pool
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)
