@@ -334,30 +334,46 @@ type RunItem struct {
 	Rev int64
 }
 
-// listRuns are the runs memoized on an event, per list format.
+// listRuns are the runs memoized on an event, per list format and
+// RunSlot.
 type listRuns struct {
-	json, protobuf *ListRun
+	json, protobuf [numRunSlots]*ListRun
 }
 
+// RunSlot tells apart the runs memoized on one event: a list that ends
+// inside a run (a chunk) holds a shorter run than a list of the whole
+// collection, and both are kept rather than replacing each other.
+type RunSlot int
+
+// The run slots.
+const (
+	// RunWhole is a run that ends where a run starts or where the
+	// collection does.
+	RunWhole RunSlot = iota
+	// RunCut is a run cut short by a chunk's end.
+	RunCut
+	numRunSlots
+)
+
 // ListRun returns the run of list items in format f (FormatJSON or
-// FormatProtobuf) memoized on e, the run's first object, or nil.
-func (e *Event) ListRun(f Format) *ListRun {
+// FormatProtobuf) and slot memoized on e, the run's first object, or nil.
+func (e *Event) ListRun(f Format, slot RunSlot) *ListRun {
 	rs := e.runs.Load()
 	if rs == nil {
 		return nil
 	}
 	e.markRead()
 	if f == FormatProtobuf {
-		return rs.protobuf
+		return rs.protobuf[slot]
 	}
-	return rs.json
+	return rs.json[slot]
 }
 
-// SetListRun memoizes r as the run of list items in format f starting at
-// e, in place of the one before. Runs are kept and dropped as frames are
-// (frames.go): while lists read them, each object costs its compressed
-// share of a run plus a RunItem.
-func (e *Event) SetListRun(f Format, r *ListRun) {
+// SetListRun memoizes r as the run of list items in format f and slot
+// starting at e, in place of the one before. Runs are kept and dropped as
+// frames are (frames.go): while lists read them, each object costs its
+// compressed share of a run plus a RunItem.
+func (e *Event) SetListRun(f Format, slot RunSlot, r *ListRun) {
 	e.markRead()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -366,9 +382,9 @@ func (e *Event) SetListRun(f Format, r *ListRun) {
 		rs = *old
 	}
 	if f == FormatProtobuf {
-		rs.protobuf = r
+		rs.protobuf[slot] = r
 	} else {
-		rs.json = r
+		rs.json[slot] = r
 	}
 	e.runs.Store(&rs)
 }

@@ -25,10 +25,9 @@ import (
 // adding or removing an object changes only the run it falls in. Objects
 // compress against the others of their run (a list's objects share most
 // of their keys and metadata); one object per segment would make the
-// response six times as large (docs/benchmarks.md). What is not a whole
-// run — the list's head and the JSON list's first item, the objects
-// before a chunk's first run start, a run cut by a chunk's end, the tail
-// — is compressed as the list is written.
+// response six times as large (docs/benchmarks.md). The list's head, the
+// JSON list's first item and the tail are compressed as the list is
+// written.
 //
 // A JSON run holds `,<item>` for each of its items; a protobuf run its
 // items' tags, lengths and bytes.
@@ -174,8 +173,13 @@ func (w *gzipList) room(n int) error {
 // itemParts appends the parts of ev's item in the list to parts.
 type itemParts func(parts [][]byte, ev *cache.Event) ([][]byte, error)
 
-// items writes evs' items, in runs; complete says evs end where the
-// collection does, so that a run cut by their end is a whole run.
+// items writes evs' items in runs, each spliced from the run memoized on
+// its first object when that holds the same objects, else compressed
+// and memoized. complete says evs end where the collection does; else
+// the last run is cut by their end (a chunk's), and memoized apart from
+// the whole run (cache.RunCut). The objects of a chunk before its first
+// run start are a run of their own, memoized on the chunk's first
+// object, where no whole list's run starts.
 func (w *gzipList) items(f cache.Format, evs []*cache.Event, complete bool, item itemParts) error {
 	for i := 0; i < len(evs); {
 		j := i + 1
@@ -183,20 +187,17 @@ func (w *gzipList) items(f cache.Format, evs []*cache.Event, complete bool, item
 			j++
 		}
 		run := evs[i:j]
-		if !runStart(evs[i]) || (j == len(evs) && !complete) {
-			if err := w.liveItems(run, item); err != nil {
-				return err
-			}
-			i = j
-			continue
+		slot := cache.RunWhole
+		if j == len(evs) && !complete {
+			slot = cache.RunCut
 		}
-		r := evs[i].ListRun(f)
+		r := evs[i].ListRun(f, slot)
 		if !runMatches(r, run) {
 			var err error
 			if r, err = w.newRun(run, item); err != nil {
 				return err
 			}
-			evs[i].SetListRun(f, r)
+			evs[i].SetListRun(f, slot, r)
 		}
 		if err := w.splice(r.Segment); err != nil {
 			return err
@@ -204,20 +205,6 @@ func (w *gzipList) items(f cache.Format, evs []*cache.Event, complete bool, item
 		i = j
 	}
 	return nil
-}
-
-// liveItems compresses evs' items into the stream.
-func (w *gzipList) liveItems(evs []*cache.Event, item itemParts) error {
-	w.item = w.item[:0]
-	parts := w.parts[:0]
-	for _, ev := range evs {
-		var err error
-		if parts, err = item(parts, ev); err != nil {
-			return apierrors.NewInternalError(err)
-		}
-	}
-	w.parts = parts[:0]
-	return w.live(parts...)
 }
 
 // newRun compresses evs' items into a new run.
