@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -86,6 +87,9 @@ type Server struct {
 	// compressors holds *gzsplice.Compressor for gzip-compressed lists
 	// (streamlistgzip.go): each holds a deflate compressor's tables.
 	compressors sync.Pool
+	// runSeed hashes object keys to where compressed list runs start
+	// (streamlistgzip.go): the same for every list the server writes.
+	runSeed maphash.Seed
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)
@@ -114,7 +118,7 @@ func New(cfg Config) (*Server, error) {
 	if pool == nil {
 		pool = mem.DefaultBufferPool()
 	}
-	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency), pool: pool}, nil
+	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency), pool: pool, runSeed: maphash.MakeSeed()}, nil
 }
 
 // resolve finds the cache of a resource; 404 when it is not served, 503

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
 
 	"github.com/meridian-cp/meridian/lib/gzsplice"
@@ -19,8 +20,8 @@ import (
 // object (cache.Event.ListRun), so a list of unchanged objects costs
 // copying their compressed bytes rather than compressing them again.
 //
-// A run starts at every object whose key hashes to a multiple of
-// runSpacing and ends before the next such object: runs are the same
+// A run starts at every object whose key hashes (with the server's seed)
+// to a multiple of runSpacing and ends before the next such object: runs are the same
 // whatever the list's first object (a whole list's, a chunk's), and
 // adding or removing an object changes only the run it falls in. Objects
 // compress against the others of their run (a list's objects share most
@@ -35,15 +36,10 @@ import (
 // runSpacing is the mean number of objects in a run.
 const runSpacing = 32
 
-// runStart reports whether a run starts at ev: FNV-1a of its key is a
-// multiple of runSpacing.
-func runStart(ev *cache.Event) bool {
-	h := uint32(2166136261)
-	for i := 0; i < len(ev.Key); i++ {
-		h ^= uint32(ev.Key[i])
-		h *= 16777619
-	}
-	return h%runSpacing == 0
+// runStart reports whether a run starts at ev: the hash of its key under
+// seed is a multiple of runSpacing.
+func runStart(seed maphash.Seed, ev *cache.Event) bool {
+	return maphash.String(seed, ev.Key)%runSpacing == 0
 }
 
 // runMatches reports whether r holds exactly evs' objects.
@@ -106,7 +102,7 @@ func (s *Server) sendGzipList(stream watchv1.WatchService_StreamListServer, l *l
 	defer s.compressors.Put(c)
 	buf := s.listBuf()
 	defer s.listBufs.Put(buf)
-	w := gzipList{c: c, dst: (*buf)[:0], send: send}
+	w := gzipList{c: c, dst: (*buf)[:0], send: send, seed: s.runSeed}
 	w.dst = w.st.AppendHeader(w.dst)
 	var err error
 	if l.f == cache.FormatProtobuf {
@@ -129,6 +125,7 @@ type gzipList struct {
 	item    []byte   // protobuf items' bytes before they are compressed
 	parts   [][]byte // the parts of the items compressed together
 	scratch []byte   // a segment before it is copied to its exact size
+	seed    maphash.Seed
 	send    func([]byte) error
 }
 
@@ -183,7 +180,7 @@ type itemParts func(parts [][]byte, ev *cache.Event) ([][]byte, error)
 func (w *gzipList) items(f cache.Format, evs []*cache.Event, complete bool, item itemParts) error {
 	for i := 0; i < len(evs); {
 		j := i + 1
-		for j < len(evs) && !runStart(evs[j]) {
+		for j < len(evs) && !runStart(w.seed, evs[j]) {
 			j++
 		}
 		run := evs[i:j]
