@@ -21,9 +21,10 @@ import (
 // copying their compressed bytes rather than compressing them again.
 //
 // A run starts at every object whose key hashes (with the server's seed)
-// to a multiple of runSpacing and ends before the next such object: runs are the same
-// whatever the list's first object (a whole list's, a chunk's), and
-// adding or removing an object changes only the run it falls in. Objects
+// to a multiple of runSpacing and ends before the next such object: runs
+// are the same whatever the list's first object (a whole list's, a
+// chunk's), and adding or removing an object changes only the run it
+// falls in. Objects
 // compress against the others of their run (a list's objects share most
 // of their keys and metadata); one object per segment would make the
 // response six times as large (docs/benchmarks.md). The list's head, the
@@ -142,7 +143,7 @@ func (w *gzipList) live(parts ...[]byte) error {
 	return nil
 }
 
-// splice appends segment seg, made by segment.
+// splice appends seg, a run's segment, to the stream.
 func (w *gzipList) splice(seg []byte) error {
 	if err := w.room(gzsplice.SegmentSize(seg)); err != nil {
 		return err
