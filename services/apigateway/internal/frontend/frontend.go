@@ -429,8 +429,8 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 		writeStatus(w, toStatus(err))
 		return
 	}
+	var gz *gzipWriter
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
-		var gz *gzipWriter
 		w = wrapInsideAudit(w, func(inner http.ResponseWriter) http.ResponseWriter {
 			gz = &gzipWriter{ResponseWriter: inner, writers: &h.gzip}
 			return gz
@@ -440,6 +440,10 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	if info.Verb == "watch" && h.cfg.LocalResources != nil {
 		serveLocalWatch(&streamErrorWriter{ResponseWriter: w}, r, h.cfg.LocalResources)
 		return
+	}
+	if info.Verb == "list" && gz != nil {
+		// A list relayed from watchfanout may come compressed already.
+		r = r.WithContext(resources.WithGzipSink(r.Context(), gz))
 	}
 	if info.Verb == "list" || info.Verb == "watch" {
 		// Server streams: only the client mux streams.

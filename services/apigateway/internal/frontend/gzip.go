@@ -60,6 +60,20 @@ type gzipWriter struct {
 	code    int
 	buf     []byte
 	gz      *gzip.Writer
+	// gzipped: what is written is a gzip stream already (a list
+	// compressed by watchfanout), sent as it is.
+	gzipped bool
+}
+
+// StartGzipped makes the response gzip-encoded with what is written to it
+// from now on sent as it is: a gzip stream made elsewhere
+// (resources.GzipSink). False once anything has been written.
+func (g *gzipWriter) StartGzipped() bool {
+	if g.gz != nil || len(g.buf) > 0 || g.gzipped {
+		return false
+	}
+	g.gzipped = true
+	return true
 }
 
 func (g *gzipWriter) WriteHeader(code int) {
@@ -74,6 +88,13 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	}
 	if g.gz != nil {
 		return g.gz.Write(p)
+	}
+	if g.gzipped {
+		if g.code != -1 {
+			g.writeGzipHeader()
+			g.code = -1 // sent
+		}
+		return g.ResponseWriter.Write(p)
 	}
 	if len(g.buf) == 0 && len(p) >= gzipThreshold {
 		// A first write past the threshold (a relayed list chunk) is
@@ -94,14 +115,19 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startGzip sends the header of a compressed response and compresses
-// what buf holds.
-func (g *gzipWriter) startGzip() error {
+// writeGzipHeader sends the header of a compressed response.
+func (g *gzipWriter) writeGzipHeader() {
 	h := g.ResponseWriter.Header()
 	h.Set("Content-Encoding", "gzip")
 	h.Add("Vary", "Accept-Encoding")
 	h.Del("Content-Length")
 	g.ResponseWriter.WriteHeader(g.code)
+}
+
+// startGzip sends the header of a compressed response and compresses
+// what buf holds.
+func (g *gzipWriter) startGzip() error {
+	g.writeGzipHeader()
 	g.gz = g.writers.get(g.ResponseWriter)
 	if len(g.buf) == 0 {
 		return nil
@@ -117,7 +143,7 @@ func (g *gzipWriter) startGzip() error {
 // it out on every chunk (a sync flush) would cost a block end and a
 // marker per chunk, ~4% of a whole list's CPU (docs/benchmarks.md).
 func (g *gzipWriter) Flush() {
-	if g.gz == nil {
+	if g.gz == nil && (!g.gzipped || g.code != -1) {
 		return
 	}
 	if f, ok := g.ResponseWriter.(http.Flusher); ok {
@@ -135,6 +161,13 @@ func (g *gzipWriter) Close() error {
 		g.writers.put(g.gz)
 		g.gz = nil
 		return err
+	}
+	if g.gzipped {
+		if g.code != -1 {
+			// Nothing was written: the stream was cut before it began.
+			g.writeGzipHeader()
+		}
+		return nil
 	}
 	if g.code == 0 {
 		g.code = http.StatusOK

@@ -259,19 +259,28 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 }
 
 // relayList serves a JSON or protobuf list from watchfanout's StreamList,
-// sending each chunk on as it arrives. Until the first chunk has come, a failure is
+// sending each chunk on as it arrives. When the response takes gzip
+// (GzipSink), watchfanout is asked for the list gzip-compressed and its
+// chunks, if it says they are, go out as they are. Until the first chunk has come, a failure is
 // handled as List's (the store may serve the list instead); after it, the
 // response is cut, as a list streamed from the store is.
 func (s *Server) relayList(ctx context.Context, res *registry.Resource, lreq *watchv1.ListRequest, out output, consistent, continued bool, stream apiv1.ResourceService_ListServer) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ls, err := s.cfg.Watchfanout.Client().StreamList(ctx, &watchv1.StreamListRequest{List: lreq})
+	sink := gzipSink(ctx)
+	ls, err := s.cfg.Watchfanout.Client().StreamList(askGzip(ctx, sink), &watchv1.StreamListRequest{List: lreq})
 	var msg *watchv1.StreamListResponse
 	if err == nil {
 		msg, err = ls.Recv()
 	}
 	if err != nil {
 		return s.listFailed(ctx, res, consistent, continued, err)
+	}
+	if sink != nil {
+		// The header came with the first message.
+		if h, err := ls.Header(); err == nil && gzipped(h) && !sink.StartGzipped() {
+			return true, apierrors.NewInternalError(errors.New("a gzip-compressed list cannot be relayed: the response has started"))
+		}
 	}
 	if consistent {
 		s.m.consistentRead(res.GVR.Resource, true, false)

@@ -64,6 +64,9 @@ type Event struct {
 	// frames are the frames encoded so far, the newest first; pushed
 	// under mu, read without it; emptied under mu by dropUnreadFrames.
 	frames atomic.Pointer[frame]
+	// runs are the compressed list runs starting at the event
+	// (ListRun); set under mu, read without it, dropped with the frames.
+	runs atomic.Pointer[listRuns]
 	// read is set when a frame or the JSON of the event is asked for,
 	// and cleared by dropUnreadFrames (frames.go).
 	read atomic.Bool
@@ -314,6 +317,81 @@ func (e *Event) siblingJSON(f Format, kind FrameKind) ([]byte, bool) {
 	}
 	return e.memoizedJSON()
 }
+
+// ListRun is a run of consecutive items of a list memoized as one
+// compressed segment (gzsplice): Items are the objects it holds, in
+// order, named by key and revision (one key at one revision is one
+// object, and one list item), Segment their compressed bytes. A list
+// whose next items are Items splices Segment instead of compressing them.
+type ListRun struct {
+	Items   []RunItem
+	Segment []byte
+}
+
+// RunItem is one object of a ListRun.
+type RunItem struct {
+	Key string
+	Rev int64
+}
+
+// listRuns are the runs memoized on an event, per list format and
+// RunSlot.
+type listRuns struct {
+	json, protobuf [numRunSlots]*ListRun
+}
+
+// RunSlot tells apart the runs memoized on one event: a list that ends
+// inside a run (a chunk) holds a shorter run than a list of the whole
+// collection, and both are kept rather than replacing each other.
+type RunSlot int
+
+// The run slots.
+const (
+	// RunWhole is a run that ends where a run starts or where the
+	// collection does.
+	RunWhole RunSlot = iota
+	// RunCut is a run cut short by a chunk's end.
+	RunCut
+	numRunSlots
+)
+
+// ListRun returns the run of list items in format f (FormatJSON or
+// FormatProtobuf) and slot memoized on e, the run's first object, or nil.
+func (e *Event) ListRun(f Format, slot RunSlot) *ListRun {
+	rs := e.runs.Load()
+	if rs == nil {
+		return nil
+	}
+	e.markRead()
+	if f == FormatProtobuf {
+		return rs.protobuf[slot]
+	}
+	return rs.json[slot]
+}
+
+// SetListRun memoizes r as the run of list items in format f and slot
+// starting at e, in place of the one before. Runs are kept and dropped as
+// frames are (frames.go): while lists read them, each object costs its
+// compressed share of a run plus a RunItem.
+func (e *Event) SetListRun(f Format, slot RunSlot, r *ListRun) {
+	e.markRead()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var rs listRuns
+	if old := e.runs.Load(); old != nil {
+		rs = *old
+	}
+	if f == FormatProtobuf {
+		rs.protobuf[slot] = r
+	} else {
+		rs.json[slot] = r
+	}
+	e.runs.Store(&rs)
+}
+
+// Size is the size of the object after the change as the store holds it;
+// 0 for a bookmark.
+func (e *Event) Size() int { return e.size() }
 
 // frameSlot is the slot of the frame of kind in format f.
 func frameSlot(f Format, kind FrameKind) uint8 { return uint8(int(f)*int(numKinds) + int(kind)) }

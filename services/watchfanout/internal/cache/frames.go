@@ -2,7 +2,8 @@ package cache
 
 import "context"
 
-// Encoded frames are a cache of encodings: a JSON watch frame or the JSON
+// Encoded frames (and compressed list runs, Event.ListRun) are a cache
+// of encodings: a JSON watch frame or the JSON
 // a list copies is encoded once per event and handed to every reader
 // (Event.Frame, Event.ObjectJSON). While lists and watches read them they
 // save a decode and an encode per object and reader; once nobody reads
@@ -43,10 +44,11 @@ func (e *Event) markRead() {
 // call, and clears its read mark. Under e.mu, so that a Frame encoding
 // now pushes onto the emptied list rather than back onto the dropped one.
 func (e *Event) dropFramesIfUnread() {
-	if e.read.Swap(false) || e.frames.Load() == nil {
+	if e.read.Swap(false) || (e.frames.Load() == nil && e.runs.Load() == nil) {
 		return
 	}
 	e.mu.Lock()
 	e.frames.Store(nil)
+	e.runs.Store(nil)
 	e.mu.Unlock()
 }

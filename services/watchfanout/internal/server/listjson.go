@@ -29,32 +29,12 @@ import (
 // flushAt bytes, so each flush holds at most flushAt bytes unless one
 // item alone is larger; what is left at the end is returned.
 func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache.Event, lm *metav1.ListMeta, flushAt int, flush func([]byte) error) ([]byte, error) {
-	head := struct {
-		Kind       string          `json:"kind"`
-		APIVersion string          `json:"apiVersion"`
-		Metadata   metav1.ListMeta `json:"metadata"`
-	}{res.ListKind, res.GVR.GroupVersion().String(), *lm}
-	h, err := json.Marshal(&head)
+	jl, err := newJSONList(res, lm)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	// h is {"kind":…,"apiVersion":…,"metadata":{…}}: open it for items.
-	dst = append(dst, h[:len(h)-1]...)
-	dst = append(dst, `,"items":[`...)
-	typeMeta, err := json.Marshal(&struct {
-		Kind       string `json:"kind"`
-		APIVersion string `json:"apiVersion"`
-	}{res.Kind, res.GVK().GroupVersion().String()})
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	typeMeta[len(typeMeta)-1] = ',' // {"kind":…,"apiVersion":…, starts every object
-	var custom []byte
-	if res.Custom != nil {
-		if custom, err = customTypeMeta(res); err != nil {
-			return nil, apierrors.NewInternalError(err)
-		}
-	}
+	dst = append(dst, jl.head...)
+	typeMeta, custom := jl.typeMeta, jl.custom
 	for i, ev := range evs {
 		x, err := s.listItemJSON(ev, typeMeta, custom)
 		if err != nil {
@@ -78,6 +58,41 @@ func (s *Server) appendJSONList(dst []byte, res *registry.Resource, evs []*cache
 		dst = dst[:0]
 	}
 	return append(dst, "]}\n"...), nil
+}
+
+// jsonList is what a JSON list of a resource is written with: head
+// opens the list up to its first item, and every object's memoized JSON
+// starts with typeMeta (or, for a custom resource, custom).
+type jsonList struct {
+	head, typeMeta, custom []byte
+}
+
+// newJSONList returns the jsonList of res's list with metadata lm.
+func newJSONList(res *registry.Resource, lm *metav1.ListMeta) (jsonList, error) {
+	head := struct {
+		Kind       string          `json:"kind"`
+		APIVersion string          `json:"apiVersion"`
+		Metadata   metav1.ListMeta `json:"metadata"`
+	}{res.ListKind, res.GVR.GroupVersion().String(), *lm}
+	h, err := json.Marshal(&head)
+	if err != nil {
+		return jsonList{}, err
+	}
+	// h is {"kind":…,"apiVersion":…,"metadata":{…}}: open it for items.
+	jl := jsonList{head: append(h[:len(h)-1], `,"items":[`...)}
+	if jl.typeMeta, err = json.Marshal(&struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+	}{res.Kind, res.GVK().GroupVersion().String()}); err != nil {
+		return jsonList{}, err
+	}
+	jl.typeMeta[len(jl.typeMeta)-1] = ',' // {"kind":…,"apiVersion":…, starts every object
+	if res.Custom != nil {
+		if jl.custom, err = customTypeMeta(res); err != nil {
+			return jsonList{}, err
+		}
+	}
+	return jl, nil
 }
 
 // listItemTypes starts a custom resource's JSON list item: its map's
@@ -140,6 +155,15 @@ func (it jsonItem) size() int {
 		return len(it.whole)
 	}
 	return len(it.head) + len(it.rest)
+}
+
+// parts are the item's bytes in order, for a writer taking them piece
+// by piece; head and rest when sep is empty.
+func (it jsonItem) parts(sep string) [3][]byte {
+	if it.whole != nil {
+		return [3][]byte{[]byte(sep), it.whole, nil}
+	}
+	return [3][]byte{[]byte(sep), []byte(it.head), it.rest}
 }
 
 // appendTo appends the item to dst.

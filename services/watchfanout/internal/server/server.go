@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -83,6 +84,12 @@ type Server struct {
 	// StreamList writes JSON chunks into, reused from list to list and
 	// chunk to chunk instead of one new buffer per call.
 	listBufs sync.Pool
+	// compressors holds *gzsplice.Compressor for gzip-compressed lists
+	// (streamlistgzip.go): each holds a deflate compressor's tables.
+	compressors sync.Pool
+	// runSeed hashes object keys to where compressed list runs start
+	// (streamlistgzip.go): the same for every list the server writes.
+	runSeed maphash.Seed
 }
 
 var _ watchv1.WatchServiceServer = (*Server)(nil)
@@ -111,7 +118,7 @@ func New(cfg Config) (*Server, error) {
 	if pool == nil {
 		pool = mem.DefaultBufferPool()
 	}
-	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency), pool: pool}, nil
+	return &Server{cfg: cfg, initialSlots: newSlots(cfg.InitialEventsConcurrency), pool: pool, runSeed: maphash.MakeSeed()}, nil
 }
 
 // resolve finds the cache of a resource; 404 when it is not served, 503

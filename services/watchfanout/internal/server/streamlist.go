@@ -26,7 +26,10 @@ const streamChunkBytes = 1<<20 - 4<<10
 // envelope holds the list's length before its first item); both are
 // written chunk after chunk into one buffer reused from list to list.
 // Other encodings are built whole, as List builds them, and sent in
-// chunks. The first message carries the
+// chunks. A caller that takes gzip (gzsplice.MetadataAccept) gets a JSON
+// or protobuf list of gzsplice.Threshold bytes or more as one gzip
+// stream spliced from compressed runs of objects (streamlistgzip.go),
+// the response header gzsplice.MetadataEncoding saying so. The first message carries the
 // list's resource_version, continue_token and remaining_item_count.
 // Errors before the first message are Status errors as List's; after it,
 // the stream ends with the error and the list is incomplete.
@@ -44,6 +47,9 @@ func (s *Server) StreamList(req *watchv1.StreamListRequest, stream watchv1.Watch
 		}
 		// Send has encoded msg when it returns: chunk may be reused.
 		return stream.Send(msg)
+	}
+	if sent, err := s.sendGzipList(stream, l, send); sent {
+		return toGRPC(err)
 	}
 	if l.f == cache.FormatProtobuf && l.page.items == nil {
 		if size, ok := protobufItemsSize(l.page.evs); ok {
