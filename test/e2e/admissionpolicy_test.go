@@ -259,7 +259,7 @@ func prodConfigMap(name, owner string) string {
 
 // TestParamAdmissionPolicy: a policy reads its limit from a ConfigMap
 // named by the binding's paramRef; a missing param under
-// parameterNotFoundAction Deny denies.
+// parameterNotFoundAction Deny denies; a changed param is read.
 func TestParamAdmissionPolicy(t *testing.T) {
 	requireKubectl(t)
 	cp := start(t, "")
@@ -310,6 +310,14 @@ spec:
 		return ""
 	})
 	cp.kubectl("create", "secret", "generic", "s1", "--from-literal=a=1")
+	// A change of the param object decides the requests after it.
+	cp.kubectl("patch", "configmap", "limits", "-p", `{"data":{"max":"2"}}`)
+	eventually(t, func() string {
+		if _, errOut, err := cp.kubectlErr("create", "secret", "generic", "s2", "--from-literal=a=1", "--from-literal=b=2"); err != nil {
+			return fmt.Sprintf("a secret within the changed param's limit: err %v, stderr %q", err, errOut)
+		}
+		return ""
+	})
 }
 
 // TestMutatingAdmissionPolicy: a MutatingAdmissionPolicy adds a label to

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -154,6 +155,54 @@ func (m *Metrics) ObserveWebhook(name string, op admissionv1.Operation, typ stri
 	if rejected {
 		m.rejections.WithLabelValues(errorType, name, o, strconv.Itoa(int(code)), typ).Inc()
 	}
+}
+
+// PolicyCheck records the checks of one ValidatingAdmissionPolicy through
+// one binding, as ObservePolicyCheck does, holding the series of the
+// common outcome (allow, no error) once it has been recorded, so that a
+// check does not look its series up by labels. Safe for concurrent use.
+type PolicyCheck struct {
+	m               *Metrics
+	policy, binding string
+	allow           atomic.Pointer[policyCheckSeries]
+}
+
+type policyCheckSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// PolicyCheck returns the recorder of policy's checks through binding;
+// nil (recording nothing) when m is nil.
+func (m *Metrics) PolicyCheck(policy, binding string) *PolicyCheck {
+	if m == nil {
+		return nil
+	}
+	return &PolicyCheck{m: m, policy: policy, binding: binding}
+}
+
+// Observe records one check under one enforcement action, as
+// ObservePolicyCheck.
+func (c *PolicyCheck) Observe(enforcementAction, errorType string, elapsed time.Duration) {
+	if c == nil {
+		return
+	}
+	if enforcementAction != "allow" || errorType != PolicyNoError {
+		c.m.ObservePolicyCheck(c.policy, c.binding, enforcementAction, errorType, elapsed)
+		return
+	}
+	s := c.allow.Load()
+	if s == nil {
+		// Concurrent first checks may each look the series up; they
+		// find the same series.
+		s = &policyCheckSeries{
+			count:    c.m.check.WithLabelValues(c.policy, c.binding, enforcementAction, errorType),
+			duration: c.m.checkDuration.WithLabelValues(c.policy, c.binding, enforcementAction, errorType),
+		}
+		c.allow.Store(s)
+	}
+	s.count.Inc()
+	s.duration.Observe(elapsed.Seconds())
 }
 
 // ObservePolicyCheck records one check of a ValidatingAdmissionPolicy

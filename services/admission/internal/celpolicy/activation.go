@@ -18,7 +18,9 @@ import (
 // whole object the audit annotations see) and the authorizer.
 //
 // The values are lazy: the request and namespace convert their fields on
-// first use and cache them, without locking. That is safe because a
+// first use and cache them, and object and oldObject are shared values
+// (sharedMap) keeping every field a policy converted for the policies
+// after it, without locking. That is safe because a
 // request's policies are evaluated one at a time (policy.Evaluator runs
 // them in order), and a celInput is never shared between requests.
 type celInput struct {
@@ -62,10 +64,10 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 	// object and oldObject stay untyped nil when absent, as in
 	// kube-apiserver's activation.
 	if old != nil {
-		in.oldObject = old
+		in.oldObject = share(old)
 	}
 	if obj != nil {
-		in.object = obj
+		in.object = share(obj)
 	}
 	if authz != nil {
 		in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), authz)

@@ -96,6 +96,7 @@ type validatingEntry struct {
 	policy   *validatingPolicy
 	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	matchers []*matcher
+	checks   []*admissionmetrics.PolicyCheck // each binding's check metrics
 }
 
 type mutatingEntry struct {
@@ -210,6 +211,7 @@ func (s *Set) rebuild() {
 				continue
 			}
 			e.bindings, e.matchers = append(e.bindings, b), append(e.matchers, m)
+			e.checks = append(e.checks, s.metrics.PolicyCheck(p.Name, b.Name))
 		}
 		next.validating = append(next.validating, e)
 		next.scope.Rules = append(next.scope.Rules, scopeRules(p.Spec.MatchConstraints)...)
@@ -338,7 +340,7 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 		}
 		for i, b := range e.bindings {
 			if e.matchers[i].matches(a, ns) {
-				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b, metrics: s.metrics})
+				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b, metrics: e.checks[i]})
 			}
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	apiservercel "k8s.io/apiserver/pkg/cel"
-	"k8s.io/apiserver/pkg/cel/lazy"
 	"k8s.io/apiserver/pkg/cel/library"
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
@@ -35,8 +34,10 @@ var sizeBounds = [...]uint64{4 << 10, 64 << 10}
 // sizeBounds, which gates their use (see fits).
 type untracked struct {
 	varNames    []string
+	varIndex    map[string]int // varNames[i] → i
 	vars        []cel.Program
 	varsType    *apiservercel.DeclType
+	varsValType *types.Type // the type of variablesValue, as lazy.MapValue's
 	validations []cel.Program
 	messages    []cel.Program // nil entries: validations without messageExpression
 	hasMessages bool
@@ -63,7 +64,8 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 	if err != nil {
 		return nil
 	}
-	u := &untracked{varsType: apiservercel.NewObjectType("kubernetes.variables", map[string]*apiservercel.DeclField{})}
+	u := &untracked{varsType: apiservercel.NewObjectType("kubernetes.variables", map[string]*apiservercel.DeclField{}), varIndex: map[string]int{}}
+	u.varsValType = types.NewTypeValue(u.varsType.TypeName(), traits.IndexerType|traits.FieldTesterType|traits.IterableType)
 	valEnv, err := untrackedEnv(twin.StoredExpressionsEnv(), u.varsType, opts)
 	if err != nil {
 		return nil
@@ -129,6 +131,7 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 			}
 		}
 		u.varsType.Fields[v.Name] = apiservercel.NewDeclField(v.Name, declType(ast.OutputType()), true, nil, nil)
+		u.varIndex[v.Name] = len(u.varNames)
 		u.varNames = append(u.varNames, v.Name)
 		u.vars = append(u.vars, prg)
 	}
@@ -377,15 +380,18 @@ func (u *untracked) fits(size uint64, budget int64) bool {
 // evaluated lazily and at most once per list. ok is false when any
 // expression or variable failed to evaluate: the caller then evaluates
 // the tracked programs, so every error is reported as the tracked path
-// reports it.
-func (u *untracked) eval(ctx context.Context, in *celInput, params any, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
-	failed := false
-	act := &activation{in: in, params: params, namespace: in.namespace, authorizer: true}
-	act.variables = u.variables(ctx, act, &failed)
+// reports it. quick (see quick) evaluates without watching ctx.
+func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bool, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
+	r := &untrackedRun{u: u, ctx: ctx, quick: quick}
+	r.act = activation{in: in, params: params, namespace: in.namespace, authorizer: true}
+	if len(u.vars) > 0 {
+		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.act.variables = &r.vars
+	}
 	valResults = make([]plugincel.EvaluationResult, len(u.validations))
 	for i, prg := range u.validations {
-		val, _, err := prg.ContextEval(ctx, act)
-		if err != nil || failed {
+		val, err := r.evalProgram(prg)
+		if err != nil || r.failed {
 			return nil, nil, false
 		}
 		valResults[i] = plugincel.EvaluationResult{EvalResult: val, ExpressionAccessor: validations.results[i].ExpressionAccessor}
@@ -393,15 +399,20 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, validati
 	if !u.hasMessages {
 		return valResults, nil, true
 	}
-	act = &activation{in: in, params: params, namespace: in.namespace}
-	act.variables = u.variables(ctx, act, &failed)
+	// The message expressions are a list of their own: no authorizer, and
+	// the variables evaluated again.
+	r.act = activation{in: in, params: params, namespace: in.namespace}
+	if len(u.vars) > 0 {
+		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.act.variables = &r.vars
+	}
 	msgResults = make([]plugincel.EvaluationResult, len(u.messages))
 	for i, prg := range u.messages {
 		if prg == nil { // a placeholder
 			continue
 		}
-		val, _, err := prg.ContextEval(ctx, act)
-		if err != nil || failed {
+		val, err := r.evalProgram(prg)
+		if err != nil || r.failed {
 			return nil, nil, false
 		}
 		msgResults[i] = plugincel.EvaluationResult{EvalResult: val, ExpressionAccessor: messages.results[i].ExpressionAccessor}
@@ -409,37 +420,64 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, validati
 	return valResults, msgResults, true
 }
 
-// variables is the `variables` value of one list's activation: each
-// variable evaluated on first read, untracked; an evaluation error sets
-// *failed.
-func (u *untracked) variables(ctx context.Context, act *activation, failed *bool) ref.Val {
-	m := lazy.NewMapValue(u.varsType)
-	for i, name := range u.varNames {
-		prg := u.vars[i]
-		m.Append(name, func(*lazy.MapValue) ref.Val {
-			v, _, err := prg.ContextEval(ctx, act)
-			if err != nil {
-				*failed = true
-				return types.NewErr("composited variable %q fails to evaluate: %v", name, err)
-			}
-			return v
-		})
-	}
-	return m
+// untrackedRun is one untracked evaluation of a policy's lists: the
+// current list's activation and variables, allocated together.
+type untrackedRun struct {
+	u      *untracked
+	ctx    context.Context
+	quick  bool
+	failed bool // a variable failed to evaluate
+	act    activation
+	vars   variablesValue
 }
+
+// evalProgram evaluates prg over the current list's activation: without
+// watching ctx when the run is quick, else interrupted when ctx ends.
+func (r *untrackedRun) evalProgram(prg cel.Program) (ref.Val, error) {
+	if r.quick {
+		val, _, err := prg.Eval(&r.act)
+		return val, err
+	}
+	val, _, err := prg.ContextEval(r.ctx, &r.act)
+	return val, err
+}
+
+// quick reports whether a request whose inputs are each at most size
+// bytes may be evaluated without watching its context: the policy's
+// worst-case cost under the smallest bound size fits is at most
+// quickCost, so the evaluation is short whatever the input, and the
+// request's context is checked between policies (validatingInvocation.check).
+// Otherwise cel-go's ContextEval interrupts the evaluation when the
+// context ends, at the price of a cancelable context per expression.
+func (u *untracked) quick(size uint64) bool {
+	for b, bound := range sizeBounds {
+		if size <= bound {
+			return u.cost[b] <= quickCost
+		}
+	}
+	return false
+}
+
+// quickCost bounds the worst-case cost of a policy evaluated without
+// watching the request's context (see quick): at the interpreter's tens
+// of nanoseconds per unit of cost, a few milliseconds.
+const quickCost = 100_000
 
 // inputSize bounds the size of every input of a request's evaluation
 // with param: the largest of the request's serialization (which holds
 // object, oldObject and every field of request), the namespace's, and
-// param's JSON.
-func inputSize(in *celInput, param runtime.Object) uint64 {
+// param's JSON (memoized by ps when collect returned param).
+func inputSize(in *celInput, ps *paramSource, param runtime.Object) uint64 {
 	size := in.size
-	if param != nil {
-		js, err := json.Marshal(param)
-		if err != nil {
-			return math.MaxUint64
-		}
-		size = max(size, uint64(len(js)))
+	if param == nil {
+		return size
 	}
-	return size
+	if e := ps.converted(param); e != nil {
+		return max(size, e.size)
+	}
+	js, err := json.Marshal(param)
+	if err != nil {
+		return math.MaxUint64
+	}
+	return max(size, uint64(len(js)))
 }

@@ -48,8 +48,8 @@ func runBoth(t *testing.T, vp *validatingPolicy, c untrackedCase, budget int64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vp.untracked != nil && vp.untracked.fits(inputSize(in, c.param), budget) {
-		_, _, used = vp.untracked.eval(ctx, in, paramValue(c.param), vp.validations, vp.messages)
+	if size := inputSize(in, nil, c.param); vp.untracked != nil && vp.untracked.fits(size, budget) {
+		_, _, used = vp.untracked.eval(ctx, in, paramValue(c.param), vp.untracked.quick(size), vp.validations, vp.messages)
 	}
 	got = vp.validate(ctx, in, a, c.param, c.ns, mastersOnly, budget)
 	ta := mustAttributes(t, c.request())
@@ -118,6 +118,14 @@ func TestUntrackedMatchesTracked(t *testing.T) {
 			{Expression: "params == null || object.data.size() <= int(params.data.max)", MessageExpression: "'at most ' + params.data.max + ' keys'"},
 			{Expression: "params == null || !(object.metadata.name in params.data)"},
 		}},
+		{name: "variables", variables: []admissionregistrationv1.Variable{
+			{Name: "keys", Expression: "object.data.size()"}, {Name: "more", Expression: "variables.keys + 1"},
+			{Name: "number", Expression: "int(object.metadata.name)"}, {Name: "unused", Expression: "object.metadata.name + '!'"},
+		}, validations: []admissionregistrationv1.Validation{
+			{Expression: "variables.more > variables.keys", MessageExpression: "'keys: ' + string(variables.keys)"},
+			{Expression: "variables.keys < 4 || variables.number > 0", Message: "not a number"},
+			{Expression: "variables.keys < 3", MessageExpression: "string(variables.more) + ' keys'"},
+		}},
 		{name: "runtime-error", validations: []admissionregistrationv1.Validation{
 			{Expression: "object.metadata.name == 'abc' || int(object.metadata.name) > 0", Message: "not a number"}, {Expression: "true"},
 		}},
@@ -174,7 +182,7 @@ func TestUntrackedMatchesTracked(t *testing.T) {
 							}
 						}
 						b := 0
-						for inputSize(mustCELInput(t, c), prm) > sizeBounds[b] {
+						for inputSize(mustCELInput(t, c), nil, prm) > sizeBounds[b] {
 							b++
 						}
 						if cost := trackedCost(t, vp, c); uint64(cost) > vp.untracked.cost[b] {

@@ -51,12 +51,19 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 			return validating.ValidateResult{}
 		}
 	}
-	params := paramValue(param)
+	var params any
+	if e := p.params.converted(param); e != nil {
+		params = e.val
+	} else {
+		params = paramValue(param)
+	}
 	var evalResults, messageResults []plugincel.EvaluationResult
 	var err error
 	untracked := false
-	if p.untracked != nil && p.untracked.fits(inputSize(in, param), budget) {
-		evalResults, messageResults, untracked = p.untracked.eval(ctx, in, params, p.validations, p.messages)
+	if p.untracked != nil {
+		if size := inputSize(in, p.params, param); p.untracked.fits(size, budget) {
+			evalResults, messageResults, untracked = p.untracked.eval(ctx, in, params, p.untracked.quick(size), p.validations, p.messages)
+		}
 	}
 	if !untracked {
 		var remaining int64

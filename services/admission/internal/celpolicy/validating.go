@@ -132,7 +132,7 @@ type validatingInvocation struct {
 	req     *request
 	policy  *validatingPolicy
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	metrics *admissionmetrics.Metrics // nil: none
+	metrics *admissionmetrics.PolicyCheck // nil: none
 }
 
 var (
@@ -173,7 +173,7 @@ func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.Ad
 		actions = append(actions, "allow")
 	}
 	for _, a := range actions {
-		v.metrics.ObservePolicyCheck(v.policy.obj.Name, v.binding.Name, a, errorType, elapsed)
+		v.metrics.Observe(a, errorType, elapsed)
 	}
 	return d, nil
 }
