@@ -222,16 +222,11 @@ func (c *Codec) decodeCall(b []byte, m *flowcontrolv1.DecideRequest, own *call, 
 // decodeAcquire decodes an AcquireRequest into m, its digest into d.
 func (c *Codec) decodeAcquire(b []byte, m *flowcontrolv1.AcquireRequest, d *flowcontrolv1.RequestDigest) bool {
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := bytesField(b)
+		if !ok {
 			return false
 		}
-		b = b[l:]
-		v, l := protowire.ConsumeBytes(b)
-		if l < 0 {
-			return false
-		}
-		b = b[l:]
+		b = rest
 		switch num {
 		case fieldAcquireDigest:
 			if m.Digest != nil || !c.decodeDigest(v, d) {
@@ -335,16 +330,11 @@ func (c *Codec) decodeDigest(b []byte, d *flowcontrolv1.RequestDigest) bool {
 // unique: they are not interned.
 func decodeRelease(b []byte, m *flowcontrolv1.ReleaseGrantsRequest) bool {
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 || num != fieldReleaseGrantIDs || typ != protowire.BytesType {
+		num, v, rest, ok := bytesField(b)
+		if !ok || num != fieldReleaseGrantIDs {
 			return false
 		}
-		b = b[l:]
-		v, l := protowire.ConsumeBytes(b)
-		if l < 0 {
-			return false
-		}
-		b = b[l:]
+		b = rest
 		s, ok := str(v)
 		if !ok {
 			return false
@@ -352,6 +342,22 @@ func decodeRelease(b []byte, m *flowcontrolv1.ReleaseGrantsRequest) bool {
 		m.GrantIds = append(m.GrantIds, s)
 	}
 	return true
+}
+
+// bytesField consumes one length-delimited field from b: its number,
+// its value and what follows; ok is false for another wire type or a
+// malformed field.
+func bytesField(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
+	num, typ, l := protowire.ConsumeTag(b)
+	if l < 0 || typ != protowire.BytesType {
+		return 0, nil, nil, false
+	}
+	b = b[l:]
+	v, l = protowire.ConsumeBytes(b)
+	if l < 0 {
+		return 0, nil, nil, false
+	}
+	return num, v, b[l:], true
 }
 
 // decodeDuration decodes a google.protobuf.Duration.
