@@ -5,13 +5,16 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +42,11 @@ type apfEnv struct {
 	addrs []string
 	ca    *pki.CA
 	alice rest.TLSClientConfig
+	admin rest.TLSClientConfig
 	http  *http.Client // alice's, without client-go's retries after a 429
+
+	storeAddr, fcAddr string
+	serving           tls.Certificate
 }
 
 func newAPFEnv(t *testing.T, gateways int) *apfEnv {
@@ -52,27 +59,14 @@ func newAPFEnv(t *testing.T, gateways int) *apfEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fcAddr := daemontest.Serve(t, fc).Addr
-	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca")}
-	serving := pkitest.IssueTLS(t, e.ca, pkitest.LoopbackServer("meridian-apiserver"))
-	for i := range gateways {
-		gw, err := gateway.New(ctx, gateway.Config{
-			StoreAddress: storeAddr, FlowControlAddress: fcAddr, GatewayID: fmt.Sprintf("gw-%d", i),
-			Registry:   registry.New(registry.Standard()...),
-			ServingTLS: pki.ServerTLS(serving, nil, tls.NoClientCert), ClientCAs: e.ca.Pool(), Logger: quiet,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.addrs = append(e.addrs, daemontest.Serve(t, gw).Addr)
+	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca"), storeAddr: storeAddr, fcAddr: daemontest.Serve(t, fc).Addr}
+	e.serving = pkitest.IssueTLS(t, e.ca, pkitest.LoopbackServer("meridian-apiserver"))
+	for range gateways {
+		e.startGateway()
 	}
-	certFor := func(user string, groups ...string) rest.TLSClientConfig {
-		kp := pkitest.Issue(t, e.ca, pki.CertSpec{CommonName: user, Organizations: groups, Client: true})
-		return rest.TLSClientConfig{CAData: e.ca.CertPEM(), CertData: kp.CertPEM, KeyData: kp.KeyPEM}
-	}
-	adminTLS := certFor("admin", "system:masters")
-	e.alice = certFor("alice", "dev")
-	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: adminTLS})
+	e.admin = e.certFor("admin", "system:masters")
+	e.alice = e.certFor("alice", "dev")
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: e.admin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +115,28 @@ func newAPFEnv(t *testing.T, gateways int) *apfEnv {
 	return e
 }
 
+// startGateway starts one more gateway on the env's store and
+// flow-control service and returns its address (also appended to addrs).
+func (e *apfEnv) startGateway() string {
+	gw, err := gateway.New(e.ctx, gateway.Config{
+		StoreAddress: e.storeAddr, FlowControlAddress: e.fcAddr, GatewayID: fmt.Sprintf("gw-%d", len(e.addrs)),
+		Registry:   registry.New(registry.Standard()...),
+		ServingTLS: pki.ServerTLS(e.serving, nil, tls.NoClientCert), ClientCAs: e.ca.Pool(), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	addr := daemontest.Serve(e.t, gw).Addr
+	e.addrs = append(e.addrs, addr)
+	return addr
+}
+
+// certFor issues a client certificate of user in groups.
+func (e *apfEnv) certFor(user string, groups ...string) rest.TLSClientConfig {
+	kp := pkitest.Issue(e.t, e.ca, pki.CertSpec{CommonName: user, Organizations: groups, Client: true})
+	return rest.TLSClientConfig{CAData: e.ca.CertPEM(), CertData: kp.CertPEM, KeyData: kp.KeyPEM}
+}
+
 // list lists configmaps through the gateway at addr with client c.
 func (e *apfEnv) list(c *http.Client, addr string) *http.Response {
 	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+addr+"/api/v1/namespaces/default/configmaps", nil)
@@ -136,10 +152,13 @@ func (e *apfEnv) list(c *http.Client, addr string) *http.Response {
 // no body: it holds her seat until the returned func closes it. A create
 // answered at once (a 429 while the seat of her previous request is
 // still being released: gateways release in batches) is tried again.
-func (e *apfEnv) hold(addr string) func() {
+func (e *apfEnv) hold(addr string) func() { return e.holdAs(addr, e.alice) }
+
+// holdAs is hold for the user of client configuration c.
+func (e *apfEnv) holdAs(addr string, c rest.TLSClientConfig) func() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		holder, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{clientCert(e.t, e.alice)}})
+		holder, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{clientCert(e.t, c)}})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -157,7 +176,7 @@ func (e *apfEnv) hold(addr string) func() {
 		}
 		holder.Close()
 		if time.Now().After(deadline) {
-			e.t.Fatal("alice's create never held a seat")
+			e.t.Fatal("the create never held a seat")
 		}
 	}
 }
@@ -222,4 +241,118 @@ func TestWatchGivesSeatBackAfterInitialEvents(t *testing.T) {
 	polltest.Until(t, 10*time.Second, "alice's list served while her watch is open", func() bool {
 		return e.list(e.http, e.addrs[0]).StatusCode == http.StatusOK
 	})
+}
+
+// TestWideListTakesManySeats: a LIST of 10,000 ConfigMaps is counted as
+// wide, as kube-apiserver's list work estimator counts it (a seat per 100
+// objects, at most 10, at most the level's seats). Bob's Reject level
+// has a few seats; while one of them is held, a GET of one object is
+// served, but his LIST needs them all and gets a 429, and once the seat
+// is free the same LIST is served. The gateway that serves him starts
+// after the objects exist: it reads the object counts at start (and
+// every minute).
+func TestWideListTakesManySeats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 10,000 ConfigMaps")
+	}
+	e := newAPFEnv(t, 1)
+	cfg := &rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: e.admin, QPS: 1e6, Burst: 1e6}
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, zero := int32(3), int32(0)
+	pl, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(e.ctx, &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "few-seats"},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+			NominalConcurrencyShares: &three, BorrowingLimitPercent: &zero, LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := admin.FlowcontrolV1().FlowSchemas().Create(e.ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: "bob"},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: pl.Name}, MatchingPrecedence: 100,
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: "bob"}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("default").Create(e.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bob-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "bob"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	const objects = 10000
+	names := make(chan string)
+	errs := make(chan error, 32)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for name := range names {
+				if _, err := admin.CoreV1().ConfigMaps("default").Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(names)
+		for i := range objects {
+			select {
+			case names <- fmt.Sprintf("cm-%05d", i):
+			case <-e.ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+
+	addr := e.startGateway()
+	bob := e.certFor("bob", "dev")
+	c, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: bob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) *http.Response {
+		req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+addr+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	const one, all = "/api/v1/namespaces/default/configmaps/cm-00001", "/api/v1/namespaces/default/configmaps"
+	polltest.Until(t, 15*time.Second, "bob classified by his FlowSchema, his LIST served", func() bool {
+		resp := get(all)
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(fs.UID)
+	})
+
+	release := e.holdAs(addr, bob)
+	if resp := get(one); resp.StatusCode != http.StatusOK {
+		t.Fatalf("bob's GET of one object while one seat is held: %d, want 200 (it takes one seat)", resp.StatusCode)
+	}
+	resp := get(all)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("bob's LIST of %d objects while one seat is held: %d (Retry-After %q), want 429 with Retry-After: it needs every seat of his level",
+			objects, resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	release()
+	polltest.Until(t, 10*time.Second, "bob's LIST served once the seat is free", func() bool { return get(all).StatusCode == http.StatusOK })
 }
