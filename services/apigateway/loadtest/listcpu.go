@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/procstat"
@@ -41,8 +42,9 @@ func listVariants() []listVariant {
 // (name=api-addr@pid,...): rounds of slices of d per variant and target,
 // the targets' order alternating from round to round, so that gateways
 // built from two commits are compared in one run. The CPU is the whole
-// server process's, read from /proc before and after each slice.
-func runListCPU(tlsConf *tls.Config, spec string, n int, d time.Duration, rounds int) error {
+// server process's, read from /proc before and after each slice. With
+// only non-empty, just the variants whose name contains it are measured.
+func runListCPU(tlsConf *tls.Config, spec, only string, n int, d time.Duration, rounds int) error {
 	targets, err := parseCPUTargets(spec)
 	if err != nil {
 		return err
@@ -57,10 +59,18 @@ func runListCPU(tlsConf *tls.Config, spec string, n int, d time.Duration, rounds
 		}
 	}
 	variants := listVariants()
+	for i := range variants {
+		if !strings.Contains(variants[i].name, only) {
+			variants[i].list = nil
+		}
+	}
 	// One unmeasured list of each variant per target first: the caches
 	// (watchfanout's memoized encodings) are filled as in steady state.
 	for _, t := range targets {
 		for _, v := range variants {
+			if v.list == nil {
+				continue
+			}
 			if _, err := v.list(clients[t.name], "https://"+t.addr+"/api/v1/namespaces/"+ns+"/configmaps"); err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, v.name, err)
 			}
@@ -74,6 +84,9 @@ func runListCPU(tlsConf *tls.Config, spec string, n int, d time.Duration, rounds
 			slices.Reverse(order)
 		}
 		for _, v := range variants {
+			if v.list == nil {
+				continue
+			}
 			for _, t := range order {
 				c, base := clients[t.name], "https://"+t.addr+"/api/v1/namespaces/"+ns+"/configmaps"
 				before, err := procstat.CPU(t.pid)
@@ -113,6 +126,11 @@ func runListCPU(tlsConf *tls.Config, spec string, n int, d time.Duration, rounds
 			fmt.Printf("%-10s median CPU per LIST %-18s %8.1f ms (rounds: min %.1f, max %.1f)\n", t.name, v.name, med, s[0], s[len(s)-1])
 		}
 		rss, _ := procstat.RSS(t.pid)
+		if only != "" {
+			// Some variants were not measured: no average of the three.
+			fmt.Printf("%-10s RSS after %d MiB\n", t.name, rss>>20)
+			continue
+		}
 		fmt.Printf("%-10s average of whole/chunked/rv=0: json %.1f ms, protobuf %.1f ms; RSS after %d MiB\n", t.name, json, pb, rss>>20)
 	}
 	return nil

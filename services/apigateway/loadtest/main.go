@@ -75,6 +75,7 @@ func main() {
 		only     = flag.String("only", "reads,writes", "which measurements: reads, writes or both; with --rest-cpu: get (or reads), create (or writes) or both")
 		token    = flag.String("token", "", "send this bearer token (a user of meridian's --token-auth-file) instead of acting as the admin")
 		grpcCPU  = flag.String("grpc-cpu", "", "measure only the server CPU per gRPC API Get of these meridians, name=grpc-addr@pid,... (sharing --data-dir's certificates)")
+		listOnly = flag.String("list-variants", "", "with --list-cpu: measure only the lists whose name contains this (e.g. chunked); empty: all")
 		rounds   = flag.Int("rounds", 6, "with --grpc-cpu or --rest-cpu: slices of --duration per meridian, operation and concurrency")
 		cpuOp    = flag.String("grpc-cpu-op", "configmap-get", "with --grpc-cpu: the operations measured, comma-separated: configmap-get, secret-get, secret-create (1 KiB objects)")
 		restCPU  = flag.String("rest-cpu", "", "measure only the server CPU per REST GET and create, as --token's user, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
@@ -109,7 +110,7 @@ func main() {
 			if *storm > 0 {
 				return runStorm(tlsConf, *sTarget, *objects, *storm, *sConns)
 			}
-			return runListCPU(tlsConf, *listCPU, *objects, *duration, *rounds)
+			return runListCPU(tlsConf, *listCPU, *listOnly, *objects, *duration, *rounds)
 		})
 	} else if *idleW > 0 {
 		err = runIdleWatches(*dataDir, *api, *idleW, *wConns, *wPID, *wPprof)

@@ -101,16 +101,57 @@ func (s *Snapshot) Prefix() string { return s.prefix }
 
 // Ascend calls fn for each object with key >= from (from "" is the start)
 // under the snapshot's prefix, in key order, until fn returns false.
+//
+// The walk is bounded by the last object under the prefix, found once: every
+// key between the prefix and that object's key has the prefix, so the walk
+// stops on reaching that object (one pointer compare per object) rather
+// than comparing each key with the prefix.
 func (s *Snapshot) Ascend(from string, fn func(*Event) bool) {
 	if from < s.prefix {
 		from = s.prefix
 	}
+	last := s.last()
+	if last == nil || from > last.Key {
+		return
+	}
 	s.tree.AscendGreaterOrEqual(&Event{Key: from}, func(ev *Event) bool {
-		if !strings.HasPrefix(ev.Key, s.prefix) {
-			return false
-		}
-		return fn(ev)
+		return fn(ev) && ev != last
 	})
+}
+
+// last returns the object with the greatest key under the snapshot's
+// prefix, or nil when there is none.
+func (s *Snapshot) last() *Event {
+	var last *Event
+	end, ok := prefixEnd(s.prefix)
+	if !ok {
+		last, _ = s.tree.Max()
+	} else {
+		// The greatest key < end: the first item of the descent other
+		// than one whose key is end itself.
+		s.tree.DescendLessOrEqual(&Event{Key: end}, func(ev *Event) bool {
+			if ev.Key == end {
+				return true
+			}
+			last = ev
+			return false
+		})
+	}
+	if last == nil || !strings.HasPrefix(last.Key, s.prefix) {
+		return nil
+	}
+	return last
+}
+
+// prefixEnd returns the least key greater than every key with prefix p,
+// and false when there is none (p is empty or all 0xff bytes).
+func prefixEnd(p string) (string, bool) {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] < 0xff {
+			return p[:i] + string([]byte{p[i] + 1}), true
+		}
+	}
+	return "", false
 }
 
 // AscendNamed is Ascend over the objects called name only. Where the

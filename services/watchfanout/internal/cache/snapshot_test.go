@@ -90,3 +90,53 @@ func TestSnapshotsShareUntilChange(t *testing.T) {
 		t.Fatal("Kept at the current revision does not share the clone")
 	}
 }
+
+// TestAscendStaysInPrefix: a namespace's snapshot visits exactly its own
+// objects from the key asked for, in order, beside namespaces whose keys
+// sort just before and after its prefix (a.b, a0, ab) and when it is the
+// last or an empty namespace; a walk stopped early stops.
+func TestAscendStaysInPrefix(t *testing.T) {
+	r := testResource(t)
+	var chs []change
+	names := map[string][]string{}
+	rev := int64(0)
+	for _, ns := range []string{"a", "a.b", "a0", "ab", "b", "z"} {
+		for j := range 5 {
+			name := fmt.Sprintf("cm%d", j)
+			rev++
+			chs = append(chs, change{key: r.Registry().Key(ns, name), rev: rev, obj: storedOf(t, r, configMap(ns, name, nil))})
+			names[ns] = append(names[ns], r.Registry().Key(ns, name))
+		}
+	}
+	r.applyBatch(chs, rev, time.Now())
+	keys := func(snap *Snapshot, from string, n int) []string {
+		var out []string
+		snap.Ascend(from, func(ev *Event) bool {
+			out = append(out, ev.Key)
+			return len(out) != n
+		})
+		return out
+	}
+	for _, ns := range []string{"a", "a.b", "a0", "ab", "b", "z", "c", "zz", "0"} {
+		snap := r.Snapshot(ns)
+		want := names[ns]
+		if got := keys(snap, "", -1); !slices.Equal(got, want) {
+			t.Errorf("namespace %q: %v, want %v", ns, got, want)
+		}
+		if len(want) == 0 {
+			continue
+		}
+		if got := keys(snap, want[2], -1); !slices.Equal(got, want[2:]) {
+			t.Errorf("namespace %q from %s: %v, want %v", ns, want[2], got, want[2:])
+		}
+		if got := keys(snap, want[4]+"\x00", -1); len(got) != 0 {
+			t.Errorf("namespace %q past its last key: %v", ns, got)
+		}
+		if got := keys(snap, "", 2); !slices.Equal(got, want[:2]) {
+			t.Errorf("namespace %q stopped after 2: %v", ns, got)
+		}
+	}
+	if got := keys(r.Snapshot(""), "", -1); len(got) != int(rev) {
+		t.Errorf("all namespaces: %d objects, want %d", len(got), rev)
+	}
+}

@@ -280,7 +280,9 @@ type listPage struct {
 // Without selectors a chunk reports the items after it (remaining): from
 // the count the chunk before recorded for start when there is one (then
 // it reads only its own items), else by walking the rest; it records the
-// count for the chunk after it.
+// count for the chunk after it, and after walking the rest the count from
+// start too, so that the first chunk of the next list of the same state
+// (whose start no chunk before recorded) reads only its own items.
 func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selection.Filter) listPage {
 	p := listPage{rev: snap.Rev}
 	var rest int64
@@ -318,6 +320,9 @@ func listSnapshot(snap *cache.Snapshot, start string, limit int64, flt *selectio
 	if p.next != "" && flt.Empty() {
 		p.remaining = &rest
 		snap.NoteCountFrom(p.next, rest)
+		if !known {
+			snap.NoteCountFrom(start, int64(len(p.evs))+rest)
+		}
 	}
 	return p
 }
