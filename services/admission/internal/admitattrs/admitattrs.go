@@ -4,7 +4,6 @@
 package admitattrs
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,8 +50,8 @@ func decodeObject(data []byte) (runtime.Object, error) {
 	if len(data) == 0 {
 		return nil, nil
 	}
-	m := map[string]any{}
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := unmarshalObject(data)
+	if err != nil {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: m}, nil
