@@ -1,26 +1,30 @@
 package admitattrs
 
 import (
-	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // maxFastDepth bounds the nesting the fast decoder follows; deeper
-// documents are left to encoding/json (which has its own limit).
+// documents are left to the fallback (which has its own limit).
 const maxFastDepth = 1000
 
 // unmarshalObject decodes data, a JSON object, into the map
-// json.Unmarshal would produce (map[string]any, []any, string, float64,
-// bool and nil values), and fails as json.Unmarshal does.
+// k8s.io/apimachinery's json.Unmarshal produces (map[string]any, []any,
+// string, int64 for an integer that fits, float64 for another number,
+// bool and nil values), and fails as it does. Integers are int64, as
+// kube-apiserver's unstructured objects have them, so that CEL sees
+// `object.spec.replicas` as an int (`% 2` has no double overload).
 //
 // The objects the gateway sends are plain JSON: strings without escapes,
 // numbers, nesting. fastDecoder reads those in one pass, where
 // encoding/json reads every byte twice (validation, then decoding) through
-// its scanner's state machine. Anything it does not read exactly as
-// encoding/json does (escapes, invalid UTF-8, control characters, a
-// number out of range, malformed JSON, deep nesting) makes it give up,
-// and encoding/json decodes the document instead.
+// its scanner's state machine. Anything it does not read exactly as the
+// fallback does (escapes, invalid UTF-8, control characters, a number out
+// of range, malformed JSON, deep nesting) makes it give up, and the
+// fallback decodes the document instead.
 func unmarshalObject(data []byte) (map[string]any, error) {
 	d := fastDecoder{data: data, text: string(data)}
 	d.space()
@@ -32,7 +36,7 @@ func unmarshalObject(data []byte) (map[string]any, error) {
 		}
 	}
 	m := map[string]any{}
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := utiljson.Unmarshal(data, &m); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -203,10 +207,11 @@ func (d *fastDecoder) literal(lit string) bool {
 }
 
 // number reads a number as JSON's grammar has it, and converts it as
-// encoding/json does (a float64); one out of range is left to
-// encoding/json.
+// the fallback does: an integer literal that fits is an int64, any other
+// number a float64; one out of range is left to the fallback.
 func (d *fastDecoder) number() (any, bool) {
 	start := d.i
+	integer := true
 	if d.data[d.i] == '-' {
 		d.i++
 	}
@@ -220,17 +225,24 @@ func (d *fastDecoder) number() (any, bool) {
 	}
 	if d.i < len(d.data) && d.data[d.i] == '.' {
 		d.i++
+		integer = false
 		if !d.digits() {
 			return nil, false
 		}
 	}
 	if d.i < len(d.data) && (d.data[d.i] == 'e' || d.data[d.i] == 'E') {
 		d.i++
+		integer = false
 		if d.i < len(d.data) && (d.data[d.i] == '+' || d.data[d.i] == '-') {
 			d.i++
 		}
 		if !d.digits() {
 			return nil, false
+		}
+	}
+	if integer {
+		if n, err := strconv.ParseInt(string(d.data[start:d.i]), 10, 64); err == nil {
+			return n, true
 		}
 	}
 	f, err := strconv.ParseFloat(string(d.data[start:d.i]), 64)

@@ -1,20 +1,21 @@
 package admitattrs
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // decodeCases are documents the fast decoder reads and ones it leaves to
-// encoding/json, valid and not.
+// the fallback, valid and not.
 var decodeCases = []string{
 	`{}`,
 	` { } `,
 	`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"app":"x"}},"data":{"k":"v"}}`,
-	`{"spec":{"replicas":3,"ratio":-0.5e3,"big":12345678901234567890,"zero":0,"neg":-0,"exp":1E+2,"frac":0.25}}`,
+	`{"spec":{"replicas":3,"ratio":-0.5e3,"big":12345678901234567890,"zero":0,"neg":-0,"exp":1E+2,"frac":0.25,"whole":3.0,"min":-9223372036854775808}}`,
 	`{"a":[],"b":[1,"x",true,false,null,{"c":[[]]}],"d":null}`,
 	"{\"a\" :\t[ 1 ,\n2 ]\r}",
 	`{"dup":1,"dup":{"x":2}}`,
@@ -49,11 +50,11 @@ var decodeCases = []string{
 	strings.Repeat(`[`, 1200) + strings.Repeat(`]`, 1200),
 }
 
-// reference is what decodeObject decoded before the fast path: the map
-// json.Unmarshal fills.
+// reference is the map k8s.io/apimachinery's json.Unmarshal fills (as
+// kube-apiserver decodes unstructured objects: integers as int64).
 func reference(data []byte) (map[string]any, error) {
 	m := map[string]any{}
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := utiljson.Unmarshal(data, &m); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -64,29 +65,41 @@ func checkSame(t *testing.T, data []byte) {
 	want, wantErr := reference(data)
 	got, err := unmarshalObject(data)
 	if (err != nil) != (wantErr != nil) {
-		t.Fatalf("%q: error %v, encoding/json's %v", data, err, wantErr)
+		t.Fatalf("%q: error %v, the reference's %v", data, err, wantErr)
 	}
 	if err != nil {
 		if err.Error() != wantErr.Error() {
-			t.Fatalf("%q: error %q, encoding/json's %q", data, err, wantErr)
+			t.Fatalf("%q: error %q, the reference's %q", data, err, wantErr)
 		}
 		return
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q: decoded %#v, encoding/json %#v", data, got, want)
+		t.Fatalf("%q: decoded %#v, the reference %#v", data, got, want)
 	}
 	// The same nil-ness of every map and slice, which DeepEqual checks,
 	// and the same types, which %#v shows.
 	if g, w := fmt.Sprintf("%#v", got), fmt.Sprintf("%#v", want); g != w {
-		t.Fatalf("%q: decoded %s, encoding/json %s", data, g, w)
+		t.Fatalf("%q: decoded %s, the reference %s", data, g, w)
 	}
 }
 
-// TestUnmarshalObjectAsEncodingJSON: every document decodes to what
-// json.Unmarshal makes of it, or fails with its error.
-func TestUnmarshalObjectAsEncodingJSON(t *testing.T) {
+// TestUnmarshalObjectAsUnstructured: every document decodes to what
+// k8s.io/apimachinery's json.Unmarshal makes of it, or fails with its
+// error; integers are int64.
+func TestUnmarshalObjectAsUnstructured(t *testing.T) {
 	for _, c := range decodeCases {
 		checkSame(t, []byte(c))
+	}
+	m, err := unmarshalObject([]byte(`{"spec":{"replicas":3,"ratio":0.5}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := m["spec"].(map[string]any)
+	if _, ok := spec["replicas"].(int64); !ok {
+		t.Errorf("replicas decoded as %T, want int64", spec["replicas"])
+	}
+	if _, ok := spec["ratio"].(float64); !ok {
+		t.Errorf("ratio decoded as %T, want float64", spec["ratio"])
 	}
 }
 

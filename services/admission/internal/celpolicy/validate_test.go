@@ -262,3 +262,44 @@ func clean(r validating.ValidateResult) validating.ValidateResult {
 	}
 	return out
 }
+
+// TestIntegersAreCELInts: an integer in the request's object is a CEL
+// int, as kube-apiserver's unstructured objects have it, so integer
+// arithmetic works (`%` has no double overload) and a fraction stays a
+// double.
+func TestIntegersAreCELInts(t *testing.T) {
+	fail := admissionregistrationv1.Fail
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ints"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail, Validations: []admissionregistrationv1.Validation{
+			{Expression: "object.spec.replicas % 2 == 1", Message: "odd replicas only"},
+			{Expression: "type(object.spec.replicas) == int && object.spec.replicas + 1 > 1"},
+			{Expression: "type(object.spec.ratio) == double"},
+		}}}
+	vp := compileValidating(p, func(*admissionregistrationv1.ParamKind) (*paramSource, error) { return nil, nil })
+	if vp.err != nil {
+		t.Fatal(vp.err)
+	}
+	for obj, allowed := range map[string]bool{
+		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"x"},"spec":{"replicas":3,"ratio":0.5}}`: true,
+		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"x"},"spec":{"replicas":2,"ratio":0.5}}`: false,
+	} {
+		req := &admissionv1.AdmitRequest{Operation: admissionv1.Operation_OPERATION_CREATE, Kind: &admissionv1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+			Resource:  &admissionv1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+			Namespace: "default", Name: "x", Object: []byte(obj), UserInfo: &admissionv1.UserInfo{Username: "alice"}}
+		a := mustAttributes(t, req)
+		in, err := newCELInput(a, nil, mastersOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := vp.validate(context.Background(), in, a, nil, nil, mastersOnly, celenv.RuntimeBudget)
+		var denials []string
+		for _, d := range res.Decisions {
+			if d.Action == validating.ActionDeny {
+				denials = append(denials, fmt.Sprintf("%s (%s)", d.Message, d.Evaluation))
+			}
+		}
+		if allowed && len(denials) > 0 || !allowed && (len(denials) != 1 || !strings.HasPrefix(denials[0], "odd replicas only")) {
+			t.Errorf("%s: denials %q, allowed %v", obj, denials, allowed)
+		}
+	}
+}
