@@ -74,36 +74,7 @@ func newAPFEnv(t *testing.T, gateways int) *apfEnv {
 		t.Fatal(err)
 	}
 
-	one, zero := int32(1), int32(0)
-	pl, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-seat"},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-			NominalConcurrencyShares: &one, BorrowingLimitPercent: &zero, LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := admin.FlowcontrolV1().FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: "alice"},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: pl.Name}, MatchingPrecedence: 100,
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: "alice"}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}}},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "alice-edit"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	fs := e.routeToReject(admin, "alice", "one-seat", 1)
 	polltest.Until(t, 15*time.Second, "alice classified by her FlowSchema on every gateway", func() bool {
 		for _, addr := range e.addrs {
 			if resp := e.list(e.http, addr); resp.StatusCode != 200 || resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(fs.UID) {
@@ -113,6 +84,46 @@ func newAPFEnv(t *testing.T, gateways int) *apfEnv {
 		return true
 	})
 	return e
+}
+
+// routeToReject creates, as the admin, a Reject priority level named
+// level with shares nominal concurrency shares (of the 100-seat limit)
+// and nothing to borrow, a FlowSchema named user sending every resource
+// request of user there, and a RoleBinding letting user edit namespace
+// default; it returns the FlowSchema.
+func (e *apfEnv) routeToReject(admin kubernetes.Interface, user, level string, shares int32) *flowcontrolv1.FlowSchema {
+	e.t.Helper()
+	zero := int32(0)
+	pl, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(e.ctx, &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: level},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+			NominalConcurrencyShares: &shares, BorrowingLimitPercent: &zero, LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	fs, err := admin.FlowcontrolV1().FlowSchemas().Create(e.ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: pl.Name}, MatchingPrecedence: 100,
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: user}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("default").Create(e.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user + "-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return fs
 }
 
 // startGateway starts one more gateway on the env's store and
@@ -261,36 +272,7 @@ func TestWideListTakesManySeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	three, zero := int32(3), int32(0)
-	pl, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(e.ctx, &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "few-seats"},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-			NominalConcurrencyShares: &three, BorrowingLimitPercent: &zero, LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := admin.FlowcontrolV1().FlowSchemas().Create(e.ctx, &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: "bob"},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: pl.Name}, MatchingPrecedence: 100,
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: "bob"}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"}}},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().RoleBindings("default").Create(e.ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "bob-edit"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "bob"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	fs := e.routeToReject(admin, "bob", "few-seats", 3)
 
 	const objects = 10000
 	names := make(chan string)
