@@ -121,19 +121,8 @@ func (d *fastDecoder) object(depth int) (map[string]any, bool) {
 		}
 		// A repeated key keeps its last value, as in encoding/json.
 		m[k] = v
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, false
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case '}':
-			d.i++
-			return m, true
-		default:
-			return nil, false
+		if done, ok := d.next('}'); !ok || done {
+			return m, ok
 		}
 	}
 }
@@ -157,21 +146,29 @@ func (d *fastDecoder) array(depth int) ([]any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, false
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case ']':
-			d.i++
-			return a, true
-		default:
-			return nil, false
+		if done, ok := d.next(']'); !ok || done {
+			return a, ok
 		}
 	}
+}
+
+// next reads what follows a member of an object or array: a ',' (and
+// the space after it), or closing, which ends it (done).
+func (d *fastDecoder) next(closing byte) (done, ok bool) {
+	d.space()
+	if d.i >= len(d.data) {
+		return false, false
+	}
+	switch d.data[d.i] {
+	case ',':
+		d.i++
+		d.space()
+		return false, true
+	case closing:
+		d.i++
+		return true, true
+	}
+	return false, false
 }
 
 // string reads a string starting at its '"'. Escapes, control characters
