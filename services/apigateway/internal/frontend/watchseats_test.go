@@ -133,7 +133,8 @@ type seatsEnv struct {
 	work   *worksize.Tracker
 }
 
-// wrap, when given, makes the service the front end asks of the ledger.
+// newSeatsEnv starts a seatsEnv; wrap, when given, makes the service
+// the front end asks of the ledger.
 func newSeatsEnv(t *testing.T, wrap ...func(*seatLedger) flowcontrolv1.FlowControlServiceClient) *seatsEnv {
 	e := &seatsEnv{t: t, svc: &slowInitialEvents{started: make(chan struct{}, 100), proceed: make(chan struct{})}, ledger: newSeatLedger()}
 	e.work = worksize.NewTracker(nil, nil, 0, nil)
