@@ -82,7 +82,10 @@ func localDigest(d *flowcontrolv1.RequestDigest) apf.Digest {
 // depend on, the flow-control service. Exemptions by caller are the
 // service's list (WatchExemptions); exemptions by path cannot be
 // expressed there, as they depend on the request. Resource requests are
-// left to the service: their exempt callers are on that list.
+// left to the service: their exempt callers are on that list. The local
+// view may trail the service's by a store round trip; until the gateway
+// first reads the stored objects it is the bootstrap configuration
+// (apf.Bootstrap), whose probes schema exempts the same probes.
 func (c *Client) exemptLocally(d *flowcontrolv1.RequestDigest) (Grant, bool) {
 	if c.fallback == nil || d.GetIsResourceRequest() {
 		return Grant{}, false
