@@ -287,6 +287,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		return
 	}
 
+	if !info.IsResourceRequest {
+		// Non-resource requests (health, /version, /metrics, discovery,
+		// OpenAPI, the APF debug endpoints) are flow-controlled as
+		// kube-apiserver's: classified by nonResourceRules, 429 when
+		// their level rejects them. Probes of an exempt level are decided
+		// in this process (flowcontrolclient), never waiting for the
+		// flow-control service.
+		seated, release, err := h.acquire(w, r, info)
+		if err != nil {
+			writeStatus(w, toStatus(err))
+			return
+		}
+		defer release()
+		r = seated
+	}
 	path := r.URL.Path
 	for prefix, hh := range h.health {
 		if path == prefix || strings.HasPrefix(path, prefix+"/") {
