@@ -317,6 +317,21 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, info *requestinf
 // non-resource paths. It reports false for a request of a resource's,
 // which it leaves to serveResource.
 func (h *Handler) serveOther(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, rt *route, requestor *identity.User) bool {
+	if !info.IsResourceRequest {
+		// Non-resource requests (health, /version, /metrics, discovery,
+		// OpenAPI, the APF debug endpoints) are flow-controlled as
+		// kube-apiserver's: classified by nonResourceRules, 429 when
+		// their level rejects them. Probes of an exempt level are decided
+		// in this process (flowcontrolclient), never waiting for the
+		// flow-control service.
+		seated, release, err := h.acquire(w, r, *info)
+		if err != nil {
+			writeStatus(w, toStatus(err))
+			return true
+		}
+		defer release()
+		r = seated
+	}
 	path := r.URL.Path
 	for prefix, hh := range h.health {
 		if path == prefix || strings.HasPrefix(path, prefix+"/") {
