@@ -249,16 +249,26 @@ func chartPods(objs []object) (map[string]*corev1.Secret, []*corev1.Service, []*
 			for _, c := range w.Spec.VolumeClaimTemplates {
 				claims = append(claims, c.Name)
 			}
-			for i := range int(*w.Spec.Replicas) {
+			for i := range replicas(w.Spec.Replicas) {
 				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), owner: w.Name, ordinal: i, labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec, claims: claims})
 			}
 		case *appsv1.Deployment:
-			for i := range int(*w.Spec.Replicas) {
+			for i := range replicas(w.Spec.Replicas) {
 				pods = append(pods, &pod{name: fmt.Sprintf("%s-%d", w.Name, i), owner: w.Name, ordinal: i, deployment: true, labels: w.Spec.Template.Labels, spec: &w.Spec.Template.Spec})
 			}
 		}
 	}
 	return secrets, services, pods
+}
+
+// replicas is a workload's replica count as its controller reads it: 1
+// when unset (the chart leaves it to a HorizontalPodAutoscaler, which
+// scales up from there).
+func replicas(n *int32) int {
+	if n == nil {
+		return 1
+	}
+	return int(*n)
 }
 
 // podRunner runs the chart's pods on a Docker network as a kubelet

@@ -98,7 +98,9 @@ func runRegionsOnDocker(t *testing.T, version, file string) {
 	cli, _ := operate(t, version, c.network, c.addHosts, c.secrets["meridian-internal-ca"], c.hosts)
 	awaitMembers(t, cli, members)
 
-	const ns, n = "regions", 20
+	// The test's ConfigMaps carry a label, the namespace's own
+	// (kube-root-ca.crt) does not.
+	const ns, n, selector = "regions", 20, "test=regions"
 	if out, err := c.kubectlAt(0, "create", "namespace", ns); err != nil {
 		t.Fatalf("kubectl create namespace: %v\n%s", err, out)
 	}
@@ -109,13 +111,13 @@ func runRegionsOnDocker(t *testing.T, version, file string) {
 		clients[i] = clientFor(t, c.base, c.server(i), 10*time.Second, 0)
 	}
 	// A watch through every gateway, from the namespace's current state.
-	list, err := clients[0].CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	list, err := clients[0].CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	watchers := make([]watch.Interface, len(c.gateways))
 	for i := range c.gateways {
-		w, err := clientFor(t, c.base, c.server(i), 0, 0).CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		w, err := clientFor(t, c.base, c.server(i), 0, 0).CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
 		if err != nil {
 			t.Fatalf("watch through gateway %s: %v", c.gateways[i], err)
 		}
@@ -128,7 +130,7 @@ func runRegionsOnDocker(t *testing.T, version, file string) {
 	var names []string
 	for k := range n {
 		name := fmt.Sprintf("cm-%02d", k)
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"k": name}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"test": "regions"}}, Data: map[string]string{"k": name}}
 		if _, err := clients[last[k%len(last)]].CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s through %s: %v", name, c.gateways[last[k%len(last)]], err)
 		}
@@ -170,7 +172,7 @@ func runRegionsOnDocker(t *testing.T, version, file string) {
 	for i := range c.gateways {
 		var got int
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			l, err := clients[i].CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			l, err := clients[i].CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 			if err == nil {
 				got = len(l.Items)
 				if got == n {
