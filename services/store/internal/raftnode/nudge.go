@@ -33,8 +33,10 @@ import (
 // (coveredBy), so the proposal's own signal nudges again.
 //
 // The barrier's AppendEntries waits for the answer to the one in flight to
-// that follower, a round trip over a long link; the commit notice sent
-// with each nudge (notice.go) does not.
+// that follower, a round trip over a long link, and for the barrier's
+// write to the leader's log and then the follower's; the commit notice
+// sent with each nudge (notice.go) waits for neither, and the barrier
+// tells the followers that refused it (they lacked the committed entry).
 //
 // The price is one more log entry — an fsync on each member — per pause
 // in the writes, not per write. The delay is what keeps it so: under load
@@ -139,9 +141,9 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 		if !st.needsNudge() {
 			continue
 		}
-		// Followers whose replication is idle learn of the commit from
-		// the barrier; those with an AppendEntries in flight, from the
-		// notice (notice.go), without waiting for its answer.
+		// Followers learn of the commit from the notice (notice.go),
+		// without a log write; the barrier tells those that could not
+		// accept it.
 		n.notices.notify(term, st.commit)
 		// The wait keeps one nudge in flight; a failure (leadership lost,
 		// shutdown) needs nothing: the next leader's own entries carry its
