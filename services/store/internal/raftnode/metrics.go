@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		notices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_store_raft_commit_notices_total",
-			Help: "Commit notices a follower accepted: it learned of a commit while its replication was busy (see raftnode's notice.go).",
+			Help: "Commit notices a follower accepted: it learned of a commit without waiting for the barrier (see raftnode's notice.go).",
 		}),
 	}
 	m.etcd = newEtcdMetrics()

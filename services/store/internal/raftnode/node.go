@@ -170,7 +170,8 @@ type Node struct {
 
 	lessor lessor
 
-	// nudges signals nudgeFollowers (capacity 1); stopNudges stops it,
+	// nudges signals nudgeFollowers (capacity 1; nudgingFSM signals it
+	// too); stopNudges stops it,
 	// and nudgerDone is closed once it returned.
 	nudges     chan struct{}
 	stopNudges context.CancelFunc
@@ -228,14 +229,16 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := raft.NewRaft(rc, cfg.FSM, st.logs, st.stable, st.snaps, trans)
+	nf := &nudgingFSM{FSM: cfg.FSM, nudges: make(chan struct{}, 1)}
+	r, err := raft.NewRaft(rc, nf, st.logs, st.stable, st.snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
+	nf.raft.Store(r)
 	started = true
 	n := &Node{id: cfg.ID, raft: r, logs: st.logs, wal: st.wal, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m,
 		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
-		nudges: make(chan struct{}, 1), nudgerDone: make(chan struct{})}
+		nudges: nf.nudges, nudgerDone: make(chan struct{})}
 	n.startLoops()
 	return n, nil
 }
@@ -565,7 +568,6 @@ func (n *Node) propose(ctx context.Context, data []byte) (any, error) {
 		span.SetAttributes(attribute.Int64("raft.index", int64(f.Index())))
 	}
 	n.metrics.propose.Observe(time.Since(start).Seconds())
-	n.signalNudge()
 	if err, ok := f.Response().(error); ok {
 		return nil, err
 	}

@@ -3,33 +3,34 @@ package raftnode
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// Commit notices: telling a follower of a commit while its replication
-// is busy, or when it is far.
+// Commit notices: telling every follower of a commit without the
+// barrier's log writes.
 //
 // The nudge's barrier (nudge.go) reaches a follower with raft's next
-// AppendEntries to it. Replication sends one AppendEntries at a time per
-// follower (trackedTransport.AppendEntriesPipeline), so while one is in flight — over a
-// long link, for the whole round trip — the barrier waits for its answer:
-// a follower one region away learns of a commit one and a half round trips
-// after the leader sent the entry, not half a round trip after the commit.
-//
-// And the barrier leaves only once the leader has written it to its own
-// log (an fsync, milliseconds on a loaded disk), which a far follower
-// waits for on top of the link.
+// AppendEntries to it. It leaves only once the leader has written it to
+// its own log, and the follower applies the commit only once it has
+// written the barrier to its log as well: two fsyncs (milliseconds on a
+// loaded disk) between a lone write's commit and the moment a follower,
+// and the watches it serves, see it. And replication sends one
+// AppendEntries at a time per follower
+// (trackedTransport.AppendEntriesPipeline), so while one is in flight —
+// over a long link, for the whole round trip — the barrier waits for its
+// answer: a follower one region away would learn of a commit one and a
+// half round trips after the leader sent the entry, not half a round trip
+// after the commit.
 //
 // So along with each nudge the leader sends each other member of the
-// configuration to which raft has an AppendEntries with entries in flight,
-// and each far member (the last AppendEntries took over farRoundTrip;
-// trackedTransport), a commit notice on its own connection: an
-// AppendEntries whose LeaderCommitIndex is the commit index, in the
-// leader's current term. When the request in flight carries the committed
-// entry, the notice carries no entries and its previous entry is the commit
-// index itself; when it carries only earlier ones (writes come closer
+// configuration a commit notice on its own connection: an AppendEntries
+// whose LeaderCommitIndex is the commit index, in the leader's current
+// term. To a follower whose replication is idle (it has every entry sent
+// to it), or whose request in flight carries the committed entry, the
+// notice carries no entries and its previous entry is the commit index
+// itself: the follower writes nothing to its log before applying. When
+// the request in flight carries only earlier entries (writes come closer
 // together than the round trip, so raft's next request waits), the notice
 // carries the entries after the last one in flight, up to the commit
 // index, read from the leader's log, and starts from that last one. It is
@@ -43,9 +44,8 @@ import (
 // raft's replication, whose next index for that follower it does not
 // touch, and the follower learns of the commit as before. A follower in a
 // newer term rejects the notice by its term. The price is one small request
-// per busy or far follower per pause in the writes, and, to a follower
-// whose request in flight lacks the committed entries, those a second
-// time.
+// per follower per pause in the writes, and, to a follower whose request
+// in flight lacks the committed entries, those a second time.
 
 // Notices to a follower go in order on a connection of their own, raft's
 // pipeline (which raft's replication does not use), without waiting for
@@ -96,32 +96,21 @@ func (p *noticePipe) close() {
 	})
 }
 
-// farRoundTrip is the round trip of raft's AppendEntries above which a
-// follower is far: a notice then goes to it even while its replication is
-// idle, since the barrier would first wait for the leader's log write.
-// Members of one region answer well within it, even loaded (a log write
-// included); one region away, 50 ms, is far.
-const farRoundTrip = 20 * time.Millisecond
-
-// noticeTo reports whether a notice would tell follower id of a commit
-// sooner than the nudge's barrier: raft's replication to it waits for the
-// answer to an AppendEntries carrying entries (up to index last), or the
-// follower is far. Otherwise (or on the in-memory transport of a single
-// member, which has no followers) the barrier goes out at once. An idle
-// follower has every entry sent so far: last is then commit itself.
+// noticeTo reports whether follower id can be sent a commit notice for
+// commit, and from which entry: when raft's replication to it waits for
+// the answer to an AppendEntries carrying entries, last is the highest
+// index those carry; when it is idle the follower has every entry sent so
+// far, and last is commit itself. On the in-memory transport of a single
+// member, which has no followers, there is none to send.
 func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) {
 	t, tracked := n.trans.(*trackedTransport)
 	if !tracked {
 		return 0, false
 	}
-	last, busy, took := t.replicationTo(id)
-	switch {
-	case busy:
+	if last, busy := t.replicationTo(id); busy {
 		return last, true
-	case took > farRoundTrip:
-		return commit, true
 	}
-	return 0, false
+	return commit, true
 }
 
 // maxNoticeEntries bounds the entries a notice carries: a follower further

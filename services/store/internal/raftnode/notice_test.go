@@ -137,3 +137,36 @@ func farFollower(ctx context.Context, t *testing.T, linkDelay time.Duration) (le
 	}
 	return leader, far
 }
+
+// TestNearFollowerNoticed: a follower beside the leader, whose
+// replication is idle once it has acknowledged a lone write, is told of
+// the write's commit by a commit notice, which it accepts without writing
+// its log, rather than only by the nudge's barrier, which it applies after
+// the leader's log write and its own. Counted by the leader's
+// meridian_store_raft_commit_notices_total: one per lone write.
+func TestNearFollowerNoticed(t *testing.T) {
+	const writes = 5
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ms := cluster(t, 2, func(c *Config) { c.CommitTimeout = time.Minute })
+	leader, followers := leaderOf(t, ms)
+	follower := followers[0]
+	before := testutil.ToFloat64(leader.node.metrics.notices)
+	for i := range writes {
+		time.Sleep(20 * time.Millisecond) // a lone write: the previous nudge is done
+		key := fmt.Sprintf("near/%d", i)
+		rev, index := leader.put(ctx, key, "v")
+		if err := follower.fsm.WaitApplied(ctx, index); err != nil {
+			t.Fatalf("write %d (index %d): %v", i, index, err)
+		}
+		if kv := follower.get(key); kv.GetModRevision() != rev {
+			t.Fatalf("follower has %s at revision %d, want %d", key, kv.GetModRevision(), rev)
+		}
+	}
+	for testutil.ToFloat64(leader.node.metrics.notices)-before < writes {
+		if ctx.Err() != nil {
+			t.Fatalf("the follower accepted %v commit notices for %d lone writes, want %d", testutil.ToFloat64(leader.node.metrics.notices)-before, writes, writes)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -2,9 +2,13 @@ package raftnode
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/meridian-cp/meridian/services/store/internal/fsm"
 )
 
 // Telling followers about commits.
@@ -19,8 +23,8 @@ import (
 // followers — and the watchers and reads they serve — wait for
 // CommitTimeout.
 //
-// So the leader nudges: once a proposal it made is applied, if no entry
-// follows it in the log — at once after a lone write, after a moment
+// So the leader nudges: once entries are committed (raft hands them to
+// its FSM, nudgingFSM), if no entry follows them in the log — at once after a lone write, after a moment
 // (nudgeDelay) while writes come close together — the leader appends a
 // barrier. The barrier reaches the FSM of no member (raft keeps barrier
 // entries to itself, see waitApplied), but the AppendEntries that carries
@@ -33,8 +37,10 @@ import (
 // (coveredBy), so the proposal's own signal nudges again.
 //
 // The barrier's AppendEntries waits for the answer to the one in flight to
-// that follower, a round trip over a long link; the commit notice sent
-// with each nudge (notice.go) does not.
+// that follower, a round trip over a long link, and for the barrier's
+// write to the leader's log and then the follower's; the commit notice
+// sent with each nudge (notice.go) waits for neither, and the barrier
+// tells the followers that refused it (they lacked the committed entry).
 //
 // The price is one more log entry — an fsync on each member — per pause
 // in the writes, not per write. The delay is what keeps it so: under load
@@ -56,11 +62,41 @@ const (
 // that busy has entries flowing, which carry the commit index anyway.
 const nudgeTimeout = 100 * time.Millisecond
 
-// signalNudge tells the nudger that a proposal was applied. It never
-// blocks: signals that arrive while one is pending are the same news.
-func (n *Node) signalNudge() {
+// nudgingFSM is the FSM as raft drives it: on the leader, before it
+// applies a batch holding a command, it signals the nudger, so that the
+// commit notices and the barrier leave as soon as raft hands the committed
+// entries to the FSM — while the leader applies them, not once the
+// proposer has been woken with the result.
+type nudgingFSM struct {
+	*fsm.FSM
+	nudges chan struct{} // the Node's
+	// raft is set once raft.NewRaft returned; raft may apply before.
+	raft atomic.Pointer[raft.Raft]
+}
+
+// Apply applies one entry (raft calls ApplyBatch; see fsm.FSM.Apply).
+func (f *nudgingFSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch signals the nudger when this member leads and logs hold a
+// command, then applies logs.
+func (f *nudgingFSM) ApplyBatch(logs []*raft.Log) []any {
+	if r := f.raft.Load(); r != nil && r.State() == raft.Leader && slices.ContainsFunc(logs, isCommand) {
+		signal(f.nudges)
+	}
+	return f.FSM.ApplyBatch(logs)
+}
+
+func isCommand(l *raft.Log) bool { return l.Type == raft.LogCommand }
+
+// signalNudge tells the nudger that entries were committed (nudgingFSM
+// does for commands; the leader's barrier of its term calls it).
+func (n *Node) signalNudge() { signal(n.nudges) }
+
+// signal signals the nudger on nudges. It never blocks: signals that
+// arrive while one is pending are the same news.
+func signal(nudges chan struct{}) {
 	select {
-	case n.nudges <- struct{}{}:
+	case nudges <- struct{}{}:
 	default:
 	}
 }
@@ -139,9 +175,9 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 		if !st.needsNudge() {
 			continue
 		}
-		// Followers whose replication is idle learn of the commit from
-		// the barrier; those with an AppendEntries in flight, from the
-		// notice (notice.go), without waiting for its answer.
+		// Followers learn of the commit from the notice (notice.go),
+		// without a log write; the barrier tells those that could not
+		// accept it.
 		n.notices.notify(term, st.commit)
 		// The wait keeps one nudge in flight; a failure (leadership lost,
 		// shutdown) needs nothing: the next leader's own entries carry its

@@ -79,12 +79,11 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 }
 
 // trackedTransport is raft's network transport, knowing which followers
-// have an AppendEntries carrying entries in flight, up to which index, and
-// how long the last one to each took: raft's replication to a follower
-// waits for that answer, and the barrier that tells of a commit waits for
-// the leader's own log write, so a commit notice (notice.go) goes to the
-// followers with one in flight and to the far ones. Heartbeats carry no
-// entries, and notices are sent past it, so neither is counted.
+// have an AppendEntries carrying entries in flight and up to which index:
+// raft's replication to such a follower waits for that answer, and a
+// commit notice (notice.go) to it starts after the entries it carries.
+// Heartbeats carry no entries, and notices are sent past it, so neither
+// is counted.
 type trackedTransport struct {
 	*raft.NetworkTransport
 
@@ -95,13 +94,12 @@ type trackedTransport struct {
 // replication is what trackedTransport knows of raft's replication to one
 // follower.
 type replication struct {
-	inFlight int           // AppendEntries with entries in flight
-	last     uint64        // the highest index they carry
-	took     time.Duration // the round trip of the last one answered
+	inFlight int    // AppendEntries with entries in flight
+	last     uint64 // the highest index they carry
 }
 
 // AppendEntries sends an AppendEntries, counting it while it is in flight
-// and timing it when it carries entries.
+// when it carries entries.
 func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if len(args.Entries) == 0 {
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
@@ -115,12 +113,9 @@ func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	f.inFlight++
 	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
 	t.mu.Unlock()
-	start := time.Now()
 	defer func() {
-		took := time.Since(start)
 		t.mu.Lock()
 		f.inFlight--
-		f.took = took
 		t.mu.Unlock()
 	}()
 	return t.NetworkTransport.AppendEntries(id, target, args, resp)
@@ -134,15 +129,15 @@ func (t *trackedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddre
 
 // replicationTo reports what raft's replication to id is doing: whether an
 // AppendEntries with entries is in flight (busy) and the highest index
-// those carry (last), and the round trip of the last one answered.
-func (t *trackedTransport) replicationTo(id raft.ServerID) (last uint64, busy bool, took time.Duration) {
+// those carry (last).
+func (t *trackedTransport) replicationTo(id raft.ServerID) (last uint64, busy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.followers[id]
 	if f == nil {
-		return 0, false, 0
+		return 0, false
 	}
-	return f.last, f.inFlight > 0, f.took
+	return f.last, f.inFlight > 0
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
