@@ -267,7 +267,8 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		cacheBytes = DefaultStoreCacheBytes
 	}
 	var err error
-	if _, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
+	var st *store.App
+	if st, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
 		return store.New(ctx, store.Config{
 			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true, CacheBytes: cacheBytes,
 			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
@@ -314,7 +315,9 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		}
 		return watchfanout.New(ctx, watchfanout.Config{
 			StoreAddress: storeTarget, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""), StoreDialOptions: storeDial,
-			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
+			// Consistent reads learn the store's revision without a call.
+			StoreConsistentRevision: st.ConsistentRevision,
+			TLS:                     sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
 			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
 			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig, TracerProvider: cfg.TracerProvider,
 		})
@@ -331,8 +334,11 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	// chunk is handed over as watchfanout wrote it, its calls still
 	// authorized as the gateway's certificate's.
 	watchAddrs, streamList := []string{inproc.Target("watchfanout")}, cp.watchfanout.StreamListInProcess(sh.certs.gateway.Leaf)
+	// Its Gets too: consistent GETs are then served from watchfanout's
+	// cache (resources.Server.cachedGet).
+	get := cp.watchfanout.GetInProcess(sh.certs.gateway.Leaf)
 	if cfg.DisableWatchfanout {
-		watchAddrs, streamList = nil, nil
+		watchAddrs, streamList, get = nil, nil, nil
 	}
 	sa, err := serviceAccounts(cfg, apiLis.Addr())
 	if err != nil {
@@ -348,6 +354,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			StoreAddress:    inproc.Target("store"), AdmissionAddress: inproc.Target("admission"), FlowControlAddress: inproc.Target("flowcontrol"),
 			WatchFanoutAddresses:     watchAddrs,
 			WatchFanoutStreamList:    streamList,
+			WatchFanoutGet:           get,
 			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

@@ -103,6 +103,11 @@ type Config struct {
 	// whose App.StreamListInProcess hands each chunk over without a
 	// connection. Its other calls go over the connection.
 	WatchFanoutStreamList watchfanoutclient.StreamListFunc
+	// WatchFanoutGet, when set, serves the Get calls meant for the first
+	// of WatchFanoutAddresses in this process (the all-in-one's
+	// watchfanout, App.GetInProcess). With it, and no other replica,
+	// consistent GETs are served from watchfanout's cache too.
+	WatchFanoutGet watchfanoutclient.GetFunc
 	// ClientTLS is the mTLS configuration for calls to the other services
 	// (the gateway's client certificate, O=meridian:gateways, and the
 	// internal CA); nil is plaintext, for tests only.
@@ -507,6 +512,9 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		var opts []watchfanoutclient.Option
 		if a.cfg.WatchFanoutStreamList != nil {
 			opts = append(opts, watchfanoutclient.WithStreamListInProcess(0, a.cfg.WatchFanoutStreamList))
+		}
+		if a.cfg.WatchFanoutGet != nil {
+			opts = append(opts, watchfanoutclient.WithGetInProcess(0, a.cfg.WatchFanoutGet))
 		}
 		svc.watchfanout = watchfanoutclient.New(conns, opts...)
 		svc.dependencies = append(svc.dependencies, watchfanoutCheck(conns))
