@@ -30,6 +30,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	flowcontrol "github.com/meridian-cp/meridian/services/flowcontrol/app"
@@ -158,6 +159,9 @@ type ControlPlane struct {
 	// watchfanout serves the gateway's StreamList calls in process
 	// (App.StreamListInProcess).
 	watchfanout *watchfanout.App
+	// flowcontrol decides the gateway's Acquire and ReleaseGrants in
+	// process (App.ClientInProcess).
+	flowcontrol *flowcontrol.App
 	closers     []func() error // in start order; closed in reverse
 	errc        chan error
 	wg          sync.WaitGroup
@@ -292,7 +296,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	}); err != nil {
 		return err
 	}
-	if _, _, err = startBackend(cp, "flowcontrol", func() (*flowcontrol.App, error) {
+	if cp.flowcontrol, _, err = startBackend(cp, "flowcontrol", func() (*flowcontrol.App, error) {
 		fcCert := sh.certs.services["flowcontrol"]
 		storeDial, err := cp.dialOptions(fcCert)
 		if err != nil {
@@ -344,6 +348,10 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	if err != nil {
 		return err
 	}
+	// The gateway's Acquire and ReleaseGrants are decided in process.
+	flowControl := func(conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
+		return cp.flowcontrol.ClientInProcess(sh.certs.gateway.Leaf, conn)
+	}
 	dial, err := cp.dialOptions(sh.certs.gateway)
 	if err != nil {
 		return err
@@ -355,6 +363,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			WatchFanoutAddresses:     watchAddrs,
 			WatchFanoutStreamList:    streamList,
 			WatchFanoutGet:           get,
+			FlowControlInProcess:     flowControl,
 			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

@@ -84,6 +84,12 @@ type Config struct {
 	// --advertise-address says (the leader takes the calls, the others
 	// name it); empty: no flow control.
 	FlowControlAddress string
+	// FlowControlInProcess, when set, makes the client of the first of
+	// FlowControlAddress's replicas, given its connection: the
+	// all-in-one's flow-control service, whose App.ClientInProcess
+	// decides Acquire and ReleaseGrants in this process, unary, instead of
+	// on a Decide stream over the connection.
+	FlowControlInProcess func(grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient
 	// FlowControlFallbackLimit is the server concurrency limit (seats) of
 	// the gateway's own limiter, used with the fleet's FlowSchemas and
 	// PriorityLevelConfigurations while the flow-control service does not
@@ -477,12 +483,17 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 	if addrs := storeclient.Endpoints(a.cfg.FlowControlAddress); len(addrs) > 0 {
 		var replicas []flowcontrolclient.Replica
 		var conns []*grpc.ClientConn
-		for _, addr := range addrs {
+		for i, addr := range addrs {
 			conn, err := a.dial(addr)
 			if err != nil {
 				return svc, err
 			}
 			conns = append(conns, conn)
+			if i == 0 && a.cfg.FlowControlInProcess != nil {
+				// No Conn: its calls are unary, and run in process.
+				replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: a.cfg.FlowControlInProcess(conn)})
+				continue
+			}
 			replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn), Conn: conn})
 		}
 		svc.flowControl = flowcontrolclient.NewReplicas(replicas, a.cfg.GatewayID, a.cfg.Logger)
