@@ -39,8 +39,12 @@ func Unary[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grp
 // serverContext is the context a server's handler of method sees for a
 // call from the holder of cert made with ctx (see ServerStream).
 func serverContext(ctx context.Context, cert *x509.Certificate, method string) context.Context {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	// FromOutgoingContext returns a copy: the handler's incoming
+	// metadata is its own, as a server's is.
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		md = metadata.MD{}
+	}
 	if telemetry.Traced(ctx) {
 		// What a gRPC client's tracing sends: the server's span joins
 		// the caller's trace.
