@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -51,12 +52,95 @@ type pod struct {
 // With upgradeTo (a second image tag), both give way to upgradeRoll:
 // `helm upgrade` to that tag and back, under the workload.
 func runChartOnDocker(t *testing.T, version, upgradeTo string) {
+	c := playChart(t, renderTopology(t, version))
+	if len(c.gateways) != 2 {
+		t.Fatalf("the chart runs %d apigateway containers, want 2", len(c.gateways))
+	}
+	for i := range c.gateways {
+		awaitHealthy(t, func(args ...string) (string, error) { return c.kubectlAt(i, args...) })
+	}
+	kubectl := func(args ...string) (string, error) { return c.kubectlAt(0, args...) }
+	for _, args := range [][]string{
+		{"create", "namespace", "demo"},
+		{"-n", "demo", "create", "configmap", "one", "--from-literal=k=v"},
+	} {
+		if out, err := kubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
+		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
+	}
+	cli, ops := operate(t, version, c.network, c.addHosts, c.secrets["meridian-internal-ca"], c.hosts)
+	awaitMembers(t, cli, map[string]bool{"meridian-store-0": true, "meridian-store-1": true, "meridian-store-2": true, "meridian-store-nv-0": false})
+	saveSnapshot(t, cli, ops)
+	if *topologyKeep != "" {
+		keepTopology(t, c.kubeconfig, []string{c.server(0), c.server(1)})
+		return
+	}
+	var clients, watchClients []kubernetes.Interface
+	for i := range c.gateways {
+		clients = append(clients, clientFor(t, c.base, c.server(i), 10*time.Second, 0))
+		watchClients = append(watchClients, clientFor(t, c.base, c.server(i), 0, 0))
+	}
+	admitInChart(t, kubectl, clients)
+	if n := *tierCPURequests; n > 0 {
+		measureTierCPU(t, n, c.network, storeLeader(t, cli), clientFor(t, c.base, c.server(0), 10*time.Second, float32(*tierCPURate)))
+	}
+	if upgradeTo != "" {
+		upgradeRoll(t, c.run, c.pods, version, upgradeTo, cli, clients, watchClients)
+		return
+	}
+	faults(t, c.network, cli, c.kubectlAt, clients, watchClients)
+	restoreOnDocker(t, c.run, c.pods, version, ops, cli, clients)
+}
+
+// chartOnDocker is a rendered chart's pods running on a Docker network
+// (playChart).
+type chartOnDocker struct {
+	network  string
+	run      *podRunner
+	pods     []*pod
+	secrets  map[string]*corev1.Secret
+	hosts    map[string]string // DNS name -> pod address
+	addHosts []string          // hosts as docker run --add-host flags
+	// gateways are the apigateway containers, gatewayPods their pods,
+	// in the order of the manifests.
+	gateways    []string
+	gatewayPods []*pod
+	kubeconfig  string // the admin kubeconfig the chart rendered
+	base        *rest.Config
+}
+
+// server is gateway i's published API (a refused address while it is
+// not running, so that clients retry).
+func (c *chartOnDocker) server(i int) string {
+	port, err := exec.Command("docker", "port", c.gateways[i], "6443/tcp").Output()
+	if err != nil {
+		return "https://127.0.0.1:1"
+	}
+	return "https://" + strings.Split(strings.TrimSpace(string(port)), "\n")[0]
+}
+
+// kubectlAt runs kubectl as the admin against gateway i.
+func (c *chartOnDocker) kubectlAt(i int, args ...string) (string, error) {
+	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", c.kubeconfig, "--server", c.server(i)}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// playChart runs the pods of the rendered manifests objs on a new Docker
+// network the way a kubelet would (see runChartOnDocker): pod and
+// Service DNS names as /etc/hosts entries, every StatefulSet's pods
+// first in the manifests' order. The network and containers are removed
+// when t ends (kept with -topology-keep unless t failed).
+func playChart(t *testing.T, objs []object) *chartOnDocker {
 	const ns = "mrd"
-	objs := renderTopology(t, version)
 	b := make([]byte, 1)
 	rand.Read(b)
 	subnet := fmt.Sprintf("172.31.%d", 100+int(b[0])%100)
-	network := "meridian-chart-test-" + strings.TrimPrefix(version, "test-")
+	b = make([]byte, 3)
+	rand.Read(b)
+	network := fmt.Sprintf("meridian-chart-test-%x", b)
 	docker := func(args ...string) (string, error) {
 		out, err := exec.Command("docker", args...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
@@ -72,113 +156,62 @@ func runChartOnDocker(t *testing.T, version, upgradeTo string) {
 	})
 
 	// The pods, their addresses and names.
-	secrets, services, pods := chartPods(objs)
-	hosts := map[string]string{}
-	for i, p := range pods {
+	c := &chartOnDocker{network: network, hosts: map[string]string{}}
+	var services []*corev1.Service
+	c.secrets, services, c.pods = chartPods(objs)
+	for i, p := range c.pods {
 		p.ip = fmt.Sprintf("%s.%d", subnet, 10+i)
 		for _, s := range services {
 			if s.Spec.Selector == nil || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(p.labels)) {
 				continue
 			}
 			if s.Spec.ClusterIP == corev1.ClusterIPNone {
-				hosts[fmt.Sprintf("%s.%s.%s.svc.cluster.local", p.name, s.Name, ns)] = p.ip
+				c.hosts[fmt.Sprintf("%s.%s.%s.svc.cluster.local", p.name, s.Name, ns)] = p.ip
 			} else {
-				hosts[fmt.Sprintf("%s.%s.svc.cluster.local", s.Name, ns)] = p.ip
+				c.hosts[fmt.Sprintf("%s.%s.svc.cluster.local", s.Name, ns)] = p.ip
 			}
 		}
 	}
-	var addHosts []string
-	for h, ip := range hosts {
-		addHosts = append(addHosts, "--add-host", h+":"+ip)
+	for h, ip := range c.hosts {
+		c.addHosts = append(c.addHosts, "--add-host", h+":"+ip)
 	}
 
-	// Start the pods in the chart's order: store, then the rest.
-	run := &podRunner{t: t, network: network, addHosts: addHosts, secrets: secrets,
+	c.run = &podRunner{t: t, network: network, addHosts: c.addHosts, secrets: c.secrets,
 		volumes: map[string]map[string]string{}, hostPorts: map[string]int{}}
 	t.Cleanup(func() {
 		if *topologyKeep != "" && !t.Failed() {
 			return
 		}
-		for _, c := range run.containers {
+		for _, name := range c.run.containers {
 			if t.Failed() {
-				logs, _ := docker("logs", "--tail", "15", c)
-				t.Logf("%s:\n%s", c, logs)
+				logs, _ := docker("logs", "--tail", "15", name)
+				t.Logf("%s:\n%s", name, logs)
 			}
-			docker("rm", "-f", c)
+			docker("rm", "-f", name)
 		}
 	})
-	var gateways []string
-	for _, p := range pods {
-		run.start(p)
-		for _, c := range p.spec.Containers {
-			if c.Name == "apigateway" {
-				gateways = append(gateways, run.containerName(p, c))
+	for _, p := range c.pods {
+		c.run.start(p)
+		for _, ct := range p.spec.Containers {
+			if ct.Name == "apigateway" {
+				c.gateways = append(c.gateways, c.run.containerName(p, ct))
+				c.gatewayPods = append(c.gatewayPods, p)
 			}
 		}
 	}
-	if len(gateways) != 2 {
-		t.Fatalf("the chart runs %d apigateway containers, want 2", len(gateways))
-	}
-	// server is gateway i's published API.
-	server := func(i int) string {
-		port, err := docker("port", gateways[i], "6443/tcp")
-		if err != nil {
-			return "https://127.0.0.1:1" // not running: refused, and retried
-		}
-		return "https://" + strings.Split(port, "\n")[0]
-	}
-	kubeconfig := filepath.Join(scratchDir(t, "kubeconfig"), "admin.kubeconfig")
-	ks := secrets["meridian-admin-kubeconfig"]
+	c.kubeconfig = filepath.Join(scratchDir(t, "kubeconfig"), "admin.kubeconfig")
+	ks := c.secrets["meridian-admin-kubeconfig"]
 	if ks == nil {
 		t.Fatal("no Secret meridian-admin-kubeconfig rendered")
 	}
-	if err := os.WriteFile(kubeconfig, []byte(ks.StringData["kubeconfig"]), 0o600); err != nil {
+	if err := os.WriteFile(c.kubeconfig, []byte(ks.StringData["kubeconfig"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// kubectlAt runs kubectl against gateway i.
-	kubectlAt := func(i int, args ...string) (string, error) {
-		out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig, "--server", server(i)}, args...)...).CombinedOutput()
-		return string(out), err
-	}
-	kubectl := func(args ...string) (string, error) { return kubectlAt(0, args...) }
-	for i := range gateways {
-		awaitHealthy(t, func(args ...string) (string, error) { return kubectlAt(i, args...) })
-	}
-	for _, args := range [][]string{
-		{"create", "namespace", "demo"},
-		{"-n", "demo", "create", "configmap", "one", "--from-literal=k=v"},
-	} {
-		if out, err := kubectl(args...); err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-	}
-	if out, err := kubectl("-n", "demo", "get", "configmap", "one", "-o", "jsonpath={.data.k}"); err != nil || out != "v" {
-		t.Errorf("kubectl get configmap one: %v: %q, want v", err, out)
-	}
-	cli, ops := operate(t, version, network, addHosts, secrets["meridian-internal-ca"], hosts)
-	if *topologyKeep != "" {
-		keepTopology(t, kubeconfig, []string{server(0), server(1)})
-		return
-	}
-	base, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
+	var err error
+	if c.base, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	var clients, watchClients []kubernetes.Interface
-	for i := range gateways {
-		clients = append(clients, clientFor(t, base, server(i), 10*time.Second, 0))
-		watchClients = append(watchClients, clientFor(t, base, server(i), 0, 0))
-	}
-	admitInChart(t, kubectl, clients)
-	if n := *tierCPURequests; n > 0 {
-		measureTierCPU(t, n, network, storeLeader(t, cli), clientFor(t, base, server(0), 10*time.Second, float32(*tierCPURate)))
-	}
-	if upgradeTo != "" {
-		upgradeRoll(t, run, pods, version, upgradeTo, cli, clients, watchClients)
-		return
-	}
-	faults(t, network, cli, kubectlAt, clients, watchClients)
-	restoreOnDocker(t, run, pods, version, ops, cli, clients)
+	return c
 }
 
 // renderTopology renders the chart as runChartOnDocker runs it, with the
@@ -347,11 +380,10 @@ func awaitHealthy(t *testing.T, kubectl func(args ...string) (string, error)) {
 }
 
 // operate issues an operator certificate from the internal CA's Secret
-// (meridian pki issue, in the all-in-one image) and runs the store CLI
-// (in the store image) on the network: member list must show the 3
-// voters and the joined non-voter, and snapshot save must write a backup.
-// It returns the CLI and the operator's directory, mounted at /ops in
-// the CLI's container (where it saves backups).
+// (meridian pki issue, in the all-in-one image) and returns the store CLI
+// (in the store image) on the network, reaching every store member, and
+// the operator's directory, mounted at /ops in the CLI's container
+// (where it saves backups).
 func operate(t *testing.T, version, network string, addHosts []string, ca *corev1.Secret, hosts map[string]string) (cli func(args ...string) (string, error), ops string) {
 	t.Helper()
 	if ca == nil {
@@ -390,16 +422,23 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 		return docker(append(run, "--endpoints="+strings.Join(endpoints, ","),
 			"--cert=/ops/pki/operator.crt", "--key=/ops/pki/operator.key", "--cacert=/ops/pki/internal-ca.crt")...)
 	}
+	return cli, ops
+}
+
+// awaitMembers waits until the store CLI's member list shows exactly the
+// members of want (id -> voter), with their suffrage.
+func awaitMembers(t *testing.T, cli func(args ...string) (string, error), want map[string]bool) {
+	t.Helper()
 	var list string
 	var err error
 	deadline := time.Now().Add(time.Minute)
 	for {
 		list, err = cli("member", "list")
-		if err == nil && strings.Count(list, "\n") == 4 {
+		if err == nil && strings.Count(list, "\n") == len(want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("store member list never showed 4 members: %v\n%s", err, list)
+			t.Fatalf("store member list never showed %d members: %v\n%s", len(want), err, list)
 		}
 		time.Sleep(time.Second)
 	}
@@ -410,18 +449,23 @@ func operate(t *testing.T, version, network string, addHosts []string, ca *corev
 			rows[f[0]] = f[3]
 		}
 	}
-	for id, voter := range map[string]string{"meridian-store-0": "true", "meridian-store-1": "true", "meridian-store-2": "true", "meridian-store-nv-0": "false"} {
-		if rows[id] != voter {
-			t.Errorf("member %s: voter %q, want %s:\n%s", id, rows[id], voter, list)
+	for id, voter := range want {
+		if rows[id] != fmt.Sprint(voter) {
+			t.Errorf("member %s: voter %q, want %v:\n%s", id, rows[id], voter, list)
 		}
 	}
+}
+
+// saveSnapshot saves a store snapshot with the CLI into ops/backup.snap
+// and checks that the file is not empty.
+func saveSnapshot(t *testing.T, cli func(args ...string) (string, error), ops string) {
+	t.Helper()
 	if out, err := cli("snapshot", "save", "/ops/backup.snap"); err != nil {
 		t.Fatalf("store snapshot save: %v: %s", err, out)
 	}
 	if st, err := os.Stat(filepath.Join(ops, "backup.snap")); err != nil || st.Size() == 0 {
 		t.Errorf("snapshot file: %v", err)
 	}
-	return cli, ops
 }
 
 // podVolumes makes the host directory of each of p's volumes: Secrets'

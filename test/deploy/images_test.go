@@ -18,7 +18,8 @@ import (
 // read-only root and a volume for its data directory: kubectl reaches its
 // HTTPS API with the kubeconfig it wrote, and /version reports the
 // version stamped in; then runs the chart's pods on Docker
-// (runChartOnDocker). Skipped when no Docker engine answers.
+// (runChartOnDocker), and with -chart-regions the multi-region examples'
+// (runRegionsOnDocker). Skipped when no Docker engine answers.
 func TestImages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds six images and starts a container: not in -short")
@@ -118,6 +119,14 @@ func TestImages(t *testing.T) {
 	t.Run("chart-on-docker", func(t *testing.T) {
 		runChartOnDocker(t, version, upgradeTo)
 	})
+	for _, file := range regionExamples {
+		t.Run("regions-on-docker/"+strings.TrimSuffix(file, ".yaml"), func(t *testing.T) {
+			if !*chartRegionsFlag {
+				t.Skip("runs with -chart-regions (about 25 containers per example)")
+			}
+			runRegionsOnDocker(t, version, file)
+		})
+	}
 }
 
 // runAllInOne starts the all-in-one image with a read-only root and a

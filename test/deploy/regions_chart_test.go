@@ -43,7 +43,7 @@ func TestChartRegions(t *testing.T) {
 		regionKey = "topology.kubernetes.io/region"
 		domain    = ".mrd.svc.cluster.local"
 	)
-	for _, file := range []string{"multi-region-2-2-1.yaml", "voters-one-region-nonvoters.yaml"} {
+	for _, file := range regionExamples {
 		t.Run(file, func(t *testing.T) {
 			path := filepath.Join(chartDir, "examples", file)
 			raw, err := os.ReadFile(path)

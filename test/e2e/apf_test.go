@@ -312,3 +312,79 @@ func rowMatches(dump, first string, col int, want string) bool {
 	}
 	return false
 }
+
+// healthForStrangers is the spec's example: every request of
+// system:unauthenticated for the health endpoints is exempt.
+const healthForStrangers = `apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: health-for-strangers
+spec:
+  matchingPrecedence: 1000
+  priorityLevelConfiguration:
+    name: exempt
+  rules:
+    - nonResourceRules:
+      - nonResourceURLs:
+          - "/healthz"
+          - "/livez"
+          - "/readyz"
+        verbs:
+          - "*"
+      subjects:
+        - kind: Group
+          group:
+            name: "system:unauthenticated"
+`
+
+// TestHealthForStrangers: the spec's health-for-strangers FlowSchema,
+// applied with kubectl once the suggested probes schema is taken over
+// (autoupdate-spec false) and moved after it (precedence 2000),
+// classifies anonymous GETs of /healthz, /livez and /readyz: they are
+// served (200) with the X-Kubernetes-PF-* headers of that schema and of
+// the exempt level. Before, the same probes carry the probes schema's.
+func TestHealthForStrangers(t *testing.T) {
+	requireKubectl(t)
+	cp := start(t, "")
+	anonymous := cp.anonymousHTTP()
+	uid := func(kind, name string) string {
+		return cp.kubectl("get", kind, name, "-o", "jsonpath={.metadata.uid}")
+	}
+	exemptLevel := uid("prioritylevelconfiguration", "exempt")
+	// classifiedBy GETs path without credentials until the answer names
+	// the flow schema of UID schema (the gateway applies a change
+	// within a second or so), for at most 15s; it must be a 200 of the
+	// exempt level.
+	classifiedBy := func(path, name, schema string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			resp, err := anonymous.Get(cp.url(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got := resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"); got == schema || time.Now().After(deadline) {
+				if resp.StatusCode != 200 || got != schema || resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID") != exemptLevel {
+					t.Errorf("anonymous GET %s: %d %v, want 200 from %s (%s) at exempt (%s)", path, resp.StatusCode, resp.Header, name, schema, exemptLevel)
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	classifiedBy("/healthz", "probes", uid("flowschema", "probes"))
+
+	cp.kubectl("annotate", "flowschema", "probes", "apf.kubernetes.io/autoupdate-spec=false", "--overwrite")
+	cp.kubectl("patch", "flowschema", "probes", "--type=merge", "-p", `{"spec":{"matchingPrecedence":2000}}`)
+	cp.kubectl("apply", "-f", manifest(t, "health-for-strangers.yaml", healthForStrangers))
+	strangers := uid("flowschema", "health-for-strangers")
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		classifiedBy(path, "health-for-strangers", strangers)
+	}
+	// The probes schema keeps what it was given: the servers do not own it.
+	if got := cp.kubectl("get", "flowschema", "probes", "-o", "jsonpath={.spec.matchingPrecedence}"); got != "2000" {
+		t.Errorf("probes' precedence %q, want 2000", got)
+	}
+}

@@ -46,6 +46,7 @@ type apfEnv struct {
 	http  *http.Client // alice's, without client-go's retries after a 429
 
 	storeAddr, fcAddr string
+	fc                *daemontest.Served
 	serving           tls.Certificate
 }
 
@@ -59,7 +60,8 @@ func newAPFEnv(t *testing.T, gateways int) *apfEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca"), storeAddr: storeAddr, fcAddr: daemontest.Serve(t, fc).Addr}
+	e := &apfEnv{t: t, ctx: ctx, ca: pkitest.NewCA(t, "test-ca"), storeAddr: storeAddr, fc: daemontest.Serve(t, fc)}
+	e.fcAddr = e.fc.Addr
 	e.serving = pkitest.IssueTLS(t, e.ca, pkitest.LoopbackServer("meridian-apiserver"))
 	for range gateways {
 		e.startGateway()
@@ -128,9 +130,12 @@ func (e *apfEnv) routeToReject(admin kubernetes.Interface, user, level string, s
 
 // startGateway starts one more gateway on the env's store and
 // flow-control service and returns its address (also appended to addrs).
-func (e *apfEnv) startGateway() string {
+func (e *apfEnv) startGateway() string { return e.startGatewayOn(e.fcAddr) }
+
+// startGatewayOn is startGateway with the flow-control service at fcAddr.
+func (e *apfEnv) startGatewayOn(fcAddr string) string {
 	gw, err := gateway.New(e.ctx, gateway.Config{
-		StoreAddress: e.storeAddr, FlowControlAddress: e.fcAddr, GatewayID: fmt.Sprintf("gw-%d", len(e.addrs)),
+		StoreAddress: e.storeAddr, FlowControlAddress: fcAddr, GatewayID: fmt.Sprintf("gw-%d", len(e.addrs)),
 		Registry:   registry.New(registry.Standard()...),
 		ServingTLS: pki.ServerTLS(e.serving, nil, tls.NoClientCert), ClientCAs: e.ca.Pool(), Logger: slog.New(slog.DiscardHandler),
 	})
@@ -337,4 +342,119 @@ func TestWideListTakesManySeats(t *testing.T) {
 	}
 	release()
 	polltest.Until(t, 10*time.Second, "bob's LIST served once the seat is free", func() bool { return get(all).StatusCode == http.StatusOK })
+}
+
+// get GETs path through the gateway at addr with client c.
+func (e *apfEnv) get(c *http.Client, addr, path string) *http.Response {
+	e.t.Helper()
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, "https://"+addr+path, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestNonResourceRequestsFlowControlled: alice's FlowSchema, given a
+// nonResourceRule for GET /version, sends it to her one-seat Reject
+// level: while a create of hers holds the seat, her GET /version is a
+// 429 with Retry-After and the schema's UID, while her probes, exempt
+// by the suggested probes schema, are served. With the flow-control
+// service stopped, the probes and /version are still served, by the
+// gateway's own classification and limiter.
+func TestNonResourceRequestsFlowControlled(t *testing.T) {
+	e := newAPFEnv(t, 1)
+	addr := e.addrs[0]
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + addr, TLSClientConfig: e.admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "alice", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Spec.Rules[0].NonResourceRules = []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"/version"}}}
+	if _, err := admin.FlowcontrolV1().FlowSchemas().Update(e.ctx, fs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probes, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "probes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 15*time.Second, "alice's /version classified by her FlowSchema", func() bool {
+		resp := e.get(e.http, addr, "/version")
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(fs.UID)
+	})
+
+	release := e.hold(addr)
+	polltest.Until(t, 10*time.Second, "alice's /version rejected while her seat is held", func() bool {
+		return e.get(e.http, addr, "/version").StatusCode == http.StatusTooManyRequests
+	})
+	if resp := e.get(e.http, addr, "/version"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+		resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(fs.UID) {
+		t.Errorf("alice's /version with her seat held: %d %v, want 429 with Retry-After from her FlowSchema", resp.StatusCode, resp.Header)
+	}
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		if resp := e.get(e.http, addr, path); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(probes.UID) {
+			t.Errorf("alice's %s with her seat held: %d %v, want 200 from probes", path, resp.StatusCode, resp.Header)
+		}
+	}
+	release()
+	polltest.Until(t, 10*time.Second, "alice's /version served once the seat is free", func() bool {
+		return e.get(e.http, addr, "/version").StatusCode == http.StatusOK
+	})
+
+	e.fc.CloseWithin(t, 10*time.Second)
+	for _, path := range []string{"/healthz", "/livez", "/readyz", "/version"} {
+		if resp := e.get(e.http, addr, path); resp.StatusCode != http.StatusOK {
+			t.Errorf("alice's %s with the flow-control service stopped: %d, want 200", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestProbesDoNotWaitForFlowControl: a gateway whose flow-control
+// service accepts connections and never answers serves probes at once,
+// exempt by the stored probes schema, which it classifies itself; a
+// call to that service would wait for gRPC's connect timeout (20s),
+// beyond the client's 10s.
+func TestProbesDoNotWaitForFlowControl(t *testing.T) {
+	e := newAPFEnv(t, 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	addr := e.startGatewayOn(lis.Addr().String())
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + e.addrs[0], TLSClientConfig: e.admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "probes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: e.alice, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 15*time.Second, "alice's /livez classified by the stored probes schema", func() bool {
+		resp := e.get(c, addr, "/livez")
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(probes.UID)
+	})
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		if resp := e.get(c, addr, path); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") != string(probes.UID) {
+			t.Errorf("alice's %s: %d %v, want 200 from probes", path, resp.StatusCode, resp.Header)
+		}
+	}
 }

@@ -259,3 +259,29 @@ func TestHealthForStrangers(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyNamesSchemaAndLevel: Classify answers what Acquire would,
+// for an exempt and a limited level, with their UIDs, and takes no seat.
+func TestClassifyNamesSchemaAndLevel(t *testing.T) {
+	c := newController(t, Config{})
+	probe := Digest{User: UserAnonymous, Groups: []string{GroupUnauthenticated}, Verb: "get", Path: "/livez"}
+	got := c.Classify(&probe)
+	want := Classification{FlowSchema: "probes", FlowSchemaUID: ObjectUID("flowschemas", "probes"),
+		PriorityLevel: "exempt", PriorityLevelUID: ObjectUID("prioritylevelconfigurations", "exempt"), Exempt: true}
+	if got != want {
+		t.Errorf("probe: %+v, want %+v", got, want)
+	}
+	version := Digest{User: "bob", Groups: []string{GroupAuthenticated}, Verb: "get", Path: "/version"}
+	got = c.Classify(&version)
+	g, err := c.Acquire(t.Context(), "gw", version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release(t.Context(), g.ID)
+	if got.Exempt || got.FlowSchema != "global-default" || got.FlowSchemaUID != g.FlowSchemaUID || got.PriorityLevelUID != g.PriorityLevelUID {
+		t.Errorf("/version: %+v, Acquire granted %+v", got, g)
+	}
+	if s, _ := c.LevelStats("global-default"); s.SeatsInUse != 1 {
+		t.Errorf("global-default seats in use %d, want 1: Acquire's only", s.SeatsInUse)
+	}
+}

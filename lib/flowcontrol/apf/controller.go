@@ -328,6 +328,29 @@ func (s *state) classify(d *Digest) *schema {
 // classify classifies d by the current configuration.
 func (c *Controller) classify(d *Digest) *schema { return c.cur.Load().classify(d) }
 
+// Classification is the flow schema and priority level a request is
+// classified into.
+type Classification struct {
+	FlowSchema, FlowSchemaUID       string
+	PriorityLevel, PriorityLevelUID string
+	// Exempt: the level is exempt, Acquire would grant the request at
+	// once and hold nothing.
+	Exempt bool
+}
+
+// Classify classifies d by the configuration served now, as Acquire
+// would, without queuing it, taking seats or counting a gateway's
+// heartbeat: a gateway that follows the configuration through its own
+// Controller decides exempt requests with it (flowcontrolclient).
+func (c *Controller) Classify(d *Digest) Classification {
+	s := c.classify(d)
+	return Classification{
+		FlowSchema: s.Name, FlowSchemaUID: s.uid,
+		PriorityLevel: s.level.cfg.Name, PriorityLevelUID: s.level.uid,
+		Exempt: s.level.cfg.Exempt,
+	}
+}
+
 // Acquire classifies d and blocks until its request is dispatched from its
 // queue, then returns the grant, held for gatewayID until Release or until
 // that gateway's lease expires. An exempt grant holds nothing and has no

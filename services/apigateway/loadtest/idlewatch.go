@@ -61,6 +61,7 @@ func idleWatches(tlsConf *tls.Config, api string, watches, conns, pid int, pprof
 
 	g0 := goroutines(pprof)
 	rss0 := settledRSS(pid, pprof)
+	ms0 := memStats(pprof)
 	clients := make([]*http.Client, conns)
 	for i := range clients {
 		clients[i] = &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf}}
@@ -111,6 +112,7 @@ func idleWatches(tlsConf *tls.Config, api string, watches, conns, pid int, pprof
 	}
 	openedIn := time.Since(t0)
 	rss1 := settledRSS(pid, pprof)
+	ms1 := memStats(pprof)
 	g1 := goroutines(pprof)
 	if pprof != "" {
 		if err := saveHeapProfile(pprof, "idle-watches.heap.pprof"); err != nil {
@@ -122,7 +124,38 @@ func idleWatches(tlsConf *tls.Config, api string, watches, conns, pid int, pprof
 	if g0 > 0 && g1 > 0 {
 		fmt.Printf("  server goroutines %d → %d: %.2f per watch\n", g0, g1, float64(g1-g0)/float64(watches))
 	}
+	if ms0 != nil && ms1 != nil {
+		per := func(k string) float64 { return float64(ms1[k]-ms0[k]) / 1024 / float64(watches) }
+		fmt.Printf("  per watch (KiB): heap live %.2f, heap in use %.2f, stacks %.2f, spans+GC+other %.2f\n",
+			per("HeapAlloc"), per("HeapInuse"), per("Stack"), per("MSpan")+per("GCSys")+per("OtherSys")+per("BuckHashSys"))
+	}
 	return nil
+}
+
+// memStats returns the server's runtime.MemStats fields, as its heap
+// profile's debug form lists them ("# Name = value"; for Stack and MSpan
+// "# Name = inuse / sys", of which the in-use figure is kept), or nil
+// without pprof.
+func memStats(pprof string) map[string]int64 {
+	if pprof == "" {
+		return nil
+	}
+	resp, err := http.Get(pprof + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	m := map[string]int64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var name string
+		var v int64
+		if _, err := fmt.Sscanf(sc.Text(), "# %s = %d", &name, &v); err == nil {
+			m[name] = v
+		}
+	}
+	return m
 }
 
 // settledRSS returns the RSS of process pid once it has settled (see

@@ -14,7 +14,9 @@
 // side (see grpcCPU); with --rest-cpu, the server CPU time per REST GET
 // and create of gateways run side by side, say with and without RBAC, or
 // one gateway called with a static and with a service account token
-// (--rest-cpu-sa; see restCPU); with --watch-latency, watch delivery
+// (--rest-cpu-sa; see restCPU); with --path-cpu, the server CPU time per
+// GET of non-resource paths, health and discovery (runPathCPU); with
+// --watch-latency, watch delivery
 // latency and CPU per delivered event (watchLatency); with --idle-watches,
 // the server's RSS per idle watch (idleWatches); with --list-cpu, the
 // server CPU per LIST of --objects ConfigMaps, whole, chunked and at
@@ -80,6 +82,8 @@ func main() {
 		cpuOp    = flag.String("grpc-cpu-op", "configmap-get", "with --grpc-cpu: the operations measured, comma-separated: configmap-get, secret-get, secret-create (1 KiB objects)")
 		restCPU  = flag.String("rest-cpu", "", "measure only the server CPU per REST GET and create, as --token's user, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
 		user     = flag.String("token-user", "loadtest", "with --rest-cpu: the user of --token, whom a Role lets get and create config maps")
+		pathCPU  = flag.String("path-cpu", "", "measure only the server CPU per GET of --paths (non-resource requests), as --token's user or, without --token, anonymous, of these meridians, name=api-addr@pid,... (sharing --data-dir's certificates)")
+		paths    = flag.String("paths", "/healthz,/livez,/readyz,/apis,/apis/apps/v1,/version", "with --path-cpu: the paths, comma-separated")
 		restSA   = flag.String("rest-cpu-sa", "", "with --rest-cpu: comma-separated names of targets called with a service account token (requested for loadtest-rbac/loadtest) instead of --token")
 		bindings = flag.String("rbac-bindings", "1000,100", "with --rest-cpu: RoleBindings and ClusterRoleBindings of other subjects to create first")
 		watchLat = flag.Int("watch-latency", 0, "measure only watch delivery: this many JSON watches of one namespace (over --watch-conns HTTP/2 connections) while ConfigMaps are created there at --watch-rate per second for --duration")
@@ -120,6 +124,8 @@ func main() {
 		err = runCRDCPU(*dataDir, *crdCPU, *objects, *duration, *levels, *rounds, strings.Split(*crdOps, ","))
 	} else if *restCPU != "" {
 		err = runRESTCPU(*dataDir, *token, *user, *restCPU, *restSA, *bindings, *duration, *levels, *rounds, restOps(*only))
+	} else if *pathCPU != "" {
+		err = runPathCPU(*dataDir, *token, *pathCPU, *paths, *duration, *levels, *rounds)
 	} else if *grpcCPU != "" {
 		err = runGRPCCPU(*dataDir, *token, *grpcCPU, *cpuOp, *duration, *levels, *rounds)
 	} else {

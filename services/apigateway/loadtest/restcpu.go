@@ -85,44 +85,59 @@ func restCPU(tlsConf *tls.Config, token, user, spec string, saTargets map[string
 			}
 		},
 	}
+	return compareCPU(targets, measured, func(t *cpuTarget, op string) func() (int, error) {
+		return ops[op](callers[t.name], "https://"+t.addr)
+	}, d, cc, rounds)
+}
+
+// compareCPU measures the server CPU time per operation of each of
+// measured on each target: a warm-up second each, then rounds of slices
+// of d per operation and target, the targets' order alternating from
+// round to round. op returns the function that runs one operation on a
+// target. The CPU is the whole server process's (/proc, processCPU).
+func compareCPU(targets []*cpuTarget, measured []string, op func(t *cpuTarget, op string) func() (int, error), d time.Duration, cc, rounds int) error {
 	for _, t := range targets {
-		for _, op := range measured {
-			if r := measure(time.Second, cc, ops[op](callers[t.name], "https://"+t.addr)); r.err != nil {
-				return fmt.Errorf("%s: %s: %w", t.name, op, r.err)
+		for _, name := range measured {
+			if r := measure(time.Second, cc, op(t, name)); r.err != nil {
+				return fmt.Errorf("%s: %s: %w", t.name, name, r.err)
 			}
 		}
 	}
-	fmt.Printf("%-10s %-7s %6s %6s %10s %10s %14s\n", "gateway", "op", "round", "conc", "ops/s", "p50", "CPU µs/op")
+	width := 7
+	for _, name := range measured {
+		width = max(width, len(name))
+	}
+	fmt.Printf("%-10s %-*s %6s %6s %10s %10s %14s\n", "gateway", width, "op", "round", "conc", "ops/s", "p50", "CPU µs/op")
 	perOp := map[string][]float64{}
 	for round := range rounds {
 		order := slices.Clone(targets)
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
-		for _, op := range measured {
+		for _, name := range measured {
 			for _, t := range order {
 				before, err := processCPU(t.pid)
 				if err != nil {
 					return err
 				}
-				r := measure(d, cc, ops[op](callers[t.name], "https://"+t.addr))
+				r := measure(d, cc, op(t, name))
 				after, err := processCPU(t.pid)
 				if err != nil {
 					return err
 				}
 				if r.err != nil {
-					return fmt.Errorf("%s: %s: %w", t.name, op, r.err)
+					return fmt.Errorf("%s: %s: %w", t.name, name, r.err)
 				}
 				us := float64((after - before).Microseconds()) / float64(r.ops)
-				perOp[t.name+" "+op] = append(perOp[t.name+" "+op], us)
-				fmt.Printf("%-10s %-7s %6d %6d %10.0f %10s %14.0f\n", t.name, op, round, cc, float64(r.ops)/r.took.Seconds(), r.p50().Round(time.Microsecond), us)
+				perOp[t.name+" "+name] = append(perOp[t.name+" "+name], us)
+				fmt.Printf("%-10s %-*s %6d %6d %10.0f %10s %14.0f\n", t.name, width, name, round, cc, float64(r.ops)/r.took.Seconds(), r.p50().Round(time.Microsecond), us)
 			}
 		}
 	}
-	for _, op := range measured {
+	for _, name := range measured {
 		for _, t := range targets {
-			v := slices.Sorted(slices.Values(perOp[t.name+" "+op]))
-			fmt.Printf("%-10s median CPU per %s %.0f µs (rounds: min %.0f, max %.0f), concurrency %d\n", t.name, op, v[len(v)/2], v[0], v[len(v)-1], cc)
+			v := slices.Sorted(slices.Values(perOp[t.name+" "+name]))
+			fmt.Printf("%-10s median CPU per %s %.0f µs (rounds: min %.0f, max %.0f), concurrency %d\n", t.name, name, v[len(v)/2], v[0], v[len(v)-1], cc)
 		}
 	}
 	return nil

@@ -88,3 +88,79 @@ func TestFallbackLimits(t *testing.T) {
 		}
 	}
 }
+
+// hungService counts Acquires and answers none until the call's context
+// ends: a service that accepts calls and never decides.
+type hungService struct {
+	flowcontrolv1.FlowControlServiceClient
+	calls chan *flowcontrolv1.RequestDigest
+}
+
+func (s hungService) Acquire(ctx context.Context, req *flowcontrolv1.AcquireRequest, _ ...grpc.CallOption) (*flowcontrolv1.AcquireResponse, error) {
+	s.calls <- req.GetDigest()
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestProbesExemptLocally: a probe that the local configuration sends to
+// the exempt level is granted without asking the service, which here
+// never answers, with the UIDs of the schema and level that exempt it;
+// a non-resource request of a limited level (/version, a probe by POST,
+// a probe once probes names a limited level) asks the service.
+func TestProbesExemptLocally(t *testing.T) {
+	local, err := apf.New(apf.Config{ServerConcurrencyLimit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if err := local.Configure(apfbootstrap.FlowSchemas(), apfbootstrap.PriorityLevels()); err != nil {
+		t.Fatal(err)
+	}
+	svc := hungService{calls: make(chan *flowcontrolv1.RequestDigest, 10)}
+	c := New(svc, "gw", nil)
+	c.SetFallback(local)
+	anonymous := identity.WithUser(t.Context(), identity.User{Name: "system:anonymous", Groups: []string{"system:unauthenticated"}})
+	get := func(verb, path string) *flowcontrolv1.RequestDigest {
+		return &flowcontrolv1.RequestDigest{Verb: verb, Path: path}
+	}
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		g, err := c.Acquire(anonymous, get("get", path))
+		if err != nil || g.FlowSchemaUID != apf.ObjectUID("flowschemas", "probes") || g.PriorityLevelUID != apf.ObjectUID("prioritylevelconfigurations", "exempt") {
+			t.Errorf("GET %s: %+v %v, want the exempt grant of probes", path, g, err)
+		}
+		g.Release()
+	}
+	if len(svc.calls) != 0 {
+		t.Fatalf("the service was asked %d times for probes", len(svc.calls))
+	}
+
+	asked := func(d *flowcontrolv1.RequestDigest, user context.Context) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(user)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = c.Acquire(ctx, d)
+		}()
+		got := <-svc.calls
+		cancel()
+		<-done
+		if got.GetPath() != d.GetPath() || got.GetVerb() != d.GetVerb() || got.GetIsResourceRequest() {
+			t.Errorf("the service was asked for %v, want %s %s", got, d.GetVerb(), d.GetPath())
+		}
+	}
+	asked(get("get", "/version"), anonymous)
+	asked(get("post", "/healthz"), anonymous)
+
+	// probes sends the probes to global-default: they ask the service.
+	schemas := apfbootstrap.FlowSchemas()
+	for _, fs := range schemas {
+		if fs.Name == "probes" {
+			fs.Spec.PriorityLevelConfiguration.Name = "global-default"
+		}
+	}
+	if err := local.Configure(schemas, apfbootstrap.PriorityLevels()); err != nil {
+		t.Fatal(err)
+	}
+	asked(get("get", "/readyz"), anonymous)
+}

@@ -14,6 +14,9 @@
 // client holds no list (stream not yet open, broken, or a service older
 // than WatchExemptions) every request asks the service; a change of the
 // service's configuration applies here once the new list has arrived.
+// Non-resource requests that the local limiter's configuration (the
+// stored objects, SetFallback) classifies into an exempt level make none
+// either (exemptLocally): health probes never wait for the service.
 //
 // Acquire and the releases go on one DecisionService.Decide stream per
 // replica (stream.go), many calls in flight at once, rather than one
@@ -262,7 +265,8 @@ func (c *Client) Dump(ctx context.Context) (*flowcontrolv1.DumpResponse, error) 
 // When the flow-control service cannot be reached the request takes seats
 // from the fallback limiter (SetFallback), or without one is served anyway
 // (and logged): losing the flow-control service must not take the API
-// down.
+// down. A non-resource request that the local limiter classifies into an
+// exempt level is granted without asking the service (exemptLocally).
 func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDigest) (Grant, error) {
 	nop := Grant{Release: func() {}}
 	if c == nil {
@@ -274,6 +278,9 @@ func (c *Client) Acquire(ctx context.Context, digest *flowcontrolv1.RequestDiges
 	}
 	if e := c.exemptionOf(digest.User, digest.Groups); e != nil {
 		return Grant{FlowSchemaUID: e.flowSchemaUID, PriorityLevelUID: e.priorityLevelUID, Release: nop.Release}, nil
+	}
+	if g, ok := c.exemptLocally(digest); ok {
+		return g, nil
 	}
 	if digest.EstimatedWidth == 0 {
 		digest.EstimatedWidth = 1

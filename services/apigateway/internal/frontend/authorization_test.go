@@ -37,7 +37,8 @@ func (f *countingFlowControl) Acquire(context.Context, *flowcontrolv1.AcquireReq
 // callers may read /healthz, /livez, /readyz and /version only), an
 // unserved resource included (403, not 404, to whoever may not know it
 // exists). A refused request reads none of its body and asks flow control
-// for no seat.
+// for no seat; an allowed one, resource or not, asks it (which refuses
+// them all here: 429).
 func TestAuthorization(t *testing.T) {
 	fc := &countingFlowControl{}
 	svc := &recordingService{}
@@ -69,10 +70,11 @@ func TestAuthorization(t *testing.T) {
 		{"GET", "/readyz/store", "good-token", 403, `forbidden: User "alice" cannot get path "/readyz/store"`},
 		{"GET", "/readyz/store", "", 403, `forbidden: User "system:anonymous" cannot get path "/readyz/store"`},
 		{"GET", "/api/v1/namespaces/demo/configmaps/app", "good-token", 429, ""},
-		{"GET", "/api", "good-token", 200, ""},
-		{"GET", "/readyz", "", 200, ""},
-		{"GET", "/version", "", 200, ""},
-		{"GET", "/readyz/store", "monitor-token", 200, ""},
+		// Allowed non-resource requests reach flow control too.
+		{"GET", "/api", "good-token", 429, ""},
+		{"GET", "/readyz", "", 429, ""},
+		{"GET", "/version", "", 429, ""},
+		{"GET", "/readyz/store", "monitor-token", 429, ""},
 		{"GET", "/apis/apps/v1/namespaces/demo/deployments", "admin-token", 404, ""},
 	} {
 		before := fc.acquires.Load()

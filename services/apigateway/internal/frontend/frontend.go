@@ -193,13 +193,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
-	labels := labels(r, info)
+	labels := labels(r, &info)
 	defer h.metrics.begin(labels.verb)()
 	ctx, rl := withRequestLog(r.Context(), h.cfg.Logger, h.requestLogLevel())
 	if rl != nil {
 		r = r.WithContext(ctx)
 	}
-	nameRequestSpan(r.Context(), labels.verb, info, id)
+	nameRequestSpan(r.Context(), labels.verb, &info, id)
 	var rt route
 	var ev *audit.Request
 	defer func() {
@@ -220,14 +220,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.logRequest(r.Context(), rl, id, labels.verb, info, rec.code(), time.Since(start))
 		}
 	}()
-	h.serve(rec, r, info, &rt, id, &ev)
+	h.serve(rec, r, &info, &rt, id, &ev)
 }
 
 // serve serves a request; it sets *rt to the route the request reached,
 // for the metrics, and *ev to the request's audit event when the audit
 // policy audits it (id is its Audit-Id). Nothing reads the request's body
 // before the caller is authenticated.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route, id string, ev **audit.Request) {
+//
+// A watch stays on this goroutine's stack for as long as it lasts, idle
+// most of the time, and collections shrink a goroutine's stack only while
+// it uses under a quarter of it. So the functions a watch waits under
+// keep small frames: authentication (admit) and the routes other than
+// resources (serveOther) run in functions of their own that have returned
+// before the watch starts, and serve itself holds little.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, rt *route, id string, ev **audit.Request) {
+	w, r, requestor, ok := h.admit(w, r, info, id, ev)
+	if !ok {
+		return
+	}
+	if h.serveOther(w, r, info, rt, &requestor) {
+		return
+	}
+	h.serveResource(w, r, info, rt)
+}
+
+// admit authenticates and authorizes a request, as serve's first step.
+// It returns the writer and request to go on with (audited, with the
+// caller's identity in the context) and the requestor, or ok false once
+// it has answered the request.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, id string, ev **audit.Request) (_ http.ResponseWriter, _ *http.Request, _ identity.User, ok bool) {
 	var received time.Time
 	if h.cfg.Auditor != nil {
 		received = time.Now()
@@ -242,12 +264,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 		h.authn.Observe(ok, err)
 		if h.cfg.Auditor != nil {
 			// As kube-apiserver audits a failed authentication: no user.
-			if *ev = h.beginAudit(r, info, identity.User{}, id, received); *ev != nil {
+			if *ev = h.beginAudit(r, *info, identity.User{}, id, received); *ev != nil {
 				w = &auditWriter{ResponseWriter: w, ev: *ev}
 			}
 		}
 		writeStatus(w, metav1.Status{Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"})
-		return
+		return nil, nil, identity.User{}, false
 	}
 	requestor := authn.Anonymous()
 	if ok {
@@ -256,7 +278,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	noteUser(r.Context(), requestor.Name)
 	if h.cfg.Auditor != nil {
-		if *ev = h.beginAudit(r, info, requestor, id, received); *ev != nil {
+		if *ev = h.beginAudit(r, *info, requestor, id, received); *ev != nil {
 			w = &auditWriter{ResponseWriter: w, ev: *ev}
 			r = r.WithContext(audit.WithRequest(r.Context(), *ev))
 		}
@@ -272,7 +294,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	}
 	if err != nil {
 		writeStatus(w, toStatus(err))
-		return
+		return nil, nil, identity.User{}, false
 	}
 	if impersonated {
 		requestor = as
@@ -283,10 +305,33 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 	// from here on, as with kube-apiserver.
 	ctx := identity.WithUser(fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent")), requestor)
 	r = r.WithContext(ctx)
-	if !h.authorize(w, r, info, requestor) {
-		return
+	if !h.authorize(w, r, *info, requestor) {
+		return nil, nil, identity.User{}, false
 	}
+	return w, r, requestor, true
+}
 
+// serveOther serves the requests that do not go to serveResource: health,
+// reviews, token requests, the issuer's discovery, /version, APF's debug
+// endpoints, /metrics, discovery and OpenAPI, and 404 for other
+// non-resource paths. It reports false for a request of a resource's,
+// which it leaves to serveResource.
+func (h *Handler) serveOther(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, rt *route, requestor *identity.User) bool {
+	if !info.IsResourceRequest {
+		// Non-resource requests (health, /version, /metrics, discovery,
+		// OpenAPI, the APF debug endpoints) are flow-controlled as
+		// kube-apiserver's: classified by nonResourceRules, 429 when
+		// their level rejects them. Probes of an exempt level are decided
+		// in this process (flowcontrolclient), never waiting for the
+		// flow-control service.
+		seated, release, err := h.acquire(w, r, *info)
+		if err != nil {
+			writeStatus(w, toStatus(err))
+			return true
+		}
+		defer release()
+		r = seated
+	}
 	path := r.URL.Path
 	for prefix, hh := range h.health {
 		if path == prefix || strings.HasPrefix(path, prefix+"/") {
@@ -294,38 +339,38 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 				*rt = pathRoute(prefix, "")
 			}
 			hh.ServeHTTP(w, r)
-			return
+			return true
 		}
 	}
 	switch {
-	case isAccessReview(info):
-		h.serveAccessReview(w, r, info, requestor)
-		return
-	case isTokenRequest(info):
-		*rt = resourceRoute(info)
-		h.serveTokenRequest(w, r, info)
-		return
-	case isTokenReview(info):
-		*rt = resourceRoute(info)
-		h.serveTokenReview(w, r, info)
-		return
+	case isAccessReview(*info):
+		h.serveAccessReview(w, r, *info, *requestor)
+		return true
+	case isTokenRequest(*info):
+		*rt = resourceRoute(*info)
+		h.serveTokenRequest(w, r, *info)
+		return true
+	case isTokenReview(*info):
+		*rt = resourceRoute(*info)
+		h.serveTokenReview(w, r, *info)
+		return true
 	case path == serviceaccount.OpenIDConfigPath || path == serviceaccount.JWKSPath:
 		*rt = pathRoute(path, "apiserver")
 		h.serveIssuerDiscovery(w, r)
-		return
+		return true
 	case path == selfSubjectReviewPath:
 		*rt = selfSubjectReviewRoute
-		serveSelfSubjectReview(w, r, requestor)
-		return
+		serveSelfSubjectReview(w, r, *requestor)
+		return true
 	case path == "/version" || path == "/version/":
 		writeJSON(w, discovery.Version)
-		return
+		return true
 	case strings.HasPrefix(path, apfDebugPrefix) && h.serveAPFDebug(w, r):
-		return
+		return true
 	case path == "/metrics":
 		if h.cfg.Metrics != nil {
 			h.cfg.Metrics.ServeHTTP(w, r)
-			return
+			return true
 		}
 	case !info.IsResourceRequest:
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -334,11 +379,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 				w.Header().Set("Content-Type", discovery.AggregatedMediaType)
 				w.Header().Set("Vary", "Accept")
 				_ = json.NewEncoder(w).Encode(h.discovery.Aggregated(path == "/api"))
-				return
+				return true
 			}
 			if doc, found := h.discovery.Lookup(path, r); found {
 				writeJSON(w, doc)
-				return
+				return true
 			}
 			if path == "/openapi/v2" || path == "/openapi/v2/" {
 				proto := strings.Contains(r.Header.Get("Accept"), "protobuf")
@@ -348,7 +393,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 				}
 				if err != nil {
 					writeStatus(w, apierrors.NewInternalError(err).ErrStatus)
-					return
+					return true
 				}
 				if proto {
 					w.Header().Set("Content-Type", openapi.V2ProtobufMediaType)
@@ -356,7 +401,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 					w.Header().Set("Content-Type", "application/json")
 				}
 				_, _ = w.Write(doc)
-				return
+				return true
 			}
 			if path == "/openapi/v3" {
 				*rt = pathRoute("openapi/v3", "")
@@ -366,14 +411,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, info requestinfo
 			if doc, found := h.openapi.Lookup(path); found {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(doc)
-				return
+				return true
 			}
 		}
 	default:
-		h.serveResource(w, r, info, rt)
-		return
+		return false
 	}
 	writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, "").ErrStatus)
+	return true
 }
 
 // wantsAggregated reports whether an Accept header prefers the aggregated
@@ -394,30 +439,20 @@ func wantsAggregated(accept string) bool {
 
 // serveResource serves a resource request through the ResourceService; it
 // sets *rt once the request names a served resource and a verb it serves.
-func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info requestinfo.Info, rt *route) {
-	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
-	res, ok := h.cfg.Registry.Lookup(gvr)
-	if !ok || (info.Subresource != "" && !res.HasSubresource(info.Subresource)) || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
-		writeStatus(w, metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}})
+// A watch waits under this frame for as long as it lasts (see serve): what
+// only other requests need is in forward, and the error answers are
+// written by functions of their own.
+func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, rt *route) {
+	if !h.servesResource(w, r, info, rt) {
 		return
 	}
-	if info.Verb == "" || !allowed(res, info.Subresource, info.Verb) {
-		writeStatus(w, apierrors.NewMethodNotSupported(gvr.GroupResource(), strings.ToLower(r.Method)).ErrStatus)
-		return
-	}
-	*rt = resourceRoute(info)
 	if info.Verb == "watch" {
-		defer h.metrics.watching(requestLabels{verb: "WATCH"}, *rt)()
-		// Writes of the resource are charged for notifying this watch.
-		defer h.cfg.WorkSize.Watching(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Namespace)()
+		stopGauge, stopCharge := h.watching(info, rt)
+		defer stopGauge()
+		defer stopCharge()
 	}
-	// Seats are taken before the body is read, as kube-apiserver's flow
-	// control comes before its handlers: a slow upload occupies its own
-	// priority level's seats, not the server.
-	r, release, err := h.acquire(w, r, info)
-	if err != nil {
-		writeStatus(w, toStatus(err))
+	r, release, ok := h.admitResource(w, r, info)
+	if !ok {
 		return
 	}
 	// Seats go back once the response is written, on every path (a panic
@@ -425,10 +460,66 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 	// (release runs once). release only queues the grant: the
 	// flow-control round trip never holds the end of the response.
 	defer release()
-	if err := h.rewrite(r, info); err != nil {
-		writeStatus(w, toStatus(err))
+	if info.Verb == "watch" && h.cfg.LocalResources != nil {
+		serveLocalWatch(&streamErrorWriter{ResponseWriter: w}, r, h.cfg.LocalResources)
 		return
 	}
+	h.forward(w, r, info)
+}
+
+// watching counts a watch of route rt in the long-running requests'
+// gauge, and charges the writes of its resource for notifying it; the
+// functions returned undo each.
+func (h *Handler) watching(info *requestinfo.Info, rt *route) (stopGauge, stopCharge func()) {
+	stopGauge = h.metrics.watching(requestLabels{verb: "WATCH"}, *rt)
+	stopCharge = h.cfg.WorkSize.Watching(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Namespace)
+	return stopGauge, stopCharge
+}
+
+// servesResource reports whether the request names a served resource
+// (and subresource) and a verb it serves, and sets *rt then; else it
+// answers 404 or 405.
+func (h *Handler) servesResource(w http.ResponseWriter, r *http.Request, info *requestinfo.Info, rt *route) bool {
+	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
+	res, ok := h.cfg.Registry.Lookup(gvr)
+	if !ok || (info.Subresource != "" && !res.HasSubresource(info.Subresource)) || (!res.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
+		writeStatus(w, metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}})
+		return false
+	}
+	if info.Verb == "" || !allowed(res, info.Subresource, info.Verb) {
+		writeStatus(w, apierrors.NewMethodNotSupported(gvr.GroupResource(), strings.ToLower(r.Method)).ErrStatus)
+		return false
+	}
+	*rt = resourceRoute(*info)
+	return true
+}
+
+// admitResource takes the request's flow-control seats and rewrites it
+// for the ResourceService (rewrite). It returns the request to serve and
+// the seats' release, or ok false once it has answered the request (with
+// the seats given back).
+func (h *Handler) admitResource(w http.ResponseWriter, r *http.Request, info *requestinfo.Info) (_ *http.Request, release func(), ok bool) {
+	// Seats are taken before the body is read, as kube-apiserver's flow
+	// control comes before its handlers: a slow upload occupies its own
+	// priority level's seats, not the server.
+	r, release, err := h.acquire(w, r, *info)
+	if err != nil {
+		writeStatus(w, toStatus(err))
+		return nil, nil, false
+	}
+	if err := h.rewrite(r, *info); err != nil {
+		release()
+		writeStatus(w, toStatus(err))
+		return nil, nil, false
+	}
+	return r, release, true
+}
+
+// forward serves an admitted resource request other than a watch of the
+// in-process ResourceService, through grpc-gateway's muxes; a get or list
+// answer is compressed when the client accepts gzip.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, info *requestinfo.Info) {
 	var gz *gzipWriter
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
 		w = wrapInsideAudit(w, func(inner http.ResponseWriter) http.ResponseWriter {
@@ -436,10 +527,6 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info req
 			return gz
 		})
 		defer gz.Close()
-	}
-	if info.Verb == "watch" && h.cfg.LocalResources != nil {
-		serveLocalWatch(&streamErrorWriter{ResponseWriter: w}, r, h.cfg.LocalResources)
-		return
 	}
 	if info.Verb == "list" && gz != nil {
 		// A list relayed from watchfanout may come compressed already.

@@ -157,14 +157,14 @@ type requestLabels struct {
 // cleanVerb and cleanDryRun do: the HTTP method, LIST for a GET of a
 // collection, WATCH, APPLY for a server-side apply, "other" for any other
 // method; the sorted distinct dryRun values, or "invalid".
-func labels(r *http.Request, info requestinfo.Info) requestLabels {
+func labels(r *http.Request, info *requestinfo.Info) requestLabels {
 	verb := strings.ToUpper(r.Method)
 	switch {
 	case info.Verb == "watch":
 		verb = "WATCH"
 	case verb == http.MethodGet || verb == http.MethodHead:
 		verb = "GET"
-		if s := scope(info); s != "resource" && s != "" {
+		if s := scope(*info); s != "resource" && s != "" {
 			verb = "LIST"
 		}
 	case verb == http.MethodPatch:

@@ -30,7 +30,7 @@ const (
 // kube-apiserver's verb label and resource say, e.g. "CREATE pods", and
 // records the request's coordinates on it. A no-op when the request is
 // not sampled.
-func nameRequestSpan(ctx context.Context, verb string, info requestinfo.Info, auditID string) {
+func nameRequestSpan(ctx context.Context, verb string, info *requestinfo.Info, auditID string) {
 	if !telemetry.Traced(ctx) {
 		return
 	}

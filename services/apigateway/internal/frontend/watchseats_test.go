@@ -133,10 +133,16 @@ type seatsEnv struct {
 	work   *worksize.Tracker
 }
 
-func newSeatsEnv(t *testing.T) *seatsEnv {
+// newSeatsEnv starts a seatsEnv; wrap, when given, makes the service
+// the front end asks of the ledger.
+func newSeatsEnv(t *testing.T, wrap ...func(*seatLedger) flowcontrolv1.FlowControlServiceClient) *seatsEnv {
 	e := &seatsEnv{t: t, svc: &slowInitialEvents{started: make(chan struct{}, 100), proceed: make(chan struct{})}, ledger: newSeatLedger()}
 	e.work = worksize.NewTracker(nil, nil, 0, nil)
-	fc := flowcontrolclient.New(e.ledger, "test", nil)
+	var svc flowcontrolv1.FlowControlServiceClient = e.ledger
+	for _, w := range wrap {
+		svc = w(e.ledger)
+	}
+	fc := flowcontrolclient.New(svc, "test", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); fc.Run(ctx) }()

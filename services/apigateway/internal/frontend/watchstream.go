@@ -42,20 +42,34 @@ var watchFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
 // serveLocalWatch serves the watch that rewrite turned r into with
 // srv.Watch. w is the response writer of a streamed response
 // (streamErrorWriter).
+//
+// The watch waits on this goroutine for as long as it lasts, under this
+// frame (see Handler.serve): the query's parsing is done by
+// parseWatchRequest, whose frame has gone by then.
 func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceServiceServer) {
-	var req apiv1.WatchRequest
-	if err := (queryParser{}).Parse(&req, r.Form, watchFilter); err != nil {
-		// As grpc-gateway answers a query it cannot parse (errorHandler).
-		writeStatus(w, apistatus.FromGRPC(status.New(codes.InvalidArgument, err.Error())))
+	req := parseWatchRequest(w, r)
+	if req == nil {
 		return
 	}
 	// The request's context ends when this handler returns, as a gRPC
 	// call's does when its handler returns.
 	s := &watchStream{w: w, rc: http.NewResponseController(w)}
 	s.ctx = grpc.NewContextWithServerTransportStream(r.Context(), (*watchTransport)(s))
-	if err := srv.Watch(&req, s); err != nil && !errors.Is(err, io.EOF) {
+	if err := srv.Watch(req, s); err != nil && !errors.Is(err, io.EOF) {
 		writeStreamError(w, s.wroteHeader, err)
 	}
+}
+
+// parseWatchRequest reads a watch's request from r's query, or answers
+// 400 and returns nil.
+func parseWatchRequest(w http.ResponseWriter, r *http.Request) *apiv1.WatchRequest {
+	req := new(apiv1.WatchRequest)
+	if err := (queryParser{}).Parse(req, r.Form, watchFilter); err != nil {
+		// As grpc-gateway answers a query it cannot parse (errorHandler).
+		writeStatus(w, apistatus.FromGRPC(status.New(codes.InvalidArgument, err.Error())))
+		return nil
+	}
+	return req
 }
 
 // writeStreamError writes err, a gRPC status, as a Kubernetes Status: the

@@ -102,7 +102,34 @@ func lagged(ctx context.Context, err error) bool {
 // Expired, as the client must list again. err is what the watch ended
 // with (nil, the client's context's error, or one to report as an ERROR
 // event).
+//
+// The watch waits in ws.Recv on the request's goroutine for as long as it
+// lasts, so the stack under it is kept short (see the front end's
+// Handler.serve): opening the watch (openRelay) and sorting out how it
+// ended (relayEnded) are functions of their own.
 func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (from *apiv1.WatchRequest, handled bool, err error) {
+	ws := s.openRelay(ctx, w, req, enc)
+	defer ws.Close()
+	sent := false // watchinit.Sent was called
+	for {
+		if !sent && ws.InitialEventsDelivered() {
+			// Sent too: the stream's Send below returned.
+			watchinit.Sent(ctx)
+			sent = true
+		}
+		msg, err := ws.Recv()
+		if err != nil {
+			return s.relayEnded(ctx, w, req, ws, err)
+		}
+		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: msg.GetFrames()}); err != nil {
+			return nil, true, err
+		}
+	}
+}
+
+// openRelay returns the watchfanout watch relayWatch relays, of req's
+// parameters in encoding enc, as the caller's user.
+func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding) *watchfanoutclient.Watch {
 	fieldSel := req.GetFieldSelector()
 	if name := req.GetRef().GetName(); name != "" {
 		if fieldSel != "" {
@@ -111,7 +138,7 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		fieldSel += "metadata.name=" + name
 	}
 	resource := w.res.GVR.Resource
-	ws := s.cfg.Watchfanout.Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
+	return s.cfg.Watchfanout.Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
 		Resource:             cacheResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),
@@ -124,46 +151,37 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 		Encoding:             enc,
 		IncludeObject:        req.GetIncludeObject(),
 	}, func() { s.m.watchResumed(resource, resumedOnReplica) })
-	defer ws.Close()
-	sent := false // watchinit.Sent was called
-	for {
-		if !sent && ws.InitialEventsDelivered() {
-			// Sent too: the stream's Send below returned.
-			watchinit.Sent(ctx)
-			sent = true
-		}
-		msg, err := ws.Recv()
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF) || ctx.Err() != nil:
+}
+
+// relayEnded is what relayWatch returns once ws.Recv returned err.
+func (s *Server) relayEnded(ctx context.Context, w *watchState, req *apiv1.WatchRequest, ws *watchfanoutclient.Watch, err error) (from *apiv1.WatchRequest, handled bool, _ error) {
+	resource := w.res.GVR.Resource
+	switch {
+	case errors.Is(err, io.EOF) || ctx.Err() != nil:
+		return nil, true, nil
+	case errors.Is(err, watchfanoutclient.ErrNoReplica):
+		if w.res.Custom != nil && ws.Served() {
+			// A replica served the watch and none goes on with it:
+			// for a custom resource that is, first of all, its CRD
+			// deleted or changed (each replica ends the watches of
+			// the resources it drops). The watch ends, as
+			// kube-apiserver ends a CRD's watches then; the client
+			// re-watches from its last resourceVersion (404 once
+			// the CRD is gone).
 			return nil, true, nil
-		case errors.Is(err, watchfanoutclient.ErrNoReplica):
-			if w.res.Custom != nil && ws.Served() {
-				// A replica served the watch and none goes on with it:
-				// for a custom resource that is, first of all, its CRD
-				// deleted or changed (each replica ends the watches of
-				// the resources it drops). The watch ends, as
-				// kube-apiserver ends a CRD's watches then; the client
-				// re-watches from its last resourceVersion (404 once
-				// the CRD is gone).
-				return nil, true, nil
-			}
-			if ws.Served() {
-				s.m.watchResumed(resource, resumedOnStore)
-			}
-			if rv, ok := ws.ResumeFrom(); ok {
-				return resumeRequest(req, rv), false, nil
-			}
-			return req, false, nil
-		case errors.Is(err, watchfanoutclient.ErrInitialEventsCut):
-			s.m.watchResumed(resource, resumeExpired)
-			return nil, true, apierrors.NewResourceExpired("the watch cache replica serving the initial events went away before it had sent them all: list again")
-		default:
-			return nil, true, err
 		}
-		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: msg.GetFrames()}); err != nil {
-			return nil, true, err
+		if ws.Served() {
+			s.m.watchResumed(resource, resumedOnStore)
 		}
+		if rv, ok := ws.ResumeFrom(); ok {
+			return resumeRequest(req, rv), false, nil
+		}
+		return req, false, nil
+	case errors.Is(err, watchfanoutclient.ErrInitialEventsCut):
+		s.m.watchResumed(resource, resumeExpired)
+		return nil, true, apierrors.NewResourceExpired("the watch cache replica serving the initial events went away before it had sent them all: list again")
+	default:
+		return nil, true, err
 	}
 }
 
