@@ -30,6 +30,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
 	flowcontrol "github.com/meridian-cp/meridian/services/flowcontrol/app"
@@ -158,6 +159,9 @@ type ControlPlane struct {
 	// watchfanout serves the gateway's StreamList calls in process
 	// (App.StreamListInProcess).
 	watchfanout *watchfanout.App
+	// flowcontrol decides the gateway's Acquire and ReleaseGrants in
+	// process (App.ClientInProcess).
+	flowcontrol *flowcontrol.App
 	closers     []func() error // in start order; closed in reverse
 	errc        chan error
 	wg          sync.WaitGroup
@@ -267,7 +271,8 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		cacheBytes = DefaultStoreCacheBytes
 	}
 	var err error
-	if _, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
+	var st *store.App
+	if st, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
 		return store.New(ctx, store.Config{
 			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true, CacheBytes: cacheBytes,
 			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
@@ -291,7 +296,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	}); err != nil {
 		return err
 	}
-	if _, _, err = startBackend(cp, "flowcontrol", func() (*flowcontrol.App, error) {
+	if cp.flowcontrol, _, err = startBackend(cp, "flowcontrol", func() (*flowcontrol.App, error) {
 		fcCert := sh.certs.services["flowcontrol"]
 		storeDial, err := cp.dialOptions(fcCert)
 		if err != nil {
@@ -314,7 +319,9 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		}
 		return watchfanout.New(ctx, watchfanout.Config{
 			StoreAddress: storeTarget, StoreTLS: pki.ClientTLS(&wfCert, sh.certs.internalCA.Pool(), ""), StoreDialOptions: storeDial,
-			TLS: sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
+			// Consistent reads learn the store's revision without a call.
+			StoreConsistentRevision: st.ConsistentRevision,
+			TLS:                     sh.serverTLS("watchfanout"), Registerer: sh.registerer("watchfanout"), Logger: sh.logger("watchfanout"), Trust: sh.trust,
 			BookmarkInterval: cfg.Watchfanout.BookmarkInterval, HistoryMaxEvents: cfg.Watchfanout.HistoryMaxEvents,
 			Registry: sh.resources, EncryptionProviderConfig: cfg.EncryptionProviderConfig, TracerProvider: cfg.TracerProvider,
 		})
@@ -331,12 +338,19 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	// chunk is handed over as watchfanout wrote it, its calls still
 	// authorized as the gateway's certificate's.
 	watchAddrs, streamList := []string{inproc.Target("watchfanout")}, cp.watchfanout.StreamListInProcess(sh.certs.gateway.Leaf)
+	// Its Gets too: consistent GETs are then served from watchfanout's
+	// cache (resources.Server.cachedGet).
+	get := cp.watchfanout.GetInProcess(sh.certs.gateway.Leaf)
 	if cfg.DisableWatchfanout {
-		watchAddrs, streamList = nil, nil
+		watchAddrs, streamList, get = nil, nil, nil
 	}
 	sa, err := serviceAccounts(cfg, apiLis.Addr())
 	if err != nil {
 		return err
+	}
+	// The gateway's Acquire and ReleaseGrants are decided in process.
+	flowControl := func(conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
+		return cp.flowcontrol.ClientInProcess(sh.certs.gateway.Leaf, conn)
 	}
 	dial, err := cp.dialOptions(sh.certs.gateway)
 	if err != nil {
@@ -348,6 +362,8 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			StoreAddress:    inproc.Target("store"), AdmissionAddress: inproc.Target("admission"), FlowControlAddress: inproc.Target("flowcontrol"),
 			WatchFanoutAddresses:     watchAddrs,
 			WatchFanoutStreamList:    streamList,
+			WatchFanoutGet:           get,
+			FlowControlInProcess:     flowControl,
 			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

@@ -14,6 +14,7 @@
 package grpcserver
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -234,6 +235,40 @@ func StreamServerInterceptor(opts Options) (grpc.StreamServerInterceptor, error)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return chainStream(stream, srv, ss, info, handler)
 	}, nil
+}
+
+// UnaryServerInterceptor returns, as one interceptor, the chain of unary
+// interceptors that a server built with ServerOptions(opts) runs every
+// unary call through: for a unary call handled in this process without
+// the gRPC server (inproc.Unary), authorized, counted, logged and traced
+// as the server's calls are. Calling it with the Registerer of
+// ServerOptions reuses its metric collectors.
+func UnaryServerInterceptor(opts Options) (grpc.UnaryServerInterceptor, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	var m *metrics
+	if opts.Registerer != nil {
+		var err error
+		if m, err = newMetrics(opts.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	unary, _ := interceptors(opts, opts.logger(), m)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return chainUnary(ctx, unary, req, info, handler)
+	}, nil
+}
+
+// chainUnary calls chain[0], which calls chain[1] as its handler, and so
+// on; the last calls handler.
+func chainUnary(ctx context.Context, chain []grpc.UnaryServerInterceptor, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if len(chain) == 0 {
+		return handler(ctx, req)
+	}
+	return chain[0](ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return chainUnary(ctx, chain[1:], req, info, handler)
+	})
 }
 
 // chainStream calls chain[0], which calls chain[1] as its handler, and so

@@ -3,10 +3,12 @@ package grpcserver
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -18,6 +20,36 @@ type metrics struct {
 	started  *prometheus.CounterVec   // grpc_service, grpc_method
 	handled  *prometheus.CounterVec   // grpc_service, grpc_method, grpc_code
 	duration *prometheus.HistogramVec // grpc_service, grpc_method
+	// series holds each method's series (full method name →
+	// *methodSeries), looked up once: a vector's lookup hashes its labels
+	// on every call.
+	series sync.Map
+}
+
+// methodSeries are one method's series; handledOK is its
+// grpc_server_handled_total series of code OK, the others are looked up
+// when they occur.
+type methodSeries struct {
+	svc, method string
+	started     prometheus.Counter
+	handledOK   prometheus.Counter
+	duration    prometheus.Observer
+}
+
+// of returns the series of fullMethod.
+func (m *metrics) of(fullMethod string) *methodSeries {
+	if s, ok := m.series.Load(fullMethod); ok {
+		return s.(*methodSeries)
+	}
+	svc, method := splitMethod(fullMethod)
+	s := &methodSeries{
+		svc: svc, method: method,
+		started:   m.started.WithLabelValues(svc, method),
+		handledOK: m.handled.WithLabelValues(svc, method, codes.OK.String()),
+		duration:  m.duration.WithLabelValues(svc, method),
+	}
+	actual, _ := m.series.LoadOrStore(fullMethod, s)
+	return actual.(*methodSeries)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,26 +79,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	svc, method := splitMethod(info.FullMethod)
-	m.started.WithLabelValues(svc, method).Inc()
+	s := m.of(info.FullMethod)
+	s.started.Inc()
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	m.done(svc, method, start, err)
+	m.done(s, start, err)
 	return resp, err
 }
 
 func (m *metrics) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	svc, method := splitMethod(info.FullMethod)
-	m.started.WithLabelValues(svc, method).Inc()
+	s := m.of(info.FullMethod)
+	s.started.Inc()
 	start := time.Now()
 	err := handler(srv, ss)
-	m.done(svc, method, start, err)
+	m.done(s, start, err)
 	return err
 }
 
-func (m *metrics) done(svc, method string, start time.Time, err error) {
-	m.handled.WithLabelValues(svc, method, status.Code(err).String()).Inc()
-	m.duration.WithLabelValues(svc, method).Observe(time.Since(start).Seconds())
+func (m *metrics) done(s *methodSeries, start time.Time, err error) {
+	if code := status.Code(err); code == codes.OK {
+		s.handledOK.Inc()
+	} else {
+		m.handled.WithLabelValues(s.svc, s.method, code.String()).Inc()
+	}
+	s.duration.Observe(time.Since(start).Seconds())
 }
 
 // splitMethod splits "/pkg.Service/Method" into service and method.

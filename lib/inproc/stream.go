@@ -7,13 +7,8 @@ import (
 	"io"
 	"sync"
 
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-
-	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
 // Stream runs a server-streaming handler of this process without a
@@ -50,21 +45,7 @@ func Stream[Req, Resp any](ctx context.Context, method string, req *Req, handler
 // authorize the call as one made over an in-memory connection, and the
 // caller's trace context when ctx is traced (telemetry.Traced).
 func ServerStream[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grpc.StreamServerInfo, intercept grpc.StreamServerInterceptor, srv any, req *Req, handler func(*Req, grpc.ServerStreamingServer[Resp]) error) grpc.ServerStreamingClient[Resp] {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
-	if telemetry.Traced(ctx) {
-		// What a gRPC client's tracing sends: the server's span joins
-		// the caller's trace.
-		c := propagation.MapCarrier{}
-		telemetry.Propagator().Inject(ctx, c)
-		for k, v := range c {
-			md.Set(k, v)
-		}
-	}
-	sctx := peer.NewContext(metadata.NewIncomingContext(ctx, md), &peer.Peer{
-		Addr: Addr("client-of-" + info.FullMethod), LocalAddr: Addr(info.FullMethod),
-		AuthInfo: AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, Cert: cert},
-	})
+	sctx := serverContext(ctx, cert, info.FullMethod)
 	return startStream[Resp](ctx, sctx, info.FullMethod, func(ss grpc.ServerStream) error {
 		return intercept(srv, ss, info, func(_ any, ss grpc.ServerStream) error {
 			return handler(req, &grpc.GenericServerStream[Req, Resp]{ServerStream: ss})

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,13 +102,18 @@ var configMapModel = porcupine.Model{
 // JSON and protobuf) with concurrent creates, unconditional updates and
 // deletes of a few ConfigMaps and consistent GETs of them (1.5 s, and at
 // least 160 GETs however slow the machine; no
-// resourceVersion; concurrent ones share store reads), and checks the
-// history with porcupine: every GET returns the state of some instant
-// between its request and its response.
+// resourceVersion; concurrent ones share the reads of the store's
+// revision), and checks the history with porcupine: every GET returns the
+// state of some instant between its request and its response. The
+// all-in-one serves consistent GETs from watchfanout's cache once it has
+// reached the store's current revision: the gateway's
+// apiserver_watch_cache_consistent_read_total must count every GET as
+// served there.
 func TestConsistentGetsAreLinearizable(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
+	fromCache0 := consistentReadsFromCache(ctx, t, e)
 	clients := []kubernetes.Interface{clientWith(t, e.config, "application/json"), clientWith(t, e.config, "application/vnd.kubernetes.protobuf")}
 	names := []string{"lin-0", "lin-1", "lin-2"}
 
@@ -209,6 +217,9 @@ func TestConsistentGetsAreLinearizable(t *testing.T) {
 	})
 	n := 0
 	gets.Range(func(_, _ any) bool { n++; return true })
+	if got := consistentReadsFromCache(ctx, t, e) - fromCache0; got < float64(n) {
+		t.Errorf("watchfanout served %v consistent reads of config maps, want every one of the %d GETs", got, n)
+	}
 	res, info := porcupine.CheckOperationsVerbose(configMapModel, history, 30*time.Second)
 	switch res {
 	case porcupine.Ok:
@@ -223,6 +234,32 @@ func TestConsistentGetsAreLinearizable(t *testing.T) {
 		}
 		t.Fatalf("%d operations (%d GETs) are not linearizable", len(history), n)
 	}
+}
+
+// consistentReadsFromCache is the gateway's count of consistent reads of
+// config maps served by watchfanout, from the all-in-one's /metrics.
+func consistentReadsFromCache(ctx context.Context, t *testing.T, e *env) float64 {
+	t.Helper()
+	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, m := range families["apiserver_watch_cache_consistent_read_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["resource"] == "configmaps" && labels["success"] == "true" {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 // TestConfigMapModelRejectsStaleReads: the model of

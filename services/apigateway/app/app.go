@@ -84,6 +84,12 @@ type Config struct {
 	// --advertise-address says (the leader takes the calls, the others
 	// name it); empty: no flow control.
 	FlowControlAddress string
+	// FlowControlInProcess, when set, makes the client of the first of
+	// FlowControlAddress's replicas, given its connection: the
+	// all-in-one's flow-control service, whose App.ClientInProcess
+	// decides Acquire and ReleaseGrants in this process, unary, instead of
+	// on a Decide stream over the connection.
+	FlowControlInProcess func(grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient
 	// FlowControlFallbackLimit is the server concurrency limit (seats) of
 	// the gateway's own limiter, used with the fleet's FlowSchemas and
 	// PriorityLevelConfigurations while the flow-control service does not
@@ -103,6 +109,11 @@ type Config struct {
 	// whose App.StreamListInProcess hands each chunk over without a
 	// connection. Its other calls go over the connection.
 	WatchFanoutStreamList watchfanoutclient.StreamListFunc
+	// WatchFanoutGet, when set, serves the Get calls meant for the first
+	// of WatchFanoutAddresses in this process (the all-in-one's
+	// watchfanout, App.GetInProcess). With it, and no other replica,
+	// consistent GETs are served from watchfanout's cache too.
+	WatchFanoutGet watchfanoutclient.GetFunc
 	// ClientTLS is the mTLS configuration for calls to the other services
 	// (the gateway's client certificate, O=meridian:gateways, and the
 	// internal CA); nil is plaintext, for tests only.
@@ -472,12 +483,17 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 	if addrs := storeclient.Endpoints(a.cfg.FlowControlAddress); len(addrs) > 0 {
 		var replicas []flowcontrolclient.Replica
 		var conns []*grpc.ClientConn
-		for _, addr := range addrs {
+		for i, addr := range addrs {
 			conn, err := a.dial(addr)
 			if err != nil {
 				return svc, err
 			}
 			conns = append(conns, conn)
+			if i == 0 && a.cfg.FlowControlInProcess != nil {
+				// No Conn: its calls are unary, and run in process.
+				replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: a.cfg.FlowControlInProcess(conn)})
+				continue
+			}
 			replicas = append(replicas, flowcontrolclient.Replica{Address: addr, Client: flowcontrolv1.NewFlowControlServiceClient(conn), Conn: conn})
 		}
 		svc.flowControl = flowcontrolclient.NewReplicas(replicas, a.cfg.GatewayID, a.cfg.Logger)
@@ -507,6 +523,9 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		var opts []watchfanoutclient.Option
 		if a.cfg.WatchFanoutStreamList != nil {
 			opts = append(opts, watchfanoutclient.WithStreamListInProcess(0, a.cfg.WatchFanoutStreamList))
+		}
+		if a.cfg.WatchFanoutGet != nil {
+			opts = append(opts, watchfanoutclient.WithGetInProcess(0, a.cfg.WatchFanoutGet))
 		}
 		svc.watchfanout = watchfanoutclient.New(conns, opts...)
 		svc.dependencies = append(svc.dependencies, watchfanoutCheck(conns))

@@ -8,6 +8,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
@@ -177,11 +179,14 @@ func (c *Config) Validate() error {
 // App is the flow-control service. New builds it, Serve serves it, Close
 // stops it.
 type App struct {
-	ctrl   *apf.Controller
-	fc     *server.Server
-	srv    *grpc.Server
-	health *health.Server
-	logger *slog.Logger
+	ctrl *apf.Controller
+	fc   *server.Server
+	srv  *grpc.Server
+	// intercept is srv's chain of unary interceptors, which
+	// ClientInProcess runs calls through.
+	intercept grpc.UnaryServerInterceptor
+	health    *health.Server
+	logger    *slog.Logger
 
 	// follow stops the configuration's follower and the elector; store
 	// and crypt are what they read with (nil without a store).
@@ -206,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	srv, hs, err := grpcserver.New(grpcserver.Options{
+	sopts := grpcserver.Options{
 		Service:        "flowcontrol",
 		TLS:            cfg.TLS,
 		Registerer:     cfg.Registerer,
@@ -216,12 +221,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		TracerProvider: cfg.TracerProvider,
 		// The Decide streams' requests are decoded by hand.
 		Extra: []grpc.ServerOption{grpc.ForceServerCodecV2(server.NewCodec())},
-	})
+	}
+	srv, hs, err := grpcserver.New(sopts)
 	if err != nil {
 		ctrl.Close()
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	a := &App{ctrl: ctrl, srv: srv, health: hs, logger: cfg.logger(), follow: func() {}}
+	intercept, err := grpcserver.UnaryServerInterceptor(sopts)
+	if err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("flowcontrol: %w", err)
+	}
+	a := &App{ctrl: ctrl, srv: srv, intercept: intercept, health: hs, logger: cfg.logger(), follow: func() {}}
 	var gate server.Leadership
 	if cfg.LeaderElect {
 		a.leader = &leadership{}
@@ -238,6 +249,43 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 	return a, nil
+}
+
+// ClientInProcess returns a client of the service for a caller of this
+// process holding cert (the all-in-one's gateway): its Acquire and
+// ReleaseGrants run the service's handlers through the gRPC server's
+// unary interceptors on the caller's goroutine, as calls over a
+// connection dialed as cert would be authorized, with no encoding, no
+// transport and no Decide stream (inproc.Unary); its other calls go over
+// conn. Answers and errors are those of the gRPC methods.
+func (a *App) ClientInProcess(cert *x509.Certificate, conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
+	return localClient{
+		FlowControlServiceClient: flowcontrolv1.NewFlowControlServiceClient(conn),
+		cert:                     cert, intercept: a.intercept, srv: a.fc,
+		acquire: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_Acquire_FullMethodName},
+		release: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_ReleaseGrants_FullMethodName},
+	}
+}
+
+// localClient is ClientInProcess's client.
+type localClient struct {
+	flowcontrolv1.FlowControlServiceClient
+	cert             *x509.Certificate
+	intercept        grpc.UnaryServerInterceptor
+	srv              *server.Server
+	acquire, release *grpc.UnaryServerInfo
+}
+
+// Acquire runs the service's Acquire in process; call options do not
+// apply.
+func (c localClient) Acquire(ctx context.Context, in *flowcontrolv1.AcquireRequest, _ ...grpc.CallOption) (*flowcontrolv1.AcquireResponse, error) {
+	return inproc.Unary(ctx, c.cert, c.acquire, c.intercept, in, c.srv.Acquire)
+}
+
+// ReleaseGrants runs the service's ReleaseGrants in process; call options
+// do not apply.
+func (c localClient) ReleaseGrants(ctx context.Context, in *flowcontrolv1.ReleaseGrantsRequest, _ ...grpc.CallOption) (*flowcontrolv1.ReleaseGrantsResponse, error) {
+	return inproc.Unary(ctx, c.cert, c.release, c.intercept, in, c.srv.ReleaseGrants)
 }
 
 // startFollower reads the configuration objects from the store and

@@ -359,6 +359,14 @@ func (a *App) Serve(lis net.Listener) error {
 	return err
 }
 
+// ConsistentRevision returns the store's current revision, read
+// linearizably, for a reader in this process (the all-in-one's
+// watchfanout): what a linearizable Range's header reports, without the
+// call. The App must be open (New returned it).
+func (a *App) ConsistentRevision(ctx context.Context) (int64, error) {
+	return a.srv.ConsistentRevision(ctx)
+}
+
 // GRPCServer returns the gRPC server, for the caller to register more
 // services (before Serve).
 func (a *App) GRPCServer() *grpc.Server { return a.grpc }

@@ -64,6 +64,11 @@ type Config struct {
 	// StoreTLS's credentials: the all-in-one's in-memory connections
 	// (inproc.Listeners.DialOptions) replace them.
 	StoreDialOptions []grpc.DialOption
+	// StoreConsistentRevision reads the store's current revision
+	// linearizably in this process (the all-in-one's store,
+	// App.ConsistentRevision): consistent reads then wait for it without
+	// a call to the store. nil: they read it over the store connection.
+	StoreConsistentRevision func(context.Context) (int64, error)
 
 	// TLS is the server's TLS configuration; nil serves plaintext (tests
 	// only).
@@ -155,10 +160,12 @@ func (c *Config) Validate() error {
 // store, Serve serves it, Close stops it.
 type App struct {
 	srv *grpc.Server
-	// ws is the WatchService srv serves; intercept is srv's chain of
-	// stream interceptors, which StreamListInProcess runs calls through.
-	ws        *server.Server
-	intercept grpc.StreamServerInterceptor
+	// ws is the WatchService srv serves; intercept and interceptUnary
+	// are srv's chains of stream and unary interceptors, which
+	// StreamListInProcess and GetInProcess run calls through.
+	ws             *server.Server
+	intercept      grpc.StreamServerInterceptor
+	interceptUnary grpc.UnaryServerInterceptor
 
 	health *health.Server
 	logger *slog.Logger
@@ -219,6 +226,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
+	interceptUnary, err := grpcserver.UnaryServerInterceptor(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("watchfanout: %w", err)
+	}
 	// Watch batches are sent encoded already (package batchcodec); every
 	// other message goes through the proto codec as usual.
 	wc, err := batchcodec.NewCodec()
@@ -244,6 +255,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		HistoryWindow: cfg.HistoryWindow, HistoryMaxEvents: cfg.HistoryMaxEvents, WatcherBuffer: cfg.WatcherBuffer,
 		BookmarkInterval: cfg.BookmarkInterval, StartupReplay: cfg.StartupReplay,
 		Registerer: cfg.Registerer, Logger: logger, Decrypter: crypt, TracerProvider: cfg.TracerProvider,
+		ConsistentRevision: cfg.StoreConsistentRevision,
 	}, conn)
 	if err != nil {
 		conn.Close()
@@ -263,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	a := &App{srv: srv, ws: ws, intercept: intercept, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
+	a := &App{srv: srv, ws: ws, intercept: intercept, interceptUnary: interceptUnary, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
 	ok = true
 	go func() {
 		defer close(a.done)
@@ -292,6 +304,19 @@ func (a *App) StreamListInProcess(cert *x509.Certificate) func(context.Context, 
 	info := &grpc.StreamServerInfo{FullMethod: watchv1.WatchService_StreamList_FullMethodName, IsServerStream: true}
 	return func(ctx context.Context, req *watchv1.StreamListRequest) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
 		return inproc.ServerStream(ctx, cert, info, a.intercept, a.ws, req, a.ws.StreamList), nil
+	}
+}
+
+// GetInProcess returns the service's Get for a caller of this process
+// holding cert (the all-in-one's gateway): the call runs through the gRPC
+// server's unary interceptors as StreamListInProcess's calls do, on the
+// caller's goroutine, and the response is the message Get returned, not
+// encoded, framed and decoded (inproc.Unary). Responses and errors are
+// those of the gRPC method.
+func (a *App) GetInProcess(cert *x509.Certificate) func(context.Context, *watchv1.GetRequest) (*watchv1.GetResponse, error) {
+	info := &grpc.UnaryServerInfo{Server: a.ws, FullMethod: watchv1.WatchService_Get_FullMethodName}
+	return func(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
+		return inproc.Unary(ctx, cert, info, a.interceptUnary, req, a.ws.Get)
 	}
 }
 

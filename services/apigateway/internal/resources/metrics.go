@@ -10,7 +10,8 @@ import (
 // metrics count where consistent reads were served and where watches went
 // on when their watchfanout replica was lost.
 type metrics struct {
-	// consistentReads counts consistent lists sent to watchfanout, by
+	// consistentReads counts consistent reads (lists, and gets when
+	// watchfanout serves them in process) sent to watchfanout, by
 	// resource, whether watchfanout served them (success) and whether the
 	// store served them instead (fallback): kube-apiserver's
 	// apiserver_watch_cache_consistent_read_total, with its labels.
@@ -36,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		consistentReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_watch_cache_consistent_read_total",
-			Help: "Consistent lists the gateway sent to watchfanout, by resource, by whether watchfanout served them (success) and whether the store served them instead (fallback).",
+			Help: "Consistent reads (lists; gets when watchfanout runs in the gateway's process) the gateway sent to watchfanout, by resource, by whether watchfanout served them (success) and whether the store served them instead (fallback).",
 		}, []string{"resource", "success", "fallback"}),
 		watchResumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_apigateway_watch_resumes_total",
@@ -56,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// consistentRead counts one consistent list sent to watchfanout.
+// consistentRead counts one consistent read sent to watchfanout.
 func (m *metrics) consistentRead(resource string, success, fallback bool) {
 	m.consistentReads.WithLabelValues(resource, strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
 }

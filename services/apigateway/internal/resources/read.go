@@ -21,8 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Get reads one object (readparams.Get): with a resourceVersion, from
-// watchfanout when it serves the encoding (cachedGet); else from the store
+// Get reads one object (readparams.Get): from watchfanout when it serves
+// the encoding and the read (cachedGet: with a resourceVersion, or
+// consistent when watchfanout runs in this process); else from the store
 // (storeRead), where MostRecent is a linearizable read, Any the answering
 // member's state and NotOlderThan N that state once it has reached N.
 func (s *Server) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbody.HttpBody, error) {

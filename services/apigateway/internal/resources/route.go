@@ -214,22 +214,40 @@ func (s *Server) fromCache(res *registry.Resource) bool {
 
 // cachedGet serves a get from watchfanout. handled is false when the store
 // must serve it.
+//
+// A consistent get (resourceVersion unset) goes there only when the
+// replicas' Gets run in this process (the all-in-one): watchfanout reads
+// the store's current revision linearizably (in process too, one read
+// shared by concurrent callers), waits until its cache has applied it and
+// answers from the object's memoized encoding, the rule consistent lists
+// follow (cachedList), with the same fallback: the store serves the get
+// when watchfanout could not reach that revision in time (504) or cannot
+// be reached. Over a connection, the hop to watchfanout and its revision
+// read cost more than the store's read of one key.
 func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *apiv1.GetRequest, out output) (*httpbody.HttpBody, bool, error) {
 	enc, ok := cacheEncoding(out)
-	// A consistent get reads the store: one key costs the store less than
-	// watchfanout's wait for the store's revision plus the hop to it.
-	if !ok || !s.fromCache(res) || !cacheable(req.GetResourceVersion(), "", false) {
+	if !ok || !s.fromCache(res) || !cacheable(req.GetResourceVersion(), "", s.cfg.Watchfanout.GetsInProcess()) {
 		return nil, false, nil
 	}
+	consistent := req.GetResourceVersion() == ""
 	resp, err := s.cfg.Watchfanout.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
 		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(), Name: req.GetRef().GetName(),
 		ResourceVersion: req.GetResourceVersion(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
 	})
 	if err != nil {
-		if fallBack(err) {
+		// A 404 is watchfanout's answer, as an object is.
+		served := apistatus.FromError(err).Code == http.StatusNotFound
+		fallback := !served && (fallBack(err) || (consistent && lagged(ctx, err)))
+		if consistent {
+			s.m.consistentRead(res.GVR.Resource, served, fallback)
+		}
+		if fallback {
 			return nil, false, nil
 		}
 		return nil, true, err
+	}
+	if consistent {
+		s.m.consistentRead(res.GVR.Resource, true, false)
 	}
 	return &httpbody.HttpBody{ContentType: out.mediaType, Data: resp.GetData()}, true, nil
 }

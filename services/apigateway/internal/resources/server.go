@@ -46,9 +46,10 @@ type Config struct {
 	Codec *codec.Codec
 	// Store is the store. Required.
 	Store Store
-	// Watchfanout serves watches, Any/NotOlderThan reads and consistent
-	// lists that are built whole from watchfanout's replicas; nil serves
-	// everything from the store.
+	// Watchfanout serves watches, Any/NotOlderThan reads, consistent
+	// lists, and consistent gets when its Gets run in this process
+	// (cachedGet), from watchfanout's replicas; nil serves everything
+	// from the store.
 	Watchfanout *watchfanoutclient.Pool
 	// Registerer receives the read metrics; nil: none.
 	Registerer prometheus.Registerer

@@ -29,6 +29,9 @@ type Pool struct {
 	conns   []*grpc.ClientConn
 	clients []watchv1.WatchServiceClient
 	next    atomic.Uint64
+	// localGets counts the replicas whose Get runs in this process
+	// (WithGetInProcess); set by New's options only.
+	localGets int
 }
 
 // New returns a pool over conns, which must not be empty. Watches are
@@ -76,6 +79,37 @@ type localLists struct {
 func (l localLists) StreamList(ctx context.Context, in *watchv1.StreamListRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.StreamListResponse], error) {
 	return l.streamList(ctx, in)
 }
+
+// GetFunc is a replica's Get served in this process (watchfanout's
+// App.GetInProcess).
+type GetFunc func(context.Context, *watchv1.GetRequest) (*watchv1.GetResponse, error)
+
+// WithGetInProcess serves the Get calls of replica i (the one at
+// conns[i], which runs in this process) with f instead of over its
+// connection: the object's encoding is handed over as the replica holds
+// it. Its other calls, and the health the pool sees, stay as they were.
+func WithGetInProcess(i int, f GetFunc) Option {
+	return func(p *Pool) {
+		p.clients[i] = localGet{WatchServiceClient: p.clients[i], get: f}
+		p.localGets++
+	}
+}
+
+// localGet is a replica's client whose Get runs in process.
+type localGet struct {
+	watchv1.WatchServiceClient
+	get GetFunc
+}
+
+// Get calls the replica in process; call options do not apply.
+func (l localGet) Get(ctx context.Context, in *watchv1.GetRequest, _ ...grpc.CallOption) (*watchv1.GetResponse, error) {
+	return l.get(ctx, in)
+}
+
+// GetsInProcess reports whether every replica's Get runs in this process
+// (WithGetInProcess): a Get then costs no call, and consistent gets are
+// worth serving from the replicas (see resources.Server.cachedGet).
+func (p *Pool) GetsInProcess() bool { return p.localGets == len(p.clients) }
 
 // retryManyAfter is how long a replica that does not serve WatchMany (an
 // older version, during an upgrade) gets a Watch stream per watch before

@@ -219,6 +219,18 @@ func (s *Server) linearize(ctx context.Context) error {
 	return s.cfg.Node.WaitIndex(ctx, ri.GetIndex())
 }
 
+// ConsistentRevision returns the store's current revision, read
+// linearizably (what a linearizable Range's header reports), for a reader
+// in this process: the all-in-one's watchfanout asks it before serving a
+// consistent read from its cache, without a gRPC call per read. Errors are
+// gRPC statuses, as a Range's.
+func (s *Server) ConsistentRevision(ctx context.Context) (int64, error) {
+	if err := s.linearize(ctx); err != nil {
+		return 0, toStatus(err)
+	}
+	return s.cfg.KV.Rev(), nil
+}
+
 type kvServer struct {
 	storev1.UnimplementedKVServiceServer
 	s *Server

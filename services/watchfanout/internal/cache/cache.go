@@ -111,6 +111,11 @@ type Options struct {
 	// Decrypter decrypts stored values (encryption at rest); nil: values
 	// are stored as they are.
 	Decrypter Decrypter
+	// ConsistentRevision reads the store's current revision linearizably
+	// in this process (the store's App.ConsistentRevision, in the
+	// all-in-one); nil: ConsistentRev reads it with a Range over the
+	// store connection.
+	ConsistentRevision func(context.Context) (int64, error)
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// TracerProvider records a "watchfanout.fanout" span (decode and
@@ -223,7 +228,7 @@ func New(opts Options, conn grpc.ClientConnInterface) (*Cache, error) {
 		crds:   map[string]*crdEntry{},
 		synced: make(chan struct{}), revCh: make(chan struct{}),
 	}
-	c.fetch.kv = c.kv
+	c.fetch.kv, c.fetch.read = c.kv, opts.ConsistentRevision
 	for _, gv := range opts.Registry.GroupVersions() {
 		for _, res := range opts.Registry.Resources(gv) {
 			if res.Custom != nil {

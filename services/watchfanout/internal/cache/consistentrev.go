@@ -28,6 +28,9 @@ func (c *Cache) ConsistentRevFunc(fn func(int64, error)) { c.fetch.getFunc(fn) }
 // read among the callers that arrived before it started.
 type revFetcher struct {
 	kv storev1.KVServiceClient
+	// read, when set, reads the revision instead of a Range over kv
+	// (Options.ConsistentRevision).
+	read func(context.Context) (int64, error)
 
 	mu       sync.Mutex
 	inflight bool
@@ -82,8 +85,7 @@ func (f *revFetcher) startLocked() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		resp, err := f.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
-		call.rev, call.err = resp.GetHeader().GetRevision(), err
+		call.rev, call.err = f.readRev(ctx)
 		f.mu.Lock()
 		f.inflight = false
 		if f.next != nil {
@@ -96,4 +98,13 @@ func (f *revFetcher) startLocked() {
 			fn(call.rev, call.err)
 		}
 	}()
+}
+
+// readRev reads the store's current revision linearizably.
+func (f *revFetcher) readRev(ctx context.Context) (int64, error) {
+	if f.read != nil {
+		return f.read(ctx)
+	}
+	resp, err := f.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
+	return resp.GetHeader().GetRevision(), err
 }
