@@ -30,6 +30,12 @@ type celInput struct {
 	rawNamespace      ref.Val // the namespace as stored
 	authorizer        any     // nil without an authorizer
 	resourceAuthz     any
+	// memo holds the values of the untracked programs that read only the
+	// inputs above, by memoKey, for the policies after the first that
+	// holds the same expression (see remember); only keys in shared
+	// (sharedKeys of the policy set) are kept.
+	memo   map[string]ref.Val
+	shared map[string]bool
 	// size bounds the size of every string, list and map in object,
 	// oldObject, request and namespaceObject: the largest of the
 	// request's and the namespace's serialized sizes.
