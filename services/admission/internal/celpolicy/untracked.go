@@ -389,13 +389,14 @@ func (u *untracked) fits(size uint64, budget int64) bool {
 // the tracked programs, so every error is reported as the tracked path
 // reports it. quick (see quick) evaluates without watching ctx.
 func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bool, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
-	r := &untrackedRun{u: u, ctx: ctx, quick: quick}
+	r := &in.scratch.run
+	*r = untrackedRun{u: u, ctx: ctx, quick: quick}
 	r.act = activation{in: in, params: params, namespace: in.namespace, authorizer: true}
 	if len(u.vars) > 0 {
-		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
 	}
-	valResults = make([]plugincel.EvaluationResult, len(u.validations))
+	valResults, msgResults = in.scratch.results(len(u.validations), len(u.messages))
 	for i, prg := range u.validations {
 		val, err := r.evalProgram(prg, u.validationKeys[i])
 		if err != nil || r.failed {
@@ -410,10 +411,9 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bo
 	// the variables evaluated again.
 	r.act = activation{in: in, params: params, namespace: in.namespace}
 	if len(u.vars) > 0 {
-		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
 	}
-	msgResults = make([]plugincel.EvaluationResult, len(u.messages))
 	for i, prg := range u.messages {
 		if prg == nil { // a placeholder
 			continue
