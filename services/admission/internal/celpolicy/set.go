@@ -326,7 +326,10 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 		return []policy.Policy{badRequest{err}}
 	}
 	ns := r.namespace()
-	var out []policy.Policy
+	out := make([]policy.Policy, 0, len(cands.validating)+1)
+	// The validating invocations of the request, allocated together; at
+	// most one per candidate, so invs never grows and out may point into it.
+	invs := make([]validatingInvocation, 0, len(cands.validating))
 	var chain *mutatingChain
 	for _, c := range cands.mutating {
 		e := &st.mutating[c.entry]
@@ -344,7 +347,8 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 		if e.policy.match != nil && !e.policy.match.matchesSelectors(a, ns) || !e.matchers[c.binding].matchesSelectors(a, ns) {
 			continue
 		}
-		out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: e.bindings[c.binding], metrics: e.checks[c.binding]})
+		invs = append(invs, validatingInvocation{req: r, policy: e.policy, binding: e.bindings[c.binding], metrics: e.checks[c.binding]})
+		out = append(out, &invs[len(invs)-1])
 	}
 	return out
 }

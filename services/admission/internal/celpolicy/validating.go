@@ -158,7 +158,8 @@ func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.Ad
 	if invalid {
 		errorType = admissionmetrics.PolicyInvalidError
 	}
-	var actions []string
+	var buf [3]string // at most deny, warn and audit
+	actions := buf[:0]
 	if d.Denial != nil {
 		actions = append(actions, "deny")
 	}
