@@ -9,6 +9,11 @@
 // the service's alone; one child per policy count.
 //
 //	go run ./loadtest --duration 5s --policies 0,1,10,50
+//
+// On one core (the service on CPU 1 with GOMAXPROCS=1, the callers and the
+// store on CPU 0):
+//
+//	go build -o /tmp/lt ./loadtest && taskset -c 0 /tmp/lt --service-cpu 1
 package main
 
 import (
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 5*time.Second, "how long to measure each policy count")
 	counts := fs.String("policies", "0,1,10,50", "comma-separated numbers of matching policies")
 	conc := fs.Int("concurrency", 4, "concurrent Admit callers")
+	distinct := fs.Bool("distinct", false, "give every policy expressions of its own (other constants), so no two policies share an expression")
+	serviceCPU := fs.String("service-cpu", "", "run the service child under `taskset -c` with this CPU list and GOMAXPROCS=1 (pin this process with taskset to other CPUs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -108,10 +115,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "admission Admit of a %d-byte ConfigMap create, %d callers, %s per row; CPU is the service process's (utime+stime)\n", len(obj), *conc, *duration)
 	fmt.Fprintf(out, "%-9s %10s %12s %10s\n", "policies", "admits", "admits/s", "CPU/Admit")
 	for _, n := range ns {
-		if err := writePolicies(ctx, sc, n); err != nil {
+		if err := writePolicies(ctx, sc, n, *distinct); err != nil {
 			return err
 		}
-		r, err := measure(ctx, storeAddr, n, obj, *conc, *duration)
+		r, err := measure(ctx, storeAddr, *serviceCPU, n, obj, *conc, *duration)
 		if err != nil {
 			return fmt.Errorf("%d policies: %w", n, err)
 		}
@@ -146,14 +153,21 @@ type result struct {
 	rss     int64
 }
 
-// measure starts a service child over the store holding n policies, waits
-// until its scope holds them, and calls Admit from conc callers for d.
-func measure(ctx context.Context, storeAddr string, n int, obj []byte, conc int, d time.Duration) (result, error) {
+// measure starts a service child over the store holding n policies (on
+// cpus with GOMAXPROCS=1 when cpus is set), waits until its scope holds
+// them, and calls Admit from conc callers for d.
+func measure(ctx context.Context, storeAddr, cpus string, n int, obj []byte, conc int, d time.Duration) (result, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return result{}, err
 	}
 	child := exec.CommandContext(ctx, self, "--serve", storeAddr)
+	if cpus != "" {
+		// taskset execs the service, so the child's pid is the service's,
+		// and every thread it starts inherits the affinity.
+		child = exec.CommandContext(ctx, "taskset", "-c", cpus, self, "--serve", storeAddr)
+		child.Env = append(os.Environ(), "GOMAXPROCS=1")
+	}
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		return result{}, err
@@ -269,8 +283,10 @@ func configMap1KiB() []byte {
 	return []byte(b.String())
 }
 
-// writePolicies replaces the stored policies and bindings by n of each.
-func writePolicies(ctx context.Context, sc *storeclient.Client, n int) error {
+// writePolicies replaces the stored policies and bindings by n of each:
+// the same expressions in each, or, when distinct, each policy's with
+// constants of its own (the same cost).
+func writePolicies(ctx context.Context, sc *storeclient.Client, n int, distinct bool) error {
 	prefix := registry.KeyRoot + admissionregistrationv1.GroupName + "/"
 	if _, err := sc.KV().Txn(ctx, &storev1.TxnRequest{Success: []*storev1.RequestOp{{Request: &storev1.RequestOp_RequestDeleteRange{
 		RequestDeleteRange: &storev1.DeleteRangeRequest{Key: []byte(prefix), RangeEnd: storeclient.PrefixEnd(prefix)},
@@ -323,6 +339,13 @@ func writePolicies(ctx context.Context, sc *storeclient.Client, n int) error {
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 				PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 			},
+		}
+		if distinct {
+			// The variable differs in its text only: it has no constant.
+			p.Spec.Variables[0].Expression += strings.Repeat(" ", i)
+			p.Spec.Validations[0].Expression = fmt.Sprintf("object.metadata.name.size() < %d", 64+i)
+			p.Spec.Validations[1].Expression = fmt.Sprintf("!('forbidden-%d' in variables.labels)", i)
+			p.Spec.Validations[2].Expression = fmt.Sprintf("object.data.all(k, k.size() < %d)", 256+i)
 		}
 		if err := put(vap, p); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	celcommon "k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/apiserver/pkg/cel/library"
@@ -30,6 +31,14 @@ type celInput struct {
 	rawNamespace      ref.Val // the namespace as stored
 	authorizer        any     // nil without an authorizer
 	resourceAuthz     any
+	// memo holds the values of the untracked programs that read only the
+	// inputs above, by memoKey, for the policies after the first that
+	// holds the same expression (see remember); only keys in shared
+	// (sharedKeys of the policy set) are kept.
+	memo   map[string]ref.Val
+	shared map[string]bool
+	// scratch is reused by each policy's evaluation in turn.
+	scratch scratch
 	// size bounds the size of every string, list and map in object,
 	// oldObject, request and namespaceObject: the largest of the
 	// request's and the namespace's serialized sizes.
@@ -124,3 +133,54 @@ func (a *activation) ResolveName(name string) (any, bool) {
 
 // Parent is nil: the activation has no parent.
 func (a *activation) Parent() interpreter.Activation { return nil }
+
+// scratch is the memory one validating policy's untracked evaluation
+// uses, reused by the next policy of the request instead of allocated
+// per policy. What it hands out is valid until the next policy's
+// evaluation starts: validatingInvocation.check has consumed a policy's
+// results (turned them into its decision) by then, and the policies of a
+// request are evaluated one at a time (see celInput).
+type scratch struct {
+	run        untrackedRun
+	vals       []ref.Val
+	evalResult []plugincel.EvaluationResult
+	decided    []validating.PolicyDecision
+}
+
+// values returns n nil values (a list's variables, not evaluated yet).
+func (s *scratch) values(n int) []ref.Val {
+	if cap(s.vals) < n {
+		s.vals = make([]ref.Val, n)
+	}
+	s.vals = s.vals[:n]
+	clear(s.vals)
+	return s.vals
+}
+
+// results returns zeroed results for nv validations and nm message
+// expressions (nil when nm is 0).
+func (s *scratch) results(nv, nm int) (val, msg []plugincel.EvaluationResult) {
+	if cap(s.evalResult) < nv+nm {
+		s.evalResult = make([]plugincel.EvaluationResult, nv+nm)
+	}
+	s.evalResult = s.evalResult[:nv+nm]
+	clear(s.evalResult)
+	val = s.evalResult[:nv:nv]
+	if nm > 0 {
+		msg = s.evalResult[nv:]
+	}
+	return val, msg
+}
+
+// decisions returns n zeroed decisions.
+func (s *scratch) decisions(n int) []validating.PolicyDecision {
+	if n == 0 {
+		return []validating.PolicyDecision{} // not nil, as make returns it
+	}
+	if cap(s.decided) < n {
+		s.decided = make([]validating.PolicyDecision, n)
+	}
+	s.decided = s.decided[:n]
+	clear(s.decided)
+	return s.decided
+}

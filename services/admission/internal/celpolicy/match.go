@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
 )
 
@@ -60,12 +61,35 @@ func anyVersion(rs []admissionregistrationv1.NamedRuleWithOperations) []admissio
 // a namespace not known yet, which has no labels) match the namespace
 // selector, and its object's or old object's labels the object selector.
 func (m *matcher) matches(a *attributes, ns *corev1.Namespace) bool {
+	return m.matchesRules(a) && m.matchesSelectors(a, ns)
+}
+
+// matchesRules reports whether a rule covers the request a and no
+// exclude rule does: what the request's operation, resource, namespace
+// and name decide, without its objects.
+func (m *matcher) matchesRules(a admission.Attributes) bool {
 	if len(m.rules) > 0 && !matchesAny(m.rules, a) {
 		return false
 	}
-	if matchesAny(m.exclude, a) {
-		return false
+	return !matchesAny(m.exclude, a)
+}
+
+// namesRules reports whether a rule or exclude rule names resources:
+// then whether it covers a request depends on the request's name.
+func (m *matcher) namesRules() bool {
+	for _, rs := range [][]admissionregistrationv1.NamedRuleWithOperations{m.rules, m.exclude} {
+		for _, r := range rs {
+			if len(r.ResourceNames) > 0 {
+				return true
+			}
+		}
 	}
+	return false
+}
+
+// matchesSelectors reports whether the request a's namespace and
+// object labels match the selectors (see matches).
+func (m *matcher) matchesSelectors(a *attributes, ns *corev1.Namespace) bool {
 	if !m.objSel.Empty() {
 		nl, ol := a.objectLabels()
 		if !m.objSel.Matches(labels.Set(nl)) && !m.objSel.Matches(labels.Set(ol)) {
@@ -90,7 +114,7 @@ func (m *matcher) matches(a *attributes, ns *corev1.Namespace) bool {
 	return true
 }
 
-func matchesAny(rs []admissionregistrationv1.NamedRuleWithOperations, a *attributes) bool {
+func matchesAny(rs []admissionregistrationv1.NamedRuleWithOperations, a admission.Attributes) bool {
 	for _, r := range rs {
 		if len(r.ResourceNames) > 0 && !slices.Contains(r.ResourceNames, a.GetName()) {
 			continue

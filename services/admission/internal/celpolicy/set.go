@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/meridian-cp/meridian/lib/kube/rbac"
@@ -89,7 +88,9 @@ type state struct {
 	validating []validatingEntry
 	mutating   []mutatingEntry
 	scope      policy.Scope
-	changed    chan struct{} // closed when the next state is published
+	changed    chan struct{}   // closed when the next state is published
+	shared     map[string]bool // sharedKeys(validating)
+	matches    matchCache      // the bindings whose rules cover a request
 }
 
 type validatingEntry struct {
@@ -250,6 +251,8 @@ func (s *Set) rebuild() {
 		next.mutating = append(next.mutating, e)
 		next.scope.Rules = append(next.scope.Rules, scopeRules(p.Spec.MatchConstraints)...)
 	}
+	next.shared = sharedKeys(next.validating)
+	next.matches.byName = next.namesRules()
 	for k := range s.compiled {
 		if !seen[k] {
 			delete(s.compiled, k)
@@ -306,43 +309,46 @@ func (s *Set) Matching(req *admissionv1.AdmitRequest) []policy.Policy {
 	if len(st.validating) == 0 && len(st.mutating) == 0 {
 		return nil
 	}
-	r := &request{set: s, authz: s.authz}
+	// kube-apiserver exempts its admission configuration kinds from
+	// admission policies, so a bad policy can always be fixed.
+	if exemptKind(req.GetKind()) {
+		return nil
+	}
+	// The bindings whose rules cover the request, from what it says
+	// without its objects; the request is decoded only when there are any.
+	cands := st.candidates(req)
+	if len(cands.validating) == 0 && len(cands.mutating) == 0 {
+		return nil
+	}
+	r := &request{set: s, authz: s.authz, shared: st.shared}
 	a, err := r.attributes(req)
 	if err != nil {
 		return []policy.Policy{badRequest{err}}
 	}
-	// kube-apiserver exempts its admission configuration kinds from
-	// admission policies, so a bad policy can always be fixed.
-	if rules.IsExemptAdmissionConfigurationResource(a) {
-		return nil
-	}
 	ns := r.namespace()
-	var out []policy.Policy
+	out := make([]policy.Policy, 0, len(cands.validating)+1)
+	// The validating invocations of the request, allocated together; at
+	// most one per candidate, so invs never grows and out may point into it.
+	invs := make([]validatingInvocation, 0, len(cands.validating))
 	var chain *mutatingChain
-	for _, e := range st.mutating {
-		if e.policy.match != nil && !e.policy.match.matches(a, ns) {
+	for _, c := range cands.mutating {
+		e := &st.mutating[c.entry]
+		if e.policy.match != nil && !e.policy.match.matchesSelectors(a, ns) || !e.matchers[c.binding].matchesSelectors(a, ns) {
 			continue
 		}
-		for i, b := range e.bindings {
-			if !e.matchers[i].matches(a, ns) {
-				continue
-			}
-			if chain == nil {
-				chain = &mutatingChain{req: r, oi: s.oi, tc: s.tc, metrics: s.metrics}
-				out = append(out, chain)
-			}
-			chain.bindings = append(chain.bindings, mutatingBinding{policy: e.policy, binding: b})
+		if chain == nil {
+			chain = &mutatingChain{req: r, oi: s.oi, tc: s.tc, metrics: s.metrics}
+			out = append(out, chain)
 		}
+		chain.bindings = append(chain.bindings, mutatingBinding{policy: e.policy, binding: e.bindings[c.binding]})
 	}
-	for _, e := range st.validating {
-		if e.policy.match != nil && !e.policy.match.matches(a, ns) {
+	for _, c := range cands.validating {
+		e := &st.validating[c.entry]
+		if e.policy.match != nil && !e.policy.match.matchesSelectors(a, ns) || !e.matchers[c.binding].matchesSelectors(a, ns) {
 			continue
 		}
-		for i, b := range e.bindings {
-			if e.matchers[i].matches(a, ns) {
-				out = append(out, &validatingInvocation{req: r, policy: e.policy, binding: b, metrics: e.checks[i]})
-			}
-		}
+		invs = append(invs, validatingInvocation{req: r, policy: e.policy, binding: e.bindings[c.binding], metrics: e.checks[c.binding]})
+		out = append(out, &invs[len(invs)-1])
 	}
 	return out
 }
@@ -353,8 +359,9 @@ var _ policy.Set = (*Set)(nil)
 // attributes (decoded again for the request a mutation produced) and its
 // namespace.
 type request struct {
-	set   *Set
-	authz authorizer.UnconditionalAuthorizer
+	set    *Set
+	authz  authorizer.UnconditionalAuthorizer
+	shared map[string]bool // the memoKeys whose values are kept (celInput.shared)
 
 	mu    sync.Mutex
 	req   *admissionv1.AdmitRequest
@@ -420,6 +427,7 @@ func (r *request) celInput() (*celInput, error) {
 		if err != nil {
 			return nil, err
 		}
+		in.shared = r.shared
 		r.in = in
 	}
 	return r.in, nil

@@ -33,14 +33,17 @@ var sizeBounds = [...]uint64{4 << 10, 64 << 10}
 // runtime cost observer; and their worst-case cost under each of
 // sizeBounds, which gates their use (see fits).
 type untracked struct {
-	varNames    []string
-	varIndex    map[string]int // varNames[i] → i
-	vars        []cel.Program
-	varsType    *apiservercel.DeclType
-	varsValType *types.Type // the type of variablesValue, as lazy.MapValue's
-	validations []cel.Program
-	messages    []cel.Program // nil entries: validations without messageExpression
-	hasMessages bool
+	varNames []string
+	varIndex map[string]int // varNames[i] → i
+	vars     []cel.Program
+	// varKeys, validationKeys and messageKeys are the programs' memoKeys
+	// ("": evaluated by every policy).
+	varKeys, validationKeys, messageKeys []string
+	varsType                             *apiservercel.DeclType
+	varsValType                          *types.Type // the type of variablesValue, as lazy.MapValue's
+	validations                          []cel.Program
+	messages                             []cel.Program // nil entries: validations without messageExpression
+	hasMessages                          bool
 	// cost[i] is the worst-case cost of evaluating the validations and
 	// then the message expressions, each list with every variable once,
 	// when every input is at most sizeBounds[i] bytes; MaxUint64 when an
@@ -134,16 +137,19 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 		u.varIndex[v.Name] = len(u.varNames)
 		u.varNames = append(u.varNames, v.Name)
 		u.vars = append(u.vars, prg)
+		u.varKeys = append(u.varKeys, memoKey(v.Expression, ast))
 	}
 	u.validations = make([]cel.Program, len(p.Spec.Validations))
 	u.messages = make([]cel.Program, len(p.Spec.Validations))
+	u.validationKeys = make([]string, len(p.Spec.Validations))
+	u.messageKeys = make([]string, len(p.Spec.Validations))
 	for i, v := range p.Spec.Validations {
 		ast, prg, ok := compile(valEnv, v.Expression)
 		if !ok {
 			return nil
 		}
 		add(&valCost, valEnv, ast)
-		u.validations[i] = prg
+		u.validations[i], u.validationKeys[i] = prg, memoKey(v.Expression, ast)
 		if v.MessageExpression == "" {
 			continue
 		}
@@ -151,6 +157,7 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 			return nil
 		}
 		add(&msgCost, msgEnv, ast)
+		u.messageKeys[i] = memoKey(v.MessageExpression, ast)
 		u.hasMessages = true
 	}
 	bounded := false
@@ -382,15 +389,16 @@ func (u *untracked) fits(size uint64, budget int64) bool {
 // the tracked programs, so every error is reported as the tracked path
 // reports it. quick (see quick) evaluates without watching ctx.
 func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bool, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
-	r := &untrackedRun{u: u, ctx: ctx, quick: quick}
+	r := &in.scratch.run
+	*r = untrackedRun{u: u, ctx: ctx, quick: quick}
 	r.act = activation{in: in, params: params, namespace: in.namespace, authorizer: true}
 	if len(u.vars) > 0 {
-		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
 	}
-	valResults = make([]plugincel.EvaluationResult, len(u.validations))
+	valResults, msgResults = in.scratch.results(len(u.validations), len(u.messages))
 	for i, prg := range u.validations {
-		val, err := r.evalProgram(prg)
+		val, err := r.evalProgram(prg, u.validationKeys[i])
 		if err != nil || r.failed {
 			return nil, nil, false
 		}
@@ -403,15 +411,14 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bo
 	// the variables evaluated again.
 	r.act = activation{in: in, params: params, namespace: in.namespace}
 	if len(u.vars) > 0 {
-		r.vars = variablesValue{run: r, values: make([]ref.Val, len(u.vars))}
+		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
 	}
-	msgResults = make([]plugincel.EvaluationResult, len(u.messages))
 	for i, prg := range u.messages {
 		if prg == nil { // a placeholder
 			continue
 		}
-		val, err := r.evalProgram(prg)
+		val, err := r.evalProgram(prg, u.messageKeys[i])
 		if err != nil || r.failed {
 			return nil, nil, false
 		}
@@ -431,14 +438,26 @@ type untrackedRun struct {
 	vars   variablesValue
 }
 
-// evalProgram evaluates prg over the current list's activation: without
-// watching ctx when the run is quick, else interrupted when ctx ends.
-func (r *untrackedRun) evalProgram(prg cel.Program) (ref.Val, error) {
-	if r.quick {
-		val, _, err := prg.Eval(&r.act)
-		return val, err
+// evalProgram evaluates prg, whose memoKey is key, over the current
+// list's activation: without watching ctx when the run is quick, else
+// interrupted when ctx ends; a program with a key is evaluated once per
+// request, its value shared by every policy of the request that holds
+// the same expression (celInput.memoized). Skipping an evaluation only
+// lowers the cost the gate (fits) bounded.
+func (r *untrackedRun) evalProgram(prg cel.Program, key string) (ref.Val, error) {
+	if v, ok := r.act.in.memo[key]; ok {
+		return v, nil
 	}
-	val, _, err := prg.ContextEval(r.ctx, &r.act)
+	var val ref.Val
+	var err error
+	if r.quick {
+		val, _, err = prg.Eval(&r.act)
+	} else {
+		val, _, err = prg.ContextEval(r.ctx, &r.act)
+	}
+	if err == nil {
+		r.act.in.remember(key, val)
+	}
 	return val, err
 }
 

@@ -75,7 +75,7 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 			messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
 		}
 	}
-	decisions := make([]validating.PolicyDecision, len(evalResults))
+	decisions := in.scratch.decisions(len(evalResults))
 	for i, evalResult := range evalResults {
 		d := &decisions[i]
 		validation := evalResult.ExpressionAccessor.(*validating.ValidationCondition)

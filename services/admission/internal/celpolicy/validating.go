@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
@@ -157,7 +158,8 @@ func (v *validatingInvocation) Evaluate(ctx context.Context, req *admissionv1.Ad
 	if invalid {
 		errorType = admissionmetrics.PolicyInvalidError
 	}
-	var actions []string
+	var buf [3]string // at most deny, warn and audit
+	actions := buf[:0]
 	if d.Denial != nil {
 		actions = append(actions, "deny")
 	}
@@ -194,9 +196,14 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 	if p.err != nil {
 		return v.configError(fmt.Errorf("failed to configure policy: %w", p.err)), true, nil
 	}
-	params, err := p.params.collect(b.Spec.ParamRef, a)
-	if err != nil {
-		return v.configError(fmt.Errorf("failed to configure binding: %w", err)), true, nil
+	// One nil param without paramKind or paramRef (as collect returns
+	// it), without allocating.
+	var noParam [1]runtime.Object
+	params := noParam[:]
+	if p.params != nil && b.Spec.ParamRef != nil {
+		if params, err = p.params.collect(b.Spec.ParamRef, a); err != nil {
+			return v.configError(fmt.Errorf("failed to configure binding: %w", err)), true, nil
+		}
 	}
 	ns := v.req.namespace()
 	in, err := v.req.celInput()

@@ -34,7 +34,7 @@ func (m *variablesValue) resolve(i int) ref.Val {
 		return v
 	}
 	u := m.run.u
-	v, err := m.run.evalProgram(u.vars[i])
+	v, err := m.run.evalProgram(u.vars[i], u.varKeys[i])
 	if err != nil {
 		m.run.failed = true
 		v = types.NewErr("composited variable %q fails to evaluate: %v", u.varNames[i], err)
