@@ -113,10 +113,11 @@ func TestCreateTraceCrossesEveryService(t *testing.T) {
 	}
 	tr.wantChild(t, server, "authenticate")
 	acquire := tr.wantChild(t, server, "flowcontrol.acquire")
-	// The gateway decides on its Decide stream: the call carries the
-	// acquire span's traceparent, and the service's span for it is that
-	// span's child.
-	fcServer := tr.wantChild(t, acquire, "meridian.flowcontrol.v1.DecisionService/Decide.Acquire")
+	// The all-in-one's gateway calls the flow-control service's Acquire
+	// in process, through the service's interceptors: the service's span
+	// for it is the acquire span's child (a separate gateway's Decide
+	// stream carries the traceparent the same way).
+	fcServer := tr.wantChild(t, acquire, "meridian.flowcontrol.v1.FlowControlService/Acquire")
 	wait := tr.wantChild(t, fcServer, "flowcontrol.wait")
 	for _, k := range []string{"k8s.flowcontrol.flow_schema", "k8s.flowcontrol.priority_level", "k8s.flowcontrol.queue_wait_seconds", "k8s.flowcontrol.seats"} {
 		if !hasAttr(wait, k) {
