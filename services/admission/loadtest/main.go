@@ -49,6 +49,7 @@ import (
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	storev1 "github.com/meridian-cp/meridian/proto/gen/meridian/store/v1"
 	"github.com/meridian-cp/meridian/services/admission/app"
+	"github.com/meridian-cp/meridian/services/admission/internal/command"
 	storeapp "github.com/meridian-cp/meridian/services/store/app"
 	storeclient "github.com/meridian-cp/meridian/services/store/client"
 )
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	counts := fs.String("policies", "0,1,10,50", "comma-separated numbers of matching policies")
 	conc := fs.Int("concurrency", 4, "concurrent Admit callers")
 	distinct := fs.Bool("distinct", false, "give every policy expressions of its own (other constants), so no two policies share an expression")
+	gcPercent := fs.Int("gc-percent", command.DefaultGCPercent, "the service child's GC target (its GOGC), as the admission binary's --gc-percent")
 	serviceCPU := fs.String("service-cpu", "", "run the service child under `taskset -c` with this CPU list and GOMAXPROCS=1 (pin this process with taskset to other CPUs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,7 +120,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err := writePolicies(ctx, sc, n, *distinct); err != nil {
 			return err
 		}
-		r, err := measure(ctx, storeAddr, *serviceCPU, n, obj, *conc, *duration)
+		r, err := measure(ctx, storeAddr, *serviceCPU, *gcPercent, n, obj, *conc, *duration)
 		if err != nil {
 			return fmt.Errorf("%d policies: %w", n, err)
 		}
@@ -156,17 +158,18 @@ type result struct {
 // measure starts a service child over the store holding n policies (on
 // cpus with GOMAXPROCS=1 when cpus is set), waits until its scope holds
 // them, and calls Admit from conc callers for d.
-func measure(ctx context.Context, storeAddr, cpus string, n int, obj []byte, conc int, d time.Duration) (result, error) {
+func measure(ctx context.Context, storeAddr, cpus string, gcPercent, n int, obj []byte, conc int, d time.Duration) (result, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return result{}, err
 	}
 	child := exec.CommandContext(ctx, self, "--serve", storeAddr)
+	child.Env = append(os.Environ(), "GOGC="+strconv.Itoa(gcPercent))
 	if cpus != "" {
 		// taskset execs the service, so the child's pid is the service's,
 		// and every thread it starts inherits the affinity.
 		child = exec.CommandContext(ctx, "taskset", "-c", cpus, self, "--serve", storeAddr)
-		child.Env = append(os.Environ(), "GOMAXPROCS=1")
+		child.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC="+strconv.Itoa(gcPercent))
 	}
 	stdin, err := child.StdinPipe()
 	if err != nil {

@@ -4,12 +4,8 @@ package command
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
-	"strconv"
-	"strings"
 
 	"github.com/meridian-cp/meridian/lib/daemon"
 	"github.com/meridian-cp/meridian/lib/flowcontrol/apf"
@@ -23,9 +19,9 @@ import (
 // and logs go to stderr.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	var (
-		cfg       app.Config
-		store     daemon.StoreFlags
-		gcPercent int
+		cfg   app.Config
+		store daemon.StoreFlags
+		gc    daemon.GCPercent
 	)
 	return daemon.Command{
 		Name: "flowcontrol", Listen: ports.FlowControl, MetricsListen: ports.FlowControlMetrics,
@@ -41,17 +37,17 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			fs.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", leaderelect.DefaultLeaseDuration, "how long followers wait after the leader's last renewal before taking the Lease")
 			fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", leaderelect.DefaultRenewDeadline, "how long the leader retries renewing before it stops leading")
 			fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", leaderelect.DefaultRetryPeriod, "how often the Lease is renewed, and tried by followers")
-			fs.IntVar(&gcPercent, "gc-percent", gcPercentDefault(os.Getenv("GOGC")), fmt.Sprintf("Go's GC target (as GOGC): the heap grows by this percentage of the live heap between collections; -1 turns the GC off (then set --memory-limit). Default %d, or GOGC when set", DefaultGCPercent))
+			gc.Register(fs, DefaultGCPercent, os.Getenv("GOGC"))
 		},
 		Check: func(*daemon.Flags) error {
-			if gcPercent < -1 {
-				return fmt.Errorf("--gc-percent must be -1 (off) or at least 0, got %d", gcPercent)
+			if err := gc.Check(); err != nil {
+				return err
 			}
 			cfg.StoreAddress = store.Address
 			return cfg.Validate()
 		},
 		Build: func(ctx context.Context, env daemon.Env) (daemon.Server, error) {
-			debug.SetGCPercent(gcPercent)
+			gc.Apply()
 			cfg.TLS, cfg.Registerer, cfg.Logger, cfg.Trust, cfg.Callers, cfg.TracerProvider = env.TLS, env.Registry, env.Logger, env.Trust, env.Callers, env.TracerProvider
 			storeTLS, err := store.TLS(env.Logger)
 			if err != nil {
@@ -71,21 +67,3 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 // quarter as often for a heap of about five times the live one
 // (docs/benchmarks.md, "w/fc21a").
 const DefaultGCPercent = 400
-
-// gcPercentDefault returns --gc-percent's default: GOGC's value when the
-// environment sets it ("off" is -1; a value Go would not accept leaves
-// DefaultGCPercent), else DefaultGCPercent.
-func gcPercentDefault(gogc string) int {
-	switch v := strings.TrimSpace(gogc); {
-	case v == "":
-		return DefaultGCPercent
-	case strings.EqualFold(v, "off"):
-		return -1
-	default:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return DefaultGCPercent
-		}
-		return n
-	}
-}

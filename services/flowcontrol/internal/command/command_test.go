@@ -126,16 +126,3 @@ func TestRunMTLS(t *testing.T) {
 		t.Fatal("Run did not return")
 	}
 }
-
-// TestGCPercentDefault: --gc-percent defaults to DefaultGCPercent, or to
-// GOGC when the environment sets a value Go accepts.
-func TestGCPercentDefault(t *testing.T) {
-	for gogc, want := range map[string]int{
-		"": DefaultGCPercent, "100": 100, " 50 ": 50, "0": 0, "off": -1, "OFF": -1,
-		"-5": DefaultGCPercent, "lots": DefaultGCPercent,
-	} {
-		if got := gcPercentDefault(gogc); got != want {
-			t.Errorf("GOGC=%q: default %d, want %d", gogc, got, want)
-		}
-	}
-}
