@@ -214,6 +214,25 @@ func interceptors(opts Options, logger *slog.Logger, m *metrics) ([]grpc.UnarySe
 	return unary, stream
 }
 
+// handledChains validates opts and returns the interceptor chains of a
+// server built with ServerOptions(opts), for calls handled in this
+// process without it; with the same Registerer they share its metric
+// collectors.
+func handledChains(opts Options) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, nil, err
+	}
+	var m *metrics
+	if opts.Registerer != nil {
+		var err error
+		if m, err = newMetrics(opts.Registerer); err != nil {
+			return nil, nil, err
+		}
+	}
+	unary, stream := interceptors(opts, opts.logger(), m)
+	return unary, stream, nil
+}
+
 // StreamServerInterceptor returns, as one interceptor, the chain of stream
 // interceptors that a server built with ServerOptions(opts) runs every
 // stream call through: for a stream call handled in this process without
@@ -221,17 +240,10 @@ func interceptors(opts Options, logger *slog.Logger, m *metrics) ([]grpc.UnarySe
 // counted, logged and traced as the server's calls are. Calling it with
 // the Registerer of ServerOptions reuses its metric collectors.
 func StreamServerInterceptor(opts Options) (grpc.StreamServerInterceptor, error) {
-	if err := opts.Validate(); err != nil {
+	_, stream, err := handledChains(opts)
+	if err != nil {
 		return nil, err
 	}
-	var m *metrics
-	if opts.Registerer != nil {
-		var err error
-		if m, err = newMetrics(opts.Registerer); err != nil {
-			return nil, err
-		}
-	}
-	_, stream := interceptors(opts, opts.logger(), m)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return chainStream(stream, srv, ss, info, handler)
 	}, nil
@@ -244,17 +256,10 @@ func StreamServerInterceptor(opts Options) (grpc.StreamServerInterceptor, error)
 // as the server's calls are. Calling it with the Registerer of
 // ServerOptions reuses its metric collectors.
 func UnaryServerInterceptor(opts Options) (grpc.UnaryServerInterceptor, error) {
-	if err := opts.Validate(); err != nil {
+	unary, _, err := handledChains(opts)
+	if err != nil {
 		return nil, err
 	}
-	var m *metrics
-	if opts.Registerer != nil {
-		var err error
-		if m, err = newMetrics(opts.Registerer); err != nil {
-			return nil, err
-		}
-	}
-	unary, _ := interceptors(opts, opts.logger(), m)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return chainUnary(ctx, unary, req, info, handler)
 	}, nil

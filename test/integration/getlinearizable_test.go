@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -240,15 +237,7 @@ func TestConsistentGetsAreLinearizable(t *testing.T) {
 // config maps served by watchfanout, from the all-in-one's /metrics.
 func consistentReadsFromCache(ctx context.Context, t *testing.T, e *env) float64 {
 	t.Helper()
-	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	families := scrapeMetrics(ctx, t, e)
 	var sum float64
 	for _, m := range families["apiserver_watch_cache_consistent_read_total"].GetMetric() {
 		labels := map[string]string{}

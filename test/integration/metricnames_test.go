@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,14 +107,7 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	cmLabels := map[string]string{"group": "", "version": "v1", "resource": "configmaps"}
 	var families map[string]*dto.MetricFamily
 	polltest.Until(t, 10*time.Second, "the watched create's apiserver_watch_events_sizes sample", func() bool {
-		body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		if families, err = parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
-			t.Fatal(err)
-		}
+		families = scrapeMetrics(ctx, t, e)
 		return seriesCount(families["apiserver_watch_events_sizes"], cmLabels) >= 1 && hasVerb(families["apiserver_request_total"], "WATCH")
 	})
 	for name, want := range kubeMetrics {
@@ -189,4 +183,20 @@ func hasVerb(mf *dto.MetricFamily, verb string) bool {
 		}
 	}
 	return false
+}
+
+// scrapeMetrics reads the all-in-one's /metrics, as the admin, by metric
+// family name.
+func scrapeMetrics(ctx context.Context, t *testing.T, e *env) map[string]*dto.MetricFamily {
+	t.Helper()
+	body, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
 }
