@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
@@ -371,12 +372,18 @@ func TestNonResourceRequestsFlowControlled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "alice", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs.Spec.Rules[0].NonResourceRules = []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"/version"}}}
-	if _, err := admin.FlowcontrolV1().FlowSchemas().Update(e.ctx, fs, metav1.UpdateOptions{}); err != nil {
+	// The flow-control service writes the schema's status meanwhile:
+	// retry the update on a conflict, as a controller would.
+	var fs *flowcontrolv1.FlowSchema
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		if fs, err = admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "alice", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		fs.Spec.Rules[0].NonResourceRules = []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"/version"}}}
+		_, err = admin.FlowcontrolV1().FlowSchemas().Update(e.ctx, fs, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	probes, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "probes", metav1.GetOptions{})
