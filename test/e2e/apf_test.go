@@ -60,21 +60,24 @@ spec:
 func TestFlowControlObjects(t *testing.T) {
 	requireKubectl(t)
 	cp := start(t, "")
-	out := cp.kubectl("get", "flowschemas")
-	for _, want := range []string{"PRIORITYLEVEL", "MATCHINGPRECEDENCE", "MISSINGPL", "exempt", "probes", "system-leader-election",
+	// The flow-control service creates the configuration once it has
+	// started, beside the API: wait for every object, as a client
+	// listing them right after start would see them appear.
+	containsAll := func(wants ...string) func(string) bool {
+		return func(out string) bool {
+			for _, want := range wants {
+				if !strings.Contains(out, want) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitKubectl(t, cp, "the mandatory and suggested FlowSchemas", containsAll("PRIORITYLEVEL", "MATCHINGPRECEDENCE", "MISSINGPL", "exempt", "probes", "system-leader-election",
 		"system-node-high", "system-nodes", "kube-controller-manager", "kube-scheduler", "kube-system-service-accounts",
-		"service-accounts", "global-default", "catch-all"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("kubectl get flowschemas lacks %q:\n%s", want, out)
-		}
-	}
-	out = cp.kubectl("get", "prioritylevelconfigurations")
-	for _, want := range []string{"NOMINALCONCURRENCYSHARES", "exempt", "catch-all", "leader-election", "node-high", "system",
-		"workload-high", "workload-low", "global-default"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("kubectl get prioritylevelconfigurations lacks %q:\n%s", want, out)
-		}
-	}
+		"service-accounts", "global-default", "catch-all"), "get", "flowschemas")
+	waitKubectl(t, cp, "the mandatory and suggested PriorityLevelConfigurations", containsAll("NOMINALCONCURRENCYSHARES", "exempt", "catch-all", "leader-election", "node-high", "system",
+		"workload-high", "workload-low", "global-default"), "get", "prioritylevelconfigurations")
 	if got := cp.kubectl("get", "prioritylevelconfiguration", "workload-low", "-o", "jsonpath={.spec.limited.nominalConcurrencyShares}/{.spec.limited.lendablePercent}"); got != "100/90" {
 		t.Errorf("workload-low shares/lendable %q, want 100/90", got)
 	}
