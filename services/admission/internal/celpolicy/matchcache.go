@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -84,23 +85,23 @@ func (st *state) matchRules(req *admissionv1.AdmitRequest) *candidates {
 		req.GetSubResource(), admitattrs.Operation(req.GetOperation()), nil, false, nil)
 	c := &candidates{}
 	for i, e := range st.mutating {
-		if e.policy.match != nil && !e.policy.match.matchesRules(a) {
-			continue
-		}
-		for j, m := range e.matchers {
-			if m.matchesRules(a) {
-				c.mutating = append(c.mutating, candidate{i, j})
-			}
-		}
+		c.mutating = coveringBindings(c.mutating, i, e.policy.match, e.matchers, a)
 	}
 	for i, e := range st.validating {
-		if e.policy.match != nil && !e.policy.match.matchesRules(a) {
-			continue
-		}
-		for j, m := range e.matchers {
-			if m.matchesRules(a) {
-				c.validating = append(c.validating, candidate{i, j})
-			}
+		c.validating = coveringBindings(c.validating, i, e.policy.match, e.matchers, a)
+	}
+	return c
+}
+
+// coveringBindings appends to c the bindings (entry i, binding j) whose
+// rules, and their policy's (policyMatch, nil for none), cover a.
+func coveringBindings(c []candidate, i int, policyMatch *matcher, matchers []*matcher, a admission.Attributes) []candidate {
+	if policyMatch != nil && !policyMatch.matchesRules(a) {
+		return c
+	}
+	for j, m := range matchers {
+		if m.matchesRules(a) {
+			c = append(c, candidate{i, j})
 		}
 	}
 	return c
@@ -110,26 +111,25 @@ func (st *state) matchRules(req *admissionv1.AdmitRequest) *candidates {
 // matchCache.byName).
 func (st *state) namesRules() bool {
 	for _, e := range st.validating {
-		if e.policy.match != nil && e.policy.match.namesRules() {
+		if anyNamesRules(e.policy.match, e.matchers) {
 			return true
-		}
-		for _, m := range e.matchers {
-			if m.namesRules() {
-				return true
-			}
 		}
 	}
 	for _, e := range st.mutating {
-		if e.policy.match != nil && e.policy.match.namesRules() {
+		if anyNamesRules(e.policy.match, e.matchers) {
 			return true
-		}
-		for _, m := range e.matchers {
-			if m.namesRules() {
-				return true
-			}
 		}
 	}
 	return false
+}
+
+// anyNamesRules reports whether the policy's rules (policyMatch, nil for
+// none) or a binding's name resources.
+func anyNamesRules(policyMatch *matcher, matchers []*matcher) bool {
+	if policyMatch != nil && policyMatch.namesRules() {
+		return true
+	}
+	return slices.ContainsFunc(matchers, (*matcher).namesRules)
 }
 
 // exemptKind reports whether k is one of the admission configuration
