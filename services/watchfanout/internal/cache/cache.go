@@ -228,7 +228,10 @@ func New(opts Options, conn grpc.ClientConnInterface) (*Cache, error) {
 		crds:   map[string]*crdEntry{},
 		synced: make(chan struct{}), revCh: make(chan struct{}),
 	}
-	c.fetch.kv, c.fetch.read = c.kv, opts.ConsistentRevision
+	c.fetch.read = opts.ConsistentRevision
+	if c.fetch.read == nil {
+		c.fetch.read = rangeRev(c.kv)
+	}
 	for _, gv := range opts.Registry.GroupVersions() {
 		for _, res := range opts.Registry.Resources(gv) {
 			if res.Custom != nil {

@@ -27,9 +27,8 @@ func (c *Cache) ConsistentRevFunc(fn func(int64, error)) { c.fetch.getFunc(fn) }
 // revFetcher reads the store's current revision linearizably, sharing one
 // read among the callers that arrived before it started.
 type revFetcher struct {
-	kv storev1.KVServiceClient
-	// read, when set, reads the revision instead of a Range over kv
-	// (Options.ConsistentRevision).
+	// read reads the revision: Options.ConsistentRevision, or a
+	// linearizable Range over the store connection (rangeRev).
 	read func(context.Context) (int64, error)
 
 	mu       sync.Mutex
@@ -85,7 +84,7 @@ func (f *revFetcher) startLocked() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		call.rev, call.err = f.readRev(ctx)
+		call.rev, call.err = f.read(ctx)
 		f.mu.Lock()
 		f.inflight = false
 		if f.next != nil {
@@ -100,11 +99,11 @@ func (f *revFetcher) startLocked() {
 	}()
 }
 
-// readRev reads the store's current revision linearizably.
-func (f *revFetcher) readRev(ctx context.Context) (int64, error) {
-	if f.read != nil {
-		return f.read(ctx)
+// rangeRev reads the store's current revision linearizably over kv: the
+// header of a Range.
+func rangeRev(kv storev1.KVServiceClient) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		resp, err := kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
+		return resp.GetHeader().GetRevision(), err
 	}
-	resp, err := f.kv.Range(ctx, &storev1.RangeRequest{Key: []byte(Prefix)})
-	return resp.GetHeader().GetRevision(), err
 }
