@@ -257,7 +257,6 @@ func (q *quantifier) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 	if q.exists {
 		stop = types.True
 	}
-	var acc ref.Val = !stop
 	v := q.bindings.Get().(*iterBinding)
 	v.name, v.adapter, v.parent = q.iterVar, q.adapter, frame
 	child := frame.Push(v)
@@ -266,17 +265,34 @@ func (q *quantifier) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 		*v = iterBinding{}
 		q.bindings.Put(v)
 	}()
-	for it := r.(traits.Iterable).Iterator(); it.HasNext() == types.True; {
-		v.val, v.converted = it.Next(), false
-		if acc == stop {
-			break
+	acc, interrupted := ref.Val(!stop), false
+	if m, ok := r.(*sharedMap); ok {
+		// The keys its iterator would yield, without the iterator.
+		for _, k := range m.keyList() {
+			if acc, interrupted = q.next(child, v, k, acc, stop); interrupted || acc == stop {
+				break
+			}
 		}
-		acc = q.step(acc, q.pred.Exec(child), stop)
-		if q.interruptable && child.CheckInterrupt() {
-			return types.WrapErr(interpreter.InterruptError{})
+	} else {
+		for it := r.(traits.Iterable).Iterator(); it.HasNext() == types.True; {
+			if acc, interrupted = q.next(child, v, it.Next(), acc, stop); interrupted || acc == stop {
+				break
+			}
 		}
 	}
+	if interrupted {
+		return types.WrapErr(interpreter.InterruptError{})
+	}
 	return acc
+}
+
+// next evaluates one element: p with the iteration variable bound to
+// elem, combined with acc by the step. Once acc is stop, the loop
+// condition ends the loop before any further element.
+func (q *quantifier) next(child *interpreter.ExecutionFrame, v *iterBinding, elem any, acc ref.Val, stop types.Bool) (_ ref.Val, interrupted bool) {
+	v.val, v.converted = elem, false
+	acc = q.step(acc, q.pred.Exec(child), stop)
+	return acc, q.interruptable && child.CheckInterrupt()
 }
 
 // step is the step's `acc && p` (`acc || p`) as cel-go evaluates it
