@@ -18,14 +18,7 @@ import (
 // quantifiers in the untracked twin: the same value, or the same error
 // (message and node), and the number of comprehensions replaced.
 func TestQuantifiers(t *testing.T) {
-	twin, err := celenv.Untracked()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := twin.StoredExpressionsEnv().Extend(cel.Variable("obj", cel.DynType))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := objEnv(t)
 	obj := map[string]any{
 		"data":   map[string]any{"a": "1", "bb": "22"},
 		"nums":   []any{int64(1), int64(2), int64(0), int64(3)},
@@ -128,14 +121,7 @@ func TestQuantifiers(t *testing.T) {
 // TestQuantifierInterrupted: a quantifier stops when the evaluation's
 // context ends, with cel-go's interrupt error, as the fold does.
 func TestQuantifierInterrupted(t *testing.T) {
-	twin, err := celenv.Untracked()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := twin.StoredExpressionsEnv().Extend(cel.Variable("obj", cel.DynType))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := objEnv(t)
 	ast, iss := env.Compile("obj.all(x, obj.all(y, x + y >= 0))")
 	if iss.Err() != nil {
 		t.Fatal(iss.Err())
@@ -156,6 +142,20 @@ func TestQuantifierInterrupted(t *testing.T) {
 	if v, _, err := fast.ContextEval(context.Background(), map[string]any{"obj": list}); err != nil || v != types.True {
 		t.Fatalf("not cancelled: %v, %v", v, err)
 	}
+}
+
+// objEnv is the untracked twin's environment with obj, a dyn variable.
+func objEnv(t *testing.T) *cel.Env {
+	t.Helper()
+	twin, err := celenv.Untracked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := twin.StoredExpressionsEnv().Extend(cel.Variable("obj", cel.DynType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }
 
 // describe is a result as the tests compare it.
