@@ -27,10 +27,9 @@ import (
 // (default 1000) after a warm-up, MERIDIAN_ADMISSION_CPU_PAIRS pairs
 // (default 6). It logs each pair's ratio, the medians, and the geometric
 // mean of the ratios, which over an even number of pairs weighs both
-// orders equally: a phase's cost depends on its position (the store
-// grows, and the phase after a change of policies follows a pause),
-// which the two orders bias in opposite directions (docs/benchmarks.md).
-// It runs only with MERIDIAN_ADMISSION_CPU=1.
+// orders equally, so neither the store's growth nor the pause for a
+// change of policies favours one side (docs/benchmarks.md). It runs
+// only with MERIDIAN_ADMISSION_CPU=1.
 func TestAdmissionPolicyCreateCPU(t *testing.T) {
 	if os.Getenv("MERIDIAN_ADMISSION_CPU") == "" {
 		t.Skip("a measurement: set MERIDIAN_ADMISSION_CPU=1 to run it")
