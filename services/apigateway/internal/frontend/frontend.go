@@ -4,7 +4,8 @@
 // the flow-control service, and then either answers itself (health,
 // /version, discovery) or rewrites the request onto the unambiguous internal
 // routes of meridian.api.v1.ResourceService and hands it to grpc-gateway,
-// which calls the ResourceService over gRPC.
+// which calls the ResourceService over gRPC or in process (a get of an
+// in-process ResourceService skips grpc-gateway's routing: localget.go).
 package frontend
 
 import (
@@ -64,8 +65,9 @@ type Config struct {
 	// LocalResources is set.
 	Resources apiv1.ResourceServiceClient
 	// LocalResources is a ResourceService in this process: unary methods
-	// are served by direct calls, watches on the request's goroutine
-	// (serveLocalWatch) and lists through inproc.Stream, with no gRPC hop.
+	// are served by direct calls (gets without grpc-gateway's routing,
+	// serveLocalGet), watches on the request's goroutine (serveLocalWatch)
+	// and lists through inproc.Stream, with no gRPC hop.
 	// It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
@@ -517,8 +519,9 @@ func (h *Handler) admitResource(w http.ResponseWriter, r *http.Request, info *re
 }
 
 // forward serves an admitted resource request other than a watch of the
-// in-process ResourceService, through grpc-gateway's muxes; a get or list
-// answer is compressed when the client accepts gzip.
+// in-process ResourceService, through grpc-gateway's muxes, or a get of
+// the in-process ResourceService by a direct call (serveLocalGet); a get
+// or list answer is compressed when the client accepts gzip.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, info *requestinfo.Info) {
 	var gz *gzipWriter
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
@@ -538,6 +541,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, info *requesti
 		return
 	}
 	if h.local != nil {
+		if info.Verb == "get" {
+			serveLocalGet(w, r, h.local, h.cfg.LocalResources)
+			return
+		}
 		h.local.ServeHTTP(w, r)
 		return
 	}
