@@ -61,7 +61,7 @@ func TestUnaryCallsThroughInterceptors(t *testing.T) {
 	}{{"thing", false, codes.OK, ""}, {"missing", false, codes.NotFound, "no missing"}, {"thing", true, codes.PermissionDenied, "refused"}} {
 		refuse = tc.refuse
 		seenCert, seenUser, seenMethod, transportMethod = nil, nil, "", ""
-		resp, err := inproc.Unary(ctx, cert, info, intercept, wrapperspb.String(tc.req), handler)
+		resp, err := inproc.Unary(ctx, inproc.NewUnaryMethod(cert, info, intercept), wrapperspb.String(tc.req), handler)
 		if s, _ := status.FromError(err); s.Code() != tc.code || s.Message() != tc.msg {
 			t.Errorf("%s, refuse=%v: got %v, want %v %q", tc.req, tc.refuse, err, tc.code, tc.msg)
 		}

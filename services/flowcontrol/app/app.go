@@ -261,31 +261,29 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 func (a *App) ClientInProcess(cert *x509.Certificate, conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
 	return localClient{
 		FlowControlServiceClient: flowcontrolv1.NewFlowControlServiceClient(conn),
-		cert:                     cert, intercept: a.intercept, srv: a.fc,
-		acquire: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_Acquire_FullMethodName},
-		release: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_ReleaseGrants_FullMethodName},
+		srv:                      a.fc,
+		acquire:                  inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_Acquire_FullMethodName}, a.intercept),
+		release:                  inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_ReleaseGrants_FullMethodName}, a.intercept),
 	}
 }
 
 // localClient is ClientInProcess's client.
 type localClient struct {
 	flowcontrolv1.FlowControlServiceClient
-	cert             *x509.Certificate
-	intercept        grpc.UnaryServerInterceptor
 	srv              *server.Server
-	acquire, release *grpc.UnaryServerInfo
+	acquire, release *inproc.UnaryMethod
 }
 
 // Acquire runs the service's Acquire in process; call options do not
 // apply.
 func (c localClient) Acquire(ctx context.Context, in *flowcontrolv1.AcquireRequest, _ ...grpc.CallOption) (*flowcontrolv1.AcquireResponse, error) {
-	return inproc.Unary(ctx, c.cert, c.acquire, c.intercept, in, c.srv.Acquire)
+	return inproc.Unary(ctx, c.acquire, in, c.srv.Acquire)
 }
 
 // ReleaseGrants runs the service's ReleaseGrants in process; call options
 // do not apply.
 func (c localClient) ReleaseGrants(ctx context.Context, in *flowcontrolv1.ReleaseGrantsRequest, _ ...grpc.CallOption) (*flowcontrolv1.ReleaseGrantsResponse, error) {
-	return inproc.Unary(ctx, c.cert, c.release, c.intercept, in, c.srv.ReleaseGrants)
+	return inproc.Unary(ctx, c.release, in, c.srv.ReleaseGrants)
 }
 
 // startFollower reads the configuration objects from the store and

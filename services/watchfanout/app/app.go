@@ -314,9 +314,9 @@ func (a *App) StreamListInProcess(cert *x509.Certificate) func(context.Context, 
 // encoded, framed and decoded (inproc.Unary). Responses and errors are
 // those of the gRPC method.
 func (a *App) GetInProcess(cert *x509.Certificate) func(context.Context, *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-	info := &grpc.UnaryServerInfo{Server: a.ws, FullMethod: watchv1.WatchService_Get_FullMethodName}
+	m := inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.ws, FullMethod: watchv1.WatchService_Get_FullMethodName}, a.interceptUnary)
 	return func(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-		return inproc.Unary(ctx, cert, info, a.interceptUnary, req, a.ws.Get)
+		return inproc.Unary(ctx, m, req, a.ws.Get)
 	}
 }
 
