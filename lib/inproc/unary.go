@@ -14,41 +14,43 @@ import (
 )
 
 // UnaryMethod is a unary method of a gRPC server of this process as the
-// holder of one certificate calls it with Unary: the method, the server's
-// interceptor chain, and what every call's handler sees of its caller (a
-// peer whose AuthInfo holds the certificate, the transport stream naming
-// the method), built once rather than per call. It is safe for concurrent
-// use.
-type UnaryMethod struct {
-	info      *grpc.UnaryServerInfo
-	intercept grpc.UnaryServerInterceptor
+// holder of one certificate calls it (Call): its handler inside the
+// server's interceptor chain, and what every call's handler sees of its
+// caller (a peer whose AuthInfo holds the certificate, the transport
+// stream naming the method), all built once rather than per call. It is
+// safe for concurrent use.
+type UnaryMethod[Req, Resp any] struct {
+	handler   grpc.UnaryHandler
 	peer      *peer.Peer
 	transport grpc.ServerTransportStream
 }
 
-// NewUnaryMethod returns the method info.FullMethod, run inside intercept
-// (the server's interceptor chain, grpcserver.UnaryServerInterceptor), as
-// called over a connection dialed with DialOptions(cert).
-func NewUnaryMethod(cert *x509.Certificate, info *grpc.UnaryServerInfo, intercept grpc.UnaryServerInterceptor) *UnaryMethod {
-	return &UnaryMethod{info: info, intercept: intercept, peer: newPeer(cert, info.FullMethod), transport: unaryTransport(info.FullMethod)}
+// NewUnaryMethod returns the method info.FullMethod whose handler is
+// handler, as called over a connection dialed with DialOptions(cert):
+// bind binds handler into the server's interceptor chain
+// (grpcserver.UnaryServerChain).
+func NewUnaryMethod[Req, Resp any](cert *x509.Certificate, info *grpc.UnaryServerInfo, bind func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler, handler func(context.Context, *Req) (*Resp, error)) *UnaryMethod[Req, Resp] {
+	return &UnaryMethod[Req, Resp]{
+		handler: bind(info, func(ctx context.Context, req any) (any, error) {
+			return handler(ctx, req.(*Req))
+		}),
+		peer:      newPeer(cert, info.FullMethod),
+		transport: unaryTransport(info.FullMethod),
+	}
 }
 
-// Unary runs the unary method m on req, with handler as the method's
-// handler, on the caller's goroutine, without a connection: inside m's
-// interceptors, as a call over a connection dialed with DialOptions(cert)
-// would run, cert being m's. The handler's context is ServerStream's:
-// ctx's outgoing metadata as its incoming metadata, a peer whose AuthInfo
-// holds cert (so the interceptors authorize the call as the holder of
-// cert), and the
+// Call runs the method on req on the caller's goroutine, without a
+// connection: inside the server's interceptors, as a call over a
+// connection dialed with DialOptions(cert) would run, cert being m's.
+// The handler's context is ServerStream's: ctx's outgoing metadata as
+// its incoming metadata, a peer whose AuthInfo holds cert (so the
+// interceptors authorize the call as the holder of cert), and the
 // caller's trace context when ctx is traced. The response is the
 // handler's own message, not a copy: the caller must not change it.
 // Headers and trailers the handler sets are dropped (a unary caller here
 // has no way to read them).
-func Unary[Req, Resp any](ctx context.Context, m *UnaryMethod, req *Req, handler func(context.Context, *Req) (*Resp, error)) (*Resp, error) {
-	sctx := grpc.NewContextWithServerTransportStream(serverContext(ctx, m.peer), m.transport)
-	resp, err := m.intercept(sctx, req, m.info, func(ctx context.Context, req any) (any, error) {
-		return handler(ctx, req.(*Req))
-	})
+func (m *UnaryMethod[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
+	resp, err := m.handler(grpc.NewContextWithServerTransportStream(serverContext(ctx, m.peer), m.transport), req)
 	if err != nil {
 		return nil, err
 	}
