@@ -572,6 +572,11 @@ var resourceParams = []string{
 	"dryRun", "fieldManager", "fieldValidation", "force", "gracePeriodSeconds", "propagationPolicy",
 }
 
+// refParams are the query parameters of the ResourceService's internal
+// routes that name the resource (rewrite sets them from the request's
+// path), in the order rewrite fills them.
+var refParams = [...]string{"ref.group", "ref.version", "ref.resource", "ref.namespace", "ref.name", "ref.subresource"}
+
 // bodyTypes are the request body media types each verb accepts.
 var bodyTypes = map[string][]string{
 	"create":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
@@ -595,18 +600,19 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	if err := checkParams(info.Verb, q); err != nil {
 		return err
 	}
-	out := url.Values{}
+	out := make(url.Values, len(refParams)+1+len(q))
 	for _, p := range resourceParams {
 		if v, ok := q[p]; ok {
 			out[p] = v
 		}
 	}
-	out.Set("ref.group", info.APIGroup)
-	out.Set("ref.version", info.APIVersion)
-	out.Set("ref.resource", info.Resource)
-	out.Set("ref.namespace", info.Namespace)
-	out.Set("ref.name", info.Name)
-	out.Set("ref.subresource", info.Subresource)
+	// The values rewrite sets share one array (each a slice of its own
+	// element, capped there): what url.Values.Set makes, without a
+	// slice per value.
+	set := []string{info.APIGroup, info.APIVersion, info.Resource, info.Namespace, info.Name, info.Subresource, ""}
+	for i, k := range refParams {
+		out[k] = set[i : i+1 : i+1]
+	}
 
 	// The ResourceService negotiates the response from the Accept header
 	// itself (gRPC clients send theirs too); checking here as well makes a
@@ -624,7 +630,8 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 		return apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
 			"none of the requested media types is served: "+strings.Join(opts.Types, ", ")+" and application/json;as=Table;g=meta.k8s.io;v=v1 are", 0, false)
 	}
-	out.Set("accept", accept)
+	set[len(refParams)] = accept
+	out["accept"] = set[len(refParams):]
 
 	if accepted, hasBody := bodyTypes[info.Verb]; hasBody && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		header := r.Header.Get("Content-Type")
@@ -657,7 +664,7 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	}
 	// grpc-gateway must not parse the body as a form.
 	r.Header.Del("Content-Type")
-	r.URL.Path = "/_meridian/v1/" + info.Verb
+	r.URL.Path = routePath(info.Verb)
 	r.URL.RawPath = ""
 	// The query reaches grpc-gateway as the parsed form it reads
 	// (Request.ParseForm keeps a Form already set), rather than encoded
@@ -665,6 +672,22 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	r.URL.RawQuery = ""
 	r.Form = out
 	return nil
+}
+
+// routePaths are the ResourceService's internal routes of the verbs
+// served most (routePath).
+var routePaths = map[string]string{
+	"get": "/_meridian/v1/get", "list": "/_meridian/v1/list", "watch": "/_meridian/v1/watch",
+	"create": "/_meridian/v1/create", "update": "/_meridian/v1/update", "patch": "/_meridian/v1/patch",
+	"delete": "/_meridian/v1/delete",
+}
+
+// routePath is the path of the ResourceService's internal route for verb.
+func routePath(verb string) string {
+	if p, ok := routePaths[verb]; ok {
+		return p
+	}
+	return "/_meridian/v1/" + verb
 }
 
 func toStatus(err error) metav1.Status {

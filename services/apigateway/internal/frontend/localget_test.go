@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -38,7 +39,7 @@ func (s *scriptedGets) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbod
 		if err := grpc.SetTrailer(ctx, metadata.Pairs("late", "yes")); err != nil {
 			return nil, err
 		}
-		return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap","rv":"` + req.GetResourceVersion() + `","accept":"` + req.GetAccept() + `"}`)}, nil
+		return &httpbody.HttpBody{ContentType: "application/json", Data: []byte(`{"kind":"ConfigMap","ref":"` + refString(req.GetRef()) + `","rv":"` + req.GetResourceVersion() + `","accept":"` + req.GetAccept() + `"}`)}, nil
 	case "protobuf":
 		return &httpbody.HttpBody{ContentType: "application/vnd.kubernetes.protobuf", Data: protobufObject}, nil
 	case "coded":
@@ -56,6 +57,12 @@ func (s *scriptedGets) Get(ctx context.Context, req *apiv1.GetRequest) (*httpbod
 		return nil, apistatus.ToGRPC(apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "invalid", nil))
 	}
 	return nil, apistatus.ToGRPC(apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, req.GetRef().GetName()))
+}
+
+// refString names what ref names: group, version, resource, namespace,
+// name and subresource.
+func refString(ref *apiv1.ResourceRef) string {
+	return strings.Join([]string{ref.GetGroup(), ref.GetVersion(), ref.GetResource(), ref.GetNamespace(), ref.GetName(), ref.GetSubresource()}, "/")
 }
 
 // getResponse is what a client sees of a GET: its code, every header but
@@ -140,7 +147,8 @@ func TestLocalGetMatchesGateway(t *testing.T) {
 		})
 	}
 	// The cases' checks would pass if neither server reached the service.
-	if got := doGet(t, direct, cms+"json?resourceVersion=5", nil); got.body != `{"kind":"ConfigMap","rv":"5","accept":""}` {
-		t.Errorf("served directly: body %q, want the service's object", got.body)
+	want := refString(&apiv1.ResourceRef{Version: "v1", Resource: "configmaps", Namespace: "demo", Name: "json"})
+	if got := doGet(t, direct, cms+"json?resourceVersion=5&ref.namespace=evil", nil); got.body != `{"kind":"ConfigMap","ref":"`+want+`","rv":"5","accept":""}` {
+		t.Errorf("served directly: body %q, want the service's object for %s", got.body, want)
 	}
 }
