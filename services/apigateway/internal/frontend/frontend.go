@@ -178,20 +178,35 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 
 // ServeHTTP serves one request. It never panics: a panic below becomes a
 // 500 Status.
+//
+// net/http runs each request on a new goroutine; its stack is grown to a
+// handler's depth in one copy (package growstack) first thing, while it
+// holds ServeHTTP's small frame only: serveHTTP's frame alone would make
+// the runtime grow it once more before. Writes go deeper: their
+// managed-fields update. A watch's goroutine is not grown: it lives as
+// long as the watch, mostly idle, and a stack grown ahead would be
+// memory every idle watch holds until collections shrink it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	info := requestinfo.New(r.Method, r.URL)
-	// net/http runs each request on a new goroutine; grow its stack to a
-	// handler's depth in one copy (package growstack). Writes go deeper:
-	// their managed-fields update. A watch's goroutine is not grown: it
-	// lives as long as the watch, mostly idle, and a stack grown ahead
-	// would be memory every idle watch holds until collections shrink it.
 	switch {
-	case info.Verb == "watch":
+	case mayWatch(r):
 	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		growstack.GrowLarge()
 	default:
 		growstack.Grow()
 	}
+	h.serveHTTP(w, r)
+}
+
+// mayWatch reports whether r may be a watch (requestinfo: a /watch/ path,
+// or a true watch parameter) without parsing its query: a path with
+// "/watch" in it, or a query with "watch" or an escape in it.
+func mayWatch(r *http.Request) bool {
+	return strings.Contains(r.URL.Path, "/watch") || strings.Contains(r.URL.RawQuery, "watch") || strings.Contains(r.URL.RawQuery, "%")
+}
+
+// serveHTTP is ServeHTTP once the stack is grown.
+func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	info := requestinfo.New(r.Method, r.URL)
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
