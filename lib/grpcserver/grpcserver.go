@@ -249,31 +249,29 @@ func StreamServerInterceptor(opts Options) (grpc.StreamServerInterceptor, error)
 	}, nil
 }
 
-// UnaryServerInterceptor returns, as one interceptor, the chain of unary
-// interceptors that a server built with ServerOptions(opts) runs every
-// unary call through: for a unary call handled in this process without
-// the gRPC server (inproc.Unary), authorized, counted, logged and traced
-// as the server's calls are. Calling it with the Registerer of
-// ServerOptions reuses its metric collectors.
-func UnaryServerInterceptor(opts Options) (grpc.UnaryServerInterceptor, error) {
+// UnaryServerChain returns the chain of unary interceptors that a server
+// built with ServerOptions(opts) runs every unary call through, as a
+// function that binds one method's handler into it: for unary calls
+// handled in this process without the gRPC server (inproc.UnaryMethod),
+// authorized, counted, logged and traced as the server's calls are. The
+// bound handler calls the first interceptor with the second one's bound
+// handler, and so on, the last with handler: the closures linking them
+// are made when binding, once per method, not per call. Calling it with
+// the Registerer of ServerOptions reuses its metric collectors.
+func UnaryServerChain(opts Options) (func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler, error) {
 	unary, _, err := handledChains(opts)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		return chainUnary(ctx, unary, req, info, handler)
+	return func(info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) grpc.UnaryHandler {
+		for i := len(unary) - 1; i >= 0; i-- {
+			intercept, next := unary[i], handler
+			handler = func(ctx context.Context, req any) (any, error) {
+				return intercept(ctx, req, info, next)
+			}
+		}
+		return handler
 	}, nil
-}
-
-// chainUnary calls chain[0], which calls chain[1] as its handler, and so
-// on; the last calls handler.
-func chainUnary(ctx context.Context, chain []grpc.UnaryServerInterceptor, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if len(chain) == 0 {
-		return handler(ctx, req)
-	}
-	return chain[0](ctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return chainUnary(ctx, chain[1:], req, info, handler)
-	})
 }
 
 // chainStream calls chain[0], which calls chain[1] as its handler, and so

@@ -92,8 +92,11 @@ func UserFrom(ctx context.Context) (User, bool) {
 // carries u. Any user metadata already in the outgoing context is replaced.
 // A user without a name is not sent (an empty name is not a user).
 func AppendToOutgoing(ctx context.Context, u User) context.Context {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	// FromOutgoingContext returns a copy, the caller's to change.
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		md = metadata.MD{}
+	}
 	for k := range md {
 		if isIdentityKey(k) {
 			delete(md, k)

@@ -88,23 +88,27 @@ func VerifiedPeer(ctx context.Context) (*x509.Certificate, bool) {
 // Whatever a user value ctx already carries in process is dropped first, so
 // the user a handler sees always comes from this decision.
 func fromCall(ctx context.Context, trust TrustFunc) context.Context {
-	ctx = context.WithValue(ctx, userKey{}, nil)
+	if u, ok := assertedUser(ctx, trust); ok {
+		return WithUser(ctx, u)
+	}
+	return context.WithValue(ctx, userKey{}, nil)
+}
+
+// assertedUser is the user asserted in the call's metadata, when the peer
+// is trusted.
+func assertedUser(ctx context.Context, trust TrustFunc) (User, bool) {
 	if trust == nil {
-		return ctx
+		return User{}, false
 	}
 	cert, ok := VerifiedPeer(ctx)
 	if !ok || !trust(cert) {
-		return ctx
+		return User{}, false
 	}
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
-		return ctx
+		return User{}, false
 	}
-	u, ok := FromIncomingMetadata(md)
-	if !ok {
-		return ctx
-	}
-	return WithUser(ctx, u)
+	return FromIncomingMetadata(md)
 }
 
 // UnaryServerInterceptor puts the user asserted in the request metadata

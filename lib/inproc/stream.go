@@ -45,7 +45,7 @@ func Stream[Req, Resp any](ctx context.Context, method string, req *Req, handler
 // authorize the call as one made over an in-memory connection, and the
 // caller's trace context when ctx is traced (telemetry.Traced).
 func ServerStream[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grpc.StreamServerInfo, intercept grpc.StreamServerInterceptor, srv any, req *Req, handler func(*Req, grpc.ServerStreamingServer[Resp]) error) grpc.ServerStreamingClient[Resp] {
-	sctx := serverContext(ctx, cert, info.FullMethod)
+	sctx := serverContext(ctx, newPeer(cert, info.FullMethod))
 	return startStream[Resp](ctx, sctx, info.FullMethod, func(ss grpc.ServerStream) error {
 		return intercept(srv, ss, info, func(_ any, ss grpc.ServerStream) error {
 			return handler(req, &grpc.GenericServerStream[Req, Resp]{ServerStream: ss})

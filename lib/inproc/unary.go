@@ -13,22 +13,44 @@ import (
 	"github.com/meridian-cp/meridian/lib/telemetry"
 )
 
-// Unary runs a unary method of a gRPC server of this process on req, on
-// the caller's goroutine, without a connection: inside intercept (the
-// server's interceptor chain, grpcserver.UnaryServerInterceptor), as a
-// call over a connection dialed with DialOptions(cert) would run. The
-// handler's context is ServerStream's: ctx's outgoing metadata as its
-// incoming metadata, a peer whose AuthInfo holds cert (so the
+// UnaryMethod is a unary method of a gRPC server of this process as the
+// holder of one certificate calls it (Call): its handler inside the
+// server's interceptor chain, and what every call's handler sees of its
+// caller (a peer whose AuthInfo holds the certificate, the transport
+// stream naming the method), all built once rather than per call. It is
+// safe for concurrent use.
+type UnaryMethod[Req, Resp any] struct {
+	handler   grpc.UnaryHandler
+	peer      *peer.Peer
+	transport grpc.ServerTransportStream
+}
+
+// NewUnaryMethod returns the method info.FullMethod whose handler is
+// handler, as called over a connection dialed with DialOptions(cert):
+// bind binds handler into the server's interceptor chain
+// (grpcserver.UnaryServerChain).
+func NewUnaryMethod[Req, Resp any](cert *x509.Certificate, info *grpc.UnaryServerInfo, bind func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler, handler func(context.Context, *Req) (*Resp, error)) *UnaryMethod[Req, Resp] {
+	return &UnaryMethod[Req, Resp]{
+		handler: bind(info, func(ctx context.Context, req any) (any, error) {
+			return handler(ctx, req.(*Req))
+		}),
+		peer:      newPeer(cert, info.FullMethod),
+		transport: unaryTransport(info.FullMethod),
+	}
+}
+
+// Call runs the method on req on the caller's goroutine, without a
+// connection: inside the server's interceptors, as a call over a
+// connection dialed with DialOptions(cert) would run, cert being m's.
+// The handler's context is ServerStream's: ctx's outgoing metadata as
+// its incoming metadata, a peer whose AuthInfo holds cert (so the
 // interceptors authorize the call as the holder of cert), and the
 // caller's trace context when ctx is traced. The response is the
 // handler's own message, not a copy: the caller must not change it.
 // Headers and trailers the handler sets are dropped (a unary caller here
 // has no way to read them).
-func Unary[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grpc.UnaryServerInfo, intercept grpc.UnaryServerInterceptor, req *Req, handler func(context.Context, *Req) (*Resp, error)) (*Resp, error) {
-	sctx := grpc.NewContextWithServerTransportStream(serverContext(ctx, cert, info.FullMethod), unaryTransport(info.FullMethod))
-	resp, err := intercept(sctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return handler(ctx, req.(*Req))
-	})
+func (m *UnaryMethod[Req, Resp]) Call(ctx context.Context, req *Req) (*Resp, error) {
+	resp, err := m.handler(grpc.NewContextWithServerTransportStream(serverContext(ctx, m.peer), m.transport), req)
 	if err != nil {
 		return nil, err
 	}
@@ -36,9 +58,18 @@ func Unary[Req, Resp any](ctx context.Context, cert *x509.Certificate, info *grp
 	return r, nil
 }
 
-// serverContext is the context a server's handler of method sees for a
-// call from the holder of cert made with ctx (see ServerStream).
-func serverContext(ctx context.Context, cert *x509.Certificate, method string) context.Context {
+// newPeer is the peer a server's handler of method sees for a call from
+// the holder of cert.
+func newPeer(cert *x509.Certificate, method string) *peer.Peer {
+	return &peer.Peer{
+		Addr: Addr("client-of-" + method), LocalAddr: Addr(method),
+		AuthInfo: AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, Cert: cert},
+	}
+}
+
+// serverContext is the context a server's handler sees for a call made
+// with ctx by the peer p (see ServerStream).
+func serverContext(ctx context.Context, p *peer.Peer) context.Context {
 	// FromOutgoingContext returns a copy: the handler's incoming
 	// metadata is its own, as a server's is.
 	md, ok := metadata.FromOutgoingContext(ctx)
@@ -54,10 +85,7 @@ func serverContext(ctx context.Context, cert *x509.Certificate, method string) c
 			md.Set(k, v)
 		}
 	}
-	return peer.NewContext(metadata.NewIncomingContext(ctx, md), &peer.Peer{
-		Addr: Addr("client-of-" + method), LocalAddr: Addr(method),
-		AuthInfo: AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, Cert: cert},
-	})
+	return peer.NewContext(metadata.NewIncomingContext(ctx, md), p)
 }
 
 // unaryTransport is a unary call's grpc.ServerTransportStream: it names

@@ -52,6 +52,10 @@ func TestUnaryCallsThroughInterceptors(t *testing.T) {
 		}
 		return answer, nil
 	}
+	bind := func(info *grpc.UnaryServerInfo, h grpc.UnaryHandler) grpc.UnaryHandler {
+		return func(ctx context.Context, req any) (any, error) { return intercept(ctx, req, info, h) }
+	}
+	m := inproc.NewUnaryMethod(cert, info, bind, handler)
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "user", "alice")
 	for _, tc := range []struct {
 		req    string
@@ -61,7 +65,7 @@ func TestUnaryCallsThroughInterceptors(t *testing.T) {
 	}{{"thing", false, codes.OK, ""}, {"missing", false, codes.NotFound, "no missing"}, {"thing", true, codes.PermissionDenied, "refused"}} {
 		refuse = tc.refuse
 		seenCert, seenUser, seenMethod, transportMethod = nil, nil, "", ""
-		resp, err := inproc.Unary(ctx, cert, info, intercept, wrapperspb.String(tc.req), handler)
+		resp, err := m.Call(ctx, wrapperspb.String(tc.req))
 		if s, _ := status.FromError(err); s.Code() != tc.code || s.Message() != tc.msg {
 			t.Errorf("%s, refuse=%v: got %v, want %v %q", tc.req, tc.refuse, err, tc.code, tc.msg)
 		}

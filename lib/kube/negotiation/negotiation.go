@@ -62,6 +62,40 @@ func Negotiate(accept string, opts Options) (mt MediaType, ok bool) {
 	if strings.TrimSpace(accept) == "" {
 		return MediaType{Type: opts.Types[0]}, true
 	}
+	if mt, ok := negotiateBare(accept, opts); ok {
+		return mt, true
+	}
+	return negotiate(accept, opts)
+}
+
+// negotiateBare picks, without parsing, the media type of the Accept
+// headers most clients send: one media type served, without parameters,
+// alone or followed by "*/*" (client-go's "application/json, */*"). It
+// reports false for any other header, and for a type opts.AcceptParams
+// refuses without parameters; negotiate picks the same type for the
+// headers it picks one for: the first range, of q 1, wins.
+func negotiateBare(accept string, opts Options) (MediaType, bool) {
+	first, rest, _ := strings.Cut(accept, ",")
+	first = strings.TrimSpace(first)
+	if r := strings.TrimSpace(rest); r != "" && r != "*/*" {
+		return MediaType{}, false
+	}
+	for _, served := range opts.Types {
+		if first != served {
+			continue
+		}
+		accepted := opts.AcceptParams
+		if accepted == nil {
+			accepted = plainParams
+		}
+		return MediaType{Type: served}, accepted(served, nil)
+	}
+	return MediaType{}, false
+}
+
+// negotiate is Negotiate for a header that is not empty: every media
+// range parsed, the first acceptable one of the highest q wins.
+func negotiate(accept string, opts Options) (mt MediaType, ok bool) {
 	var ranges []rangeEntry
 	for i, part := range strings.Split(accept, ",") {
 		part = strings.TrimSpace(part)

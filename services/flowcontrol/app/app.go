@@ -182,9 +182,9 @@ type App struct {
 	ctrl *apf.Controller
 	fc   *server.Server
 	srv  *grpc.Server
-	// intercept is srv's chain of unary interceptors, which
-	// ClientInProcess runs calls through.
-	intercept grpc.UnaryServerInterceptor
+	// bindUnary binds a unary handler into srv's chain of unary
+	// interceptors, which ClientInProcess runs calls through.
+	bindUnary func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler
 	health    *health.Server
 	logger    *slog.Logger
 
@@ -227,12 +227,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ctrl.Close()
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	intercept, err := grpcserver.UnaryServerInterceptor(sopts)
+	bindUnary, err := grpcserver.UnaryServerChain(sopts)
 	if err != nil {
 		ctrl.Close()
 		return nil, fmt.Errorf("flowcontrol: %w", err)
 	}
-	a := &App{ctrl: ctrl, srv: srv, intercept: intercept, health: hs, logger: cfg.logger(), follow: func() {}}
+	a := &App{ctrl: ctrl, srv: srv, bindUnary: bindUnary, health: hs, logger: cfg.logger(), follow: func() {}}
 	var gate server.Leadership
 	if cfg.LeaderElect {
 		a.leader = &leadership{}
@@ -256,36 +256,33 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 // ReleaseGrants run the service's handlers through the gRPC server's
 // unary interceptors on the caller's goroutine, as calls over a
 // connection dialed as cert would be authorized, with no encoding, no
-// transport and no Decide stream (inproc.Unary); its other calls go over
+// transport and no Decide stream (inproc.UnaryMethod); its other calls go over
 // conn. Answers and errors are those of the gRPC methods.
 func (a *App) ClientInProcess(cert *x509.Certificate, conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
 	return localClient{
 		FlowControlServiceClient: flowcontrolv1.NewFlowControlServiceClient(conn),
-		cert:                     cert, intercept: a.intercept, srv: a.fc,
-		acquire: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_Acquire_FullMethodName},
-		release: &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_ReleaseGrants_FullMethodName},
+		acquire:                  inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_Acquire_FullMethodName}, a.bindUnary, a.fc.Acquire),
+		release:                  inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.fc, FullMethod: flowcontrolv1.FlowControlService_ReleaseGrants_FullMethodName}, a.bindUnary, a.fc.ReleaseGrants),
 	}
 }
 
 // localClient is ClientInProcess's client.
 type localClient struct {
 	flowcontrolv1.FlowControlServiceClient
-	cert             *x509.Certificate
-	intercept        grpc.UnaryServerInterceptor
-	srv              *server.Server
-	acquire, release *grpc.UnaryServerInfo
+	acquire *inproc.UnaryMethod[flowcontrolv1.AcquireRequest, flowcontrolv1.AcquireResponse]
+	release *inproc.UnaryMethod[flowcontrolv1.ReleaseGrantsRequest, flowcontrolv1.ReleaseGrantsResponse]
 }
 
 // Acquire runs the service's Acquire in process; call options do not
 // apply.
 func (c localClient) Acquire(ctx context.Context, in *flowcontrolv1.AcquireRequest, _ ...grpc.CallOption) (*flowcontrolv1.AcquireResponse, error) {
-	return inproc.Unary(ctx, c.cert, c.acquire, c.intercept, in, c.srv.Acquire)
+	return c.acquire.Call(ctx, in)
 }
 
 // ReleaseGrants runs the service's ReleaseGrants in process; call options
 // do not apply.
 func (c localClient) ReleaseGrants(ctx context.Context, in *flowcontrolv1.ReleaseGrantsRequest, _ ...grpc.CallOption) (*flowcontrolv1.ReleaseGrantsResponse, error) {
-	return inproc.Unary(ctx, c.cert, c.release, c.intercept, in, c.srv.ReleaseGrants)
+	return c.release.Call(ctx, in)
 }
 
 // startFollower reads the configuration objects from the store and

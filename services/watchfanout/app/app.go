@@ -160,12 +160,13 @@ func (c *Config) Validate() error {
 // store, Serve serves it, Close stops it.
 type App struct {
 	srv *grpc.Server
-	// ws is the WatchService srv serves; intercept and interceptUnary
-	// are srv's chains of stream and unary interceptors, which
-	// StreamListInProcess and GetInProcess run calls through.
-	ws             *server.Server
-	intercept      grpc.StreamServerInterceptor
-	interceptUnary grpc.UnaryServerInterceptor
+	// ws is the WatchService srv serves; intercept is srv's chain of
+	// stream interceptors, which StreamListInProcess runs calls
+	// through, and bindUnary binds a unary handler into its chain of
+	// unary interceptors (GetInProcess).
+	ws        *server.Server
+	intercept grpc.StreamServerInterceptor
+	bindUnary func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler
 
 	health *health.Server
 	logger *slog.Logger
@@ -226,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
-	interceptUnary, err := grpcserver.UnaryServerInterceptor(sopts)
+	bindUnary, err := grpcserver.UnaryServerChain(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("watchfanout: %w", err)
 	}
@@ -275,7 +276,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	watchv1.RegisterWatchServiceServer(srv, ws)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
-	a := &App{srv: srv, ws: ws, intercept: intercept, interceptUnary: interceptUnary, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
+	a := &App{srv: srv, ws: ws, intercept: intercept, bindUnary: bindUnary, health: hs, logger: logger, cfg: cfg, conn: conn, cache: c, crypt: crypt, cancel: cancel, done: make(chan struct{})}
 	ok = true
 	go func() {
 		defer close(a.done)
@@ -311,13 +312,10 @@ func (a *App) StreamListInProcess(cert *x509.Certificate) func(context.Context, 
 // holding cert (the all-in-one's gateway): the call runs through the gRPC
 // server's unary interceptors as StreamListInProcess's calls do, on the
 // caller's goroutine, and the response is the message Get returned, not
-// encoded, framed and decoded (inproc.Unary). Responses and errors are
+// encoded, framed and decoded (inproc.UnaryMethod). Responses and errors are
 // those of the gRPC method.
 func (a *App) GetInProcess(cert *x509.Certificate) func(context.Context, *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-	info := &grpc.UnaryServerInfo{Server: a.ws, FullMethod: watchv1.WatchService_Get_FullMethodName}
-	return func(ctx context.Context, req *watchv1.GetRequest) (*watchv1.GetResponse, error) {
-		return inproc.Unary(ctx, cert, info, a.interceptUnary, req, a.ws.Get)
-	}
+	return inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.ws, FullMethod: watchv1.WatchService_Get_FullMethodName}, a.bindUnary, a.ws.Get).Call
 }
 
 // Synced is closed once the cache has synced with the store.

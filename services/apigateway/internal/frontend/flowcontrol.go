@@ -11,6 +11,13 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 )
 
+// The X-Kubernetes-PF-* headers, in their canonical form, which
+// Header.Set uses as it is rather than making it per request.
+const (
+	flowSchemaUIDHeader    = "X-Kubernetes-Pf-Flowschema-Uid"
+	priorityLevelUIDHeader = "X-Kubernetes-Pf-Prioritylevel-Uid"
+)
+
 // acquire takes seats for a request and sets the X-Kubernetes-PF-*
 // headers. The returned func releases them; the returned request is r,
 // or for a watch r with a context that releases them once the watch has
@@ -39,8 +46,8 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request, info requestin
 	noteFlowSchema(r.Context(), g.FlowSchemaUID, g.PriorityLevelUID)
 	if g.FlowSchemaUID != "" {
 		// On a rejection too, as kube-apiserver sets them at classification.
-		w.Header().Set("X-Kubernetes-PF-FlowSchema-UID", g.FlowSchemaUID)
-		w.Header().Set("X-Kubernetes-PF-PriorityLevel-UID", g.PriorityLevelUID)
+		w.Header().Set(flowSchemaUIDHeader, g.FlowSchemaUID)
+		w.Header().Set(priorityLevelUIDHeader, g.PriorityLevelUID)
 	}
 	if err != nil {
 		return r, nil, err

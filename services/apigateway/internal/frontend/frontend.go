@@ -4,7 +4,8 @@
 // the flow-control service, and then either answers itself (health,
 // /version, discovery) or rewrites the request onto the unambiguous internal
 // routes of meridian.api.v1.ResourceService and hands it to grpc-gateway,
-// which calls the ResourceService over gRPC.
+// which calls the ResourceService over gRPC or in process (a get of an
+// in-process ResourceService skips grpc-gateway's routing: localget.go).
 package frontend
 
 import (
@@ -64,8 +65,9 @@ type Config struct {
 	// LocalResources is set.
 	Resources apiv1.ResourceServiceClient
 	// LocalResources is a ResourceService in this process: unary methods
-	// are served by direct calls, watches on the request's goroutine
-	// (serveLocalWatch) and lists through inproc.Stream, with no gRPC hop.
+	// are served by direct calls (gets without grpc-gateway's routing,
+	// serveLocalGet), watches on the request's goroutine (serveLocalWatch)
+	// and lists through inproc.Stream, with no gRPC hop.
 	// It takes precedence over Resources.
 	LocalResources apiv1.ResourceServiceServer
 	// FlowControl hands out seats; nil serves every request at once.
@@ -176,20 +178,35 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 
 // ServeHTTP serves one request. It never panics: a panic below becomes a
 // 500 Status.
+//
+// net/http runs each request on a new goroutine; its stack is grown to a
+// handler's depth in one copy (package growstack) first thing, while it
+// holds ServeHTTP's small frame only: serveHTTP's frame alone would make
+// the runtime grow it once more before. Writes go deeper: their
+// managed-fields update. A watch's goroutine is not grown: it lives as
+// long as the watch, mostly idle, and a stack grown ahead would be
+// memory every idle watch holds until collections shrink it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	info := requestinfo.New(r.Method, r.URL)
-	// net/http runs each request on a new goroutine; grow its stack to a
-	// handler's depth in one copy (package growstack). Writes go deeper:
-	// their managed-fields update. A watch's goroutine is not grown: it
-	// lives as long as the watch, mostly idle, and a stack grown ahead
-	// would be memory every idle watch holds until collections shrink it.
 	switch {
-	case info.Verb == "watch":
+	case mayWatch(r):
 	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		growstack.GrowLarge()
 	default:
 		growstack.Grow()
 	}
+	h.serveHTTP(w, r)
+}
+
+// mayWatch reports whether r may be a watch (requestinfo: a /watch/ path,
+// or a true watch parameter) without parsing its query: a path with
+// "/watch" in it, or a query with "watch" or an escape in it.
+func mayWatch(r *http.Request) bool {
+	return strings.Contains(r.URL.Path, "/watch") || strings.Contains(r.URL.RawQuery, "watch") || strings.Contains(r.URL.RawQuery, "%")
+}
+
+// serveHTTP is ServeHTTP once the stack is grown.
+func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	info := requestinfo.New(r.Method, r.URL)
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
@@ -517,8 +534,9 @@ func (h *Handler) admitResource(w http.ResponseWriter, r *http.Request, info *re
 }
 
 // forward serves an admitted resource request other than a watch of the
-// in-process ResourceService, through grpc-gateway's muxes; a get or list
-// answer is compressed when the client accepts gzip.
+// in-process ResourceService, through grpc-gateway's muxes, or a get of
+// the in-process ResourceService by a direct call (serveLocalGet); a get
+// or list answer is compressed when the client accepts gzip.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, info *requestinfo.Info) {
 	var gz *gzipWriter
 	if (info.Verb == "get" || info.Verb == "list") && acceptsGzip(r) {
@@ -538,6 +556,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, info *requesti
 		return
 	}
 	if h.local != nil {
+		if info.Verb == "get" {
+			serveLocalGet(w, r, h.local, h.cfg.LocalResources)
+			return
+		}
 		h.local.ServeHTTP(w, r)
 		return
 	}
@@ -565,6 +587,11 @@ var resourceParams = []string{
 	"dryRun", "fieldManager", "fieldValidation", "force", "gracePeriodSeconds", "propagationPolicy",
 }
 
+// refParams are the query parameters of the ResourceService's internal
+// routes that name the resource (rewrite sets them from the request's
+// path), in the order rewrite fills them.
+var refParams = [...]string{"ref.group", "ref.version", "ref.resource", "ref.namespace", "ref.name", "ref.subresource"}
+
 // bodyTypes are the request body media types each verb accepts.
 var bodyTypes = map[string][]string{
 	"create":           {negotiation.JSON, negotiation.YAML, negotiation.Protobuf},
@@ -588,18 +615,19 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	if err := checkParams(info.Verb, q); err != nil {
 		return err
 	}
-	out := url.Values{}
+	out := make(url.Values, len(refParams)+1+len(q))
 	for _, p := range resourceParams {
 		if v, ok := q[p]; ok {
 			out[p] = v
 		}
 	}
-	out.Set("ref.group", info.APIGroup)
-	out.Set("ref.version", info.APIVersion)
-	out.Set("ref.resource", info.Resource)
-	out.Set("ref.namespace", info.Namespace)
-	out.Set("ref.name", info.Name)
-	out.Set("ref.subresource", info.Subresource)
+	// The values rewrite sets share one array (each a slice of its own
+	// element, capped there): what url.Values.Set makes, without a
+	// slice per value.
+	set := []string{info.APIGroup, info.APIVersion, info.Resource, info.Namespace, info.Name, info.Subresource, ""}
+	for i, k := range refParams {
+		out[k] = set[i : i+1 : i+1]
+	}
 
 	// The ResourceService negotiates the response from the Accept header
 	// itself (gRPC clients send theirs too); checking here as well makes a
@@ -617,7 +645,8 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 		return apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{}, "",
 			"none of the requested media types is served: "+strings.Join(opts.Types, ", ")+" and application/json;as=Table;g=meta.k8s.io;v=v1 are", 0, false)
 	}
-	out.Set("accept", accept)
+	set[len(refParams)] = accept
+	out["accept"] = set[len(refParams):]
 
 	if accepted, hasBody := bodyTypes[info.Verb]; hasBody && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		header := r.Header.Get("Content-Type")
@@ -650,7 +679,7 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	}
 	// grpc-gateway must not parse the body as a form.
 	r.Header.Del("Content-Type")
-	r.URL.Path = "/_meridian/v1/" + info.Verb
+	r.URL.Path = routePath(info.Verb)
 	r.URL.RawPath = ""
 	// The query reaches grpc-gateway as the parsed form it reads
 	// (Request.ParseForm keeps a Form already set), rather than encoded
@@ -658,6 +687,22 @@ func (h *Handler) rewrite(r *http.Request, info requestinfo.Info) error {
 	r.URL.RawQuery = ""
 	r.Form = out
 	return nil
+}
+
+// routePaths are the ResourceService's internal routes of the verbs
+// served most (routePath).
+var routePaths = map[string]string{
+	"get": "/_meridian/v1/get", "list": "/_meridian/v1/list", "watch": "/_meridian/v1/watch",
+	"create": "/_meridian/v1/create", "update": "/_meridian/v1/update", "patch": "/_meridian/v1/patch",
+	"delete": "/_meridian/v1/delete",
+}
+
+// routePath is the path of the ResourceService's internal route for verb.
+func routePath(verb string) string {
+	if p, ok := routePaths[verb]; ok {
+		return p
+	}
+	return "/_meridian/v1/" + verb
 }
 
 func toStatus(err error) metav1.Status {

@@ -24,8 +24,30 @@ const gzipLevel = gzip.BestSpeed
 
 // gzipWriters keeps compressors for reuse: each holds ~300 KiB of tables
 // and window, which a response would otherwise allocate and leave to the
-// collector.
-type gzipWriters struct{ pool sync.Pool }
+// collector. It keeps the buffers of responses below gzipThreshold too
+// (bufs, of *[]byte): most responses of gets are such, each buffered
+// whole, then written.
+type gzipWriters struct{ pool, bufs sync.Pool }
+
+// maxPooledBuf is the largest buffer kept for reuse: a buffer grown
+// towards gzipThreshold by a large response is left to the collector
+// rather than held for responses that mostly need a few KiB.
+const maxPooledBuf = 16 << 10
+
+// buf returns an empty buffer.
+func (p *gzipWriters) buf() []byte {
+	if b, ok := p.bufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// putBuf keeps b for reuse; the caller no longer uses it.
+func (p *gzipWriters) putBuf(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxPooledBuf {
+		p.bufs.Put(&b)
+	}
+}
 
 // get returns a compressor writing to w.
 func (p *gzipWriters) get(w http.ResponseWriter) *gzip.Writer {
@@ -104,6 +126,9 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 		}
 		return g.gz.Write(p)
 	}
+	if g.buf == nil {
+		g.buf = g.writers.buf()
+	}
 	g.buf = append(g.buf, p...)
 	if len(g.buf) < gzipThreshold {
 		return len(p), nil
@@ -111,6 +136,7 @@ func (g *gzipWriter) Write(p []byte) (int, error) {
 	if err := g.startGzip(); err != nil {
 		return 0, err
 	}
+	g.writers.putBuf(g.buf)
 	g.buf = nil
 	return len(p), nil
 }
@@ -173,6 +199,10 @@ func (g *gzipWriter) Close() error {
 		g.code = http.StatusOK
 	}
 	g.ResponseWriter.WriteHeader(g.code)
+	// The response writer keeps nothing of what it is given once Write
+	// returns, so the buffer is free again then.
 	_, err := g.ResponseWriter.Write(g.buf)
+	g.writers.putBuf(g.buf)
+	g.buf = nil
 	return err
 }

@@ -25,6 +25,10 @@ func TestGzipWriter(t *testing.T) {
 		{"small", [][]byte{[]byte("{}"), []byte("\n")}, false},
 		{"first write past the threshold", [][]byte{big, big[:100], big}, true},
 		{"small writes past the threshold", [][]byte{big[:100], big, big[:7]}, true},
+		// Buffers are reused: a response holds only what it wrote.
+		{"small after others", [][]byte{[]byte("[")}, false},
+		{"small, larger than the one before", [][]byte{big[:300], []byte("]")}, false},
+		{"small, smaller than the one before", [][]byte{[]byte("{")}, false},
 	} {
 		rec := httptest.NewRecorder()
 		g := &gzipWriter{ResponseWriter: rec, writers: &writers}

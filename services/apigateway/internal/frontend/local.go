@@ -14,9 +14,10 @@ import (
 // localClient is the ResourceService client of a server in this process.
 // grpc-gateway streams only through a client: localClient runs the
 // server's streaming handlers through inproc.Stream, handing each list page
-// over without encoding it. Unary methods are served by grpc-gateway's
-// direct-call routes and watches by serveLocalWatch; neither comes here
-// (Watch is here for the route grpc-gateway registers).
+// over without encoding it. Gets are served by serveLocalGet, the other
+// unary methods by grpc-gateway's direct-call routes and watches by
+// serveLocalWatch; none comes here (Watch is here for the route
+// grpc-gateway registers).
 type localClient struct {
 	srv apiv1.ResourceServiceServer
 }

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -91,26 +90,14 @@ type watchResponse struct {
 
 func getWatch(t *testing.T, srv *httptest.Server, script string) watchResponse {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/namespaces/demo/configmaps?watch=1&labelSelector="+script, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer admin-token")
+	var header map[string]string
 	if strings.Contains(script, "protobuf") {
-		req.Header.Set("Accept", "application/vnd.kubernetes.protobuf;stream=watch")
+		header = map[string]string{"Accept": "application/vnd.kubernetes.protobuf;stream=watch"}
 	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := doGet(t, srv, "/api/v1/namespaces/demo/configmaps?watch=1&labelSelector="+script, header)
 	return watchResponse{
-		code: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), warning: resp.Header.Get("Warning"),
-		dropped: resp.Header.Get("X-Dropped"), retryAfter: resp.Header.Get("Retry-After"), body: string(body),
+		code: r.code, contentType: r.header.Get("Content-Type"), warning: r.header.Get("Warning"),
+		dropped: r.header.Get("X-Dropped"), retryAfter: r.header.Get("Retry-After"), body: r.body,
 	}
 }
 
