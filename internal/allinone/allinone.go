@@ -129,6 +129,21 @@ type FlowControlConfig struct {
 // "Memory after load").
 const DefaultStoreCacheBytes = 32 << 20
 
+// StoreMemTableBytes is the all-in-one store's pebble memtable size,
+// half of pebble's default (4 MiB): the store keeps two memtables'
+// memory while idle (the one being filled and one kept for reuse), and
+// flushing twice as often cost no measurable CPU per create
+// (docs/benchmarks.md, "w/mem24c").
+const StoreMemTableBytes = 2 << 20
+
+// UpdateHintBytes bounds the gateway's copies of the objects it last
+// wrote, a quarter of a gateway's own default (16 MiB): an update that
+// finds no copy reads the object from the store, which in the all-in-one
+// is a call over an in-memory connection rather than the network, and
+// the copies stay resident while the process is idle (docs/benchmarks.md,
+// "Memory after load").
+const UpdateHintBytes = 4 << 20
+
 // KubeconfigName is the admin kubeconfig's file name in the data dir.
 const KubeconfigName = "admin.kubeconfig"
 
@@ -274,7 +289,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 	var st *store.App
 	if st, cp.StoreAddr, err = startBackend(cp, "store", func() (*store.App, error) {
 		return store.New(ctx, store.Config{
-			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true, CacheBytes: cacheBytes,
+			ID: "store-0", DataDir: filepath.Join(dataDir, "store"), Bootstrap: true, CacheBytes: cacheBytes, MemTableBytes: StoreMemTableBytes,
 			TLS: sh.serverTLS("store"), Registerer: sh.registerer("store"), Logger: sh.logger("store"), TracerProvider: cfg.TracerProvider,
 		})
 	}); err != nil {
@@ -374,6 +389,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			OIDC:                     cfg.OIDC,
 			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
 			ListBytesInFlight:        cfg.ListBytesInFlight,
+			UpdateHintBytes:          UpdateHintBytes,
 			RootCAFile:               pkiplan.APIAuthority.CertFile(cfg.DataDir),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,
 			Audit:                    cfg.Audit,

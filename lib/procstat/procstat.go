@@ -41,18 +41,55 @@ func CPU(pid int) (time.Duration, error) {
 // RSS returns the resident set size of process pid, in bytes (VmRSS of
 // /proc/<pid>/status).
 func RSS(pid int) (int64, error) {
+	m, err := ReadMemory(pid)
+	return m.RSS, err
+}
+
+// Memory is a process's resident memory by kind, in bytes.
+type Memory struct {
+	// RSS is the whole resident set (VmRSS): Anon + File + Shmem.
+	RSS int64
+	// Anon is the resident anonymous memory (RssAnon): heaps, stacks and
+	// written private pages.
+	Anon int64
+	// File is the resident file-backed memory (RssFile), chiefly the
+	// executable's mapped text and read-only data: clean pages of the
+	// page cache, which the kernel may drop and read again.
+	File int64
+	// Shmem is the resident shared memory (RssShmem), including files of
+	// tmpfs mapped by the process.
+	Shmem int64
+}
+
+// ReadMemory returns process pid's resident memory by kind, from
+// /proc/<pid>/status.
+func ReadMemory(pid int) (Memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	var m Memory
+	fields := []struct {
+		name string
+		v    *int64
+	}{{"VmRSS:", &m.RSS}, {"RssAnon:", &m.Anon}, {"RssFile:", &m.File}, {"RssShmem:", &m.Shmem}}
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		for _, f := range fields {
+			v, ok := strings.CutPrefix(line, f.name)
+			if !ok {
+				continue
+			}
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: VmRSS: %w", pid, err)
+				return Memory{}, fmt.Errorf("/proc/%d/status: %s %w", pid, f.name, err)
 			}
-			return kb << 10, nil
+			*f.v = kb << 10
+			found++
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	if found != len(fields) {
+		return Memory{}, fmt.Errorf("/proc/%d/status: %d of VmRSS, RssAnon, RssFile and RssShmem", pid, found)
+	}
+	return m, nil
 }

@@ -23,6 +23,10 @@ func TestSelf(t *testing.T) {
 	if err != nil || rss < 1<<20 {
 		t.Errorf("RSS = %d, %v; want at least 1 MiB", rss, err)
 	}
+	m, err := ReadMemory(os.Getpid())
+	if err != nil || m.RSS != m.Anon+m.File+m.Shmem || m.Anon <= 0 || m.File <= 0 {
+		t.Errorf("ReadMemory = %+v, %v; want VmRSS = RssAnon + RssFile + RssShmem, anonymous and file-backed memory", m, err)
+	}
 	if _, err := CPU(-1); err == nil {
 		t.Error("CPU of pid -1: no error")
 	}

@@ -99,6 +99,10 @@ type Config struct {
 	// this gateway, over every list and caller (resources.Config); 0
 	// means resources.DefaultListBytesInFlight, < 0 no bound.
 	ListBytesInFlight int64
+	// UpdateHintBytes bounds the memory of the objects this gateway last
+	// wrote, kept so that the updates that follow need not read them
+	// (resources.Config); 0 means resources.DefaultUpdateHintBytes.
+	UpdateHintBytes int
 	// WatchFanoutAddresses are watchfanout's replicas, which serve
 	// watches and Any/NotOlderThan reads; empty: everything is served from
 	// the store.
@@ -306,7 +310,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	rsCfg := resources.Config{
 		Registry: reg, Codec: c, Store: store, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		Admission: svc.admission, Watchfanout: svc.watchfanout,
-		ListBytesInFlight: cfg.ListBytesInFlight,
+		ListBytesInFlight: cfg.ListBytesInFlight, UpdateHintBytes: cfg.UpdateHintBytes,
 		// CRD conversion webhooks, each call bounded by kube-apiserver's
 		// 30 s webhook timeout.
 		Converter: crdconvert.New(webhook.New(webhook.Options{}), 0),

@@ -36,9 +36,15 @@ func runMemory(dataDir, spec string, n int, d, idle time.Duration, watchers, con
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		fmt.Printf("%-10s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", t.name, mb(r.start), mb(r.peak), mb(r.end), mb(r.idle))
+		fmt.Printf("%-10s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", t.name, mb(r.start.RSS), mb(r.peak), mb(r.end), mb(r.idle.RSS))
 		for _, s := range r.idleSteps {
 			fmt.Printf("%-10s   idle %-6s %9.1f MB\n", t.name, s.after, mb(s.rss))
+		}
+		for _, m := range []struct {
+			when string
+			procstat.Memory
+		}{{"start", r.start}, {"idle", r.idle}} {
+			fmt.Printf("%-10s   %-5s anonymous %.1f MB, file-backed %.1f MB, shared %.1f MB\n", t.name, m.when, mb(m.Anon), mb(m.File), mb(m.Shmem))
 		}
 	}
 	return nil
@@ -46,10 +52,13 @@ func runMemory(dataDir, spec string, n int, d, idle time.Duration, watchers, con
 
 // memResult is the server's RSS around memoryAfterLoad's loads: at their
 // start, the highest sampled during them, when they ended (every client
-// connection closed) and after the idle wait, with samples along it.
+// connection closed) and after the idle wait, with samples along it. At
+// the start and after the idle wait it is split by kind: the anonymous
+// memory against the executable's file-backed pages.
 type memResult struct {
-	start, peak, end, idle int64
-	idleSteps              []idleStep
+	start, idle procstat.Memory
+	peak, end   int64
+	idleSteps   []idleStep
 }
 
 type idleStep struct {
@@ -71,10 +80,10 @@ func mb(b int64) float64 { return float64(b) / 1e6 }
 func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.Duration, watchers, conns int) (memResult, error) {
 	var r memResult
 	var err error
-	if r.start, err = procstat.RSS(pid); err != nil {
+	if r.start, err = procstat.ReadMemory(pid); err != nil {
 		return r, err
 	}
-	peak := samplePeakRSS(pid, r.start)
+	peak := samplePeakRSS(pid, r.start.RSS)
 	loadErr := memLoads(tlsConf, api, n, d, watchers, conns)
 	peakRSS := peak()
 	if loadErr != nil {
@@ -97,7 +106,7 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 		r.idleSteps = append(r.idleSteps, idleStep{after: at, rss: v})
 	}
 	time.Sleep(time.Until(began.Add(idle)))
-	r.idle, err = procstat.RSS(pid)
+	r.idle, err = procstat.ReadMemory(pid)
 	return r, err
 }
 

@@ -102,7 +102,9 @@ func (a *App) open(ctx context.Context) error {
 	cache := pebble.NewCache(cfg.CacheBytes)
 	defer cache.Unref() // the DB holds its own reference
 	// guard.FS releases the ballast when a write hits ENOSPC (package disk).
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{Logger: pebbleLogger{a.log}, Cache: cache, FS: guard.FS()})
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{
+		Logger: pebbleLogger{a.log}, Cache: cache, FS: guard.FS(), MemTableSize: uint64(max(cfg.MemTableBytes, 0)),
+	})
 	if err != nil {
 		return fmt.Errorf("store: open pebble: %w", err)
 	}

@@ -128,6 +128,11 @@ type Config struct {
 	// Every write looks up the previous version of its key, so a cache that
 	// holds the index and recent blocks saves a disk read per write.
 	CacheBytes int64
+	// MemTableBytes is the size of pebble's memtables, which buffer
+	// writes before they are flushed to tables; 0 means pebble's default,
+	// 4 MiB. A store holds up to two at once while idle: the one being
+	// filled and the last flushed one, which pebble keeps for reuse.
+	MemTableBytes int64
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors, stats handlers).
 	GRPCServerOptions []grpc.ServerOption

@@ -23,12 +23,31 @@ import (
 // makes is observed (ObserveChange, from the garbage collector's watch of
 // the whole registry) and drops a hint it outdates.
 
-// maxObjectHintBytes bounds the stored bytes the hints hold.
-const maxObjectHintBytes = 16 << 20
+// DefaultUpdateHintBytes is the default of Config.UpdateHintBytes.
+const DefaultUpdateHintBytes = 16 << 20
+
+// hintEntryBytes is what one hint costs besides its key's and value's
+// bytes: its slot in the map (the key's string header and the KV) at the
+// map's load factor.
+const hintEntryBytes = 96
+
+// hintCost is the memory a hint of key holding value keeps: the value's
+// whole backing array (cap, not len: the encoder's buffer may be larger
+// than the object), the key's bytes and its map slot.
+func hintCost(key string, value []byte) int {
+	return cap(value) + len(key) + hintEntryBytes
+}
 
 // objectHints maps a store key to the object last written there by this
 // gateway, as stored. It is safe for concurrent use.
+//
+// Invariant, under mu: bytes is the sum of hintCost over m and never
+// exceeds limit.
 type objectHints struct {
+	// limit bounds bytes; a hint that alone costs more than a sixteenth
+	// of it is not kept. Set before first use; 0 keeps no hints.
+	limit int
+
 	mu       sync.Mutex
 	m        map[string]storage.KV
 	bytes    int
@@ -63,10 +82,11 @@ func (h *objectHints) end(key string) {
 	}
 }
 
-// put records that key holds value at modRev. value must not change
-// afterwards.
+// put records that key holds value at modRev, dropping other hints while
+// the bound would be exceeded. value must not change afterwards.
 func (h *objectHints) put(key string, value []byte, modRev int64) {
-	if len(value) > maxObjectHintBytes/16 {
+	cost := hintCost(key, value)
+	if cost > h.limit/16 {
 		h.forget(key)
 		return
 	}
@@ -77,13 +97,13 @@ func (h *objectHints) put(key string, value []byte, modRev int64) {
 	}
 	h.dropLocked(key)
 	for k := range h.m {
-		if h.bytes+len(value) <= maxObjectHintBytes {
+		if h.bytes+cost <= h.limit {
 			break
 		}
 		h.dropLocked(k)
 	}
 	h.m[key] = storage.KV{Key: key, Value: value, ModRevision: modRev}
-	h.bytes += len(value)
+	h.bytes += cost
 }
 
 // observe drops the hint for key unless it is the version at modRev: the
@@ -112,7 +132,7 @@ func (h *objectHints) clear() {
 
 func (h *objectHints) dropLocked(key string) {
 	if kv, ok := h.m[key]; ok {
-		h.bytes -= len(kv.Value)
+		h.bytes -= hintCost(key, kv.Value)
 		delete(h.m, key)
 	}
 }

@@ -82,6 +82,10 @@ type Config struct {
 	// ListBudgetWait bounds how long a list waits for ListBytesInFlight
 	// before a 429 with Retry-After; 0 means one minute.
 	ListBudgetWait time.Duration
+	// UpdateHintBytes bounds the memory of the objects this server last
+	// wrote, kept for the updates that follow (objhints.go); 0 means
+	// DefaultUpdateHintBytes, < 0 keeps none.
+	UpdateHintBytes int
 }
 
 // WriteGuard checks a write before anything else looks at it: kube-apiserver
@@ -147,11 +151,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ListBudgetWait == 0 {
 		cfg.ListBudgetWait = defaultListBudgetWait
 	}
+	if cfg.UpdateHintBytes == 0 {
+		cfg.UpdateHintBytes = DefaultUpdateHintBytes
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("resources: metrics: %w", err)
 	}
-	return &Server{cfg: cfg, m: m, listBudget: newListBudget(cfg.ListBytesInFlight, cfg.ListBudgetWait)}, nil
+	s := &Server{cfg: cfg, m: m, listBudget: newListBudget(cfg.ListBytesInFlight, cfg.ListBudgetWait)}
+	s.objHints.limit = max(cfg.UpdateHintBytes, 0)
+	return s, nil
 }
 
 // resolve finds the resource a ref names and checks the ref's shape. A
