@@ -48,6 +48,10 @@ type conn struct {
 	// closing.
 	work    sync.Cond
 	streams map[uint32]*stream
+	// handlers counts the handlers running, those of streams that have
+	// ended (reset) among them: the bound MaxConcurrentStreams puts on
+	// a connection's goroutines.
+	handlers uint32
 	// maxStreamID is the highest stream id the client has opened.
 	maxStreamID uint32
 	// sendWindow is the connection's send window; initialSendWindow the

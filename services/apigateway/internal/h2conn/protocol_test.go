@@ -211,3 +211,61 @@ func TestIdleTimeout(t *testing.T) {
 		t.Errorf("GOAWAY %v", got)
 	}
 }
+
+// TestOneEndStream: a response ends once, whether the request's body
+// ended with its HEADERS or later, and whatever the response's shape.
+func TestOneEndStream(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/empty", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("/flushed", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+		w.(http.Flusher).Flush()
+	})
+	mux.HandleFunc("/trailers", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-T")
+		w.Header().Set("X-T", "1")
+	})
+	ts := newServer(t, &Server{}, mux)
+	c := dialRaw(t, ts)
+	id := uint32(1)
+	for _, path := range []string{"/empty", "/small", "/flushed", "/trailers"} {
+		for _, method := range []string{"GET", "HEAD", "POST"} {
+			bodyLater := method == "POST"
+			c.hbuf.Reset()
+			for _, hf := range []hpack.HeaderField{{Name: ":method", Value: method}, {Name: ":scheme", Value: "https"}, {Name: ":authority", Value: "x"}, {Name: ":path", Value: path}} {
+				_ = c.henc.WriteField(hf)
+			}
+			_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndStream: !bodyLater, EndHeaders: true})
+			ends := 0
+			c.until(func(f http2.Frame) bool {
+				if f.Header().StreamID != id {
+					return false
+				}
+				if f.Header().Flags.Has(http2.FlagDataEndStream) && (f.Header().Type == http2.FrameData || f.Header().Type == http2.FrameHeaders) {
+					ends++
+					if ends > 1 {
+						t.Errorf("%s %s: %v after END_STREAM", method, path, f)
+					}
+				}
+				if ends == 1 && bodyLater {
+					// The server tells the client to stop sending.
+					_, ok := f.(*http2.RSTStreamFrame)
+					return ok
+				}
+				return ends == 1
+			})
+			// A PING round trip: anything sent for the stream after
+			// its end would come before the answer.
+			_ = c.fr.WritePing(false, [8]byte{byte(id)})
+			c.until(func(f http2.Frame) bool {
+				if f.Header().StreamID == id && (f.Header().Type == http2.FrameData || f.Header().Type == http2.FrameHeaders) {
+					t.Errorf("%s %s: %v after END_STREAM", method, path, f)
+				}
+				p, ok := f.(*http2.PingFrame)
+				return ok && p.Data[0] == byte(id)
+			})
+			id += 2
+		}
+	}
+}

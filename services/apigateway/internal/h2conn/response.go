@@ -32,8 +32,10 @@ type response struct {
 	clen     int64
 	trailers []string
 	isHead   bool
-	// finished is set when the handler has returned.
+	// finished is set when the handler has returned; ended once
+	// END_STREAM is queued.
 	finished bool
+	ended    bool
 }
 
 // firstSize is how much of a body is held back before the headers are
@@ -150,11 +152,13 @@ func (r *response) finish() {
 	if !r.headersOut {
 		_ = r.sendHeaders(len(trailers) == 0)
 	}
-	if len(trailers) > 0 {
+	switch {
+	case r.ended:
+	case len(trailers) > 0:
 		_ = r.st.c.writeHeaders(r.st, trailers, true)
-		return
+	default:
+		_ = r.st.c.writeData(r.st, nil, true)
 	}
-	_ = r.st.c.writeData(r.st, nil, true)
 }
 
 // sendHeaders queues the HEADERS frame and what is held back; end: the
@@ -180,8 +184,10 @@ func (r *response) sendHeaders(end bool) error {
 	fields = appendFields(fields, h)
 	endHeaders := end && len(first) == 0 || r.isHead
 	err := r.st.c.writeHeaders(r.st, fields, endHeaders)
+	r.ended = endHeaders
 	if err == nil && len(first) > 0 && !r.isHead {
 		err = r.st.c.writeData(r.st, first, end)
+		r.ended = end
 	}
 	r.st.c.srv.putFirst(first)
 	return err

@@ -97,7 +97,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if uint32(len(c.streams)) >= c.srv.maxConcurrentStreams() {
+	if c.handlers >= c.srv.maxConcurrentStreams() {
 		_ = c.wfr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
 		c.work.Signal()
 		c.mu.Unlock()
@@ -130,6 +130,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	st.recvWindow = c.streamRecvWindow
 	st.remoteDone = f.StreamEnded()
 	c.streams[id] = st
+	c.handlers++
 	if c.idle != nil {
 		c.idle.Stop()
 	}
@@ -291,6 +292,11 @@ func (st *stream) setTrailers(fields []hpack.HeaderField) {
 func (st *stream) run(h http.Handler) {
 	panicked := true
 	defer func() {
+		// The handler no longer counts against MaxConcurrentStreams
+		// by the time the client can see the response's end.
+		st.c.mu.Lock()
+		st.c.handlers--
+		st.c.mu.Unlock()
 		if panicked {
 			p := recover()
 			if p != http.ErrAbortHandler {
