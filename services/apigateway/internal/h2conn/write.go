@@ -1,6 +1,8 @@
 package h2conn
 
 import (
+	"runtime"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -170,8 +172,17 @@ func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	c.mu.Lock()
 	for {
-		for len(c.pending) == 0 && !c.closing {
-			c.work.Wait()
+		if len(c.pending) == 0 && !c.closing {
+			for len(c.pending) == 0 && !c.closing {
+				c.work.Wait()
+			}
+			// Woken by the first frame of a burst: the goroutines
+			// that woke with its writer (the other watches of an
+			// event) run first and queue theirs, so that the burst
+			// goes out in one write.
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
 		}
 		if len(c.pending) == 0 {
 			break
