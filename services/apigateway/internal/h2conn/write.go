@@ -69,8 +69,8 @@ func (c *conn) writeHeaders(st *stream, fields []field, end bool) error {
 }
 
 // writeData queues p as DATA frames of st, as far as the stream's and the
-// connection's send windows allow, waiting for them to grow (and for room
-// in the pending buffer) for the rest; end sets END_STREAM on the last.
+// connection's send windows and the pending buffer's room allow, waiting
+// for them to grow for the rest; end sets END_STREAM on the last.
 // A DATA frame of st still last in the pending buffer is extended rather
 // than a new one begun.
 func (c *conn) writeData(st *stream, p []byte, end bool) error {
@@ -83,9 +83,13 @@ func (c *conn) writeData(st *stream, p []byte, end bool) error {
 		if len(p) == 0 && !end {
 			return nil
 		}
-		n := int64(len(p))
-		n = min(n, st.sendWindow, c.sendWindow)
-		if (len(p) > 0 && n <= 0) || len(c.pending) >= c.srv.maxPending() {
+		// What fits the windows and the pending buffer's room: a
+		// large write is queued a bufferful at a time, so the pending
+		// buffer keeps its pooled size and a response is never
+		// copied whole.
+		room := int64(c.srv.maxPending() - len(c.pending))
+		n := min(int64(len(p)), st.sendWindow, c.sendWindow, room)
+		if (len(p) > 0 && n <= 0) || room <= 0 {
 			c.room.Wait()
 			continue
 		}
