@@ -158,26 +158,23 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Unlock()
 }
 
-func (s *Server) maxConcurrentStreams() uint32 {
-	if s.MaxConcurrentStreams == 0 {
-		return DefaultMaxConcurrentStreams
+// orDefault is v, or def when v is not positive.
+func orDefault[T ~int | ~int32 | ~uint32](v, def T) T {
+	if v <= 0 {
+		return def
 	}
-	return s.MaxConcurrentStreams
+	return v
+}
+
+func (s *Server) maxConcurrentStreams() uint32 {
+	return orDefault(s.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 }
 
 func (s *Server) maxHeaderListSize() uint32 {
-	if s.MaxHeaderListSize == 0 {
-		return DefaultMaxHeaderListSize
-	}
-	return s.MaxHeaderListSize
+	return orDefault(s.MaxHeaderListSize, DefaultMaxHeaderListSize)
 }
 
-func (s *Server) streamWindow() int32 {
-	if s.StreamWindow <= 0 {
-		return DefaultStreamWindow
-	}
-	return s.StreamWindow
-}
+func (s *Server) streamWindow() int32 { return orDefault(s.StreamWindow, DefaultStreamWindow) }
 
 func (s *Server) connWindow() int32 {
 	if s.ConnWindow <= 0 {
@@ -200,12 +197,7 @@ func (s *Server) maxReadFrameSize() uint32 {
 	return s.MaxReadFrameSize
 }
 
-func (s *Server) maxPending() int {
-	if s.MaxPending <= 0 {
-		return DefaultMaxPending
-	}
-	return s.MaxPending
-}
+func (s *Server) maxPending() int { return orDefault(s.MaxPending, DefaultMaxPending) }
 
 func (s *Server) logger() *slog.Logger {
 	if s.Logger == nil {

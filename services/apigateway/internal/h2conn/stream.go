@@ -341,14 +341,7 @@ func (st *stream) bodyWrite(p []byte, end bool) {
 	if st.berr != nil {
 		// Nobody will read it: the connection's window comes back.
 		st.bmu.Unlock()
-		if len(p) > 0 {
-			st.c.mu.Lock()
-			if !st.closed { // else endStreamLocked gave back all unread
-				st.unread -= int32(len(p))
-				st.c.refundLocked(nil, int32(len(p)))
-			}
-			st.c.mu.Unlock()
-		}
+		st.consumed(len(p), false)
 		return
 	}
 	if st.boff == len(st.body) {
@@ -392,13 +385,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	n := copy(p, st.body[st.boff:])
 	st.boff += n
 	st.bmu.Unlock()
-	c := st.c
-	c.mu.Lock()
-	if !st.closed {
-		st.unread -= int32(n)
-		c.refundLocked(st, int32(n))
-	}
-	c.mu.Unlock()
+	st.consumed(n, true)
 	return n, nil
 }
 
@@ -412,12 +399,26 @@ func (b *requestBody) Close() error {
 		st.berr = errBodyClosed
 	}
 	st.bmu.Unlock()
+	st.consumed(unread, false)
+	return nil
+}
+
+// consumed gives back the window of n received bytes the handler read
+// (read: the stream's window as well as the connection's) or that were
+// discarded (the connection's only: the stream will not read more).
+func (st *stream) consumed(n int, read bool) {
+	if n == 0 {
+		return
+	}
 	c := st.c
 	c.mu.Lock()
-	if !st.closed {
-		st.unread -= int32(unread)
-		c.refundLocked(nil, int32(unread))
+	if !st.closed { // else endStreamLocked gave back all unread
+		st.unread -= int32(n)
+		if read {
+			c.refundLocked(st, int32(n))
+		} else {
+			c.refundLocked(nil, int32(n))
+		}
 	}
 	c.mu.Unlock()
-	return nil
 }
