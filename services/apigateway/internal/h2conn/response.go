@@ -120,10 +120,8 @@ func (r *response) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteString writes s.
+// WriteString writes s (io.StringWriter).
 func (r *response) WriteString(s string) (int, error) {
-	// The handler's string is copied into the connection's buffer: a
-	// conversion here would copy it once more.
 	return r.Write([]byte(s))
 }
 
