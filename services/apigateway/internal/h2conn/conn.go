@@ -324,9 +324,12 @@ func (c *conn) processFrame(f http2.Frame) error {
 			return http2.ConnectionError(http2.ErrCodeProtocol)
 		}
 		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err := c.backlogLocked(); err != nil {
+			return err
+		}
 		_ = c.wfr.WritePing(true, f.Data)
 		c.work.Signal()
-		c.mu.Unlock()
 		return nil
 	case *http2.RSTStreamFrame:
 		return c.processReset(f)
@@ -340,6 +343,21 @@ func (c *conn) processFrame(f http2.Frame) error {
 		return nil
 	}
 }
+
+// backlogLocked refuses to queue another answer to the client's frames
+// when the pending buffer is far over its bound: answers (PING and
+// SETTINGS acknowledgements) are queued without waiting, and a client
+// that sends them and reads nothing would grow it without end.
+func (c *conn) backlogLocked() error {
+	if len(c.pending) > maxBacklog*c.srv.maxPending() {
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	return nil
+}
+
+// maxBacklog is how many times the pending buffer's bound the frames
+// queued for an unread connection may reach before it is closed.
+const maxBacklog = 4
 
 // processSettings applies the client's settings and acknowledges them.
 func (c *conn) processSettings(f *http2.SettingsFrame) error {
@@ -380,6 +398,9 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := c.backlogLocked(); err != nil {
 		return err
 	}
 	_ = c.wfr.WriteSettingsAck()

@@ -3,7 +3,9 @@ package h2conn
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -267,5 +269,25 @@ func TestOneEndStream(t *testing.T) {
 			})
 			id += 2
 		}
+	}
+}
+
+// TestPingFlood: a client that sends PINGs and reads nothing is cut off
+// once the answers queued for it exceed the backlog bound.
+func TestPingFlood(t *testing.T) {
+	ts := newServer(t, &Server{MaxPending: 4 << 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	c := dialRaw(t, ts)
+	var err error
+	for i := 0; i < 200_000 && err == nil; i++ {
+		err = c.fr.WritePing(false, [8]byte{})
+	}
+	// The server closes the connection: reading what it sent ends in
+	// an error that is not the test's deadline.
+	for err == nil {
+		_, err = c.fr.ReadFrame()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection is still open: %v", err)
 	}
 }
