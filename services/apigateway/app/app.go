@@ -49,6 +49,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/flowcontrolclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/frontend"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/grpcapi"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/h2conn"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/quota"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
@@ -675,20 +676,28 @@ func servingTLS(cfg Config) *tls.Config {
 	return tlsConf
 }
 
-// newHTTPServer is the HTTPS API's server.
+// newHTTPServer is the HTTPS API's server: net/http serves HTTP/1.1,
+// h2conn every HTTP/2 connection.
 func newHTTPServer(handler http.Handler, tlsConf *tls.Config, log *slog.Logger) *http.Server {
-	return &http.Server{
+	hs := &http.Server{
 		Handler:           handler,
-		TLSConfig:         tlsConf,
+		TLSConfig:         tlsConf.Clone(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		// 1,000 concurrent streams per HTTP/2 connection, as kube-apiserver
-		// allows (--http2-max-streams-per-connection): each watch is a
-		// stream, and clients multiplex many over one connection.
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000},
 	}
+	h2conn.Configure(hs, &h2conn.Server{
+		// 1,000 concurrent streams per HTTP/2 connection, as
+		// kube-apiserver allows (--http2-max-streams-per-connection):
+		// each watch is a stream, and clients multiplex many over one
+		// connection.
+		MaxConcurrentStreams: 1000,
+		MaxHeaderListSize:    1 << 20,
+		IdleTimeout:          90 * time.Second,
+		Logger:               log,
+	})
+	return hs
 }
 
 // dial connects to one service's address; Close closes the connection.
