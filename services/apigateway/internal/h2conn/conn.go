@@ -197,6 +197,10 @@ func (c *conn) readFailed(err error) bool {
 	var ce http2.ConnectionError
 	switch {
 	case errors.As(err, &se):
+		if err := c.checkBacklog(); err != nil {
+			c.connError(http2.ErrCodeEnhanceYourCalm, err.Error())
+			return false
+		}
 		c.resetStream(se.StreamID, se.Code)
 		return true
 	case errors.Is(err, http2.ErrFrameTooLarge):
@@ -307,6 +311,9 @@ func (c *conn) idleExpired() {
 // processFrame handles one frame from the client; an error it returns
 // ends the connection (a ConnectionError after a GOAWAY of its code).
 func (c *conn) processFrame(f http2.Frame) error {
+	if err := c.checkBacklog(); err != nil {
+		return err
+	}
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		return c.processHeaders(f)
@@ -325,9 +332,6 @@ func (c *conn) processFrame(f http2.Frame) error {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if err := c.backlogLocked(); err != nil {
-			return err
-		}
 		_ = c.wfr.WritePing(true, f.Data)
 		c.work.Signal()
 		return nil
@@ -344,11 +348,17 @@ func (c *conn) processFrame(f http2.Frame) error {
 	}
 }
 
-// backlogLocked refuses to queue another answer to the client's frames
-// when the pending buffer is far over its bound: answers (PING and
-// SETTINGS acknowledgements) are queued without waiting, and a client
-// that sends them and reads nothing would grow it without end.
-func (c *conn) backlogLocked() error {
+// checkBacklog refuses to process another frame from the client when the
+// pending buffer is far over its bound. Responses wait for room in it,
+// but answers to the client's frames (PING and SETTINGS
+// acknowledgements, RST_STREAM for malformed or refused streams,
+// WINDOW_UPDATEs) are queued without waiting, and a client that sends
+// such frames and reads nothing would grow it without end. Every frame
+// read passes here first, so the buffer stays within the bound plus the
+// answers to one frame.
+func (c *conn) checkBacklog() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.pending) > maxBacklog*c.srv.maxPending() {
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
@@ -398,9 +408,6 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
-		return err
-	}
-	if err := c.backlogLocked(); err != nil {
 		return err
 	}
 	_ = c.wfr.WriteSettingsAck()

@@ -291,3 +291,28 @@ func TestPingFlood(t *testing.T) {
 		t.Fatalf("the connection is still open: %v", err)
 	}
 }
+
+// TestResetFlood: a client that opens malformed streams and reads
+// nothing is cut off once the RST_STREAMs queued for it exceed the
+// backlog bound, as for PINGs.
+func TestResetFlood(t *testing.T) {
+	ts := newServer(t, &Server{MaxPending: 4 << 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	c := dialRaw(t, ts)
+	var err error
+	for id := uint32(1); id < 800_000 && err == nil; id += 2 {
+		// A connection-specific header: each stream is reset.
+		c.hbuf.Reset()
+		for _, hf := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+			{Name: ":authority", Value: "x"}, {Name: ":path", Value: "/"}, {Name: "connection", Value: "close"}} {
+			_ = c.henc.WriteField(hf)
+		}
+		err = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndStream: true, EndHeaders: true})
+	}
+	for err == nil {
+		_, err = c.fr.ReadFrame()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection is still open: %v", err)
+	}
+}
