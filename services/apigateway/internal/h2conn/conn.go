@@ -155,8 +155,8 @@ func (c *conn) serve() {
 	c.mu.Unlock()
 
 	_ = c.tc.SetReadDeadline(time.Now().Add(prefaceTimeout))
-	var preface [len(clientPreface)]byte
-	if _, err := io.ReadFull(c.tc, preface[:]); err != nil || string(preface[:]) != clientPreface {
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.tc, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		c.log.Debug("h2conn: bad client preface", "remote", c.remoteAddr, "err", err)
 		return
 	}

@@ -230,14 +230,23 @@ func appendFields(fields []field, h http.Header) []field {
 
 func appendField(fields []field, k, v string) []field {
 	name := lowerKey(k)
-	switch name {
-	case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+	if connectionSpecific(name) {
 		return fields
 	}
 	if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(v) {
 		return fields
 	}
 	return append(fields, field{name, v})
+}
+
+// connectionSpecific reports whether the lower-case header name is one
+// HTTP/2 forbids (RFC 9113 §8.2.2), in requests and responses alike.
+func connectionSpecific(name string) bool {
+	switch name {
+	case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
 }
 
 // lowerKey is the lower-case form of a header name.

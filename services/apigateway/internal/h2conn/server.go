@@ -206,17 +206,21 @@ func (s *Server) logger() *slog.Logger {
 	return s.Logger
 }
 
+// bufferSize is a pending buffer's capacity: the bound on queued data and
+// the one DATA frame that may cross it.
+func (s *Server) bufferSize() int { return s.maxPending() + frameHeaderLen + maxDataMerge }
+
 // getBuffer returns an empty pending buffer from the pool.
 func (s *Server) getBuffer() []byte {
 	if b, ok := s.buffers.Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
-	return make([]byte, 0, s.maxPending()+frameHeaderLen+maxDataMerge)
+	return make([]byte, 0, s.bufferSize())
 }
 
 // putBuffer returns b to the pool unless it grew past the usual size.
 func (s *Server) putBuffer(b []byte) {
-	if b == nil || cap(b) > 2*(s.maxPending()+frameHeaderLen+maxDataMerge) {
+	if b == nil || cap(b) > 2*s.bufferSize() {
 		return
 	}
 	b = b[:0]
@@ -247,7 +251,6 @@ const (
 	minMaxFrameSize = 1 << 14
 	maxMaxFrameSize = 1<<24 - 1
 	maxWindow       = 1<<31 - 1
-	clientPreface   = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	// maxDataMerge bounds the DATA frames this server writes (within
 	// the peer's SETTINGS_MAX_FRAME_SIZE): adjacent writes of a stream
 	// share a frame up to this size.

@@ -178,9 +178,10 @@ func (st *stream) newRequest(f *http2.MetaHeadersFrame) (*http.Request, error) {
 	header := make(http.Header, len(fields))
 	var cookies []string
 	for _, hf := range fields {
-		switch hf.Name {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		if connectionSpecific(hf.Name) {
 			return nil, fmt.Errorf("connection-specific header %q", hf.Name)
+		}
+		switch hf.Name {
 		case "te":
 			if hf.Value != "trailers" {
 				return nil, errors.New(`"te" other than "trailers"`)
