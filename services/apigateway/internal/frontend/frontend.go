@@ -179,10 +179,10 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 // ServeHTTP serves one request. It never panics: a panic below becomes a
 // 500 Status.
 //
-// net/http runs each request on a new goroutine; its stack is grown to a
-// handler's depth in one copy (package growstack) first thing, while it
-// holds ServeHTTP's small frame only: serveHTTP's frame alone would make
-// the runtime grow it once more before. Writes go deeper: their
+// Each request runs on a new goroutine (h2conn's or net/http's); its
+// stack is grown to a handler's depth in one copy (package growstack)
+// first thing, while it holds ServeHTTP's small frame only: serveHTTP's
+// frame alone would make the runtime grow it once more before. Writes go deeper: their
 // managed-fields update. A watch's goroutine is not grown: it lives as
 // long as the watch, mostly idle, and a stack grown ahead would be
 // memory every idle watch holds until collections shrink it.
