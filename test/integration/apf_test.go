@@ -183,8 +183,11 @@ func (e *apfEnv) holdAs(addr string, c rest.TLSClientConfig) func() {
 		if _, err := fmt.Fprintf(holder, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"); err != nil {
 			e.t.Fatal(err)
 		}
-		// No answer within half a second: it waits for its body, seated.
-		_ = holder.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		// No answer within two seconds: it waits for its body, seated.
+		// A create refused at once can take over half a second to be
+		// answered on a machine busy with other suites, and taking it
+		// for seated would leave no seat held.
+		_ = holder.SetReadDeadline(time.Now().Add(2 * time.Second))
 		var b [1]byte
 		if _, err := holder.Read(b[:]); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
