@@ -8,7 +8,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 )
 
 // TestSchemaResolver: a built-in kind resolves from its Go type and a
@@ -52,7 +51,7 @@ func TestSchemaResolver(t *testing.T) {
 	if !w.Properties["spec"].Properties["replicas"].Type.Contains("integer") || !w.Properties["metadata"].Properties["name"].Type.Contains("string") {
 		t.Errorf("Widget schema lacks spec.replicas or an inlined metadata.name: %+v", w.Properties)
 	}
-	if _, err := r.ResolveSchema(k8sschema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); !errors.Is(err, resolver.ErrSchemaNotFound) {
+	if _, err := r.ResolveSchema(k8sschema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); !errors.Is(err, ErrSchemaNotFound) {
 		t.Errorf("an unserved kind: %v, want ErrSchemaNotFound", err)
 	}
 }
