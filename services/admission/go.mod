@@ -3,6 +3,7 @@ module github.com/meridian-cp/meridian/services/admission
 go 1.26.0
 
 require (
+	github.com/google/cel-go v0.29.2
 	github.com/meridian-cp/meridian/lib v0.0.0-00010101000000-000000000000
 	github.com/meridian-cp/meridian/proto/gen v0.0.0-00010101000000-000000000000
 	github.com/meridian-cp/meridian/services/store v0.0.0-00010101000000-000000000000
@@ -59,7 +60,6 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.29.2 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/snappy v0.0.5-0.20231225225746-43d5d4cd4e0e // indirect
-	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0 // indirect

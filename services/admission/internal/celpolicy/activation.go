@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	celcommon "k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/apiserver/pkg/cel/library"
@@ -144,7 +143,7 @@ type scratch struct {
 	run        untrackedRun
 	vals       []ref.Val
 	evalResult []plugincel.EvaluationResult
-	decided    []validating.PolicyDecision
+	decided    []policyDecision
 }
 
 // values returns n nil values (a list's variables, not evaluated yet).
@@ -173,12 +172,12 @@ func (s *scratch) results(nv, nm int) (val, msg []plugincel.EvaluationResult) {
 }
 
 // decisions returns n zeroed decisions.
-func (s *scratch) decisions(n int) []validating.PolicyDecision {
+func (s *scratch) decisions(n int) []policyDecision {
 	if n == 0 {
-		return []validating.PolicyDecision{} // not nil, as make returns it
+		return []policyDecision{} // not nil, as make returns it
 	}
 	if cap(s.decided) < n {
-		s.decided = make([]validating.PolicyDecision, n)
+		s.decided = make([]policyDecision, n)
 	}
 	s.decided = s.decided[:n]
 	clear(s.decided)

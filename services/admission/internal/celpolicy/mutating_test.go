@@ -38,21 +38,16 @@ type policies []policy.Policy
 func (p policies) Matching(*admissionv1.AdmitRequest) []policy.Policy { return p }
 func (p policies) Scope() (policy.Scope, <-chan struct{})             { return policy.Scope{Everything: true}, nil }
 
-// admitPod runs ps over the create of pod and returns the pod admitted.
-func admitPod(t *testing.T, pod *corev1.Pod, ps ...policy.Policy) *corev1.Pod {
+// admit runs ps over the create of obj (apiVersion v1, of kind and
+// resource) and decodes the object admitted into out.
+func admit(t *testing.T, kind, resource string, obj, out any, ps ...policy.Policy) {
 	t.Helper()
-	pod.APIVersion, pod.Kind = "v1", "Pod"
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := policy.Evaluator{Set: policies(ps)}.Admit(t.Context(), &admissionv1.AdmitRequest{
-		Operation: admissionv1.Operation_OPERATION_CREATE, Kind: &admissionv1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Resource: &admissionv1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "default", Name: pod.Name, Object: raw,
-	})
+	req := createRequest(t, kind, resource, obj)
+	res, err := policy.Evaluator{Set: policies(ps)}.Admit(t.Context(), req)
 	if err != nil || !res.Allowed {
 		t.Fatalf("admit: %+v %v", res.Denial, err)
 	}
+	raw := req.Object
 	if len(res.Patch) > 0 {
 		p, err := jsonpatch.DecodePatch(res.Patch)
 		if err != nil {
@@ -62,52 +57,84 @@ func admitPod(t *testing.T, pod *corev1.Pod, ps ...policy.Policy) *corev1.Pod {
 			t.Fatal(err)
 		}
 	}
-	var out corev1.Pod
-	if err := json.Unmarshal(raw, &out); err != nil {
+	if err := json.Unmarshal(raw, out); err != nil {
 		t.Fatal(err)
 	}
-	return &out
+}
+
+// createRequest is the admission request of obj's create in namespace
+// default (for a namespaced resource).
+func createRequest(t *testing.T, kind, resource string, obj any) *admissionv1.AdmitRequest {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.APIVersion != "v1" || meta.Kind != kind {
+		t.Fatalf("object of %s %s, want v1 %s", meta.APIVersion, meta.Kind, kind)
+	}
+	return &admissionv1.AdmitRequest{
+		Operation: admissionv1.Operation_OPERATION_CREATE, Kind: &admissionv1.GroupVersionKind{Version: "v1", Kind: kind},
+		Resource: &admissionv1.GroupVersionResource{Version: "v1", Resource: resource}, Namespace: meta.Namespace, Name: meta.Name, Object: raw,
+	}
 }
 
 func newChain(bs ...mutatingBinding) *mutatingChain {
 	return &mutatingChain{req: &request{authz: mastersOnly, nsSet: true}, bindings: bs, oi: newObjectInterfaces(), tc: newTypeConverter()}
 }
 
-func twoContainers() *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		{Name: "a", Image: "a:1"}, {Name: "b", Image: "b:1"},
-	}}}
+// twoOwners is a ServiceAccount owned by a and b (uids 1 and 2), with
+// pull secret a.
+func twoOwners() *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: metav1.ObjectMeta{Name: "sa", Namespace: "default", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "ConfigMap", Name: "a", UID: "1"}, {APIVersion: "v1", Kind: "ConfigMap", Name: "b", UID: "2"},
+		}},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "a"}},
+	}
 }
 
 // TestApplyConfigurationListMapKeys: an ApplyConfiguration merges a
 // built-in kind's lists by their list-map keys, as kube-apiserver does
-// with the kind's schema: a Pod's containers by name (the other container
-// kept, the named one changed, a new one appended); a mutation of an
-// atomic list (a container's args) is refused, and under
-// failurePolicy Fail denies the request.
+// with the kind's schema: a Namespace's status conditions by type (the
+// other condition kept, the named one changed, a new one appended); a
+// mutation of an atomic list (a ServiceAccount's imagePullSecrets) or of
+// an atomic struct (an owner reference, an element of a list keyed by
+// uid) is refused, and under failurePolicy Fail denies the request.
 func TestApplyConfigurationListMapKeys(t *testing.T) {
-	got := admitPod(t, twoContainers(), newChain(mutating(t, "images",
-		"Object{spec: Object.spec{containers: [Object.spec.containers{name: 'b', image: 'b:2'}, Object.spec.containers{name: 'c', image: 'c:1'}]}}", "")))
-	want := []corev1.Container{{Name: "a", Image: "a:1"}, {Name: "b", Image: "b:2"}, {Name: "c", Image: "c:1"}}
-	if len(got.Spec.Containers) != len(want) {
-		t.Fatalf("containers %+v, want %+v", got.Spec.Containers, want)
+	var ns corev1.Namespace
+	admit(t, "Namespace", "namespaces", &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "ns"},
+		Status: corev1.NamespaceStatus{Conditions: []corev1.NamespaceCondition{{Type: "A", Status: "True"}, {Type: "B", Status: "True"}}},
+	}, &ns, newChain(mutating(t, "conditions",
+		"Object{status: Object.status{conditions: [Object.status.conditions{type: 'B', status: 'False'}, Object.status.conditions{type: 'C', status: 'True'}]}}", "")))
+	wantConditions := []corev1.NamespaceCondition{{Type: "A", Status: "True"}, {Type: "B", Status: "False"}, {Type: "C", Status: "True"}}
+	if got := ns.Status.Conditions; len(got) != len(wantConditions) {
+		t.Fatalf("conditions %+v, want %+v", got, wantConditions)
 	}
-	for i, c := range want {
-		if g := got.Spec.Containers[i]; g.Name != c.Name || g.Image != c.Image {
-			t.Errorf("container %d: %s %s, want %s %s", i, g.Name, g.Image, c.Name, c.Image)
+	for i, c := range wantConditions {
+		if g := ns.Status.Conditions[i]; g.Type != c.Type || g.Status != c.Status {
+			t.Errorf("condition %d: %s %s, want %s %s", i, g.Type, g.Status, c.Type, c.Status)
 		}
 	}
 
-	chain := newChain(mutating(t, "args", "Object{spec: Object.spec{containers: [Object.spec.containers{name: 'a', args: ['x']}]}}", ""))
-	pod := twoContainers()
-	pod.APIVersion, pod.Kind = "v1", "Pod"
-	raw, _ := json.Marshal(pod)
-	res, err := policy.Evaluator{Set: policies{chain}}.Admit(context.Background(), &admissionv1.AdmitRequest{
-		Operation: admissionv1.Operation_OPERATION_CREATE, Kind: &admissionv1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Resource: &admissionv1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "default", Name: "p", Object: raw,
-	})
-	if err != nil || res.Allowed || res.Denial.Code != 422 {
-		t.Fatalf("a mutation of an atomic list: %+v %v, want a 422 denial", res, err)
+	for name, expr := range map[string]string{
+		"an atomic list":                  "Object{imagePullSecrets: [Object.imagePullSecrets{name: 'b'}]}",
+		"an atomic element of a list-map": "Object{metadata: Object.metadata{ownerReferences: [Object.metadata.ownerReferences{uid: '3', name: 'c', apiVersion: 'v1', kind: 'ConfigMap'}]}}",
+	} {
+		chain := newChain(mutating(t, "refused", expr, ""))
+		res, err := policy.Evaluator{Set: policies{chain}}.Admit(context.Background(), createRequest(t, "ServiceAccount", "serviceaccounts", twoOwners()))
+		if err != nil || res.Allowed || res.Denial.Code != 422 {
+			t.Errorf("a mutation of %s: %+v %v, want a 422 denial", name, res, err)
+		}
 	}
 }
 
@@ -149,7 +176,8 @@ func TestReinvocationAcrossPolicies(t *testing.T) {
 		{admissionregistrationv1.IfNeededReinvocationPolicy, "yes"},
 		{admissionregistrationv1.NeverReinvocationPolicy, "none"},
 	} {
-		got := admitPod(t, twoContainers(), newChain(mutating(t, "copy", copyLabel, tc.reinvoke)), labeller{"hook", "yes"})
+		var got corev1.ServiceAccount
+		admit(t, "ServiceAccount", "serviceaccounts", twoOwners(), &got, newChain(mutating(t, "copy", copyLabel, tc.reinvoke)), labeller{"hook", "yes"})
 		if got.Labels["seen"] != tc.want || got.Labels["hook"] != "yes" {
 			t.Errorf("%s: labels %v, want seen=%s hook=yes", tc.reinvoke, got.Labels, tc.want)
 		}

@@ -1,38 +1,48 @@
 package celpolicy
 
 import (
+	"fmt"
 	"sync"
 
+	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/typeschema"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/client-go/applyconfigurations"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 
 // typeConverter is the type converter ApplyConfiguration mutations merge
-// with, as kube-apiserver's: a built-in kind is typed with its schema
-// (client-go's applyconfigurations schemas, the structured-merge-diff
-// form of the kinds' OpenAPI), so that a list with
-// x-kubernetes-list-map-keys merges per key (a Pod's containers by name)
-// and a mutation of an atomic list is refused; any other kind (custom
-// resources, whose schemas this service does not follow) is deduced: maps
-// merge per key, lists are atomic.
+// with, as kube-apiserver's: a built-in kind (one registry.Standard
+// serves) is typed with its schema, the one the gateway's server-side
+// apply merges with (typeschema.NewTypeConverter, derived from the kind's
+// Go type), so that a list with x-kubernetes-list-map-keys merges per key
+// (a Pod's containers by name) and a mutation of an atomic list is
+// refused; any other kind (custom resources, whose schemas this service
+// does not follow) is deduced: maps merge per key, lists are atomic.
 //
-// The built-in schemas are parsed on the first built-in object converted,
+// The built-in schemas are built on the first built-in object converted,
 // not at start: a service without ApplyConfiguration mutations never holds
 // them.
 type typeConverter struct {
-	builtin func() managedfields.TypeConverter
-	deduced managedfields.TypeConverter
+	// builtinKinds are the kinds the built-in converter types.
+	builtinKinds map[schema.GroupVersionKind]bool
+	builtin      func() (managedfields.TypeConverter, error)
+	deduced      managedfields.TypeConverter
 }
 
 var _ managedfields.TypeConverter = (*typeConverter)(nil)
 
 func newTypeConverter() *typeConverter {
+	reg := registry.New(registry.Standard()...)
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, res := range reg.All() {
+		kinds[res.GVK()] = true
+	}
 	return &typeConverter{
-		builtin: sync.OnceValue(func() managedfields.TypeConverter {
-			return applyconfigurations.NewTypeConverter(clientgoscheme.Scheme)
+		builtinKinds: kinds,
+		builtin: sync.OnceValues(func() (managedfields.TypeConverter, error) {
+			return typeschema.NewTypeConverter(reg)
 		}),
 		deduced: managedfields.NewDeducedTypeConverter(),
 	}
@@ -41,8 +51,12 @@ func newTypeConverter() *typeConverter {
 // ObjectToTyped types obj with its kind's schema when it is a built-in
 // kind, else as deduced.
 func (t *typeConverter) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
-	if clientgoscheme.Scheme.Recognizes(obj.GetObjectKind().GroupVersionKind()) {
-		return t.builtin().ObjectToTyped(obj, opts...)
+	if t.builtinKinds[obj.GetObjectKind().GroupVersionKind()] {
+		tc, err := t.builtin()
+		if err != nil {
+			return nil, fmt.Errorf("celpolicy: built-in kinds' schemas: %w", err)
+		}
+		return tc.ObjectToTyped(obj, opts...)
 	}
 	return t.deduced.ObjectToTyped(obj, opts...)
 }

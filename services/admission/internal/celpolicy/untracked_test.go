@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
@@ -38,7 +37,7 @@ func (c untrackedCase) request() *admissionv1.AdmitRequest {
 // runBoth evaluates vp for c with its untracked programs (when the gate
 // lets it) and with the tracked programs only, and reports both results
 // and whether the untracked evaluation was used.
-func runBoth(t *testing.T, vp *validatingPolicy, c untrackedCase, budget int64) (got, want validating.ValidateResult, used bool) {
+func runBoth(t *testing.T, vp *validatingPolicy, c untrackedCase, budget int64) (got, want validateResult, used bool) {
 	t.Helper()
 	ctx := context.Background()
 	tracked := *vp
@@ -177,7 +176,7 @@ func TestUntrackedMatchesTracked(t *testing.T) {
 						}
 						used++
 						for _, d := range want.Decisions {
-							if d.Action == validating.ActionDeny {
+							if d.Action == actionDeny {
 								denied++
 							}
 						}
@@ -235,11 +234,11 @@ func TestUntrackedOverBudget(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: %+v, tracked %+v", tc.name, got, want)
 			}
-			wantAction := validating.ActionDeny
+			wantAction := actionDeny
 			if fp == admissionregistrationv1.Ignore {
-				wantAction = validating.ActionAdmit
+				wantAction = actionAdmit
 			}
-			if len(got.Decisions) != 1 || got.Decisions[0].Evaluation != validating.EvalError || got.Decisions[0].Action != wantAction ||
+			if len(got.Decisions) != 1 || got.Decisions[0].Evaluation != evalError || got.Decisions[0].Action != wantAction ||
 				!strings.Contains(got.Decisions[0].Message, tc.want) {
 				t.Errorf("%s, %s: %+v; want an evaluation error %q, action %s", tc.name, fp, got.Decisions, tc.want, wantAction)
 			}
@@ -285,7 +284,7 @@ func TestUntrackedSizeBound(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %+v, tracked %+v", tc.name, got, want)
 		}
-		denied := len(got.Decisions) > 0 && got.Decisions[0].Action == validating.ActionDeny
+		denied := len(got.Decisions) > 0 && got.Decisions[0].Action == actionDeny
 		if denied != tc.wantDenied || (denied && got.Decisions[0].Message != "value too long in big") {
 			t.Errorf("%s: decisions %+v, want denied = %v", tc.name, got.Decisions, tc.wantDenied)
 		}

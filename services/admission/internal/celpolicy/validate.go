@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 
@@ -34,13 +33,13 @@ import (
 // the validations and message expressions run as programs without cost
 // tracking, falling back to the tracked programs on any evaluation error.
 // Those are the only differences.
-func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validating.ValidateResult {
+func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validateResult {
 	f := admissionregistrationv1.Fail
 	if fp := p.obj.Spec.FailurePolicy; fp != nil {
 		f = *fp
 	}
-	errorResult := func(msg string) validating.ValidateResult {
-		return validating.ValidateResult{Decisions: []validating.PolicyDecision{{Action: decisionForError(f), Evaluation: validating.EvalError, Message: msg}}}
+	errorResult := func(msg string) validateResult {
+		return validateResult{Decisions: []policyDecision{{Action: decisionForError(f), Evaluation: evalError, Message: msg}}}
 	}
 	if p.conditions != nil {
 		m := p.conditions.Match(ctx, a.versioned, param, authz)
@@ -48,7 +47,7 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 			return errorResult(m.Error.Error())
 		}
 		if !m.Matches {
-			return validating.ValidateResult{}
+			return validateResult{}
 		}
 	}
 	var params any
@@ -78,38 +77,38 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 	decisions := in.scratch.decisions(len(evalResults))
 	for i, evalResult := range evalResults {
 		d := &decisions[i]
-		validation := evalResult.ExpressionAccessor.(*validating.ValidationCondition)
+		validation := evalResult.ExpressionAccessor.(*validationCondition)
 		var messageResult *plugincel.EvaluationResult
 		if len(messageResults) > i {
 			messageResult = &messageResults[i]
 		}
 		switch {
 		case evalResult.Error != nil:
-			d.Action, d.Evaluation, d.Message = decisionForError(f), validating.EvalError, evalResult.Error.Error()
+			d.Action, d.Evaluation, d.Message = decisionForError(f), evalError, evalResult.Error.Error()
 		case errors.Is(err, apiservercel.ErrInternal) || errors.Is(err, apiservercel.ErrOutOfBudget):
-			d.Action, d.Evaluation, d.Message = decisionForError(f), validating.EvalError, fmt.Sprintf("failed messageExpression: %s", err)
+			d.Action, d.Evaluation, d.Message = decisionForError(f), evalError, fmt.Sprintf("failed messageExpression: %s", err)
 		case evalResult.EvalResult != celtypes.True:
-			d.Action, d.Evaluation = validating.ActionDeny, validating.EvalDeny
+			d.Action, d.Evaluation = actionDeny, evalDeny
 			d.Reason = metav1.StatusReasonInvalid
 			if validation.Reason != nil {
 				d.Reason = *validation.Reason
 			}
 			d.Message = denyMessage(validation, messageResult)
 		default:
-			d.Action, d.Evaluation = validating.ActionAdmit, validating.EvalAdmit
+			d.Action, d.Evaluation = actionAdmit, evalAdmit
 		}
 	}
 	if p.annotations.empty {
-		return validating.ValidateResult{Decisions: decisions, AuditAnnotations: []validating.PolicyAuditAnnotation{}}
+		return validateResult{Decisions: decisions, AuditAnnotations: []policyAuditAnnotation{}}
 	}
 	annotationResults, _, err := p.annotations.forInput(ctx, &activation{in: in, params: params, namespace: in.rawNamespace}, budget)
 	if err != nil {
 		return errorResult(err.Error())
 	}
-	annotations := make([]validating.PolicyAuditAnnotation, len(annotationResults))
+	annotations := make([]policyAuditAnnotation, len(annotationResults))
 	for i, r := range annotationResults {
 		an := &annotations[i]
-		c := r.ExpressionAccessor.(*validating.AuditAnnotationCondition)
+		c := r.ExpressionAccessor.(*auditAnnotationCondition)
 		an.Key = c.Key
 		if r.Error != nil {
 			an.Action, an.Error = auditAnnotationForError(f), r.Error.Error()
@@ -118,25 +117,25 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 		switch r.EvalResult.Type() {
 		case celtypes.StringType:
 			if v := strings.TrimSpace(r.EvalResult.Value().(string)); v == "" {
-				an.Action = validating.AuditAnnotationActionExclude
+				an.Action = auditAnnotationExclude
 			} else {
-				an.Action, an.Value = validating.AuditAnnotationActionPublish, v
+				an.Action, an.Value = auditAnnotationPublish, v
 			}
 		case celtypes.NullType:
-			an.Action = validating.AuditAnnotationActionExclude
+			an.Action = auditAnnotationExclude
 		default:
-			an.Action = validating.AuditAnnotationActionError
+			an.Action = auditAnnotationError
 			an.Error = fmt.Sprintf("valueExpression '%v' resulted in unsupported return type: %v. "+
 				"Return type must be either string or null.", c.ValueExpression, r.EvalResult.Type())
 		}
 	}
-	return validating.ValidateResult{Decisions: decisions, AuditAnnotations: annotations}
+	return validateResult{Decisions: decisions, AuditAnnotations: annotations}
 }
 
 // denyMessage is a failed validation's message: its messageExpression's
 // result when that is a non-empty single-line string within the size
 // limit, else its message, else "failed expression: <expression>".
-func denyMessage(v *validating.ValidationCondition, m *plugincel.EvaluationResult) string {
+func denyMessage(v *validationCondition, m *plugincel.EvaluationResult) string {
 	var message string
 	if m != nil && m.Error == nil && m.EvalResult != nil {
 		if s, ok := m.EvalResult.Value().(string); ok {
@@ -156,18 +155,18 @@ func denyMessage(v *validating.ValidationCondition, m *plugincel.EvaluationResul
 }
 
 // decisionForError is what an evaluation error decides under f.
-func decisionForError(f admissionregistrationv1.FailurePolicyType) validating.PolicyDecisionAction {
+func decisionForError(f admissionregistrationv1.FailurePolicyType) decisionAction {
 	if f == admissionregistrationv1.Ignore {
-		return validating.ActionAdmit
+		return actionAdmit
 	}
-	return validating.ActionDeny
+	return actionDeny
 }
 
 // auditAnnotationForError is what an audit annotation's evaluation error
 // does under f.
-func auditAnnotationForError(f admissionregistrationv1.FailurePolicyType) validating.PolicyAuditAnnotationAction {
+func auditAnnotationForError(f admissionregistrationv1.FailurePolicyType) auditAnnotationAction {
 	if f == admissionregistrationv1.Ignore {
-		return validating.AuditAnnotationActionExclude
+		return auditAnnotationExclude
 	}
-	return validating.AuditAnnotationActionError
+	return auditAnnotationError
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/cel/environment"
 
@@ -29,7 +30,7 @@ func referenceValidator(t *testing.T, p *admissionregistrationv1.ValidatingAdmis
 	if err != nil {
 		t.Fatal(err)
 	}
-	validations, messages, annotations := validatingAccessors(p)
+	validations, messages, annotations := referenceAccessors(p)
 	msgOpts := cc.opts
 	msgOpts.HasAuthorizer = false
 	return validating.NewValidator(
@@ -38,6 +39,40 @@ func referenceValidator(t *testing.T, p *admissionregistrationv1.ValidatingAdmis
 		cc.compiler.CompileCondition(annotations, cc.opts, environment.StoredExpressions),
 		cc.compiler.CompileCondition(messages, msgOpts, environment.StoredExpressions),
 		p.Spec.FailurePolicy, nil)
+}
+
+// referenceAccessors are p's validations, message expressions and audit
+// annotations as validatingAccessors has them, in the types of
+// kube-apiserver's plugin, whose validator reads them back by type.
+func referenceAccessors(p *admissionregistrationv1.ValidatingAdmissionPolicy) (validations, messages, annotations []plugincel.ExpressionAccessor) {
+	validations, messages, annotations = validatingAccessors(p)
+	for i, v := range validations {
+		c := v.(*validationCondition)
+		validations[i] = &validating.ValidationCondition{Expression: c.Expression, Message: c.Message, Reason: c.Reason}
+	}
+	for i, m := range messages {
+		if m != nil {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: m.GetExpression()}
+		}
+	}
+	for i, a := range annotations {
+		c := a.(*auditAnnotationCondition)
+		annotations[i] = &validating.AuditAnnotationCondition{Key: c.Key, ValueExpression: c.ValueExpression}
+	}
+	return validations, messages, annotations
+}
+
+// fromReference is the reference validator's result in validate's types,
+// without timings.
+func fromReference(r validating.ValidateResult) validateResult {
+	var out validateResult
+	for _, d := range r.Decisions {
+		out.Decisions = append(out.Decisions, policyDecision{Action: decisionAction(d.Action), Evaluation: decisionEvaluation(d.Evaluation), Message: d.Message, Reason: d.Reason})
+	}
+	for _, a := range r.AuditAnnotations {
+		out.AuditAnnotations = append(out.AuditAnnotations, policyAuditAnnotation{Key: a.Key, Value: a.Value, Action: auditAnnotationAction(a.Action), Error: a.Error})
+	}
+	return out
 }
 
 // TestValidateMatchesReference: for varied policies (variables,
@@ -193,7 +228,7 @@ func TestValidateMatchesReference(t *testing.T) {
 									// Fresh attributes for each path: the reference
 									// path caches the objects' CEL values in them.
 									ra := mustAttributes(t, req)
-									want := ref.Validate(ctx, ra.GetResource(), ra.versioned, param, ns, budget, mastersOnly)
+									want := fromReference(ref.Validate(ctx, ra.GetResource(), ra.versioned, param, ns, budget, mastersOnly))
 									a := mustAttributes(t, req)
 									in, err := newCELInput(a, ns, mastersOnly)
 									if err != nil {
@@ -210,9 +245,9 @@ func TestValidateMatchesReference(t *testing.T) {
 											seen["messageExpression out of budget"]++
 										case strings.Contains(d.Message, "running out of cost budget"):
 											seen["out of budget"]++
-										case d.Evaluation == validating.EvalError:
+										case d.Evaluation == evalError:
 											seen["evaluation error"]++
-										case d.Evaluation == validating.EvalDeny:
+										case d.Evaluation == evalDeny:
 											seen["deny"]++
 										}
 									}
@@ -232,8 +267,8 @@ func TestValidateMatchesReference(t *testing.T) {
 	}
 	t.Logf("%d cases compared: %v", cases, seen)
 	for _, k := range []string{"out of budget", "messageExpression out of budget", "evaluation error", "deny", "no match",
-		"annotation " + string(validating.AuditAnnotationActionPublish), "annotation " + string(validating.AuditAnnotationActionError),
-		"annotation " + string(validating.AuditAnnotationActionExclude)} {
+		"annotation " + string(auditAnnotationPublish), "annotation " + string(auditAnnotationError),
+		"annotation " + string(auditAnnotationExclude)} {
 		if seen[k] == 0 {
 			t.Errorf("no case where the reference decided %q", k)
 		}
@@ -249,17 +284,11 @@ func mustAttributes(t *testing.T, req *admissionv1.AdmitRequest) *attributes {
 	return a
 }
 
-// clean is r without timings, and with no audit annotations as nil.
-func clean(r validating.ValidateResult) validating.ValidateResult {
-	out := validating.ValidateResult{}
-	for _, d := range r.Decisions {
-		d.Elapsed = 0
-		out.Decisions = append(out.Decisions, d)
-	}
-	for _, a := range r.AuditAnnotations {
-		a.Elapsed = 0
-		out.AuditAnnotations = append(out.AuditAnnotations, a)
-	}
+// clean is r with no decisions and no audit annotations as nil.
+func clean(r validateResult) validateResult {
+	out := validateResult{}
+	out.Decisions = append(out.Decisions, r.Decisions...)
+	out.AuditAnnotations = append(out.AuditAnnotations, r.AuditAnnotations...)
 	return out
 }
 
@@ -294,7 +323,7 @@ func TestIntegersAreCELInts(t *testing.T) {
 		res := vp.validate(context.Background(), in, a, nil, nil, mastersOnly, celenv.RuntimeBudget)
 		var denials []string
 		for _, d := range res.Decisions {
-			if d.Action == validating.ActionDeny {
+			if d.Action == actionDeny {
 				denials = append(denials, fmt.Sprintf("%s (%s)", d.Message, d.Evaluation))
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	"k8s.io/apiserver/pkg/cel/environment"
 
@@ -65,14 +64,14 @@ func validatingAccessors(p *admissionregistrationv1.ValidatingAdmissionPolicy) (
 	validations = make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
 	messages = make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
 	for i, v := range p.Spec.Validations {
-		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		validations[i] = &validationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
 		if v.MessageExpression != "" {
-			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+			messages[i] = &messageExpressionCondition{MessageExpression: v.MessageExpression}
 		}
 	}
 	annotations = make([]plugincel.ExpressionAccessor, len(p.Spec.AuditAnnotations))
 	for i, a := range p.Spec.AuditAnnotations {
-		annotations[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
+		annotations[i] = &auditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
 	}
 	return validations, messages, annotations
 }
@@ -110,7 +109,7 @@ func compileCommon(name string, mr *admissionregistrationv1.MatchResources, pk *
 	}
 	vars := make([]plugincel.NamedExpressionAccessor, len(variables))
 	for i, v := range variables {
-		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+		vars[i] = &variable{Name: v.Name, Expression: v.Expression}
 	}
 	cc.compiler.CompileAndStoreVariables(vars, cc.opts, environment.StoredExpressions)
 	if len(conditions) > 0 {
@@ -210,7 +209,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 	if err != nil {
 		return v.configError(err), true, nil
 	}
-	var failures []validating.ValidationFailureValue
+	var failures []validationFailure
 	var annotations map[string]string // allocated by the first annotation
 	for _, param := range params {
 		res := p.validate(ctx, in, a, param, ns, v.req.authz, celenv.RuntimeBudget)
@@ -218,7 +217,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 			return policy.Decision{}, false, ctx.Err()
 		}
 		for i, dec := range res.Decisions {
-			if dec.Action != validating.ActionDeny {
+			if dec.Action != actionDeny {
 				continue
 			}
 			for _, action := range b.Spec.ValidationActions {
@@ -230,7 +229,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 				case admissionregistrationv1.Warn:
 					d.Warnings = append(d.Warnings, fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' with binding '%s': %s", p.obj.Name, b.Name, dec.Message))
 				case admissionregistrationv1.Audit:
-					failures = append(failures, validating.ValidationFailureValue{
+					failures = append(failures, validationFailure{
 						ExpressionIndex: i, Message: dec.Message, ValidationActions: b.Spec.ValidationActions, Binding: b.Name, Policy: b.Spec.PolicyName,
 					})
 				}
@@ -238,7 +237,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 		}
 		for _, an := range res.AuditAnnotations {
 			switch an.Action {
-			case validating.AuditAnnotationActionPublish:
+			case auditAnnotationPublish:
 				value := an.Value
 				if len(value) > maxAuditAnnotationValueLength {
 					value = value[:maxAuditAnnotationValueLength]
@@ -251,7 +250,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 					value = prev + ", " + value
 				}
 				annotations[key] = value
-			case validating.AuditAnnotationActionError:
+			case auditAnnotationError:
 				if d.Denial == nil {
 					d.Denial = v.denial(a, an.Error, "")
 				}

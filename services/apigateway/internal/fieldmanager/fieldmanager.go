@@ -4,7 +4,7 @@
 //
 // One managedfields.FieldManager is built per kind and subresource, once
 // per process (ForKind, Prepare), from a structured schema derived from the
-// kind's Go type (openapi.SSASchemas); a kind whose schema cannot be
+// kind's Go type (typeschema.SSASchemas); a kind whose schema cannot be
 // converted falls back to the deduced type converter (every list atomic).
 // Request-time work is the merge itself.
 //
@@ -30,7 +30,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
-	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
+	"github.com/meridian-cp/meridian/lib/kube/typeschema"
 	"google.golang.org/grpc/metadata"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -183,11 +183,8 @@ func typeConverter(res *registry.Resource) (tc managedfields.TypeConverter, dedu
 		}
 		return managedfields.NewDeducedTypeConverter(), true
 	}
-	defs, err := openapi.SSASchemas(registry.New(res))
-	if err == nil {
-		if tc, err = managedfields.NewTypeConverter(defs, false); err == nil {
-			return tc, false
-		}
+	if tc, err := typeschema.NewTypeConverter(registry.New(res)); err == nil {
+		return tc, false
 	}
 	return managedfields.NewDeducedTypeConverter(), true
 }

@@ -22,9 +22,14 @@ import (
 	"sync/atomic"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/typeschema"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// schema is an OpenAPI schema object, as JSON (typeschema derives the
+// kinds' definitions).
+type schema = typeschema.Schema
 
 // Documents are the OpenAPI v3 documents of a registry.
 type Documents struct {
@@ -94,7 +99,7 @@ func (d *Documents) Lookup(path string) ([]byte, bool) {
 }
 
 func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([]byte, error) {
-	s := newSchemas("#/components/schemas/")
+	s := typeschema.NewBuilder("#/components/schemas/")
 	paths := map[string]any{}
 	for _, res := range reg.Resources(gv) {
 		if res.Custom != nil {
@@ -102,14 +107,14 @@ func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([
 		}
 		objType := reflect.TypeOf(res.New()).Elem()
 		listType := reflect.TypeOf(res.NewList()).Elem()
-		objRef, listRef := s.ref(objType), s.ref(listType)
+		objRef, listRef := s.Ref(objType), s.Ref(listType)
 		gvk := map[string]string{"group": gv.Group, "version": gv.Version, "kind": res.Kind}
 		for _, t := range []struct {
 			ref  schema
 			kind string
 		}{{objRef, res.Kind}, {listRef, res.ListKind}} {
-			name := strings.TrimPrefix(t.ref["$ref"].(string), s.refPrefix)
-			s.defs[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
+			name := strings.TrimPrefix(t.ref["$ref"].(string), s.RefPrefix())
+			s.Defs()[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
 		}
 		prefix := "/" + gvPath(gv)
 		collection := prefix + "/" + res.GVR.Resource
@@ -149,7 +154,7 @@ func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([
 		"info":    map[string]string{"title": "Kubernetes", "version": version},
 		"paths":   paths,
 		"components": map[string]any{
-			"schemas": s.defs,
+			"schemas": s.Defs(),
 		},
 	}
 	out, err := json.Marshal(doc)
@@ -165,7 +170,7 @@ var (
 	patchParams = []string{"dryRun", "fieldManager", "fieldValidation", "force"}
 )
 
-func statusRef(s *schemas) schema { return s.ref(reflect.TypeOf(metav1.Status{})) }
+func statusRef(s *typeschema.Builder) schema { return s.Ref(reflect.TypeOf(metav1.Status{})) }
 
 func pathParam(name, desc string) map[string]any {
 	return map[string]any{"name": name, "in": "path", "required": true, "description": desc, "schema": schema{"type": "string", "uniqueItems": true}}

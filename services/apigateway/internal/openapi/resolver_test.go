@@ -8,12 +8,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 )
 
 // TestSchemaResolver: a built-in kind resolves from its Go type and a
 // custom resource from its CRD, every reference inlined (metadata's
-// properties are there); an unserved kind is ErrSchemaNotFound.
+// properties are there), a recursive type's reference back to itself as
+// an empty object; an unserved kind is ErrSchemaNotFound.
 func TestSchemaResolver(t *testing.T) {
 	reg := registry.New(registry.Standard()...)
 	reg.SetCustom(registry.CustomResources(&apiextensionsv1.CustomResourceDefinition{
@@ -52,7 +52,18 @@ func TestSchemaResolver(t *testing.T) {
 	if !w.Properties["spec"].Properties["replicas"].Type.Contains("integer") || !w.Properties["metadata"].Properties["name"].Type.Contains("string") {
 		t.Errorf("Widget schema lacks spec.replicas or an inlined metadata.name: %+v", w.Properties)
 	}
-	if _, err := r.ResolveSchema(k8sschema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); !errors.Is(err, resolver.ErrSchemaNotFound) {
+	// JSONSchemaProps refers to itself: the reference back is an empty
+	// object, the references around it are inlined.
+	crd, err := r.ResolveSchema(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := crd.Properties["spec"].Properties["versions"].Items.Schema.Properties["schema"].Properties["openAPIV3Schema"]
+	if !props.Properties["type"].Type.Contains("string") || !props.Properties["properties"].AdditionalProperties.Schema.Type.Contains("object") ||
+		len(props.Properties["properties"].AdditionalProperties.Schema.Properties) != 0 {
+		t.Errorf("openAPIV3Schema: %+v, want its type inlined and its properties' schema an empty object", props)
+	}
+	if _, err := r.ResolveSchema(k8sschema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); !errors.Is(err, ErrSchemaNotFound) {
 		t.Errorf("an unserved kind: %v, want ErrSchemaNotFound", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
 	"github.com/meridian-cp/meridian/lib/kube/crdschema"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/kube/typeschema"
 	"google.golang.org/protobuf/proto"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
@@ -48,21 +49,21 @@ type v2Doc struct {
 
 // NewV2 builds the /openapi/v2 document.
 func NewV2(reg *registry.Registry, version string) (*V2, error) {
-	s := newSchemas("#/definitions/")
+	s := typeschema.NewBuilder("#/definitions/")
 	paths := map[string]any{}
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
 			if res.Custom != nil {
 				continue // merged per generation (Document)
 			}
-			objRef := s.ref(reflect.TypeOf(res.New()).Elem())
-			listRef := s.ref(reflect.TypeOf(res.NewList()).Elem())
+			objRef := s.Ref(reflect.TypeOf(res.New()).Elem())
+			listRef := s.Ref(reflect.TypeOf(res.NewList()).Elem())
 			for _, t := range []struct {
 				ref  schema
 				kind string
 			}{{objRef, res.Kind}, {listRef, res.ListKind}} {
-				name := t.ref["$ref"].(string)[len(s.refPrefix):]
-				s.defs[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
+				name := t.ref["$ref"].(string)[len(s.RefPrefix()):]
+				s.Defs()[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
 			}
 			gvk := map[string]string{"group": gv.Group, "version": gv.Version, "kind": res.Kind}
 			prefix := "/" + gvPath(gv)
@@ -81,7 +82,7 @@ func NewV2(reg *registry.Registry, version string) (*V2, error) {
 			}
 		}
 	}
-	v := &V2{reg: reg, version: version, paths: paths, defs: s.defs}
+	v := &V2{reg: reg, version: version, paths: paths, defs: s.Defs()}
 	if _, err := v.document(); err != nil {
 		return nil, err
 	}

@@ -3,8 +3,9 @@
 // validatingadmissionpolicy-status-controller: for each policy whose
 // status.observedGeneration is not its generation, it type-checks the
 // policy's validations against the schemas of the kinds its
-// matchConstraints name (k8s.io/apiserver's validating.TypeChecker, at
-// most 10 kinds, none for wildcards) and writes
+// matchConstraints name (typeChecker, as k8s.io/apiserver's
+// validating.TypeChecker: at most 10 kinds, none for wildcards; the
+// schemas are openapi.SchemaResolver's) and writes
 // status.typeChecking.expressionWarnings (fieldRef and warning) with
 // observedGeneration = generation. The warnings never change what the
 // policy does: an expression that refers to a field the kind lacks still
@@ -32,7 +33,6 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storewatch"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 )
 
 // Objects writes policies' status as the API does, for the user in ctx.
@@ -64,7 +64,7 @@ type Config struct {
 type Controller struct {
 	cfg     Config
 	res     *registry.Resource
-	checker *validating.TypeChecker
+	checker *typeChecker
 }
 
 // User is the identity the controller writes as.
@@ -82,9 +82,10 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	cfg.Logger, cfg.Retry = reconcile.Defaults(cfg.Logger, cfg.Retry, time.Second)
-	return &Controller{cfg: cfg, res: res, checker: &validating.TypeChecker{
-		SchemaResolver: openapi.NewSchemaResolver(cfg.Registry),
-		RestMapper:     registry.NewRESTMapper(cfg.Registry),
+	return &Controller{cfg: cfg, res: res, checker: &typeChecker{
+		schemas:    openapi.NewSchemaResolver(cfg.Registry),
+		restMapper: registry.NewRESTMapper(cfg.Registry),
+		logger:     cfg.Logger,
 	}}, nil
 }
 

@@ -1,4 +1,4 @@
-package openapi
+package typeschema
 
 import (
 	"encoding/json"
@@ -7,8 +7,11 @@ import (
 	"strings"
 
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -38,11 +41,11 @@ import (
 // them, each kind's definition tagged with x-kubernetes-group-version-kind,
 // with the server-side apply extensions and without descriptions.
 func SSASchemas(reg *registry.Registry) (map[string]*spec.Schema, error) {
-	s := newSchemas("#/definitions/")
+	s := NewBuilder("#/definitions/")
 	s.ssa = true
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
-			ref := s.ref(reflect.TypeOf(res.New()))
+			ref := s.Ref(reflect.TypeOf(res.New()))
 			name := strings.TrimPrefix(ref["$ref"].(string), s.refPrefix)
 			gvks, _ := s.defs[name]["x-kubernetes-group-version-kind"].([]any)
 			s.defs[name]["x-kubernetes-group-version-kind"] = append(gvks, map[string]any{"group": gv.Group, "version": gv.Version, "kind": res.Kind})
@@ -52,43 +55,73 @@ func SSASchemas(reg *registry.Registry) (map[string]*spec.Schema, error) {
 	for name, def := range s.defs {
 		data, err := json.Marshal(def)
 		if err != nil {
-			return nil, fmt.Errorf("openapi: ssa schema %s: %w", name, err)
+			return nil, fmt.Errorf("typeschema: ssa schema %s: %w", name, err)
 		}
 		sc := new(spec.Schema)
 		if err := json.Unmarshal(data, sc); err != nil {
-			return nil, fmt.Errorf("openapi: ssa schema %s: %w", name, err)
+			return nil, fmt.Errorf("typeschema: ssa schema %s: %w", name, err)
 		}
 		out[name] = sc
 	}
 	return out, nil
 }
 
+// NewTypeConverter returns the structured type converter of reg's kinds,
+// from their SSASchemas: a list with x-kubernetes-list-map-keys merges per
+// key (a Pod's containers by name), a set per value, and any other list
+// is atomic (an applier owns it whole).
+func NewTypeConverter(reg *registry.Registry) (managedfields.TypeConverter, error) {
+	defs, err := SSASchemas(reg)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := managedfields.NewTypeConverter(defs, false)
+	if err != nil {
+		return nil, fmt.Errorf("typeschema: type converter: %w", err)
+	}
+	return tc, nil
+}
+
 // ssaScalar makes an int-or-string scalar (Quantity, IntOrString) untyped,
 // so that an applied configuration may give it as a number or a string.
-func ssaScalar(out schema) {
+func ssaScalar(out Schema) {
 	if out["x-kubernetes-int-or-string"] == true {
 		out["format"] = "int-or-string"
 	}
 }
 
 // atomicStructs are the structs kube-apiserver marks +structType=atomic (or
-// +mapType=atomic): an applier owns them whole.
+// +mapType=atomic) among the types of the kinds meridian serves: an
+// applier owns them whole, and an ApplyConfiguration may not name them.
 var atomicStructs = map[reflect.Type]bool{
-	reflect.TypeOf(metav1.LabelSelector{}):             true,
-	reflect.TypeOf(corev1.ObjectReference{}):           true,
-	reflect.TypeOf(corev1.LocalObjectReference{}):      true,
-	reflect.TypeOf(corev1.TypedLocalObjectReference{}): true,
-	reflect.TypeOf(corev1.SecretReference{}):           true,
-	reflect.TypeOf(corev1.ConfigMapKeySelector{}):      true,
-	reflect.TypeOf(corev1.SecretKeySelector{}):         true,
-	reflect.TypeOf(corev1.ObjectFieldSelector{}):       true,
-	reflect.TypeOf(corev1.ResourceFieldSelector{}):     true,
-	reflect.TypeOf(corev1.NodeSelector{}):              true,
-	reflect.TypeOf(corev1.NodeSelectorTerm{}):          true,
-	reflect.TypeOf(corev1.TopologySelectorTerm{}):      true,
+	reflect.TypeOf(metav1.LabelSelector{}):                            true,
+	reflect.TypeOf(metav1.OwnerReference{}):                           true,
+	reflect.TypeOf(corev1.ObjectReference{}):                          true,
+	reflect.TypeOf(corev1.LocalObjectReference{}):                     true,
+	reflect.TypeOf(corev1.TypedLocalObjectReference{}):                true,
+	reflect.TypeOf(corev1.SecretReference{}):                          true,
+	reflect.TypeOf(corev1.ConfigMapKeySelector{}):                     true,
+	reflect.TypeOf(corev1.SecretKeySelector{}):                        true,
+	reflect.TypeOf(corev1.FileKeySelector{}):                          true,
+	reflect.TypeOf(corev1.ObjectFieldSelector{}):                      true,
+	reflect.TypeOf(corev1.ResourceFieldSelector{}):                    true,
+	reflect.TypeOf(corev1.NodeSelector{}):                             true,
+	reflect.TypeOf(corev1.NodeSelectorTerm{}):                         true,
+	reflect.TypeOf(corev1.TopologySelectorTerm{}):                     true,
+	reflect.TypeOf(corev1.ScopeSelector{}):                            true,
+	reflect.TypeOf(corev1.EvictionResponder{}):                        true,
+	reflect.TypeOf(corev1.EndpointAddress{}):                          true,
+	reflect.TypeOf(corev1.EndpointPort{}):                             true,
+	reflect.TypeOf(rbacv1.Subject{}):                                  true,
+	reflect.TypeOf(rbacv1.RoleRef{}):                                  true,
+	reflect.TypeOf(admissionregistrationv1.ParamKind{}):               true,
+	reflect.TypeOf(admissionregistrationv1.ParamRef{}):                true,
+	reflect.TypeOf(admissionregistrationv1.Variable{}):                true,
+	reflect.TypeOf(admissionregistrationv1.MatchResources{}):          true,
+	reflect.TypeOf(admissionregistrationv1.NamedRuleWithOperations{}): true,
 }
 
-func ssaStruct(t reflect.Type, out schema) {
+func ssaStruct(t reflect.Type, out Schema) {
 	if atomicStructs[t] {
 		out["x-kubernetes-map-type"] = "atomic"
 	}
@@ -111,7 +144,7 @@ var keyDefaults = map[reflect.Type]map[string]any{
 
 // ssaField adds the list extensions of field f (JSON name name) of struct t
 // to its schema p.
-func ssaField(t reflect.Type, f reflect.StructField, name string, p schema) {
+func ssaField(t reflect.Type, f reflect.StructField, name string, p Schema) {
 	if d, ok := keyDefaults[t][name]; ok {
 		p["default"] = d
 	}

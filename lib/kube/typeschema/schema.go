@@ -1,4 +1,10 @@
-package openapi
+// Package typeschema derives OpenAPI schemas from the Go types of the
+// kinds meridian serves: the definitions of the gateway's /openapi
+// documents, and the structured schemas of server-side apply and of
+// ApplyConfiguration mutations (SSASchemas, NewTypeConverter), which the
+// gateway's field managers and the admission service's mutating policies
+// share.
+package typeschema
 
 import (
 	"reflect"
@@ -11,17 +17,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// schema is an OpenAPI v3 schema object, as JSON.
-type schema = map[string]any
+// Schema is an OpenAPI schema object, as JSON.
+type Schema = map[string]any
 
-// schemas derives OpenAPI schemas from Go types by reflection: properties
+// Builder derives OpenAPI schemas from Go types by reflection: properties
 // from json tags, descriptions from the SwaggerDoc() methods that
 // k8s.io/api and k8s.io/apimachinery generate for every type. Named
 // structs become component definitions referenced by $ref, named as
 // kube-apiserver names them (k8s.io/api/core/v1.ConfigMap →
 // io.k8s.api.core.v1.ConfigMap).
-type schemas struct {
-	defs map[string]schema
+type Builder struct {
+	defs map[string]Schema
 	// refPrefix is where definitions live: "#/components/schemas/" in
 	// OpenAPI v3, "#/definitions/" in Swagger 2.0.
 	refPrefix string
@@ -30,12 +36,22 @@ type schemas struct {
 	ssa bool
 }
 
-func newSchemas(refPrefix string) *schemas {
-	return &schemas{defs: map[string]schema{}, refPrefix: refPrefix}
+// NewBuilder returns a Builder of the documents' definitions (without the
+// server-side apply extensions, with descriptions) whose references point
+// under refPrefix.
+func NewBuilder(refPrefix string) *Builder {
+	return &Builder{defs: map[string]Schema{}, refPrefix: refPrefix}
 }
 
+// Defs are the definitions built so far, by name; the caller may add
+// extensions to them (x-kubernetes-group-version-kind).
+func (s *Builder) Defs() map[string]Schema { return s.defs }
+
+// RefPrefix is where the definitions' references point.
+func (s *Builder) RefPrefix() string { return s.refPrefix }
+
 // special are types whose JSON form is not their Go shape.
-var special = map[reflect.Type]schema{
+var special = map[reflect.Type]Schema{
 	reflect.TypeOf(metav1.Time{}):          {"type": "string", "format": "date-time"},
 	reflect.TypeOf(metav1.MicroTime{}):     {"type": "string", "format": "date-time"},
 	reflect.TypeOf(metav1.Duration{}):      {"type": "string"},
@@ -60,14 +76,14 @@ func defName(t reflect.Type) string {
 	return strings.ReplaceAll(pkg, "/", ".") + "." + t.Name()
 }
 
-// ref returns the schema of t: a $ref to its definition for named structs
+// Ref returns the schema of t: a $ref to its definition for named structs
 // (defining it on first use), an inline schema otherwise.
-func (s *schemas) ref(t reflect.Type) schema {
+func (s *Builder) Ref(t reflect.Type) Schema {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if sp, ok := special[t]; ok {
-		out := schema{}
+		out := Schema{}
 		for k, v := range sp {
 			out[k] = v
 		}
@@ -80,39 +96,39 @@ func (s *schemas) ref(t reflect.Type) schema {
 	case reflect.Struct:
 		name := defName(t)
 		if _, done := s.defs[name]; !done {
-			s.defs[name] = schema{} // placeholder breaks recursion
+			s.defs[name] = Schema{} // placeholder breaks recursion
 			s.defs[name] = s.object(t)
 		}
-		return schema{"$ref": s.refPrefix + name}
+		return Schema{"$ref": s.refPrefix + name}
 	case reflect.String:
-		return schema{"type": "string"}
+		return Schema{"type": "string"}
 	case reflect.Bool:
-		return schema{"type": "boolean"}
+		return Schema{"type": "boolean"}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Uint8, reflect.Uint16, reflect.Uint32:
-		return schema{"type": "integer", "format": "int32"}
+		return Schema{"type": "integer", "format": "int32"}
 	case reflect.Int64, reflect.Uint64, reflect.Uint:
-		return schema{"type": "integer", "format": "int64"}
+		return Schema{"type": "integer", "format": "int64"}
 	case reflect.Float32, reflect.Float64:
-		return schema{"type": "number", "format": "double"}
+		return Schema{"type": "number", "format": "double"}
 	case reflect.Slice, reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 {
-			return schema{"type": "string", "format": "byte"}
+			return Schema{"type": "string", "format": "byte"}
 		}
-		return schema{"type": "array", "items": s.ref(t.Elem())}
+		return Schema{"type": "array", "items": s.Ref(t.Elem())}
 	case reflect.Map:
-		return schema{"type": "object", "additionalProperties": s.ref(t.Elem())}
+		return Schema{"type": "object", "additionalProperties": s.Ref(t.Elem())}
 	case reflect.Interface:
-		return schema{"type": "object"}
+		return Schema{"type": "object"}
 	}
-	return schema{}
+	return Schema{}
 }
 
 // object builds the definition of a struct type.
-func (s *schemas) object(t reflect.Type) schema {
+func (s *Builder) object(t reflect.Type) Schema {
 	docs := swaggerDoc(t)
-	props := schema{}
+	props := Schema{}
 	s.fields(t, props)
-	out := schema{"type": "object", "properties": props}
+	out := Schema{"type": "object", "properties": props}
 	if s.ssa {
 		ssaStruct(t, out)
 		return out
@@ -124,7 +140,7 @@ func (s *schemas) object(t reflect.Type) schema {
 }
 
 // fields adds t's serialized fields to props, flattening inlined structs.
-func (s *schemas) fields(t reflect.Type, props schema) {
+func (s *Builder) fields(t reflect.Type, props Schema) {
 	docs := swaggerDoc(t)
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -149,7 +165,7 @@ func (s *schemas) fields(t reflect.Type, props schema) {
 		if name == "" {
 			name = f.Name
 		}
-		p := s.ref(f.Type)
+		p := s.Ref(f.Type)
 		if s.ssa {
 			ssaField(t, f, name, p)
 			props[name] = p
@@ -157,7 +173,7 @@ func (s *schemas) fields(t reflect.Type, props schema) {
 		}
 		if d := docs[name]; d != "" {
 			if _, isRef := p["$ref"]; isRef {
-				p = schema{"allOf": []any{p}, "description": d}
+				p = Schema{"allOf": []any{p}, "description": d}
 			} else {
 				p["description"] = d
 			}
