@@ -128,6 +128,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
 		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit}, ListBytesInFlight: *listBytes,
+		MemoryPacer:     memtrim.NewPacer(),
 		StoreCacheBytes: storeCache.Value(),
 	})
 	if err != nil {

@@ -144,6 +144,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		StoreAddress: f.storeAddr, StoreLocalAddress: f.storeLocalAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr, FlowControlFallbackLimit: f.fallbackLimit,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		ListBytesInFlight:        f.listBytes,
+		MemoryPacer:              memtrim.NewPacer(),
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
 		RootCAFile: f.rootCAFile, RequestLogLevel: requestLogLevel,
