@@ -10,7 +10,7 @@ import (
 // Pacer paces the garbage collector to bursts of bounded memory, such as
 // the lists a list budget lets run at once: while at least one burst is
 // in progress, Go's soft memory limit is what the process held when the
-// first of them began, plus the bursts' bound, plus an eighth of it
+// first of them began, plus the bursts' bound, plus a quarter of it
 // (headroomDivisor); when the last ends, the limit goes back to what it
 // was. While bursts overlap without a pause, the memory held when the
 // first began stands, however long they last.
@@ -46,9 +46,9 @@ type Pacer struct {
 }
 
 // headroomDivisor gives the share of the bursts' bound the limit adds
-// beyond it, for the garbage made between collections: an eighth, 64 MiB
-// for a 512 MiB list budget.
-const headroomDivisor = 8
+// beyond it, for the garbage made between collections: a quarter, 128
+// MiB for a 512 MiB list budget.
+const headroomDivisor = 4
 
 // NewPacer returns a Pacer with no burst in progress.
 func NewPacer() *Pacer { return &Pacer{} }
