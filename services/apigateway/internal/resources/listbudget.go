@@ -44,10 +44,11 @@ const (
 //
 // A list reserves its expected size (the size the last list of the same
 // shape had: resource, namespace, encoding, limit; at least
-// listFixedBytes) before it reads anything, waiting in arrival order while the reservation does not fit;
-// what it sends beyond the reservation is charged as it is sent (never
-// waiting, so that lists that have started always finish); all of it is
-// released when the list ends. The bytes in flight are therefore at most
+// listFixedBytes) before it reads anything, waiting in arrival order
+// while the reservation does not fit; what it sends beyond the
+// reservation is charged as it is sent (never waiting, so that lists
+// that have started always finish); all of it is released when the list
+// ends. The bytes in flight are therefore at most
 // the capacity plus what the running lists outgrew their reservations by.
 // A list whose wait outlasts the bound is refused with 429 and Retry-After
 // before anything is sent: never a truncated list.
