@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		memory    memtrim.Options
 		anonymous = flag.Bool("anonymous-auth", true, "requests without credentials are system:anonymous, which RBAC lets read the health endpoints and /version only; false: 401 for every request without credentials")
 		oidc      gateway.OIDCOptions
-		listBytes = flag.Int64("list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list waits for its share, then gets 429 with Retry-After; 0: 512 MiB; < 0: no bound")
+		listBytes = flag.Int64("list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list counts at least 2 MiB, waits for its share, then gets 429 with Retry-After; while lists are in flight Go's memory limit is what the process held before them plus this and a quarter; 0: 512 MiB; < 0: no bound")
 		cacheSize = flag.String("store-cache-size", resource.NewQuantity(allinone.DefaultStoreCacheBytes, resource.BinarySI).String(), "size of the store's pebble block cache, a quantity such as 64Mi (a store member of its own defaults to 128Mi; the all-in-one serves most reads from watchfanout's cache)")
 		apfLimit  = flag.Int("flowcontrol-concurrency-limit", 0, "API Priority and Fairness: the server concurrency limit (seats) the limited priority levels share by their nominal concurrency shares; 0: 600, kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight")
 	)
@@ -128,6 +128,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		ServiceAccountIssuer: *saIssuer, ServiceAccountMaxTokenExpiration: *saMaxExp,
 		OIDC: oidc, DisableAnonymousAuth: !*anonymous,
 		FlowControl: allinone.FlowControlConfig{ConcurrencyLimit: *apfLimit}, ListBytesInFlight: *listBytes,
+		MemoryPacer:     memtrim.NewPacer(),
 		StoreCacheBytes: storeCache.Value(),
 	})
 	if err != nil {

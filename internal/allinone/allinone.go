@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
@@ -93,6 +94,9 @@ type Config struct {
 	// ListBytesInFlight is the gateway's --list-bytes-in-flight; 0: its
 	// default.
 	ListBytesInFlight int64
+	// MemoryPacer paces the process's garbage collector to the gateway's
+	// list budget (app.Config.MemoryPacer); nil: not paced.
+	MemoryPacer *memtrim.Pacer
 	// StoreCacheBytes is the size of the store's pebble block cache; 0:
 	// DefaultStoreCacheBytes.
 	StoreCacheBytes int64
@@ -389,6 +393,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			OIDC:                     cfg.OIDC,
 			DisableAnonymousAuth:     cfg.DisableAnonymousAuth,
 			ListBytesInFlight:        cfg.ListBytesInFlight,
+			MemoryPacer:              cfg.MemoryPacer,
 			UpdateHintBytes:          UpdateHintBytes,
 			RootCAFile:               pkiplan.APIAuthority.CertFile(cfg.DataDir),
 			EncryptionProviderConfig: cfg.EncryptionProviderConfig,

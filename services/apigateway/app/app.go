@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"github.com/meridian-cp/meridian/lib/kube/crdconvert"
 	"github.com/meridian-cp/meridian/lib/kube/webhook"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	"log/slog"
 	"net"
 	"net/http"
@@ -100,6 +101,10 @@ type Config struct {
 	// this gateway, over every list and caller (resources.Config); 0
 	// means resources.DefaultListBytesInFlight, < 0 no bound.
 	ListBytesInFlight int64
+	// MemoryPacer, when set, paces the process's garbage collector to the
+	// list budget while lists are in flight (memtrim.Pacer: the process's
+	// one, which its main creates); nil: not paced.
+	MemoryPacer *memtrim.Pacer
 	// UpdateHintBytes bounds the memory of the objects this gateway last
 	// wrote, kept so that the updates that follow need not read them
 	// (resources.Config); 0 means resources.DefaultUpdateHintBytes.
@@ -315,6 +320,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		// CRD conversion webhooks, each call bounded by kube-apiserver's
 		// 30 s webhook timeout.
 		Converter: crdconvert.New(webhook.New(webhook.Options{}), 0),
+	}
+	if cfg.MemoryPacer != nil {
+		rsCfg.MemoryPacer = cfg.MemoryPacer
 	}
 	if rbac != nil {
 		rsCfg.WriteGuard = rbac

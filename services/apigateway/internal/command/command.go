@@ -64,7 +64,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.storeLocalAddr, "store-local-address", "", daemon.LocalUsage)
 	fs.StringVar(&f.admissionAddr, "admission-address", ports.Admission, "gRPC address of the admission service; empty: no admission service (every write is admitted)")
 	fs.StringVar(&f.flowAddr, "flowcontrol-address", ports.FlowControl, "gRPC address of the flow-control service, or comma-separated the addresses of its replicas (host:port, as each replica's --advertise-address), of which the leader takes the calls; empty: no flow control")
-	fs.Int64Var(&f.listBytes, "list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list waits for its share, then gets 429 with Retry-After; 0: 512 MiB; < 0: no bound")
+	fs.Int64Var(&f.listBytes, "list-bytes-in-flight", 0, "bytes of list responses in flight, over every list and caller (flow-control-exempt ones too): a list counts at least 2 MiB, waits for its share, then gets 429 with Retry-After; while lists are in flight Go's memory limit is what the process held before them plus this and a quarter; 0: 512 MiB; < 0: no bound")
 	fs.IntVar(&f.fallbackLimit, "flowcontrol-fallback-concurrency-limit", 0, "seats of this gateway's own limiter, used with the stored FlowSchemas and PriorityLevelConfigurations while the flow-control service does not answer: its share of the service's --concurrency-limit; 0: 600")
 	fs.StringVar(&f.watchAddrs, "watchfanout-addresses", ports.WatchFanout, "comma-separated gRPC addresses of watchfanout replicas; empty: watches and cached reads from the store")
 	fs.StringVar(&f.svcCert, "service-cert-file", "", "client certificate for mTLS to the other services (O=meridian:gateways, internal CA), read again within 5s when it or the key changes")
@@ -144,6 +144,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		StoreAddress: f.storeAddr, StoreLocalAddress: f.storeLocalAddr, AdmissionAddress: f.admissionAddr, FlowControlAddress: f.flowAddr, FlowControlFallbackLimit: f.fallbackLimit,
 		ServingTLS: serving, TokenAuthFile: f.tokenFile, AuthorizationMode: f.authorizationMode, Logger: logger, ShutdownDelay: f.shutdownDelay,
 		ListBytesInFlight:        f.listBytes,
+		MemoryPacer:              memtrim.NewPacer(),
 		EncryptionProviderConfig: f.encryptionConfig, Audit: f.audit, ServiceAccounts: f.sa.config(),
 		OIDC: f.oidc, DisableAnonymousAuth: !f.anonymousAuth,
 		RootCAFile: f.rootCAFile, RequestLogLevel: requestLogLevel,

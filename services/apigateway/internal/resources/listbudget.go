@@ -23,6 +23,14 @@ const (
 	// listBudgetRetryAfter is the Retry-After, in seconds, of a list
 	// refused because the budget stayed full.
 	listBudgetRetryAfter = 1
+	// listFixedBytes is the least a list is charged: what a list holds
+	// in the process while in flight, whatever the bytes it sends — its
+	// buffers: watchfanout's chunk buffer (1 MiB) and gzip compressor in
+	// the all-in-one, gRPC's message buffers, the HTTP/2 writer's. A gzip
+	// list of 10,000 ConfigMaps sends under 0.5 MiB and holds about
+	// 2 MiB, so that charging the bytes sent alone would let several
+	// times the budget be held.
+	listFixedBytes = 2 << 20
 	// maxListSizes bounds how many list shapes listBudget remembers the
 	// size of; past it, it forgets them all and learns again.
 	maxListSizes = 4096
@@ -35,11 +43,12 @@ const (
 // watchfanout's replies, gRPC's receive windows and the HTTP/2 writers.
 //
 // A list reserves its expected size (the size the last list of the same
-// shape had: resource, namespace, encoding, limit) before it reads
-// anything, waiting in arrival order while the reservation does not fit;
-// what it sends beyond the reservation is charged as it is sent (never
-// waiting, so that lists that have started always finish); all of it is
-// released when the list ends. The bytes in flight are therefore at most
+// shape had: resource, namespace, encoding, limit; at least
+// listFixedBytes) before it reads anything, waiting in arrival order
+// while the reservation does not fit; what it sends beyond the
+// reservation is charged as it is sent (never waiting, so that lists
+// that have started always finish); all of it is released when the list
+// ends. The bytes in flight are therefore at most
 // the capacity plus what the running lists outgrew their reservations by.
 // A list whose wait outlasts the bound is refused with 429 and Retry-After
 // before anything is sent: never a truncated list.
@@ -80,12 +89,13 @@ func listShape(res *registry.Resource, req *apiv1.ListRequest, mediaType string)
 
 // estimate is the reservation of a list of shape: its last size, or, for
 // a shape not seen yet, a 32nd of the capacity (so that a storm of a shape
-// not yet listed runs 32 lists at a time until the first ends).
+// not yet listed runs 32 lists at a time until the first ends); at least
+// listFixedBytes.
 func (b *listBudget) estimate(shape string) int64 {
 	if n, ok := b.sizes[shape]; ok {
-		return n
+		return max(n, listFixedBytes)
 	}
-	return b.capacity / 32
+	return max(b.capacity/32, listFixedBytes)
 }
 
 // acquire reserves the expected size of a list of shape, waiting in
@@ -194,8 +204,9 @@ func (s *budgetedStream) Send(m *httpbody.HttpBody) error {
 func (s *budgetedStream) held() int64 { return max(s.reserved, s.sent) }
 
 // withListBudget runs list with stream charged to the budget (see
-// listBudget), after waiting for its reservation; with no budget, it runs
-// list on stream.
+// listBudget), after waiting for its reservation, and reports it to the
+// memory pacer (Config.MemoryPacer) as a burst bounded by the budget's
+// capacity while it runs; with no budget, it runs list on stream.
 func (s *Server) withListBudget(res *registry.Resource, req *apiv1.ListRequest, mediaType string, stream apiv1.ResourceService_ListServer, list func(apiv1.ResourceService_ListServer) error) error {
 	b := s.listBudget
 	if b == nil {
@@ -209,6 +220,10 @@ func (s *Server) withListBudget(res *registry.Resource, req *apiv1.ListRequest, 
 	bs := &budgetedStream{ResourceService_ListServer: stream, b: b, reserved: n}
 	size := int64(-1)
 	defer func() { b.release(bs.held(), shape, size) }()
+	if p := s.cfg.MemoryPacer; p != nil {
+		p.Begin(b.capacity)
+		defer p.End()
+	}
 	if err := list(bs); err != nil {
 		return err
 	}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
+	"github.com/meridian-cp/meridian/lib/memtrim"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +42,13 @@ func (h *heldStream) Send(b *httpbody.HttpBody) error {
 // ConfigMaps of namespace "budget" (about 45 KiB of JSON) but not two, and
 // the body of that list from a first, unhindered list.
 func budgetEnv(t *testing.T, wait time.Duration) (*env, []byte) {
-	e := newEnv(t, Config{ListBytesInFlight: 64 << 10, ListBudgetWait: wait})
+	return budgetEnvWith(t, Config{ListBytesInFlight: 64 << 10, ListBudgetWait: wait})
+}
+
+// budgetEnvWith is budgetEnv's Server with cfg, and namespace "budget" with
+// its 40 ConfigMaps.
+func budgetEnvWith(t *testing.T, cfg Config) (*env, []byte) {
+	e := newEnv(t, cfg)
 	e.namespace("budget")
 	for i := range 40 {
 		e.mustCreate(configMap("budget", ""), fmt.Sprintf(`{"metadata":{"name":"cm-%02d"},"data":{"v":%q}}`, i, strings.Repeat("x", 1000)))
@@ -50,7 +59,7 @@ func budgetEnv(t *testing.T, wait time.Duration) (*env, []byte) {
 		t.Fatal(err)
 	}
 	body := first.body()
-	if n := len(body); n < 33<<10 || n > 63<<10 {
+	if n := len(body); n < 33<<10 || n > 63<<10 || n >= listFixedBytes {
 		t.Fatalf("the list is %d bytes; the test wants one list to fit the budget and two not to", n)
 	}
 	return e, body
@@ -187,4 +196,68 @@ func TestListBudgetCancelledWaiter(t *testing.T) {
 	if e.s.listBudget.used != 0 || len(e.s.listBudget.queue) != 0 {
 		t.Fatalf("after every list ended the budget holds %d bytes and %d waiters", e.s.listBudget.used, len(e.s.listBudget.queue))
 	}
+}
+
+// TestListBudgetChargesFixedBytes checks that a list is charged at least
+// what any list holds in flight (listFixedBytes), however few bytes it
+// sends: with a budget of two lists' fixed bytes, two small lists hold it
+// and a third waits, then gets 429.
+func TestListBudgetChargesFixedBytes(t *testing.T) {
+	e, want := budgetEnvWith(t, Config{ListBytesInFlight: 2 * listFixedBytes, ListBudgetWait: 100 * time.Millisecond})
+	held1, done1 := startHeld(t, e)
+	held2, done2 := startHeld(t, e)
+
+	refused := &listStream{ctx: t.Context()}
+	if st := statusOf(e.s.List(budgetList(), refused)); st.Code != http.StatusTooManyRequests {
+		t.Fatalf("a third list of %d bytes with two held and a budget of %d got %d %s, want 429", len(want), 2*listFixedBytes, st.Code, st.Reason)
+	}
+	close(held1.release)
+	close(held2.release)
+	for _, done := range []chan error{done1, done2} {
+		if err := <-done; err != nil {
+			t.Fatalf("a held list: %v", err)
+		}
+	}
+	checkWholeList(t, held1.body(), want)
+	checkWholeList(t, held2.body(), want)
+}
+
+// TestListBudgetPacesGC checks the process's memory policy while lists are
+// in flight: with a memory pacer, Go's soft memory limit is set below none
+// (and above the budget) while a list holds the budget, stays set while
+// another runs, and is restored once the last ends.
+func TestListBudgetPacesGC(t *testing.T) {
+	orig := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(orig) })
+	if orig != math.MaxInt64 {
+		t.Skipf("GOMEMLIMIT sets a limit (%d): the test wants none", orig)
+	}
+	const budget = 256 << 20
+	e, want := budgetEnvWith(t, Config{ListBytesInFlight: budget, MemoryPacer: memtrim.NewPacer()})
+	if got := debug.SetMemoryLimit(-1); got != orig {
+		t.Fatalf("after the first list ended the memory limit is %d, want %d", got, orig)
+	}
+
+	held1, done1 := startHeld(t, e)
+	during := debug.SetMemoryLimit(-1)
+	if during == orig || during < budget {
+		t.Fatalf("with a list in flight the memory limit is %d, want one above the budget (%d) and below none", during, budget)
+	}
+	held2, done2 := startHeld(t, e)
+	close(held1.release)
+	if err := <-done1; err != nil {
+		t.Fatalf("the first held list: %v", err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != during {
+		t.Fatalf("with the second list still in flight the memory limit is %d, want %d", got, during)
+	}
+	close(held2.release)
+	if err := <-done2; err != nil {
+		t.Fatalf("the second held list: %v", err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != orig {
+		t.Fatalf("after the last list ended the memory limit is %d, want %d", got, orig)
+	}
+	checkWholeList(t, held1.body(), want)
+	checkWholeList(t, held2.body(), want)
 }

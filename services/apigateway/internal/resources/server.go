@@ -82,10 +82,25 @@ type Config struct {
 	// ListBudgetWait bounds how long a list waits for ListBytesInFlight
 	// before a 429 with Retry-After; 0 means one minute.
 	ListBudgetWait time.Duration
+	// MemoryPacer, when set, paces the process's garbage collector to the
+	// list budget while lists are in flight (memtrim.Pacer); nil, or no
+	// budget: not paced.
+	MemoryPacer MemoryPacer
 	// UpdateHintBytes bounds the memory of the objects this server last
 	// wrote, kept for the updates that follow (objhints.go); 0 means
 	// DefaultUpdateHintBytes, < 0 keeps none.
 	UpdateHintBytes int
+}
+
+// MemoryPacer paces the process's garbage collector to bursts of bounded
+// memory (memtrim.Pacer implements it). Begin and End are called in pairs,
+// from any goroutine.
+type MemoryPacer interface {
+	// Begin reports that a burst begins; bound is the most all bursts
+	// in progress hold together.
+	Begin(bound int64)
+	// End reports that a burst ended.
+	End()
 }
 
 // WriteGuard checks a write before anything else looks at it: kube-apiserver
