@@ -13,7 +13,12 @@ import (
 // first of them began, plus the bursts' bound, plus a quarter of it
 // (headroomDivisor); when the last ends, the limit goes back to what it
 // was. While bursts overlap without a pause, the memory held when the
-// first began stands, however long they last.
+// first began stands, however long they last, except that the limit
+// never falls below what the process holds now (its live heap at the
+// last collection and the runtime's own memory) plus the headroom: if
+// the rest of the process grows while lists keep overlapping (a cache
+// filling under writes), the limit follows it instead of making the
+// collector run back to back.
 //
 // Without it the collector's goal is twice the live heap (GOGC=100), so
 // a relist storm that holds a few hundred MiB of lists lets the heap grow
@@ -60,19 +65,18 @@ func (p *Pacer) Begin(bound int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.bursts++
-	if p.bursts > 1 {
-		return
+	now, cycles := held()
+	if p.bursts == 1 {
+		p.saved = debug.SetMemoryLimit(-1)
+		// The live heap is measured by a collection, and one that ran
+		// during the last bursts counted what they held; buffers they
+		// returned to sync.Pools survive one more. Until two have run
+		// since they ended, the last base stands.
+		if p.endedAt == 0 || cycles >= p.endedAt+2 {
+			p.base = now
+		}
 	}
-	p.saved = debug.SetMemoryLimit(-1)
-	base, cycles := held()
-	// The live heap is measured by a collection, and one that ran during
-	// the last bursts counted what they held; buffers they returned to
-	// sync.Pools survive one more. Until two have run since they ended,
-	// the last base stands.
-	if p.endedAt == 0 || cycles >= p.endedAt+2 {
-		p.base = base
-	}
-	debug.SetMemoryLimit(burstLimit(p.base, bound, p.saved))
+	debug.SetMemoryLimit(burstLimit(p.base, now, bound, p.saved))
 }
 
 // End reports that a burst ended; when it was the last one, End restores
@@ -89,12 +93,14 @@ func (p *Pacer) End() {
 }
 
 // burstLimit is the memory limit for bursts of at most bound beyond
-// base, never above limit.
-func burstLimit(base, bound, limit int64) int64 {
-	if bound > (math.MaxInt64-base)/2 {
+// base, when the process holds now: the bursts' bound beyond base, or
+// now if that is more, plus the headroom, never above limit.
+func burstLimit(base, now, bound, limit int64) int64 {
+	held := max(base, now-bound)
+	if bound > (math.MaxInt64-held)/2 {
 		return limit
 	}
-	return min(base+bound+bound/headroomDivisor, limit)
+	return min(max(held+bound, now)+bound/headroomDivisor, limit)
 }
 
 // held is the memory the process holds from Go's runtime, as its memory

@@ -105,3 +105,35 @@ func TestPacerBaseAfterBursts(t *testing.T) {
 	p.End()
 	burstSink = nil
 }
+
+// TestBurstLimitFollowsTheProcess checks the limit's arithmetic: the
+// bursts' bound and headroom beyond the memory held before them, but
+// never less than what the process holds now plus the headroom (so that
+// a process that grew while bursts kept overlapping is not collected
+// back to back), and never above the configured limit.
+func TestBurstLimitFollowsTheProcess(t *testing.T) {
+	const (
+		mib   = 1 << 20
+		bound = 512 * mib
+		room  = bound / headroomDivisor
+		none  = math.MaxInt64
+	)
+	for _, c := range []struct {
+		name                   string
+		base, now, limit, want int64
+	}{
+		{"first burst", 100 * mib, 100 * mib, none, 100*mib + bound + room},
+		{"bursts hold less than the bound", 100 * mib, 500 * mib, none, 100*mib + bound + room},
+		{"the process grew past the bound", 100 * mib, 900 * mib, none, 900*mib + room},
+		{"configured limit", 100 * mib, 900 * mib, 700 * mib, 700 * mib},
+		{"bound too large", 100 * mib, 100 * mib, 900 * mib, 900 * mib},
+	} {
+		b := int64(bound)
+		if c.name == "bound too large" {
+			b = math.MaxInt64 / 2
+		}
+		if got := burstLimit(c.base, c.now, b, c.limit); got != c.want {
+			t.Errorf("%s: burstLimit(%d, %d, %d, %d) = %d, want %d", c.name, c.base, c.now, b, c.limit, got, c.want)
+		}
+	}
+}
