@@ -91,7 +91,7 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 		if iss.Err() != nil {
 			return nil, nil, false
 		}
-		prg, err := env.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), quantifiers(ast, env.CELTypeAdapter(), true))
+		prg, err := env.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), fieldReads(ast), quantifiers(ast, env.CELTypeAdapter(), true))
 		if err != nil {
 			return nil, nil, false
 		}
