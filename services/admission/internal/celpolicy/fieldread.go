@@ -21,7 +21,7 @@ import (
 //
 // A read is planned this way only when cel-go planned it as an attribute
 // over one variable name written without a leading dot, with field
-// selections or constant string indexes that are not optional; at each
+// selections (optional ones too) or constant string indexes; at each
 // step the value must be one of the request's maps (sharedMap, the
 // policy's variablesValue) holding the field, and the result a plain CEL
 // value (plainValue). Anything else — a missing field, an error, another
@@ -93,9 +93,10 @@ func (d *fieldReadDecorator) decorate(i interpreter.InterpretableV2) (interprete
 	}
 	quals := na.Qualifiers()
 	keys := make([]ref.Val, len(quals))
+	optFrom := len(quals)
 	for n, q := range quals {
 		cq, ok := q.(interpreter.ConstantQualifier)
-		if !ok || q.IsOptional() || reflect.TypeOf(q).String() != stringQualifierType {
+		if !ok || reflect.TypeOf(q).String() != stringQualifierType {
 			return i, nil
 		}
 		k, ok := cq.Value().(types.String)
@@ -103,8 +104,11 @@ func (d *fieldReadDecorator) decorate(i interpreter.InterpretableV2) (interprete
 			return i, nil
 		}
 		keys[n] = k
+		if q.IsOptional() && optFrom == len(quals) {
+			optFrom = n
+		}
 	}
-	f := &fieldRead{InterpretableAttribute: ia, id: ia.ID(), name: names[0], keys: keys}
+	f := &fieldRead{InterpretableAttribute: ia, id: ia.ID(), name: names[0], keys: keys, optFrom: optFrom}
 	d.planned[f.id] = struct{}{}
 	return f, nil
 }
@@ -117,6 +121,10 @@ type fieldRead struct {
 	id   int64 // the node ID when planned
 	name string
 	keys []ref.Val // types.String
+	// optFrom is the index of the first optional selection (`?.`) in
+	// keys, len(keys) when none: from there on a missing field makes the
+	// read optional.none(), and a value read is wrapped in an optional.
+	optFrom int
 }
 
 // Exec implements interpreter.InterpretableV2.
@@ -139,7 +147,7 @@ func (f *fieldRead) Eval(a interpreter.Activation) ref.Val {
 // answer could differ from a plain lookup (see fieldReads).
 func (f *fieldRead) read(v any) (ref.Val, bool) {
 	val, ok := plainValue(v)
-	for _, k := range f.keys {
+	for n, k := range f.keys {
 		if !ok {
 			return nil, false
 		}
@@ -154,9 +162,16 @@ func (f *fieldRead) read(v any) (ref.Val, bool) {
 		}
 		var found bool
 		if val, found = m.Find(k); !found {
+			if n >= f.optFrom && val == nil {
+				// cel-go's presence test of an optional selection.
+				return types.OptionalNone, true
+			}
 			return nil, false
 		}
 		_, ok = plainValue(val)
+	}
+	if ok && f.optFrom < len(f.keys) {
+		return types.OptionalOf(val), true
 	}
 	return val, ok
 }

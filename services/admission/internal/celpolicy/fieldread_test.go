@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 )
 
@@ -49,14 +50,27 @@ func TestFieldReads(t *testing.T) {
 		{"obj.spec.n.x", 1, "error: no such key: x"},
 		{"obj.nums.x", 1, "error: unsupported index type 'string' in list"},
 		{"obj.data.all(k, k.x == 1)", 5, "error: no such key: x"},
-		// Forms cel-go plans otherwise: presence tests and conditionals
-		// (they evaluate the operands' attributes, not their reads),
-		// optional selections, a leading dot that reaches past a
-		// comprehension variable.
+		// Optional selections and indexes.
 		{"has(obj.metadata.labels)", 1, "true"},
 		{"has(obj.metadata.missing)", 1, "false"},
-		{"obj.metadata.?labels.orValue({}).app", 0, "load"},
-		{"obj.?metadata.name.orValue('')", 0, "load"},
+		{"obj.metadata.?labels.orValue({}).app", 1, "load"},
+		{"obj.?metadata.name.orValue('')", 1, "load"},
+		{"obj.metadata.?missing.orValue({}).size()", 1, "0"},
+		{"obj.?missing.?name.hasValue()", 1, "false"},
+		{"obj.?missing.name.hasValue()", 1, "false"},
+		{"obj.?metadata.missing.hasValue()", 1, "false"},
+		{"obj.metadata.?name.value()", 1, "load"},
+		{"obj.?s.x", 1, "<nil>"},
+		{"obj.s.?x", 1, "<nil>"},
+		{"obj.?metadata.name", 1, "load"},
+		{"obj.metadata.?missing", 1, "<nil>"},
+		{"obj.?s.?x.hasValue()", 1, "false"},
+		{"obj.spec.?none.value() == null", 1, "true"},
+		{"obj.?nums.x", 1, "error: unsupported index type 'string' in list"},
+		{"obj.metadata[?'labels'].orValue({}).size()", 1, "1"},
+		// Forms cel-go plans otherwise: presence tests and conditionals
+		// (they evaluate the operands' attributes, not their reads), a
+		// leading dot that reaches past a comprehension variable.
 		{"(obj.s == 'str' ? obj.metadata : obj.data).name", 3, "load"},
 		{"(obj.s == 'str' ? obj.metadata.name : obj.s)", 3, "load"},
 		{".obj.metadata.name", 1, "load"},                  // checked as obj.metadata.name
@@ -87,7 +101,7 @@ func TestFieldReads(t *testing.T) {
 		in := share(env.CELTypeAdapter().NativeToValue(obj))
 		for _, input := range []any{obj, in, in} {
 			got, _, gotErr := fast.Eval(map[string]any{"obj": input})
-			if g, w := describe(got, gotErr), describe(want, wantErr); g != w {
+			if g, w := describeTyped(got, gotErr), describeTyped(want, wantErr); g != w {
 				t.Errorf("%s over %T: fieldRead gives %s, cel-go %s", tc.expr, input, g, w)
 			}
 			if we, ok := want.(*types.Err); ok {
@@ -97,4 +111,13 @@ func TestFieldReads(t *testing.T) {
 			}
 		}
 	}
+}
+
+// describeTyped is describe with the value's CEL type, so that an
+// optional and its value, or optional.none() and null, differ.
+func describeTyped(v ref.Val, err error) string {
+	if err != nil {
+		return describe(v, err)
+	}
+	return v.Type().(ref.Type).TypeName() + " " + describe(v, err)
 }
