@@ -392,7 +392,7 @@ func (u *untracked) fits(size uint64, budget int64) bool {
 func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bool, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
 	r := &in.scratch.run
 	*r = untrackedRun{u: u, ctx: ctx, quick: quick}
-	r.act = activation{in: in, params: params, namespace: in.namespace, authorizer: true}
+	r.act = activation{in: in, params: params, authorizer: true}
 	if quick {
 		// One frame over the run's activation for all of the policy's
 		// programs (both lists: the activation is replaced in place),
@@ -426,7 +426,7 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bo
 	}
 	// The message expressions are a list of their own: no authorizer, and
 	// the variables evaluated again.
-	r.act = activation{in: in, params: params, namespace: in.namespace}
+	r.act = activation{in: in, params: params}
 	if len(u.vars) > 0 {
 		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
