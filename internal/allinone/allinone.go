@@ -31,6 +31,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/pki"
 	"github.com/meridian-cp/meridian/lib/pkiplan"
 	"github.com/meridian-cp/meridian/lib/telemetry"
+	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	flowcontrolv1 "github.com/meridian-cp/meridian/proto/gen/meridian/flowcontrol/v1"
 	admission "github.com/meridian-cp/meridian/services/admission/app"
 	gateway "github.com/meridian-cp/meridian/services/apigateway/app"
@@ -181,11 +182,14 @@ type ControlPlane struct {
 	// flowcontrol decides the gateway's Acquire and ReleaseGrants in
 	// process (App.ClientInProcess).
 	flowcontrol *flowcontrol.App
-	closers     []func() error // in start order; closed in reverse
-	errc        chan error
-	wg          sync.WaitGroup
-	once        sync.Once
-	err         error
+	// admission answers the gateway's Admit calls in process
+	// (App.ClientInProcess).
+	admission *admission.App
+	closers   []func() error // in start order; closed in reverse
+	errc      chan error
+	wg        sync.WaitGroup
+	once      sync.Once
+	err       error
 }
 
 // service is what every service's app package provides.
@@ -300,7 +304,7 @@ func (cp *ControlPlane) startBackends(ctx context.Context, cfg Config, sh shared
 		return err
 	}
 	storeTarget := inproc.Target("store")
-	if _, _, err = startBackend(cp, "admission", func() (*admission.App, error) {
+	if cp.admission, _, err = startBackend(cp, "admission", func() (*admission.App, error) {
 		adCert := sh.certs.services["admission"]
 		storeDial, err := cp.dialOptions(adCert)
 		if err != nil {
@@ -371,6 +375,10 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 	flowControl := func(conn grpc.ClientConnInterface) flowcontrolv1.FlowControlServiceClient {
 		return cp.flowcontrol.ClientInProcess(sh.certs.gateway.Leaf, conn)
 	}
+	// Its Admit calls too: no encoding of the AdmitRequest, no transport.
+	admissionClient := func(conn grpc.ClientConnInterface) admissionv1.AdmissionServiceClient {
+		return cp.admission.ClientInProcess(sh.certs.gateway.Leaf, conn)
+	}
 	dial, err := cp.dialOptions(sh.certs.gateway)
 	if err != nil {
 		return err
@@ -383,6 +391,7 @@ func (cp *ControlPlane) startGateway(ctx context.Context, cfg Config, sh shared,
 			WatchFanoutStreamList:    streamList,
 			WatchFanoutGet:           get,
 			FlowControlInProcess:     flowControl,
+			AdmissionInProcess:       admissionClient,
 			DialOptions:              dial,
 			Registry:                 sh.resources,
 			ClientTLS:                pki.ClientTLS(&sh.certs.gateway, sh.certs.internalCA.Pool(), ""),

@@ -8,6 +8,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/grpcserver"
 	"github.com/meridian-cp/meridian/lib/identity"
+	"github.com/meridian-cp/meridian/lib/inproc"
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/storagecrypt"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
@@ -103,14 +105,17 @@ func (c *Config) Validate() error {
 // App is the admission service. New builds it, Serve serves it, Close
 // stops it.
 type App struct {
-	stop   context.CancelFunc // stops following the store
-	done   chan struct{}      // closed by Close
-	store  *storeclient.Client
-	crypt  *storagecrypt.Transformer
-	srv    *grpc.Server
-	admit  *server.Server
-	health *health.Server
-	logger *slog.Logger // nil: slog.Default()
+	stop  context.CancelFunc // stops following the store
+	done  chan struct{}      // closed by Close
+	store *storeclient.Client
+	crypt *storagecrypt.Transformer
+	srv   *grpc.Server
+	admit *server.Server
+	// bindUnary binds a handler into srv's unary interceptor chain, for
+	// calls handled in this process (ClientInProcess).
+	bindUnary func(*grpc.UnaryServerInfo, grpc.UnaryHandler) grpc.UnaryHandler
+	health    *health.Server
+	logger    *slog.Logger // nil: slog.Default()
 
 	closeOnce sync.Once
 }
@@ -125,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if maxRecv == 0 {
 		maxRecv = DefaultMaxRequestBytes
 	}
-	srv, hs, err := grpcserver.New(grpcserver.Options{
+	sopts := grpcserver.Options{
 		Service:        "admission",
 		TLS:            cfg.TLS,
 		Registerer:     cfg.Registerer,
@@ -134,11 +139,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Access:         identity.ServiceCallers(ServiceName, cfg.Callers),
 		MaxRecvMsgSize: maxRecv,
 		TracerProvider: cfg.TracerProvider,
-	})
+	}
+	srv, hs, err := grpcserver.New(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	a := &App{srv: srv, health: hs, logger: cfg.Logger, stop: func() {}, done: make(chan struct{})}
+	bindUnary, err := grpcserver.UnaryServerChain(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	a := &App{srv: srv, bindUnary: bindUnary, health: hs, logger: cfg.Logger, stop: func() {}, done: make(chan struct{})}
 	var (
 		set    policy.Set = policy.Empty{}
 		synced []<-chan struct{}
@@ -289,4 +299,33 @@ func (a *App) Close() error {
 		a.closeStore()
 	})
 	return nil
+}
+
+// ClientInProcess returns a client of the service for a caller of this
+// process holding cert (the all-in-one's gateway): its Admit runs the
+// service's handler through the gRPC server's unary interceptors on the
+// caller's goroutine, authorized as a call over a connection dialed as
+// cert would be, with no encoding and no transport
+// (inproc.UnaryMethod); WatchScope goes over conn. Answers and errors are
+// those of the gRPC method, except that Config.MaxRequestBytes, a limit
+// on received messages, does not apply (the caller bounds what it sends:
+// the gateway its request bodies). The handler does not change the
+// request (a mutated object goes to a copy), and the caller must not
+// change the response.
+func (a *App) ClientInProcess(cert *x509.Certificate, conn grpc.ClientConnInterface) admissionv1.AdmissionServiceClient {
+	return localClient{
+		AdmissionServiceClient: admissionv1.NewAdmissionServiceClient(conn),
+		admit:                  inproc.NewUnaryMethod(cert, &grpc.UnaryServerInfo{Server: a.admit, FullMethod: admissionv1.AdmissionService_Admit_FullMethodName}, a.bindUnary, a.admit.Admit),
+	}
+}
+
+// localClient is ClientInProcess's client.
+type localClient struct {
+	admissionv1.AdmissionServiceClient
+	admit *inproc.UnaryMethod[admissionv1.AdmitRequest, admissionv1.AdmitResponse]
+}
+
+// Admit runs the service's Admit in process; call options do not apply.
+func (c localClient) Admit(ctx context.Context, in *admissionv1.AdmitRequest, _ ...grpc.CallOption) (*admissionv1.AdmitResponse, error) {
+	return c.admit.Call(ctx, in)
 }

@@ -45,6 +45,22 @@ func TestApp(t *testing.T) {
 		t.Fatalf("empty request: %v", err)
 	}
 
+	// In process: the same answers and errors, the scope over conn.
+	local := a.ClientInProcess(nil, conn)
+	if ar, err := local.Admit(ctx, &admissionv1.AdmitRequest{
+		Operation: admissionv1.Operation_OPERATION_UPDATE,
+		Resource:  &admissionv1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		Namespace: "ns", Name: "web", Object: []byte(`{}`), OldObject: []byte(`{}`),
+	}); err != nil || !ar.GetAllowed() {
+		t.Fatalf("admit in process: %v %v", ar, err)
+	}
+	if _, err := local.Admit(ctx, &admissionv1.AdmitRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty request in process: %v", err)
+	}
+	if _, err := local.WatchScope(ctx, &admissionv1.WatchScopeRequest{}); err != nil {
+		t.Fatalf("scope through the in-process client: %v", err)
+	}
+
 	// The empty set's scope is empty; an open scope stream does not hold
 	// up Close, and ends UNAVAILABLE.
 	stream, err := c.WatchScope(ctx, &admissionv1.WatchScopeRequest{})

@@ -81,6 +81,11 @@ type Config struct {
 	// AdmissionAddress is the admission service's address; empty: no
 	// admission.
 	AdmissionAddress string
+	// AdmissionInProcess, when set, makes the admission client given its
+	// connection to AdmissionAddress: the all-in-one's admission service,
+	// whose App.ClientInProcess runs Admit in this process instead of
+	// over the connection.
+	AdmissionInProcess func(grpc.ClientConnInterface) admissionv1.AdmissionServiceClient
 	// FlowControlAddress is the flow-control service's address, or its
 	// replicas' comma-separated, each as the replica's
 	// --advertise-address says (the leader takes the calls, the others
@@ -483,6 +488,9 @@ func (a *App) connectServices(bg context.Context) (services, error) {
 		ac, err := admissionclient.New(conn, a.cfg.Logger, a.cfg.Registerer)
 		if err != nil {
 			return svc, fmt.Errorf("apigateway: admission: %w", err)
+		}
+		if a.cfg.AdmissionInProcess != nil {
+			ac.AdmissionServiceClient = a.cfg.AdmissionInProcess(conn)
 		}
 		svc.admission = ac
 		// Admission fails closed, and the writes it must admit fail

@@ -5,6 +5,7 @@ import (
 	"github.com/google/cel-go/interpreter"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	celcommon "k8s.io/apiserver/pkg/cel/common"
@@ -25,11 +26,19 @@ import (
 // them in order), and a celInput is never shared between requests.
 type celInput struct {
 	object, oldObject any // nil: no object (a delete has no object)
-	request           ref.Val
-	namespace         ref.Val // plugincel.CreateNamespaceObject of the namespace
-	rawNamespace      ref.Val // the namespace as stored
-	authorizer        any     // nil without an authorizer
-	resourceAuthz     any
+	// request, namespace, rawNamespace and the authorizer values are
+	// built on first read (requestVal, namespaceVal, authorizerVals) from
+	// the fields after them: many policies read none of them.
+	request       ref.Val
+	namespace     ref.Val // plugincel.CreateNamespaceObject of the namespace
+	rawNamespace  ref.Val // the namespace as stored
+	authorizer    any     // nil without an authorizer
+	resourceAuthz any
+	built         struct{ request, namespace, rawNamespace, authorizer bool }
+	versioned     *admission.VersionedAttributes
+	resource      metav1.GroupVersionResource
+	ns            *corev1.Namespace
+	authz         authorizer.UnconditionalAuthorizer
 	// memo holds the values of the untracked programs that read only the
 	// inputs above, by memoKey, for the policies after the first that
 	// holds the same expression (see remember); only keys in shared
@@ -60,11 +69,11 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 		return nil, err
 	}
 	in := &celInput{
-		request: celcommon.SchemalessTypedToVal(plugincel.CreateAdmissionRequest(v.Attributes,
-			metav1.GroupVersionResource(a.GetResource()), metav1.GroupVersionKind(v.VersionedKind))),
-		namespace:    celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(ns)),
-		rawNamespace: celcommon.SchemalessTypedToVal(ns),
-		size:         a.size,
+		versioned: v,
+		resource:  metav1.GroupVersionResource(a.GetResource()),
+		ns:        ns,
+		authz:     authz,
+		size:      a.size,
 	}
 	if ns != nil {
 		in.size = max(in.size, uint64(ns.Size()))
@@ -77,11 +86,46 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 	if obj != nil {
 		in.object = share(obj)
 	}
-	if authz != nil {
-		in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), authz)
-		in.resourceAuthz = library.NewResourceAuthorizerVal(v.GetUserInfo(), authz, v)
-	}
 	return in, nil
+}
+
+// requestVal is the `request` variable.
+func (in *celInput) requestVal() ref.Val {
+	if !in.built.request {
+		v := in.versioned
+		in.request = celcommon.SchemalessTypedToVal(plugincel.CreateAdmissionRequest(v.Attributes, in.resource, metav1.GroupVersionKind(v.VersionedKind)))
+		in.built.request = true
+	}
+	return in.request
+}
+
+// namespaceVal is the `namespaceObject` variable: the trimmed copy, or
+// the namespace as stored when raw.
+func (in *celInput) namespaceVal(raw bool) ref.Val {
+	if raw {
+		if !in.built.rawNamespace {
+			in.rawNamespace, in.built.rawNamespace = celcommon.SchemalessTypedToVal(in.ns), true
+		}
+		return in.rawNamespace
+	}
+	if !in.built.namespace {
+		in.namespace, in.built.namespace = celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(in.ns)), true
+	}
+	return in.namespace
+}
+
+// authorizerVals are the `authorizer` and `authorizer.requestResource`
+// variables, nil without an authorizer.
+func (in *celInput) authorizerVals() (authz, resource any) {
+	if !in.built.authorizer {
+		if in.authz != nil {
+			v := in.versioned
+			in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), in.authz)
+			in.resourceAuthz = library.NewResourceAuthorizerVal(v.GetUserInfo(), in.authz, v)
+		}
+		in.built.authorizer = true
+	}
+	return in.authorizer, in.resourceAuthz
 }
 
 // activation is the CEL activation of one list of a policy's expressions
@@ -90,11 +134,11 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 // variables, evaluated lazily and once per list (as kube-apiserver's
 // composition context does).
 type activation struct {
-	in         *celInput
-	params     any
-	namespace  ref.Val
-	authorizer bool // whether the authorizer variables are bound
-	variables  ref.Val
+	in           *celInput
+	params       any
+	rawNamespace bool // namespaceObject is the namespace as stored (audit annotations)
+	authorizer   bool // whether the authorizer variables are bound
+	variables    ref.Val
 }
 
 var _ interpreter.Activation = (*activation)(nil)
@@ -110,19 +154,21 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case plugincel.ParamsVarName:
 		return a.params, true // params may be null
 	case plugincel.RequestVarName:
-		return a.in.request, true
+		return a.in.requestVal(), true
 	case plugincel.NamespaceVarName:
-		return a.namespace, true
+		return a.in.namespaceVal(a.rawNamespace), true
 	case plugincel.AuthorizerVarName:
-		if !a.authorizer || a.in.authorizer == nil {
+		if !a.authorizer {
 			return nil, false
 		}
-		return a.in.authorizer, true
+		authz, _ := a.in.authorizerVals()
+		return authz, authz != nil
 	case plugincel.RequestResourceAuthorizerVarName:
-		if !a.authorizer || a.in.resourceAuthz == nil {
+		if !a.authorizer {
 			return nil, false
 		}
-		return a.in.resourceAuthz, true
+		_, resource := a.in.authorizerVals()
+		return resource, resource != nil
 	case plugincel.VariableVarName:
 		return a.variables, true
 	default:

@@ -346,7 +346,14 @@ func (b *iterBinding) ResolveName(name string) (any, bool) {
 		return nil, false
 	}
 	if !b.converted {
-		b.val, b.converted = b.adapter.NativeToValue(b.val), true
+		// A plain CEL value (a shared map's key, say) is its own
+		// conversion.
+		if v, ok := plainValue(b.val); ok {
+			b.val = v
+		} else {
+			b.val = b.adapter.NativeToValue(b.val)
+		}
+		b.converted = true
 	}
 	return b.val, true
 }

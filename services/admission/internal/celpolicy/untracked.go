@@ -12,6 +12,7 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/interpreter"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
@@ -91,7 +92,7 @@ func compileUntracked(p *admissionregistrationv1.ValidatingAdmissionPolicy, vali
 		if iss.Err() != nil {
 			return nil, nil, false
 		}
-		prg, err := env.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), quantifiers(ast, env.CELTypeAdapter(), true))
+		prg, err := env.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), fieldReads(ast), quantifiers(ast, env.CELTypeAdapter(), true))
 		if err != nil {
 			return nil, nil, false
 		}
@@ -391,7 +392,23 @@ func (u *untracked) fits(size uint64, budget int64) bool {
 func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bool, validations, messages expressions) (valResults, msgResults []plugincel.EvaluationResult, ok bool) {
 	r := &in.scratch.run
 	*r = untrackedRun{u: u, ctx: ctx, quick: quick}
-	r.act = activation{in: in, params: params, namespace: in.namespace, authorizer: true}
+	r.act = activation{in: in, params: params, authorizer: true}
+	if quick {
+		// One frame over the run's activation for all of the policy's
+		// programs (both lists: the activation is replaced in place),
+		// instead of one taken from cel-go's pool and returned per
+		// program. Eval uses a frame it is given as it is: the
+		// environment has no default variables to layer under it.
+		frame, err := interpreter.NewExecutionFrame(&r.act)
+		if err != nil {
+			return nil, nil, false
+		}
+		r.frame = frame
+		defer func() {
+			frame.Close()
+			r.frame = nil
+		}()
+	}
 	if len(u.vars) > 0 {
 		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
@@ -409,7 +426,7 @@ func (u *untracked) eval(ctx context.Context, in *celInput, params any, quick bo
 	}
 	// The message expressions are a list of their own: no authorizer, and
 	// the variables evaluated again.
-	r.act = activation{in: in, params: params, namespace: in.namespace}
+	r.act = activation{in: in, params: params}
 	if len(u.vars) > 0 {
 		r.vars = variablesValue{run: r, values: in.scratch.values(len(u.vars))}
 		r.act.variables = &r.vars
@@ -436,6 +453,7 @@ type untrackedRun struct {
 	failed bool // a variable failed to evaluate
 	act    activation
 	vars   variablesValue
+	frame  *interpreter.ExecutionFrame // over act, when quick
 }
 
 // evalProgram evaluates prg, whose memoKey is key, over the current
@@ -451,7 +469,7 @@ func (r *untrackedRun) evalProgram(prg cel.Program, key string) (ref.Val, error)
 	var val ref.Val
 	var err error
 	if r.quick {
-		val, _, err = prg.Eval(&r.act)
+		val, _, err = prg.Eval(r.frame)
 	} else {
 		val, _, err = prg.ContextEval(r.ctx, &r.act)
 	}

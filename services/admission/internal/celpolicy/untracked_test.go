@@ -70,12 +70,12 @@ func trackedCost(t *testing.T, vp *validatingPolicy, c untrackedCase) int64 {
 		t.Fatal(err)
 	}
 	params := paramValue(c.param)
-	_, left, err := vp.validations.forInput(context.Background(), &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, celenv.RuntimeBudget)
+	_, left, err := vp.validations.forInput(context.Background(), &activation{in: in, params: params, authorizer: true}, celenv.RuntimeBudget)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !vp.messages.empty {
-		if _, left, err = vp.messages.forInput(context.Background(), &activation{in: in, params: params, namespace: in.namespace}, left); err != nil {
+		if _, left, err = vp.messages.forInput(context.Background(), &activation{in: in, params: params}, left); err != nil {
 			t.Fatal(err)
 		}
 	}

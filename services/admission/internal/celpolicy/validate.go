@@ -66,12 +66,12 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 	}
 	if !untracked {
 		var remaining int64
-		evalResults, remaining, err = p.validations.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace, authorizer: true}, budget)
+		evalResults, remaining, err = p.validations.forInput(ctx, &activation{in: in, params: params, authorizer: true}, budget)
 		if err != nil {
 			return errorResult(err.Error())
 		}
 		if !p.messages.empty {
-			messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params, namespace: in.namespace}, remaining)
+			messageResults, _, err = p.messages.forInput(ctx, &activation{in: in, params: params}, remaining)
 		}
 	}
 	decisions := in.scratch.decisions(len(evalResults))
@@ -101,7 +101,7 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 	if p.annotations.empty {
 		return validateResult{Decisions: decisions, AuditAnnotations: []policyAuditAnnotation{}}
 	}
-	annotationResults, _, err := p.annotations.forInput(ctx, &activation{in: in, params: params, namespace: in.rawNamespace}, budget)
+	annotationResults, _, err := p.annotations.forInput(ctx, &activation{in: in, params: params, rawNamespace: true}, budget)
 	if err != nil {
 		return errorResult(err.Error())
 	}
