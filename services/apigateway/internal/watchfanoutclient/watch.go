@@ -182,16 +182,40 @@ func (w *Watch) closeStream() {
 // serve the rest of the watch, ErrInitialEventsCut, or another error of
 // the replica (gRPC status) that ends the watch.
 func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
+	msg, _, err := w.recv(nil)
+	return msg, err
+}
+
+// RecvOrPark is Recv, except where Recv would wait for the replica's next
+// message on a stream whose reader can park (watchmux's): there it calls
+// park with the stream's arrangement, which park calls with a wake-up (to
+// be called once, when the stream has something; arrange reports false,
+// keeping none, when it has something now). When park reports true,
+// RecvOrPark returns parked at once, and the caller calls it again once
+// woken. park is called on the caller's goroutine; the wake-up comes on
+// the stream's receiver (or the context's end) and must not block.
+// RecvOrPark waits as Recv does on a stream that cannot park (a Watch
+// stream of its own) and while it opens the watch on a replica.
+func (w *Watch) RecvOrPark(park func(arrange func(wake func()) bool) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
+	return w.recv(park)
+}
+
+// parker is a stream whose reader can park rather than wait in Recv.
+type parker interface {
+	Park(wake func()) bool
+}
+
+func (w *Watch) recv(park func(arrange func(wake func()) bool) bool) (*watchv1.WatchResponse, bool, error) {
 	for {
 		if w.ended {
-			return nil, io.EOF
+			return nil, false, io.EOF
 		}
 		if err := w.ctx.Err(); err != nil {
 			w.Close()
 			if errors.Is(err, context.DeadlineExceeded) {
-				return nil, io.EOF
+				return nil, false, io.EOF
 			}
-			return nil, err
+			return nil, false, err
 		}
 		if w.stream == nil {
 			if err := w.open(); err != nil {
@@ -199,9 +223,14 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 					// A new watch from a resourceVersion older than
 					// every reachable replica's history: the 410, as
 					// kube-apiserver's watch cache answers it.
-					return w.expired, nil
+					return w.expired, false, nil
 				}
-				return nil, err
+				return nil, false, err
+			}
+		}
+		if park != nil {
+			if p, ok := w.stream.(parker); ok && park(p.Park) {
+				return nil, true, nil
 			}
 		}
 		msg, err := w.stream.Recv()
@@ -211,13 +240,13 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 			}
 			if !lost(err, w.got) {
 				w.Close()
-				return nil, err
+				return nil, false, err
 			}
 			w.lose()
 			continue
 		}
 		if out := w.take(msg); out != nil {
-			return out, nil
+			return out, false, nil
 		}
 	}
 }
