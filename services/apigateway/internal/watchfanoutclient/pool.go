@@ -281,13 +281,13 @@ func (p *primed[T]) Recv() (*T, error) {
 }
 
 // Park parks the reader on the stream once its first message was
-// delivered (parker); false when the stream cannot park, or may have
+// delivered (Parker); false when the stream cannot park, or may have
 // something now.
 func (p *primed[T]) Park(wake func()) bool {
 	if !p.done {
 		return false
 	}
-	pk, ok := p.ServerStreamingClient.(parker)
+	pk, ok := p.ServerStreamingClient.(Parker)
 	return ok && pk.Park(wake)
 }
 

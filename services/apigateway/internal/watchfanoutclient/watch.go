@@ -187,25 +187,26 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 }
 
 // RecvOrPark is Recv, except where Recv would wait for the replica's next
-// message on a stream whose reader can park (watchmux's): there it calls
-// park with the stream's arrangement, which park calls with a wake-up (to
-// be called once, when the stream has something; arrange reports false,
-// keeping none, when it has something now). When park reports true,
-// RecvOrPark returns parked at once, and the caller calls it again once
-// woken. park is called on the caller's goroutine; the wake-up comes on
-// the stream's receiver (or the context's end) and must not block.
-// RecvOrPark waits as Recv does on a stream that cannot park (a Watch
-// stream of its own) and while it opens the watch on a replica.
-func (w *Watch) RecvOrPark(park func(arrange func(wake func()) bool) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
+// message on a stream whose reader can park (watchmux's, a Parker): there
+// it calls park with the stream, and when park reports true (it left a
+// wake-up with the stream's Park), RecvOrPark returns parked at once; the
+// caller calls it again once woken. RecvOrPark waits as Recv does on a
+// stream that cannot park (a Watch stream of its own) and while it opens
+// the watch on a replica.
+func (w *Watch) RecvOrPark(park func(Parker) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
 	return w.recv(park)
 }
 
-// parker is a stream whose reader can park rather than wait in Recv.
-type parker interface {
+// Parker is a stream whose reader can park rather than wait in Recv:
+// Park arranges for wake to be called, once, when Recv has something to
+// return, and reports false, keeping no wake-up, when it has something
+// now. wake is called on the stream's receiver (or as the context ends)
+// and must not block.
+type Parker interface {
 	Park(wake func()) bool
 }
 
-func (w *Watch) recv(park func(arrange func(wake func()) bool) bool) (*watchv1.WatchResponse, bool, error) {
+func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, error) {
 	for {
 		if w.ended {
 			return nil, false, io.EOF
@@ -229,7 +230,7 @@ func (w *Watch) recv(park func(arrange func(wake func()) bool) bool) (*watchv1.W
 			}
 		}
 		if park != nil {
-			if p, ok := w.stream.(parker); ok && park(p.Park) {
+			if p, ok := w.stream.(Parker); ok && park(p) {
 				return nil, true, nil
 			}
 		}

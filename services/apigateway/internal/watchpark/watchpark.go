@@ -46,6 +46,9 @@ type Handoff struct {
 	// the watch from then on. pending is a resumption asked for before.
 	returned bool
 	pending  func()
+	// resume is what a wake-up runs; wakeFn the wake-up, made once.
+	resume func()
+	wakeFn func()
 	// deferred are the functions to run at the watch's end, in order;
 	// finish ends the response after them.
 	deferred []func()
@@ -75,20 +78,31 @@ func From(ctx context.Context) *Handoff {
 	return h
 }
 
-// Park parks the watch: arrange is asked to call wake once the watch has
-// something to do, and to report whether it will (false when it has
-// something already); the wake-up calls resume on a goroutine of its own
-// (once the handler has returned). Park reports whether the watch is
-// parked; when it is, the caller returns at once (ErrParked) and touches
-// the watch no more. With a nil h, Park is false.
-func (h *Handoff) Park(arrange func(wake func()) bool, resume func()) bool {
+// Parker is where a parked watch leaves its wake-up: Park arranges for
+// wake to be called, once, when the watch has something to do, and
+// reports false, keeping no wake-up, when it has something now. wake must
+// not block. (watchmux's streams, through watchfanoutclient.)
+type Parker interface {
+	Park(wake func()) bool
+}
+
+// Park parks the watch on p: the wake-up resumes it with resume, on a
+// goroutine of its own (once the handler has returned). Park reports
+// whether the watch is parked; when it is, the caller returns at once
+// (ErrParked) and touches the watch no more. With a nil h, Park is false.
+func (h *Handoff) Park(p Parker, resume func()) bool {
 	if h == nil {
 		return false
 	}
 	h.mu.Lock()
 	h.parked = true
+	h.resume = resume
+	if h.wakeFn == nil {
+		h.wakeFn = h.wake
+	}
+	wake := h.wakeFn
 	h.mu.Unlock()
-	if arrange(func() { h.wake(resume) }) {
+	if p.Park(wake) {
 		return true
 	}
 	h.mu.Lock()
@@ -99,10 +113,11 @@ func (h *Handoff) Park(arrange func(wake func()) bool, resume func()) bool {
 	return false
 }
 
-// wake resumes the watch with resume: now, on a goroutine of its own, or
-// once the handler has returned.
-func (h *Handoff) wake(resume func()) {
+// wake resumes the watch: now, on a goroutine of its own, or once the
+// handler has returned.
+func (h *Handoff) wake() {
 	h.mu.Lock()
+	resume := h.resume
 	if !h.returned {
 		h.pending = resume
 		h.mu.Unlock()

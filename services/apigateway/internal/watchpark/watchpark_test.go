@@ -8,6 +8,11 @@ import (
 	"testing"
 )
 
+// parkerFunc is a Parker of a function.
+type parkerFunc func(wake func()) bool
+
+func (f parkerFunc) Park(wake func()) bool { return f(wake) }
+
 func TestNilHandoff(t *testing.T) {
 	h := From(context.Background())
 	ran := false
@@ -15,7 +20,7 @@ func TestNilHandoff(t *testing.T) {
 	if !ran {
 		t.Error("Defer of a nil Handoff did not run at once")
 	}
-	if h.Park(func(func()) bool { t.Fatal("arranged"); return true }, func() {}) {
+	if h.Park(parkerFunc(func(func()) bool { t.Fatal("arranged"); return true }), func() {}) {
 		t.Error("a nil Handoff parked")
 	}
 	h.Returned(nil)
@@ -37,7 +42,7 @@ func TestParkedWatch(t *testing.T) {
 	var wake func()
 	// The handler's goroutine: the watch parks, and the wake-up comes
 	// at once, before the handler has returned.
-	if !From(ctx).Park(func(w func()) bool { wake = w; return true }, func() {
+	if !From(ctx).Park(parkerFunc(func(w func()) bool { wake = w; return true }), func() {
 		close(resumed)
 		From(ctx).End(errors.New("gone"))
 	}) {
@@ -69,7 +74,7 @@ func TestParkedWatch(t *testing.T) {
 // Defer runs at once.
 func TestNotParked(t *testing.T) {
 	h := New(nil)
-	if h.Park(func(func()) bool { return false }, func() {}) {
+	if h.Park(parkerFunc(func(func()) bool { return false }), func() {}) {
 		t.Fatal("parked")
 	}
 	ran := false
@@ -84,7 +89,7 @@ func TestNotParked(t *testing.T) {
 func TestResumePanic(t *testing.T) {
 	h := New(nil)
 	var wake func()
-	h.Park(func(w func()) bool { wake = w; return true }, func() { panic("boom") })
+	h.Park(parkerFunc(func(w func()) bool { wake = w; return true }), func() { panic("boom") })
 	deferred := false
 	h.Defer(func() { deferred = true })
 	ended := make(chan bool, 1)
