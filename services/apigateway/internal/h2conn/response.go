@@ -179,9 +179,15 @@ func (r *response) finish() {
 func (r *response) sendHeaders(end bool) error {
 	r.headersOut = true
 	h := r.sent
-	// The snapshot is not needed once the headers are out: a long
-	// response (a watch) does not keep it.
+	// Once the headers are out, the snapshot is not needed, nor the
+	// handler's header map unless it holds trailers: a long response (a
+	// watch) keeps neither. A map the handler asks for later is new and
+	// empty, as changes to the old one would have been ignored but for
+	// trailers.
 	r.sent = nil
+	if len(r.trailers) == 0 && !hasTrailerPrefix(r.header) {
+		r.header = nil
+	}
 	first := r.first
 	r.first = nil
 	if r.clen < 0 && r.finished && bodyAllowed(r.status) && (len(first) > 0 || !r.isHead) {
@@ -226,6 +232,17 @@ func (r *response) trailerFields() []field {
 		}
 	}
 	return fields
+}
+
+// hasTrailerPrefix reports whether h names a trailer with
+// http.TrailerPrefix.
+func hasTrailerPrefix(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // field is a header field to encode, its name lower-case.
