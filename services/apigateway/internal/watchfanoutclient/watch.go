@@ -211,7 +211,7 @@ func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, erro
 		if w.ended {
 			return nil, false, io.EOF
 		}
-		if err := w.ctx.Err(); err != nil {
+		if err := w.ctxErr(); err != nil {
 			w.Close()
 			if errors.Is(err, context.DeadlineExceeded) {
 				return nil, false, io.EOF
@@ -236,7 +236,7 @@ func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, erro
 		}
 		msg, err := w.stream.Recv()
 		if err != nil {
-			if w.ctx.Err() != nil {
+			if w.ctxErr() != nil {
 				continue // the loop's check reports it
 			}
 			if !lost(err, w.got) {
@@ -250,6 +250,21 @@ func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, erro
 			return out, false, nil
 		}
 	}
+}
+
+// ctxErr is the watch's context's error; once the context's deadline has
+// passed, DeadlineExceeded even before its timer has fired. The replica
+// was asked for the time left, rounded up, so its own end comes just
+// after the deadline: under load it can arrive before the late timer
+// has ended the context, and must not be taken for a replica lost.
+func (w *Watch) ctxErr() error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := w.ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // lost reports whether a stream's error means its replica is lost to the
