@@ -90,7 +90,10 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	}
 	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer, ready: make(chan struct{}, 1), failed: make(chan struct{})}
 	// Registered before the open is sent, so no message can miss it.
-	w.stopCtx = context.AfterFunc(ctx, func() { s.cancel(id) })
+	w.stopCtx = context.AfterFunc(ctx, func() {
+		s.cancel(id)
+		w.wakeUp()
+	})
 	if err := s.open(w, req); err != nil {
 		w.stopCtx()
 		return nil, err
@@ -282,6 +285,9 @@ type watchStream struct {
 	queued []*watchv1.WatchManyResponse
 	head   int
 	ready  chan struct{}
+	// wake, set by Park, is called once by the next push, fail or end of
+	// the context, in place of a reader waiting in Recv.
+	wake func()
 
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail; failErr is set before
@@ -306,12 +312,55 @@ func (w *watchStream) push(msg *watchv1.WatchManyResponse) bool {
 		return false
 	}
 	w.queued = append(w.queued, msg)
+	wake := w.wake
+	w.wake = nil
 	w.qmu.Unlock()
 	select {
 	case w.ready <- struct{}{}:
 	default: // the reader has a token already
 	}
+	if wake != nil {
+		wake()
+	}
 	return true
+}
+
+// Park arranges for wake to be called, once, when Recv has something to
+// return: a message, the watch's failure or the end of its context. It
+// reports false, keeping no wake-up, when Recv may have something now.
+// A reader that parks does not wait in Recv: it calls Recv once woken.
+// wake runs on the goroutine that delivers (the stream's receiver, or the
+// context's AfterFunc) and must not block.
+func (w *watchStream) Park(wake func()) bool {
+	if w.ended {
+		return false
+	}
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	if w.head < len(w.queued) || w.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case <-w.failed:
+		return false
+	default:
+	}
+	// fail closes failed before it looks for a wake-up, and the context's
+	// AfterFunc runs after ctx.Err is set: either saw no wake-up only if
+	// it had happened by the checks above.
+	w.wake = wake
+	return true
+}
+
+// wakeUp calls the wake-up Park left, if any.
+func (w *watchStream) wakeUp() {
+	w.qmu.Lock()
+	wake := w.wake
+	w.wake = nil
+	w.qmu.Unlock()
+	if wake != nil {
+		wake()
+	}
 }
 
 // pop returns the next queued message, or nil.
@@ -341,6 +390,7 @@ func (w *watchStream) fail(err error) {
 		w.failErr = err
 		close(w.failed)
 	})
+	w.wakeUp()
 }
 
 // Recv returns the watch's next message, io.EOF after a normal end, or

@@ -41,6 +41,7 @@ import (
 	"github.com/meridian-cp/meridian/services/apigateway/internal/openapi"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/requestinfo"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/resources"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/worksize"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -183,9 +184,14 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 // stack is grown to a handler's depth in one copy (package growstack)
 // first thing, while it holds ServeHTTP's small frame only: serveHTTP's
 // frame alone would make the runtime grow it once more before. Writes go deeper: their
-// managed-fields update. A watch's goroutine is not grown: it lives as
-// long as the watch, mostly idle, and a stack grown ahead would be
-// memory every idle watch holds until collections shrink it.
+// managed-fields update. A watch's goroutine is not grown: over HTTP/1.1
+// it lives as long as the watch, mostly idle, and a stack grown ahead
+// would be memory every idle watch holds until collections shrink it.
+//
+// A watch over HTTP/2 parks while idle (watchpark, handoff): its handler
+// returns with the stream open, and what the handler's frames do as they
+// return (the request's metrics, audit completion and log line, the
+// watch gauge, the seats' release) waits for the watch's end.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case mayWatch(r):
@@ -211,7 +217,12 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w}
 	id := setAuditID(w, r)
 	labels := labels(r, &info)
-	defer h.metrics.begin(labels.verb)()
+	ho := h.handoff(w, &info)
+	if ho != nil {
+		r = r.WithContext(watchpark.With(r.Context(), ho))
+		defer returned(w, ho)
+	}
+	defer ho.Defer(h.metrics.begin(labels.verb))
 	ctx, rl := withRequestLog(r.Context(), h.cfg.Logger, h.requestLogLevel())
 	if rl != nil {
 		r = r.WithContext(ctx)
@@ -230,14 +241,67 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				writeStatus(rec, apierrors.NewInternalError(fmt.Errorf("panic: %v", p)).ErrStatus)
 			}
 		}
-		ev.Complete(rec.code())
-		h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
-		telemetry.HTTPStatus(r.Context(), rec.code())
-		if rl != nil {
-			h.logRequest(r.Context(), rl, id, labels.verb, info, rec.code(), time.Since(start))
+		if ho.Parked() {
+			// The watch goes on: its request is done with at its end.
+			ctx, rec, labels, rt, ev, rl, id, info := r.Context(), rec, labels, rt, ev, rl, id, info
+			ho.Defer(func() { h.done(ctx, rec, labels, rt, ev, rl, id, &info, start) })
+			return
 		}
+		h.done(r.Context(), rec, labels, rt, ev, rl, id, &info, start)
 	}()
 	h.serve(rec, r, &info, &rt, id, &ev)
+}
+
+// done is what every request ends with: its audit event completed, its
+// metrics, its status on the trace, its log line.
+func (h *Handler) done(ctx context.Context, rec *recorder, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
+	ev.Complete(rec.code())
+	h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
+	telemetry.HTTPStatus(ctx, rec.code())
+	if rl != nil {
+		h.logRequest(ctx, rl, id, labels.verb, *info, rec.code(), time.Since(start))
+	}
+}
+
+// handoff returns a Handoff for a watch of the in-process ResourceService
+// whose response can outlive its handler (an HTTP/2 stream of h2conn),
+// or nil: such a watch parks while idle, holding no goroutine
+// (watchpark). Watches over HTTP/1.1 wait on their handler's goroutine.
+func (h *Handler) handoff(w http.ResponseWriter, info *requestinfo.Info) *watchpark.Handoff {
+	if info.Verb != "watch" || h.cfg.LocalResources == nil || detacher(w) == nil {
+		return nil
+	}
+	return watchpark.New(h.cfg.Logger)
+}
+
+// detachable is a ResponseWriter that can outlive its handler
+// (h2conn's).
+type detachable interface {
+	Detach() (end func(abort bool))
+}
+
+// detacher finds the detachable writer under w's wrappers, or nil.
+func detacher(w http.ResponseWriter) detachable {
+	for {
+		switch t := w.(type) {
+		case detachable:
+			return t
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// returned runs last as a watch's handler returns: a parked watch's
+// response is detached from the handler, to be ended with the watch.
+func returned(w http.ResponseWriter, ho *watchpark.Handoff) {
+	var end func(abort bool)
+	if ho.Parked() {
+		end = detacher(w).Detach()
+	}
+	ho.Returned(end)
 }
 
 // serve serves a request; it sets *rt to the route the request reached,
@@ -463,10 +527,11 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info *re
 	if !h.servesResource(w, r, info, rt) {
 		return
 	}
+	ho := watchpark.From(r.Context())
 	if info.Verb == "watch" {
 		stopGauge, stopCharge := h.watching(info, rt)
-		defer stopGauge()
-		defer stopCharge()
+		defer ho.Defer(stopGauge)
+		defer ho.Defer(stopCharge)
 	}
 	r, release, ok := h.admitResource(w, r, info)
 	if !ok {
@@ -475,8 +540,9 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request, info *re
 	// Seats go back once the response is written, on every path (a panic
 	// below included), or a watch's once its initial events are sent
 	// (release runs once). release only queues the grant: the
-	// flow-control round trip never holds the end of the response.
-	defer release()
+	// flow-control round trip never holds the end of the response. A
+	// parked watch's go back at its end at the latest.
+	defer ho.Defer(release)
 	if info.Verb == "watch" && h.cfg.LocalResources != nil {
 		serveLocalWatch(&streamErrorWriter{ResponseWriter: w}, r, h.cfg.LocalResources)
 		return

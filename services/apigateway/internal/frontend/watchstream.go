@@ -14,6 +14,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/apistatus"
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,6 +35,11 @@ import (
 // message's data as it is, flushed; an error before the first message as
 // its Status with the Status's code (streamErrorWriter), and one after as
 // a Status object appended to the stream.
+//
+// Over HTTP/2 (h2conn) a watch parks while idle (package watchpark): the
+// handler returns with the stream still open, and each later message is
+// sent by the goroutine its wake-up starts, through the same watchStream
+// and the same writes; the response ends with the watch.
 
 // watchFilter is the (empty) path-parameter filter of the watch route: every
 // query parameter fills the request.
@@ -43,9 +49,9 @@ var watchFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
 // srv.Watch. w is the response writer of a streamed response
 // (streamErrorWriter).
 //
-// The watch waits on this goroutine for as long as it lasts, under this
-// frame (see Handler.serve): the query's parsing is done by
-// parseWatchRequest, whose frame has gone by then.
+// Unless it parks (watchpark), the watch waits on this goroutine for as
+// long as it lasts, under this frame (see Handler.serve): the query's
+// parsing is done by parseWatchRequest, whose frame has gone by then.
 func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceServiceServer) {
 	req := parseWatchRequest(w, r)
 	if req == nil {
@@ -55,8 +61,20 @@ func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceS
 	// call's does when its handler returns.
 	s := &watchStream{w: w, rc: http.NewResponseController(w)}
 	s.ctx = grpc.NewContextWithServerTransportStream(r.Context(), (*watchTransport)(s))
-	if err := srv.Watch(req, s); err != nil && !errors.Is(err, io.EOF) {
-		writeStreamError(w, s.wroteHeader, err)
+	err := srv.Watch(req, s)
+	if errors.Is(err, watchpark.ErrParked) {
+		// The watch goes on parked; its error comes with its end.
+		ho := watchpark.From(r.Context())
+		ho.Defer(func() { s.ended(ho.Err()) })
+		return
+	}
+	s.ended(err)
+}
+
+// ended writes the error the watch ended with, if any.
+func (s *watchStream) ended(err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		writeStreamError(s.w, s.wroteHeader, err)
 	}
 }
 
@@ -90,9 +108,9 @@ func writeStreamError(w http.ResponseWriter, wroteHeader bool, err error) {
 }
 
 // watchStream is the server end of one watch, writing to the HTTP
-// response. Like a gRPC server stream, it is used by the handler's
-// goroutine only; mu guards the header against grpc.SetHeader from
-// another goroutine of the handler.
+// response. Like a gRPC server stream, it is used by one goroutine at a
+// time: the handler's, or a parked watch's wake-up's; mu guards the
+// header against grpc.SetHeader from another goroutine of the handler.
 type watchStream struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController

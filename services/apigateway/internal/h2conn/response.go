@@ -36,6 +36,8 @@ type response struct {
 	// END_STREAM is queued.
 	finished bool
 	ended    bool
+	// detached is set by Detach: the response outlives the handler.
+	detached bool
 }
 
 // firstSize is how much of a body is held back before the headers are
@@ -140,6 +142,19 @@ func (r *response) FlushError() error {
 	return r.st.c.streamErr(r.st)
 }
 
+// Detach lets the response outlive its handler: when the handler returns,
+// the stream stays open (its context goes on, it counts against
+// MaxConcurrentStreams) and the response may still be written, by one
+// goroutine at a time, until the returned function ends it as the
+// handler's return would have (abort: with RST_STREAM INTERNAL_ERROR
+// instead). That function must be called once, after the handler has
+// returned; the gateway parks idle watches with it (package watchpark).
+// Detach is called by the handler's goroutine.
+func (r *response) Detach() (end func(abort bool)) {
+	r.detached = true
+	return r.st.endDetached
+}
+
 // finish ends the response when the handler returns.
 func (r *response) finish() {
 	r.finished = true
@@ -164,6 +179,15 @@ func (r *response) finish() {
 func (r *response) sendHeaders(end bool) error {
 	r.headersOut = true
 	h := r.sent
+	// Once the headers are out, the snapshot is not needed, nor the
+	// handler's header map unless it holds trailers: a long response (a
+	// watch) keeps neither. A map the handler asks for later is new and
+	// empty, as changes to the old one would have been ignored but for
+	// trailers.
+	r.sent = nil
+	if len(r.trailers) == 0 && !hasTrailerPrefix(r.header) {
+		r.header = nil
+	}
 	first := r.first
 	r.first = nil
 	if r.clen < 0 && r.finished && bodyAllowed(r.status) && (len(first) > 0 || !r.isHead) {
@@ -208,6 +232,17 @@ func (r *response) trailerFields() []field {
 		}
 	}
 	return fields
+}
+
+// hasTrailerPrefix reports whether h names a trailer with
+// http.TrailerPrefix.
+func hasTrailerPrefix(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // field is a header field to encode, its name lower-case.

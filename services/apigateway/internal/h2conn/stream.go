@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -58,8 +59,12 @@ type stream struct {
 	boff  int
 	berr  error
 
-	// The response, used by the handler's goroutine only.
+	// The response, used by the handler's goroutine only (or, once
+	// detached, by one goroutine at a time).
 	resp response
+	// ended is set by whichever ends the stream's response first: run,
+	// or endDetached after a Detach.
+	ended atomic.Bool
 }
 
 // processHeaders opens a stream for a request, or takes a request's
@@ -289,10 +294,18 @@ func (st *stream) setTrailers(fields []hpack.HeaderField) {
 	}
 }
 
-// run serves the request on the stream's goroutine and ends the stream.
+// run serves the request on the stream's goroutine and ends the stream,
+// unless the handler detached the response (Detach): then the function
+// Detach returned ends it.
 func (st *stream) run(h http.Handler) {
 	panicked := true
 	defer func() {
+		if !panicked && st.resp.detached {
+			return
+		}
+		if !st.ended.CompareAndSwap(false, true) {
+			return
+		}
 		// The handler no longer counts against MaxConcurrentStreams
 		// by the time the client can see the response's end.
 		st.c.mu.Lock()
@@ -311,6 +324,23 @@ func (st *stream) run(h http.Handler) {
 	}()
 	h.ServeHTTP(&st.resp, st.req)
 	panicked = false
+}
+
+// endDetached ends a detached response (Detach's function): as run does
+// when a handler returns, or with RST_STREAM INTERNAL_ERROR when abort.
+func (st *stream) endDetached(abort bool) {
+	if !st.ended.CompareAndSwap(false, true) {
+		return // the handler panicked after it detached
+	}
+	st.c.mu.Lock()
+	st.c.handlers--
+	st.c.mu.Unlock()
+	if abort {
+		st.c.resetStream(st.id, http2.ErrCodeInternal)
+	} else {
+		st.resp.finish()
+	}
+	st.done()
 }
 
 // done ends the stream once its handler has returned: a client still

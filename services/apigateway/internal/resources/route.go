@@ -15,6 +15,7 @@ import (
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -103,28 +104,74 @@ func lagged(ctx context.Context, err error) bool {
 // with (nil, the client's context's error, or one to report as an ERROR
 // event).
 //
-// The watch waits in ws.Recv on the request's goroutine for as long as it
-// lasts, so the stack under it is kept short (see the front end's
-// Handler.serve): opening the watch (openRelay) and sorting out how it
-// ended (relayEnded) are functions of their own.
-func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (from *apiv1.WatchRequest, handled bool, err error) {
-	ws := s.openRelay(ctx, w, req, enc)
-	defer ws.Close()
-	sent := false // watchinit.Sent was called
+// A watch whose context carries a watchpark.Handoff (an HTTP/2 stream
+// that can outlive its handler) parks whenever it has nothing to send:
+// parked is true and the rest of the watch is the relay's (relay.resume).
+// Otherwise the watch waits in ws.Recv on the request's goroutine for as
+// long as it lasts, so the stack under it is kept short (see the front
+// end's Handler.serve): opening the watch (openRelay) and sorting out how
+// it ended (relayEnded) are functions of their own.
+func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (from *apiv1.WatchRequest, handled, parked bool, err error) {
+	r := &relay{s: s, ctx: ctx, w: w, req: req, stream: stream}
+	if park := watchpark.From(ctx); park != nil {
+		resume := r.resume
+		r.park = park
+		r.tryPark = func(p watchfanoutclient.Parker) bool { return park.Park(p, resume) }
+	}
+	r.ws = s.openRelay(ctx, w, req, enc)
+	return r.run()
+}
+
+// relay is a watch relayed from watchfanout (relayWatch): what it needs
+// to go on after it parked.
+type relay struct {
+	s      *Server
+	ctx    context.Context
+	w      *watchState
+	req    *apiv1.WatchRequest
+	ws     *watchfanoutclient.Watch
+	stream apiv1.ResourceService_WatchServer
+	// park and tryPark are set when the watch may park: tryPark parks
+	// it (watchfanoutclient.Watch.RecvOrPark), to go on in resume.
+	park    *watchpark.Handoff
+	tryPark func(watchfanoutclient.Parker) bool
+	sent    bool // watchinit.Sent was called
+}
+
+// run relays the watch's messages until it ends (relayWatch's results;
+// ws is closed) or it parks (parked; nothing of r is touched after).
+func (r *relay) run() (from *apiv1.WatchRequest, handled, parked bool, err error) {
 	for {
-		if !sent && ws.InitialEventsDelivered() {
+		if !r.sent && r.ws.InitialEventsDelivered() {
 			// Sent too: the stream's Send below returned.
-			watchinit.Sent(ctx)
-			sent = true
+			watchinit.Sent(r.ctx)
+			r.sent = true
 		}
-		msg, err := ws.Recv()
+		msg, parked, err := r.ws.RecvOrPark(r.tryPark)
+		if parked {
+			return nil, false, true, nil
+		}
 		if err != nil {
-			return s.relayEnded(ctx, w, req, ws, err)
+			from, handled, err := r.s.relayEnded(r.ctx, r.w, r.req, r.ws, err)
+			r.ws.Close()
+			return from, handled, false, err
 		}
-		if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: msg.GetFrames()}); err != nil {
-			return nil, true, err
+		if err := r.stream.Send(&httpbody.HttpBody{ContentType: r.w.contentType, Data: msg.GetFrames()}); err != nil {
+			r.ws.Close()
+			return nil, true, false, err
 		}
 	}
+}
+
+// resume goes on with a parked watch, on the goroutine of its wake-up:
+// until it parks again, or to its end, which it reports to the Handoff
+// (what Watch would have returned).
+func (r *relay) resume() {
+	from, handled, parked, err := r.run()
+	if parked {
+		return
+	}
+	r.park.End(r.s.afterRelay(r.ctx, r.w, r.req, r.stream, from, handled, err))
 }
 
 // openRelay returns the watchfanout watch relayWatch relays, of req's

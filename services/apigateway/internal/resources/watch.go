@@ -16,6 +16,7 @@ import (
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,6 +49,10 @@ const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 //
 // Once its initial events are sent (at once for a watch without any) it
 // calls watchinit.Sent, which gives the watch's flow-control seats back.
+//
+// A watch relayed from watchfanout with a watchpark.Handoff in its context
+// parks while idle: Watch then returns watchpark.ErrParked, and the
+// watch's end (what Watch would have returned) goes to the Handoff's End.
 func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
 	ctx := stream.Context()
 	w, err := s.newWatch(ctx, req)
@@ -59,23 +64,34 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 		timeout = time.Duration(t) * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// A parked watch's timeout goes on until its end.
+	defer watchpark.From(ctx).Defer(cancel)
 
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
 	if enc, ok := cacheEncoding(w.out); ok && s.fromCache(w.res) {
-		from, handled, err := s.relayWatch(ctx, w, req, enc, stream)
-		if handled {
+		from, handled, parked, err := s.relayWatch(ctx, w, req, enc, stream)
+		if parked {
+			return watchpark.ErrParked
+		}
+		return s.afterRelay(ctx, w, req, stream, from, handled, err)
+	}
+	return w.end(stream, s.runWatch(ctx, w, req, stream))
+}
+
+// afterRelay ends a watch watchfanout served (relayWatch's results), or
+// has the store go on with it.
+func (s *Server) afterRelay(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer, from *apiv1.WatchRequest, handled bool, err error) error {
+	if handled {
+		return w.end(stream, err)
+	}
+	if from != req {
+		// The store goes on with a watch watchfanout served so far.
+		if w.start, err = parseWatch(from); err != nil {
 			return w.end(stream, err)
 		}
-		if from != req {
-			// The store goes on with a watch watchfanout served so far.
-			if w.start, err = parseWatch(from); err != nil {
-				return w.end(stream, err)
-			}
-			req = from
-		}
+		req = from
 	}
 	return w.end(stream, s.runWatch(ctx, w, req, stream))
 }
@@ -103,8 +119,12 @@ type watchState struct {
 	start       readparams.WatchStart
 	contentType string
 	out         output
-	enc         *watchframe.Encoder
-	server      *Server
+	// format is the watch's framing; enc encodes in it, made at the first
+	// frame the gateway encodes itself (a watch watchfanout serves is
+	// relayed as encoded there, and needs it only for an ERROR event).
+	format watchframe.Format
+	enc    *watchframe.Encoder
+	server *Server
 }
 
 func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (*watchState, error) {
@@ -135,7 +155,7 @@ func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (*watchS
 	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
 		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f), start: start, out: out,
-		contentType: format.ContentType(), enc: watchframe.NewEncoder(s.cfg.Codec, res, format, s.cfg.Now), server: s,
+		contentType: format.ContentType(), format: format, server: s,
 	}, nil
 }
 
@@ -296,6 +316,9 @@ func (w *watchState) bookmark(rev int64, initialEnd bool) ([]byte, error) {
 
 // frame encodes one watch event in the watch's format.
 func (w *watchState) frame(t watch.EventType, obj runtime.Object) ([]byte, error) {
+	if w.enc == nil {
+		w.enc = watchframe.NewEncoder(w.server.cfg.Codec, w.res, w.format, w.server.cfg.Now)
+	}
 	data, err := w.enc.Frame(t, obj)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)

@@ -280,6 +280,17 @@ func (p *primed[T]) Recv() (*T, error) {
 	return p.ServerStreamingClient.Recv()
 }
 
+// Park parks the reader on the stream once its first message was
+// delivered (Parker); false when the stream cannot park, or may have
+// something now.
+func (p *primed[T]) Park(wake func()) bool {
+	if !p.done {
+		return false
+	}
+	pk, ok := p.ServerStreamingClient.(Parker)
+	return ok && pk.Park(wake)
+}
+
 // RecvMsg receives into m (a *T) the first message, then the stream's.
 func (p *primed[T]) RecvMsg(m any) error {
 	if !p.done {

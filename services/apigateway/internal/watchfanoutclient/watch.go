@@ -182,16 +182,41 @@ func (w *Watch) closeStream() {
 // serve the rest of the watch, ErrInitialEventsCut, or another error of
 // the replica (gRPC status) that ends the watch.
 func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
+	msg, _, err := w.recv(nil)
+	return msg, err
+}
+
+// RecvOrPark is Recv, except where Recv would wait for the replica's next
+// message on a stream whose reader can park (watchmux's, a Parker): there
+// it calls park with the stream, and when park reports true (it left a
+// wake-up with the stream's Park), RecvOrPark returns parked at once; the
+// caller calls it again once woken. RecvOrPark waits as Recv does on a
+// stream that cannot park (a Watch stream of its own) and while it opens
+// the watch on a replica.
+func (w *Watch) RecvOrPark(park func(Parker) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
+	return w.recv(park)
+}
+
+// Parker is a stream whose reader can park rather than wait in Recv:
+// Park arranges for wake to be called, once, when Recv has something to
+// return, and reports false, keeping no wake-up, when it has something
+// now. wake is called on the stream's receiver (or as the context ends)
+// and must not block.
+type Parker interface {
+	Park(wake func()) bool
+}
+
+func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, error) {
 	for {
 		if w.ended {
-			return nil, io.EOF
+			return nil, false, io.EOF
 		}
-		if err := w.ctx.Err(); err != nil {
+		if err := w.ctxErr(); err != nil {
 			w.Close()
 			if errors.Is(err, context.DeadlineExceeded) {
-				return nil, io.EOF
+				return nil, false, io.EOF
 			}
-			return nil, err
+			return nil, false, err
 		}
 		if w.stream == nil {
 			if err := w.open(); err != nil {
@@ -199,27 +224,47 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 					// A new watch from a resourceVersion older than
 					// every reachable replica's history: the 410, as
 					// kube-apiserver's watch cache answers it.
-					return w.expired, nil
+					return w.expired, false, nil
 				}
-				return nil, err
+				return nil, false, err
+			}
+		}
+		if park != nil {
+			if p, ok := w.stream.(Parker); ok && park(p) {
+				return nil, true, nil
 			}
 		}
 		msg, err := w.stream.Recv()
 		if err != nil {
-			if w.ctx.Err() != nil {
+			if w.ctxErr() != nil {
 				continue // the loop's check reports it
 			}
 			if !lost(err, w.got) {
 				w.Close()
-				return nil, err
+				return nil, false, err
 			}
 			w.lose()
 			continue
 		}
 		if out := w.take(msg); out != nil {
-			return out, nil
+			return out, false, nil
 		}
 	}
+}
+
+// ctxErr is the watch's context's error; once the context's deadline has
+// passed, DeadlineExceeded even before its timer has fired. The replica
+// was asked for the time left, rounded up, so its own end comes just
+// after the deadline: under load it can arrive before the late timer
+// has ended the context, and must not be taken for a replica lost.
+func (w *Watch) ctxErr() error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := w.ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // lost reports whether a stream's error means its replica is lost to the
