@@ -240,6 +240,7 @@ func Start(cfg Config) (*Node, error) {
 		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
 		nudges: nf.nudges, nudgerDone: make(chan struct{})}
 	n.startLoops()
+	nf.node.Store(n)
 	return n, nil
 }
 

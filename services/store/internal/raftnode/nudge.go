@@ -63,27 +63,57 @@ const (
 const nudgeTimeout = 100 * time.Millisecond
 
 // nudgingFSM is the FSM as raft drives it: on the leader, before it
-// applies a batch holding a command, it signals the nudger, so that the
-// commit notices and the barrier leave as soon as raft hands the committed
-// entries to the FSM — while the leader applies them, not once the
-// proposer has been woken with the result.
+// applies a batch holding a command, it starts the commit notices of a
+// lone commit itself (Node.noticeLoneCommit) and signals the nudger, so
+// that the notices leave as soon as raft hands the committed entries to
+// the FSM — while the leader applies them, not once the nudger's
+// goroutine, and then the proposer, have been woken — and the barrier
+// follows.
 type nudgingFSM struct {
 	*fsm.FSM
 	nudges chan struct{} // the Node's
 	// raft is set once raft.NewRaft returned; raft may apply before.
 	raft atomic.Pointer[raft.Raft]
+	// node is set once the Node exists (after raft.NewRaft): until then
+	// only the nudger tells followers of commits.
+	node atomic.Pointer[Node]
+	// lastCommand is when ApplyBatch last saw a command as leader (zero
+	// for never). Only raft's FSM goroutine touches it.
+	lastCommand time.Time
 }
 
 // Apply applies one entry (raft calls ApplyBatch; see fsm.FSM.Apply).
 func (f *nudgingFSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
-// ApplyBatch signals the nudger when this member leads and logs hold a
-// command, then applies logs.
+// ApplyBatch, when this member leads and logs hold a command, starts the
+// commit notices of a lone commit (one not within sparseGap of the
+// previous) and signals the nudger; then it applies logs. raft hands the
+// FSM committed entries only, so the last of logs is committed.
 func (f *nudgingFSM) ApplyBatch(logs []*raft.Log) []any {
 	if r := f.raft.Load(); r != nil && r.State() == raft.Leader && slices.ContainsFunc(logs, isCommand) {
+		now := time.Now()
+		if n := f.node.Load(); n != nil && !closeTogether(f.lastCommand, now) {
+			n.noticeLoneCommit(logs[len(logs)-1].Index)
+		}
+		f.lastCommand = now
 		signal(f.nudges)
 	}
 	return f.FSM.ApplyBatch(logs)
+}
+
+// noticeLoneCommit starts the commit notices for commit, committed and
+// just handed to the leader's FSM, when no entry follows it in the log:
+// what the nudger would send for it next without a delay (needsNudge,
+// closeTogether), sent without waiting for the nudger's goroutine. An
+// entry that follows carries the news itself, and is noticed once
+// committed. The notices only start here (noticer.notify never blocks on
+// the network); the nudger's own notify for the same commit then sends
+// nothing more.
+func (n *Node) noticeLoneCommit(commit uint64) {
+	if n.raft.LastIndex() > commit {
+		return
+	}
+	n.notices.notify(n.raft.CurrentTerm(), commit)
 }
 
 func isCommand(l *raft.Log) bool { return l.Type == raft.LogCommand }
