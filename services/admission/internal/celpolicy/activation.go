@@ -28,13 +28,13 @@ type celInput struct {
 	object, oldObject any // nil: no object (a delete has no object)
 	// request, namespace, rawNamespace and the authorizer values are
 	// built on first read (requestVal, namespaceVal, authorizerVals) from
-	// the fields after them: many policies read none of them.
+	// the fields after them, nil until then: many policies read none of
+	// them.
 	request       ref.Val
 	namespace     ref.Val // plugincel.CreateNamespaceObject of the namespace
 	rawNamespace  ref.Val // the namespace as stored
 	authorizer    any     // nil without an authorizer
 	resourceAuthz any
-	built         struct{ request, namespace, rawNamespace, authorizer bool }
 	versioned     *admission.VersionedAttributes
 	resource      metav1.GroupVersionResource
 	ns            *corev1.Namespace
@@ -91,10 +91,9 @@ func newCELInput(a *attributes, ns *corev1.Namespace, authz authorizer.Unconditi
 
 // requestVal is the `request` variable.
 func (in *celInput) requestVal() ref.Val {
-	if !in.built.request {
+	if in.request == nil {
 		v := in.versioned
 		in.request = celcommon.SchemalessTypedToVal(plugincel.CreateAdmissionRequest(v.Attributes, in.resource, metav1.GroupVersionKind(v.VersionedKind)))
-		in.built.request = true
 	}
 	return in.request
 }
@@ -103,13 +102,13 @@ func (in *celInput) requestVal() ref.Val {
 // the namespace as stored when raw.
 func (in *celInput) namespaceVal(raw bool) ref.Val {
 	if raw {
-		if !in.built.rawNamespace {
-			in.rawNamespace, in.built.rawNamespace = celcommon.SchemalessTypedToVal(in.ns), true
+		if in.rawNamespace == nil {
+			in.rawNamespace = celcommon.SchemalessTypedToVal(in.ns)
 		}
 		return in.rawNamespace
 	}
-	if !in.built.namespace {
-		in.namespace, in.built.namespace = celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(in.ns)), true
+	if in.namespace == nil {
+		in.namespace = celcommon.SchemalessTypedToVal(plugincel.CreateNamespaceObject(in.ns))
 	}
 	return in.namespace
 }
@@ -117,13 +116,10 @@ func (in *celInput) namespaceVal(raw bool) ref.Val {
 // authorizerVals are the `authorizer` and `authorizer.requestResource`
 // variables, nil without an authorizer.
 func (in *celInput) authorizerVals() (authz, resource any) {
-	if !in.built.authorizer {
-		if in.authz != nil {
-			v := in.versioned
-			in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), in.authz)
-			in.resourceAuthz = library.NewResourceAuthorizerVal(v.GetUserInfo(), in.authz, v)
-		}
-		in.built.authorizer = true
+	if in.authorizer == nil && in.authz != nil {
+		v := in.versioned
+		in.authorizer = library.NewAuthorizerVal(v.GetUserInfo(), in.authz)
+		in.resourceAuthz = library.NewResourceAuthorizerVal(v.GetUserInfo(), in.authz, v)
 	}
 	return in.authorizer, in.resourceAuthz
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meridian-cp/meridian/lib/kube/registry"
 	admissionv1 "github.com/meridian-cp/meridian/proto/gen/meridian/admission/v1"
 	"github.com/meridian-cp/meridian/services/admission/internal/policy"
 )
@@ -87,7 +88,7 @@ func createRequest(t *testing.T, kind, resource string, obj any) *admissionv1.Ad
 }
 
 func newChain(bs ...mutatingBinding) *mutatingChain {
-	return &mutatingChain{req: &request{authz: mastersOnly, nsSet: true}, bindings: bs, oi: newObjectInterfaces(), tc: newTypeConverter()}
+	return &mutatingChain{req: &request{authz: mastersOnly, nsSet: true}, bindings: bs, oi: newObjectInterfaces(), tc: newTypeConverter(registry.New(registry.Standard()...))}
 }
 
 // twoOwners is a ServiceAccount owned by a and b (uids 1 and 2), with

@@ -119,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Set, <-chan struct{}, error) {
 		cfg.Authorizer = rbac.NewStatic()
 	}
 	reg := registry.New(registry.Standard()...)
-	s := &Set{logger: cfg.Logger, metrics: cfg.Metrics, authz: cfg.Authorizer, registry: reg, oi: newObjectInterfaces(), tc: newTypeConverter(), compiled: map[string]compiledVersion{}}
+	s := &Set{logger: cfg.Logger, metrics: cfg.Metrics, authz: cfg.Authorizer, registry: reg, oi: newObjectInterfaces(), tc: newTypeConverter(reg), compiled: map[string]compiledVersion{}}
 	gv := admissionregistrationv1.SchemeGroupVersion
 	lookup := func(gvr schema.GroupVersionResource) *registry.Resource {
 		r, _ := reg.Lookup(gvr)

@@ -33,8 +33,9 @@ type typeConverter struct {
 
 var _ managedfields.TypeConverter = (*typeConverter)(nil)
 
-func newTypeConverter() *typeConverter {
-	reg := registry.New(registry.Standard()...)
+// newTypeConverter returns the type converter for the built-in kinds
+// reg serves (registry.Standard's).
+func newTypeConverter(reg *registry.Registry) *typeConverter {
 	kinds := map[schema.GroupVersionKind]bool{}
 	for _, res := range reg.All() {
 		kinds[res.GVK()] = true

@@ -50,13 +50,13 @@ func runBoth(t *testing.T, vp *validatingPolicy, c untrackedCase, budget int64) 
 	if size := inputSize(in, nil, c.param); vp.untracked != nil && vp.untracked.fits(size, budget) {
 		_, _, used = vp.untracked.eval(ctx, in, paramValue(c.param), vp.untracked.quick(size), vp.validations, vp.messages)
 	}
-	got = vp.validate(ctx, in, a, c.param, c.ns, mastersOnly, budget)
+	got = vp.validate(ctx, in, a, c.param, budget)
 	ta := mustAttributes(t, c.request())
 	tin, err := newCELInput(ta, c.ns, mastersOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = tracked.validate(ctx, tin, ta, c.param, c.ns, mastersOnly, budget)
+	want = tracked.validate(ctx, tin, ta, c.param, budget)
 	return clean(got), clean(want), used
 }
 

@@ -8,11 +8,9 @@ import (
 
 	celtypes "github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 
 	"github.com/meridian-cp/meridian/lib/kube/celenv"
@@ -33,7 +31,7 @@ import (
 // the validations and message expressions run as programs without cost
 // tracking, falling back to the tracked programs on any evaluation error.
 // Those are the only differences.
-func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, ns *corev1.Namespace, authz authorizer.UnconditionalAuthorizer, budget int64) validateResult {
+func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attributes, param runtime.Object, budget int64) validateResult {
 	f := admissionregistrationv1.Fail
 	if fp := p.obj.Spec.FailurePolicy; fp != nil {
 		f = *fp
@@ -42,7 +40,7 @@ func (p *validatingPolicy) validate(ctx context.Context, in *celInput, a *attrib
 		return validateResult{Decisions: []policyDecision{{Action: decisionForError(f), Evaluation: evalError, Message: msg}}}
 	}
 	if p.conditions != nil {
-		m := p.conditions.Match(ctx, a.versioned, param, authz)
+		m := p.conditions.Match(ctx, a.versioned, param, in.authz)
 		if m.Error != nil {
 			return errorResult(m.Error.Error())
 		}

@@ -234,7 +234,7 @@ func TestValidateMatchesReference(t *testing.T) {
 									if err != nil {
 										t.Fatal(err)
 									}
-									got := vp.validate(ctx, in, a, param, ns, mastersOnly, budget)
+									got := vp.validate(ctx, in, a, param, budget)
 									if !reflect.DeepEqual(clean(got), clean(want)) {
 										t.Errorf("%s:\n got %+v\nwant %+v", name, clean(got), clean(want))
 									}
@@ -320,7 +320,7 @@ func TestIntegersAreCELInts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := vp.validate(context.Background(), in, a, nil, nil, mastersOnly, celenv.RuntimeBudget)
+		res := vp.validate(context.Background(), in, a, nil, celenv.RuntimeBudget)
 		var denials []string
 		for _, d := range res.Decisions {
 			if d.Action == actionDeny {

@@ -204,7 +204,6 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 			return v.configError(fmt.Errorf("failed to configure binding: %w", err)), true, nil
 		}
 	}
-	ns := v.req.namespace()
 	in, err := v.req.celInput()
 	if err != nil {
 		return v.configError(err), true, nil
@@ -212,7 +211,7 @@ func (v *validatingInvocation) check(ctx context.Context, req *admissionv1.Admit
 	var failures []validationFailure
 	var annotations map[string]string // allocated by the first annotation
 	for _, param := range params {
-		res := p.validate(ctx, in, a, param, ns, v.req.authz, celenv.RuntimeBudget)
+		res := p.validate(ctx, in, a, param, celenv.RuntimeBudget)
 		if ctx.Err() != nil {
 			return policy.Decision{}, false, ctx.Err()
 		}
