@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,10 +22,6 @@ import (
 // context values naming the route, and a cancellable context (the
 // request's ends when the handler returns).
 
-// getFilter is the (empty) path-parameter filter of the get route: every
-// query parameter fills the request.
-var getFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
-
 // serveLocalGet serves the GET that rewrite turned r into with srv.Get,
 // writing as mux (the local mux, newGatewayMux) would. A request whose
 // serving the mux would change otherwise than by its route (a
@@ -37,7 +32,7 @@ func serveLocalGet(w http.ResponseWriter, r *http.Request, mux *runtime.ServeMux
 		return
 	}
 	req := new(apiv1.GetRequest)
-	if err := (queryParser{}).Parse(req, r.Form, getFilter); err != nil {
+	if err := (queryParser{}).Parse(req, r.Form, routeFilter); err != nil {
 		// As the route answers a query it cannot parse.
 		runtime.HTTPError(r.Context(), mux, rawMarshaler{}, w, r, status.Errorf(codes.InvalidArgument, "%v", err))
 		return

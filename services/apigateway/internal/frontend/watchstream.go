@@ -41,9 +41,9 @@ import (
 // sent by the goroutine its wake-up starts, through the same watchStream
 // and the same writes; the response ends with the watch.
 
-// watchFilter is the (empty) path-parameter filter of the watch route: every
-// query parameter fills the request.
-var watchFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
+// routeFilter is the (empty) path-parameter filter of the get and watch
+// routes: every query parameter fills the request.
+var routeFilter = &utilities.DoubleArray{Encoding: map[string]int{}}
 
 // serveLocalWatch serves the watch that rewrite turned r into with
 // srv.Watch. w is the response writer of a streamed response
@@ -82,7 +82,7 @@ func (s *watchStream) ended(err error) {
 // 400 and returns nil.
 func parseWatchRequest(w http.ResponseWriter, r *http.Request) *apiv1.WatchRequest {
 	req := new(apiv1.WatchRequest)
-	if err := (queryParser{}).Parse(req, r.Form, watchFilter); err != nil {
+	if err := (queryParser{}).Parse(req, r.Form, routeFilter); err != nil {
 		// As grpc-gateway answers a query it cannot parse (errorHandler).
 		writeStatus(w, apistatus.FromGRPC(status.New(codes.InvalidArgument, err.Error())))
 		return nil

@@ -116,7 +116,7 @@ func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.Watch
 	if park := watchpark.From(ctx); park != nil {
 		resume := r.resume
 		r.park = park
-		r.tryPark = func(p watchfanoutclient.Parker) bool { return park.Park(p, resume) }
+		r.tryPark = func(p watchpark.Parker) bool { return park.Park(p, resume) }
 	}
 	r.ws = s.openRelay(ctx, w, req, enc)
 	return r.run()
@@ -134,7 +134,7 @@ type relay struct {
 	// park and tryPark are set when the watch may park: tryPark parks
 	// it (watchfanoutclient.Watch.RecvOrPark), to go on in resume.
 	park    *watchpark.Handoff
-	tryPark func(watchfanoutclient.Parker) bool
+	tryPark func(watchpark.Parker) bool
 	sent    bool // watchinit.Sent was called
 }
 

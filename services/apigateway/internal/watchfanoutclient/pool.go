@@ -22,6 +22,7 @@ import (
 
 	"github.com/meridian-cp/meridian/lib/watchmux"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 )
 
 // Pool is a set of replica connections. It is safe for concurrent use.
@@ -281,13 +282,13 @@ func (p *primed[T]) Recv() (*T, error) {
 }
 
 // Park parks the reader on the stream once its first message was
-// delivered (Parker); false when the stream cannot park, or may have
+// delivered (watchpark.Parker); false when the stream cannot park, or may have
 // something now.
 func (p *primed[T]) Park(wake func()) bool {
 	if !p.done {
 		return false
 	}
-	pk, ok := p.ServerStreamingClient.(Parker)
+	pk, ok := p.ServerStreamingClient.(watchpark.Parker)
 	return ok && pk.Park(wake)
 }
 

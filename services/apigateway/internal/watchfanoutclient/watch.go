@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/negotiation"
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
 )
 
 // ErrNoReplica: no replica can serve the watch from where it is (each was
@@ -187,26 +188,17 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 }
 
 // RecvOrPark is Recv, except where Recv would wait for the replica's next
-// message on a stream whose reader can park (watchmux's, a Parker): there
+// message on a stream whose reader can park (watchmux's, a watchpark.Parker): there
 // it calls park with the stream, and when park reports true (it left a
 // wake-up with the stream's Park), RecvOrPark returns parked at once; the
 // caller calls it again once woken. RecvOrPark waits as Recv does on a
 // stream that cannot park (a Watch stream of its own) and while it opens
 // the watch on a replica.
-func (w *Watch) RecvOrPark(park func(Parker) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
+func (w *Watch) RecvOrPark(park func(watchpark.Parker) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
 	return w.recv(park)
 }
 
-// Parker is a stream whose reader can park rather than wait in Recv:
-// Park arranges for wake to be called, once, when Recv has something to
-// return, and reports false, keeping no wake-up, when it has something
-// now. wake is called on the stream's receiver (or as the context ends)
-// and must not block.
-type Parker interface {
-	Park(wake func()) bool
-}
-
-func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, error) {
+func (w *Watch) recv(park func(watchpark.Parker) bool) (*watchv1.WatchResponse, bool, error) {
 	for {
 		if w.ended {
 			return nil, false, io.EOF
@@ -230,7 +222,7 @@ func (w *Watch) recv(park func(Parker) bool) (*watchv1.WatchResponse, bool, erro
 			}
 		}
 		if park != nil {
-			if p, ok := w.stream.(Parker); ok && park(p) {
+			if p, ok := w.stream.(watchpark.Parker); ok && park(p) {
 				return nil, true, nil
 			}
 		}
