@@ -100,7 +100,7 @@ func burstLimit(base, now, bound, limit int64) int64 {
 	if bound > (math.MaxInt64-held)/2 {
 		return limit
 	}
-	return min(max(held+bound, now)+bound/headroomDivisor, limit)
+	return min(held+bound+bound/headroomDivisor, limit)
 }
 
 // held is the memory the process holds from Go's runtime, as its memory

@@ -84,11 +84,7 @@ func negotiateBare(accept string, opts Options) (MediaType, bool) {
 		if first != served {
 			continue
 		}
-		accepted := opts.AcceptParams
-		if accepted == nil {
-			accepted = plainParams
-		}
-		return MediaType{Type: served}, accepted(served, nil)
+		return MediaType{Type: served}, opts.acceptParams()(served, nil)
 	}
 	return MediaType{}, false
 }
@@ -119,14 +115,11 @@ func negotiate(accept string, opts Options) (mt MediaType, ok bool) {
 		ranges = append(ranges, rangeEntry{typ: typ, params: params, q: q, index: i})
 	}
 	sort.SliceStable(ranges, func(a, b int) bool { return ranges[a].q > ranges[b].q })
+	accepted := opts.acceptParams()
 	for _, r := range ranges {
 		for _, served := range opts.Types {
 			if !matches(r.typ, served) {
 				continue
-			}
-			accepted := opts.AcceptParams
-			if accepted == nil {
-				accepted = plainParams
 			}
 			if !accepted(served, r.params) {
 				continue
@@ -145,6 +138,14 @@ func matches(rangeType, served string) bool {
 		return strings.HasPrefix(served, strings.TrimSuffix(rangeType, "*"))
 	}
 	return false
+}
+
+// acceptParams is o.AcceptParams, or plainParams when it is nil.
+func (o Options) acceptParams() func(mediaType string, params map[string]string) bool {
+	if o.AcceptParams == nil {
+		return plainParams
+	}
+	return o.AcceptParams
 }
 
 func plainParams(_ string, params map[string]string) bool {
