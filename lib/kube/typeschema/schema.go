@@ -43,12 +43,14 @@ func NewBuilder(refPrefix string) *Builder {
 	return &Builder{defs: map[string]Schema{}, refPrefix: refPrefix}
 }
 
-// Defs are the definitions built so far, by name; the caller may add
-// extensions to them (x-kubernetes-group-version-kind).
+// Defs are the definitions built so far, by name.
 func (s *Builder) Defs() map[string]Schema { return s.defs }
 
-// RefPrefix is where the definitions' references point.
-func (s *Builder) RefPrefix() string { return s.refPrefix }
+// Def returns the definition ref (a reference Ref returned) points to; the
+// caller may add extensions to it (x-kubernetes-group-version-kind).
+func (s *Builder) Def(ref Schema) Schema {
+	return s.defs[strings.TrimPrefix(ref["$ref"].(string), s.refPrefix)]
+}
 
 // special are types whose JSON form is not their Go shape.
 var special = map[reflect.Type]Schema{

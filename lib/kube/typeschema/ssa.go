@@ -45,10 +45,9 @@ func SSASchemas(reg *registry.Registry) (map[string]*spec.Schema, error) {
 	s.ssa = true
 	for _, gv := range reg.GroupVersions() {
 		for _, res := range reg.Resources(gv) {
-			ref := s.Ref(reflect.TypeOf(res.New()))
-			name := strings.TrimPrefix(ref["$ref"].(string), s.refPrefix)
-			gvks, _ := s.defs[name]["x-kubernetes-group-version-kind"].([]any)
-			s.defs[name]["x-kubernetes-group-version-kind"] = append(gvks, map[string]any{"group": gv.Group, "version": gv.Version, "kind": res.Kind})
+			def := s.Def(s.Ref(reflect.TypeOf(res.New())))
+			gvks, _ := def["x-kubernetes-group-version-kind"].([]any)
+			def["x-kubernetes-group-version-kind"] = append(gvks, map[string]any{"group": gv.Group, "version": gv.Version, "kind": res.Kind})
 		}
 	}
 	out := make(map[string]*spec.Schema, len(s.defs))

@@ -113,8 +113,7 @@ func build(reg *registry.Registry, gv k8sschema.GroupVersion, version string) ([
 			ref  schema
 			kind string
 		}{{objRef, res.Kind}, {listRef, res.ListKind}} {
-			name := strings.TrimPrefix(t.ref["$ref"].(string), s.RefPrefix())
-			s.Defs()[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
+			s.Def(t.ref)["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
 		}
 		prefix := "/" + gvPath(gv)
 		collection := prefix + "/" + res.GVR.Resource

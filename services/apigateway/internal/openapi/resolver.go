@@ -23,9 +23,10 @@ var ErrSchemaNotFound = errors.New("openapi: schema not found")
 // resolver.SchemaResolver): a built-in kind's from its Go type (the
 // server-side apply definitions, typeschema.SSASchemas, which carry the
 // list and map markers that CEL's list equality follows), a custom
-// resource's from its CRD version's schema (crdschema.OpenAPIV3). Safe for concurrent use; built-in kinds' schemas
-// are resolved once and kept, custom kinds' are resolved at each call, so
-// that a changed CRD is seen at once.
+// resource's from its CRD version's schema (crdschema.OpenAPIV3). Safe
+// for concurrent use; built-in kinds' schemas are resolved once and kept,
+// custom kinds' are resolved at each call, so that a changed CRD is seen
+// at once.
 type SchemaResolver struct {
 	reg *registry.Registry
 

@@ -62,8 +62,7 @@ func NewV2(reg *registry.Registry, version string) (*V2, error) {
 				ref  schema
 				kind string
 			}{{objRef, res.Kind}, {listRef, res.ListKind}} {
-				name := t.ref["$ref"].(string)[len(s.RefPrefix()):]
-				s.Defs()[name]["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
+				s.Def(t.ref)["x-kubernetes-group-version-kind"] = []map[string]string{{"group": gv.Group, "version": gv.Version, "kind": t.kind}}
 			}
 			gvk := map[string]string{"group": gv.Group, "version": gv.Version, "kind": res.Kind}
 			prefix := "/" + gvPath(gv)

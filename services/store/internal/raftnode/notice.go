@@ -26,9 +26,8 @@ import (
 // So along with each nudge the leader sends each other member of the
 // configuration a commit notice on its own connection (a lone commit's
 // notices the leader's FSM starts itself, nudgingFSM.ApplyBatch, before
-// the nudger's goroutine runs): an AppendEntries
-// whose LeaderCommitIndex is the commit index, in the leader's current
-// term. To a follower whose replication is idle (it has every entry sent
+// the nudger's goroutine runs): an AppendEntries whose LeaderCommitIndex
+// is the commit index, in the leader's current term. To a follower whose replication is idle (it has every entry sent
 // to it), or whose request in flight carries the committed entry, the
 // notice carries no entries and its previous entry is the commit index
 // itself: the follower writes nothing to its log before applying. When
