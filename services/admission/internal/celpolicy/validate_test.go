@@ -140,8 +140,18 @@ func TestValidateMatchesReference(t *testing.T) {
 			{Expression: "params == null || !(object.metadata.name in params.data)"},
 		}},
 		"audit-annotations": {
-			validations: []admissionregistrationv1.Validation{{Expression: "true"}},
+			// dyn() reads past the declared namespace type, so these see
+			// whether namespaceObject is the trimmed copy (validations,
+			// messages) or the namespace as stored (audit annotations),
+			// through a variable as well.
+			variables: []admissionregistrationv1.Variable{{Name: "nsFields", Expression: "namespaceObject == null ? -1 : dyn(namespaceObject.metadata).?managedFields.orValue([]).size()"}},
+			validations: []admissionregistrationv1.Validation{
+				{Expression: "true"},
+				{Expression: "variables.nsFields < 1", MessageExpression: "'fields ' + string(dyn(namespaceObject.metadata).?managedFields.orValue([]).size())"},
+			},
 			annotations: []admissionregistrationv1.AuditAnnotation{
+				{Key: "nsdyn", ValueExpression: "namespaceObject == null ? 'none' : string(dyn(namespaceObject.metadata).?managedFields.orValue([]).size())"},
+				{Key: "nsvar", ValueExpression: "string(variables.nsFields)"},
 				{Key: "name", ValueExpression: "' ' + object.metadata.name + ' '"},
 				{Key: "empty", ValueExpression: "'   '"},
 				{Key: "null", ValueExpression: "null"},
