@@ -78,8 +78,10 @@ func New(wc watchv1.WatchServiceClient, opts Options) *Mux {
 }
 
 // Watch opens a watch. The returned stream is read by one goroutine; it
-// ends when ctx ends (Recv returns ctx's error) or the watch ends. Errors
-// opening a WatchMany stream are returned here, as Watch would.
+// ends when ctx ends (Recv returns ctx's error), the watch ends, or its
+// reader closes it (Close). ctx's deadline is not sent to watchfanout:
+// only its end counts. Errors opening a WatchMany stream are returned
+// here, as Watch would.
 func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
@@ -88,7 +90,7 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	if err != nil {
 		return nil, err
 	}
-	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer, ready: make(chan struct{}, 1), failed: make(chan struct{})}
+	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer}
 	// Registered before the open is sent, so no message can miss it.
 	w.stopCtx = context.AfterFunc(ctx, func() {
 		s.cancel(id)
@@ -279,8 +281,10 @@ type watchStream struct {
 	// at most the window, the one message a watch may send over it as it
 	// ends, and the end. The array grows with what waits and is dropped
 	// once drained when it grew past keptQueue, so an idle watch holds
-	// (almost) none; ready has a token once a message was queued since
-	// the reader last looked.
+	// (almost) none. ready, made when the reader is about to wait in
+	// Recv and dropped when it parks (a parked reader is woken by wake
+	// instead), has a token once a message was queued, or the watch
+	// failed, since the reader last looked.
 	qmu    sync.Mutex
 	queued []*watchv1.WatchManyResponse
 	head   int
@@ -288,10 +292,9 @@ type watchStream struct {
 	// wake, set by Park, is called once by the next push, fail or end of
 	// the context, in place of a reader waiting in Recv.
 	wake func()
-
-	failOnce sync.Once
-	failed   chan struct{} // closed by fail; failErr is set before
-	failErr  error
+	// failErr, set once by fail, ends the watch ahead of any queued
+	// message.
+	failErr error
 
 	// Read by the reader only.
 	endErr error
@@ -312,16 +315,10 @@ func (w *watchStream) push(msg *watchv1.WatchManyResponse) bool {
 		return false
 	}
 	w.queued = append(w.queued, msg)
-	wake := w.wake
+	wake, ready := w.wake, w.ready
 	w.wake = nil
 	w.qmu.Unlock()
-	select {
-	case w.ready <- struct{}{}:
-	default: // the reader has a token already
-	}
-	if wake != nil {
-		wake()
-	}
+	signal(wake, ready)
 	return true
 }
 
@@ -337,18 +334,14 @@ func (w *watchStream) Park(wake func()) bool {
 	}
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	if w.head < len(w.queued) || w.ctx.Err() != nil {
+	if w.head < len(w.queued) || w.failErr != nil || w.ctx.Err() != nil {
 		return false
 	}
-	select {
-	case <-w.failed:
-		return false
-	default:
-	}
-	// fail closes failed before it looks for a wake-up, and the context's
+	// push and fail look for a wake-up under qmu, and the context's
 	// AfterFunc runs after ctx.Err is set: either saw no wake-up only if
 	// it had happened by the checks above.
 	w.wake = wake
+	w.ready = nil
 	return true
 }
 
@@ -363,12 +356,33 @@ func (w *watchStream) wakeUp() {
 	}
 }
 
-// pop returns the next queued message, or nil.
-func (w *watchStream) pop() *watchv1.WatchManyResponse {
+// signal tells the reader something came: wake, the wake-up a parked
+// reader left, or a token in ready (if any) for one that may wait in
+// Recv; both as they were under qmu.
+func signal(wake func(), ready chan struct{}) {
+	if wake != nil {
+		wake()
+		return
+	}
+	select {
+	case ready <- struct{}{}:
+	default: // the reader has a token already, or waits for none
+	}
+}
+
+// pop returns the error the watch failed with, or else the next queued
+// message, or else the channel to wait on for either.
+func (w *watchStream) pop() (*watchv1.WatchManyResponse, chan struct{}, error) {
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
+	if w.failErr != nil {
+		return nil, nil, w.failErr
+	}
 	if w.head == len(w.queued) {
-		return nil
+		if w.ready == nil {
+			w.ready = make(chan struct{}, 1)
+		}
+		return nil, w.ready, nil
 	}
 	msg := w.queued[w.head]
 	w.queued[w.head] = nil
@@ -381,16 +395,19 @@ func (w *watchStream) pop() *watchv1.WatchManyResponse {
 			w.queued = w.queued[:0]
 		}
 	}
-	return msg
+	return msg, nil, nil
 }
 
 // fail ends the watch with err, ahead of any queued messages.
 func (w *watchStream) fail(err error) {
-	w.failOnce.Do(func() {
+	w.qmu.Lock()
+	if w.failErr == nil {
 		w.failErr = err
-		close(w.failed)
-	})
-	w.wakeUp()
+	}
+	wake, ready := w.wake, w.ready
+	w.wake = nil
+	w.qmu.Unlock()
+	signal(wake, ready)
 }
 
 // Recv returns the watch's next message, io.EOF after a normal end, or
@@ -400,18 +417,15 @@ func (w *watchStream) Recv() (*watchv1.WatchResponse, error) {
 		return nil, w.endErr
 	}
 	for {
-		select {
-		case <-w.failed:
-			return w.end(w.failErr)
-		default:
+		msg, ready, err := w.pop()
+		if err != nil {
+			return w.end(err)
 		}
-		if msg := w.pop(); msg != nil {
+		if msg != nil {
 			return w.deliver(msg)
 		}
 		select {
-		case <-w.ready:
-		case <-w.failed:
-			return w.end(w.failErr)
+		case <-ready:
 		case <-w.ctx.Done():
 			return w.end(status.FromContextError(w.ctx.Err()).Err())
 		}
@@ -463,6 +477,21 @@ func (w *watchStream) end(err error) (*watchv1.WatchResponse, error) {
 	}
 	return nil, err
 }
+
+// Close ends the watch for its reader, as the end of its context would:
+// watchfanout is told to end it and its remaining messages are dropped.
+// A reader that closes the stream reads it no more. Close spares a
+// caller that must end the watch before its context ends a context of
+// the watch's own.
+func (w *watchStream) Close() {
+	if w.stopCtx() {
+		w.s.cancel(w.id)
+	}
+	w.ended, w.endErr = true, errClosed
+}
+
+// errClosed is what Recv returns after Close.
+var errClosed = status.Error(codes.Canceled, "watchmux: the watch was closed")
 
 // RecvMsg is Recv into m, a *watchv1.WatchResponse.
 func (w *watchStream) RecvMsg(m any) error {

@@ -243,8 +243,7 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if ho.Parked() {
 			// The watch goes on: its request is done with at its end.
-			ctx, rec, labels, rt, ev, rl, id, info := r.Context(), rec, labels, rt, ev, rl, id, info
-			ho.Defer(func() { h.done(ctx, rec, labels, rt, ev, rl, id, &info, start) })
+			h.deferDone(r.Context(), ho, rec, labels, rt, ev, rl, id, &info, start)
 			return
 		}
 		h.done(r.Context(), rec, labels, rt, ev, rl, id, &info, start)
@@ -253,7 +252,8 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // done is what every request ends with: its audit event completed, its
-// metrics, its status on the trace, its log line.
+// metrics, its status on the trace, its log line. info is read only for
+// the log line (rl not nil).
 func (h *Handler) done(ctx context.Context, rec *recorder, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
 	ev.Complete(rec.code())
 	h.metrics.observe(labels, rt, rec.code(), time.Since(start), rec.written)
@@ -261,6 +261,19 @@ func (h *Handler) done(ctx context.Context, rec *recorder, labels requestLabels,
 	if rl != nil {
 		h.logRequest(ctx, rl, id, labels.verb, *info, rec.code(), time.Since(start))
 	}
+}
+
+// deferDone has a parked watch's request done with (done) at the watch's
+// end. What the deferred call keeps is what done reads: the request's
+// path parts (info) only when its log line is written (rl), as no other
+// part of done reads them.
+func (h *Handler) deferDone(ctx context.Context, ho *watchpark.Handoff, rec *recorder, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
+	var kept *requestinfo.Info
+	if rl != nil {
+		c := *info
+		kept = &c
+	}
+	ho.Defer(func() { h.done(ctx, rec, labels, rt, ev, rl, id, kept, start) })
 }
 
 // handoff returns a Handoff for a watch of the in-process ResourceService

@@ -59,7 +59,7 @@ func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceS
 	}
 	// The request's context ends when this handler returns, as a gRPC
 	// call's does when its handler returns.
-	s := &watchStream{w: w, rc: http.NewResponseController(w)}
+	s := &watchStream{w: w, rc: http.NewResponseController(w), done: r.Context().Done()}
 	s.ctx = grpc.NewContextWithServerTransportStream(r.Context(), (*watchTransport)(s))
 	err := srv.Watch(req, s)
 	if errors.Is(err, watchpark.ErrParked) {
@@ -115,6 +115,9 @@ type watchStream struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	ctx context.Context
+	// done is ctx's Done, looked up once: Send checks it for every
+	// message, where ctx.Err would walk the request's chain of contexts.
+	done <-chan struct{}
 
 	mu          sync.Mutex
 	header      metadata.MD
@@ -126,8 +129,10 @@ var _ apiv1.ResourceService_WatchServer = (*watchStream)(nil)
 // Send writes m's data to the response and flushes it; the first Send
 // writes the headers, with m's media type.
 func (s *watchStream) Send(m *httpbody.HttpBody) error {
-	if err := s.ctx.Err(); err != nil {
-		return err
+	select {
+	case <-s.done:
+		return s.ctx.Err()
+	default:
 	}
 	s.mu.Lock()
 	first := !s.wroteHeader

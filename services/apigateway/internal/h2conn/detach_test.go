@@ -1,8 +1,11 @@
 package h2conn
 
 import (
+	"context"
 	"net/http"
+	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -78,4 +81,58 @@ func TestDetach(t *testing.T) {
 		t.Errorf("stream 7: %d %s", h.StreamID, h.PseudoValue("status"))
 	}
 	(<-got).end(false)
+}
+
+// TestDetachDropsRequest: once its handler has returned, a detached
+// stream keeps no reference to its *http.Request (nor its URL and header
+// map): a parked watch costs its stream, not its request. The response
+// still writes and ends.
+func TestDetachDropsRequest(t *testing.T) {
+	type detached struct {
+		w   http.ResponseWriter
+		ctx context.Context
+		end func(bool)
+	}
+	got := make(chan detached, 1)
+	collected := make(chan struct{})
+	ts := newServer(t, &Server{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		runtime.AddCleanup(r, func(c chan struct{}) { close(c) }, collected)
+		got <- detached{w, r.Context(), w.(detacher).Detach()}
+	}))
+	c := dialRaw(t, ts)
+	c.headers(1, true)
+	d := <-got
+	deadline := time.Now().Add(10 * time.Second)
+	for done := false; !done; {
+		runtime.GC()
+		select {
+		case <-collected:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the request of a detached stream is still referenced after its handler returned")
+			}
+		}
+	}
+	if d.ctx.Err() != nil {
+		t.Fatal("the detached stream's context ended")
+	}
+	go func() {
+		_, _ = d.w.Write([]byte("after"))
+		d.end(false)
+	}()
+	var data string
+	c.until(func(f http2.Frame) bool {
+		df, ok := f.(*http2.DataFrame)
+		if ok && df.StreamID == 1 {
+			data += string(df.Data())
+			return df.StreamEnded()
+		}
+		return false
+	})
+	if data != "after" {
+		t.Errorf("got %q, want %q", data, "after")
+	}
 }

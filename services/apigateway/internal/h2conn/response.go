@@ -44,10 +44,10 @@ type response struct {
 // sent, as net/http's 4 KiB write buffer does.
 const firstSize = 4 << 10
 
-func (r *response) init(st *stream) {
+func (r *response) init(st *stream, req *http.Request) {
 	r.st = st
 	r.clen = -1
-	r.isHead = st.req.Method == http.MethodHead
+	r.isHead = req.Method == http.MethodHead
 }
 
 // Header is the response's header map.

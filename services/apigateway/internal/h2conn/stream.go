@@ -26,7 +26,11 @@ type stream struct {
 	// returns, the client resets the stream or the connection ends.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	req    *http.Request
+	// trailer is the request's Trailer map (nil when it declares none),
+	// filled by the request's trailers under bmu. The stream keeps no
+	// other reference to its request: the handler's goroutine holds it,
+	// so a detached response (Detach) does not keep it alive.
+	trailer http.Header
 
 	// Guarded by c.mu.
 	//
@@ -122,8 +126,8 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if f.Truncated {
 		handler = http.HandlerFunc(headersTooLarge)
 	}
-	st.req = req
-	st.resp.init(st)
+	st.trailer = req.Trailer
+	st.resp.init(st, req)
 
 	c.mu.Lock()
 	if c.closing {
@@ -140,7 +144,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		c.idle.Stop()
 	}
 	c.mu.Unlock()
-	go st.run(handler)
+	go st.run(handler, req)
 	return nil
 }
 
@@ -288,8 +292,8 @@ func (st *stream) setTrailers(fields []hpack.HeaderField) {
 	defer st.bmu.Unlock()
 	for _, hf := range fields {
 		k := canonicalKey(hf.Name)
-		if _, declared := st.req.Trailer[k]; declared {
-			st.req.Trailer[k] = append(st.req.Trailer[k], hf.Value)
+		if _, declared := st.trailer[k]; declared {
+			st.trailer[k] = append(st.trailer[k], hf.Value)
 		}
 	}
 }
@@ -297,7 +301,7 @@ func (st *stream) setTrailers(fields []hpack.HeaderField) {
 // run serves the request on the stream's goroutine and ends the stream,
 // unless the handler detached the response (Detach): then the function
 // Detach returned ends it.
-func (st *stream) run(h http.Handler) {
+func (st *stream) run(h http.Handler, req *http.Request) {
 	panicked := true
 	defer func() {
 		if !panicked && st.resp.detached {
@@ -314,7 +318,7 @@ func (st *stream) run(h http.Handler) {
 		if panicked {
 			p := recover()
 			if p != http.ErrAbortHandler {
-				st.c.log.Error("h2conn: handler panic", "remote", st.c.remoteAddr, "path", st.req.URL.Path, "panic", p, "stack", string(debug.Stack()))
+				st.c.log.Error("h2conn: handler panic", "remote", st.c.remoteAddr, "path", req.URL.Path, "panic", p, "stack", string(debug.Stack()))
 			}
 			st.c.resetStream(st.id, http2.ErrCodeInternal)
 		} else {
@@ -322,7 +326,7 @@ func (st *stream) run(h http.Handler) {
 		}
 		st.done()
 	}()
-	h.ServeHTTP(&st.resp, st.req)
+	h.ServeHTTP(&st.resp, req)
 	panicked = false
 }
 

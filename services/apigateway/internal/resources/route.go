@@ -175,7 +175,8 @@ func (r *relay) resume() {
 }
 
 // openRelay returns the watchfanout watch relayWatch relays, of req's
-// parameters in encoding enc, as the caller's user.
+// parameters in encoding enc, as the caller's user (ctx's, which the pool
+// sends along where a replica serves the watch on a stream of its own).
 func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding) *watchfanoutclient.Watch {
 	fieldSel := req.GetFieldSelector()
 	if name := req.GetRef().GetName(); name != "" {
@@ -185,7 +186,7 @@ func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchR
 		fieldSel += "metadata.name=" + name
 	}
 	resource := w.res.GVR.Resource
-	return s.cfg.Watchfanout.Watch(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.WatchRequest{
+	return s.cfg.Watchfanout.Watch(ctx, &watchv1.WatchRequest{
 		Resource:             cacheResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-cp/meridian/lib/identity"
 	"github.com/meridian-cp/meridian/lib/watchmux"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
@@ -128,9 +129,18 @@ type muxed struct {
 // Watch opens the watch on one of the replica's WatchMany streams, or as a
 // Watch stream of its own when the replica does not serve WatchMany. The
 // first message is received here to tell; the stream delivers it first.
+//
+// The stream ends when ctx does, or when its reader closes it (its Close
+// method, which every stream returned here has); ctx's deadline is not the
+// call's: the watch's request asks the replica for the time left in
+// timeout_seconds, so that the replica's own end comes after the deadline,
+// and a gRPC deadline would end the stream with the replica's
+// DEADLINE_EXCEEDED a moment before the context's. A watch on a WatchMany
+// stream costs no context of its own; one on a Watch stream of its own
+// carries the caller's identity (ctx's user) to the replica.
 func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
 	if time.Now().UnixNano() < m.noManyUntil.Load() {
-		return m.WatchServiceClient.Watch(ctx, in, opts...)
+		return m.ownWatch(ctx, in, opts...)
 	}
 	s, err := m.mux.Watch(ctx, in, opts...)
 	if err == nil {
@@ -138,13 +148,46 @@ func (m *muxed) Watch(ctx context.Context, in *watchv1.WatchRequest, opts ...grp
 		if status.Code(ferr) != codes.Unimplemented {
 			return &primed[watchv1.WatchResponse]{ServerStreamingClient: s, first: first, err: ferr}, nil
 		}
+		s.(closer).Close()
 		err = ferr
 	}
 	if status.Code(err) == codes.Unimplemented {
 		m.noManyUntil.Store(time.Now().Add(retryManyAfter).UnixNano())
-		return m.WatchServiceClient.Watch(ctx, in, opts...)
+		return m.ownWatch(ctx, in, opts...)
 	}
 	return nil, err
+}
+
+// ownWatch opens the watch as a Watch stream of its own, ended by ctx's
+// end or by its Close.
+func (m *muxed) ownWatch(ctx context.Context, in *watchv1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[watchv1.WatchResponse], error) {
+	u, _ := identity.UserFrom(ctx)
+	sctx, cancelStream := context.WithCancel(context.WithoutCancel(identity.AppendToOutgoing(ctx, u)))
+	unhook := context.AfterFunc(ctx, cancelStream)
+	s, err := m.WatchServiceClient.Watch(sctx, in, opts...)
+	if err != nil {
+		unhook()
+		cancelStream()
+		return nil, err
+	}
+	return &ownStream{ServerStreamingClient: s, unhook: unhook, cancel: cancelStream}, nil
+}
+
+// closer is a watch stream its reader can end before its context ends
+// (every stream muxed.Watch returns).
+type closer interface{ Close() }
+
+// ownStream is a Watch stream of its own, with its context's cancel.
+type ownStream struct {
+	grpc.ServerStreamingClient[watchv1.WatchResponse]
+	unhook func() bool
+	cancel context.CancelFunc
+}
+
+// Close ends the stream.
+func (o *ownStream) Close() {
+	o.unhook()
+	o.cancel()
 }
 
 // Client returns a client of watchfanout for one call. The call goes to the
@@ -217,7 +260,8 @@ func (f failover) StreamList(ctx context.Context, in *watchv1.StreamListRequest,
 }
 
 // openPrimed opens a server stream on each client in turn until one does
-// not answer UNAVAILABLE, at the call or with its first message.
+// not answer UNAVAILABLE, at the call or with its first message. A stream
+// that comes primed already (muxed.Watch's) is returned as it is.
 func openPrimed[T any](clients []watchv1.WatchServiceClient, open func(watchv1.WatchServiceClient) (grpc.ServerStreamingClient[T], error)) (grpc.ServerStreamingClient[T], error) {
 	var err error
 	for _, c := range clients {
@@ -228,9 +272,23 @@ func openPrimed[T any](clients []watchv1.WatchServiceClient, open func(watchv1.W
 			}
 			return nil, err
 		}
-		first, ferr := s.Recv()
+		var first *T
+		var ferr error
+		p, ok := s.(*primed[T])
+		if ok && !p.done {
+			first, ferr = p.first, p.err
+		} else {
+			ok = false
+			first, ferr = s.Recv()
+		}
+		if ok && (ferr == nil || !unavailable(ferr)) {
+			return p, nil
+		}
 		if ferr != nil && unavailable(ferr) {
 			err = ferr // the stream has ended
+			if c, ok := s.(closer); ok {
+				c.Close()
+			}
 			continue
 		}
 		return &primed[T]{ServerStreamingClient: s, first: first, err: ferr}, nil
@@ -276,7 +334,9 @@ type primed[T any] struct {
 func (p *primed[T]) Recv() (*T, error) {
 	if !p.done {
 		p.done = true
-		return p.first, p.err
+		first := p.first
+		p.first = nil // not kept for the stream's life
+		return first, p.err
 	}
 	return p.ServerStreamingClient.Recv()
 }
@@ -292,6 +352,13 @@ func (p *primed[T]) Park(wake func()) bool {
 	return ok && pk.Park(wake)
 }
 
+// Close ends the stream (closer), when the stream under it can be ended so.
+func (p *primed[T]) Close() {
+	if c, ok := p.ServerStreamingClient.(closer); ok {
+		c.Close()
+	}
+}
+
 // RecvMsg receives into m (a *T) the first message, then the stream's.
 func (p *primed[T]) RecvMsg(m any) error {
 	if !p.done {
@@ -301,6 +368,7 @@ func (p *primed[T]) RecvMsg(m any) error {
 		}
 		proto.Reset(m.(proto.Message))
 		proto.Merge(m.(proto.Message), any(p.first).(proto.Message))
+		p.first = nil
 		return nil
 	}
 	return p.ServerStreamingClient.RecvMsg(m)

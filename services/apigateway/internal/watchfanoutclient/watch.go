@@ -94,8 +94,7 @@ type Watch struct {
 	phase  phase
 	rv     string // in phase live: where the watch goes on from
 
-	stream  grpc.ServerStreamingClient[watchv1.WatchResponse]
-	cancel  context.CancelFunc // ends stream
+	stream  grpc.ServerStreamingClient[watchv1.WatchResponse] // a closer
 	replica int
 	got     bool   // stream delivered a batch
 	opened  bool   // a replica served the watch: the next open is a move
@@ -110,7 +109,8 @@ type Watch struct {
 
 // Watch returns a watch of req over the pool's replicas, opened at the
 // first Recv. ctx bounds the watch; its deadline is the watch's timeout
-// (req's timeout_seconds is replaced by the time left of it). onResume, if
+// (req's timeout_seconds is replaced by the time left of it), and its user
+// (lib/identity) is the caller a replica is told of. onResume, if
 // not nil, is called each time the watch moves to another replica.
 func (p *Pool) Watch(ctx context.Context, req *watchv1.WatchRequest, onResume func()) *Watch {
 	w := &Watch{pool: p, ctx: ctx, req: req, onResume: onResume, replica: -1, skip: make([]bool, len(p.conns))}
@@ -170,9 +170,9 @@ func (w *Watch) Close() {
 }
 
 func (w *Watch) closeStream() {
-	if w.cancel != nil {
-		w.cancel()
-		w.cancel, w.stream = nil, nil
+	if w.stream != nil {
+		w.stream.(closer).Close()
+		w.stream = nil
 	}
 }
 
@@ -295,17 +295,10 @@ func (w *Watch) open() error {
 		return ErrInitialEventsCut
 	}
 	req := w.request()
-	// The stream ends when the watch's context does, but carries no
-	// deadline: the replica is asked for the time left in
-	// timeout_seconds, so its own end comes after the watch's deadline,
-	// and a gRPC deadline would end the stream with the replica's
-	// DEADLINE_EXCEEDED a moment before the context's.
-	ctx, cancelStream := context.WithCancel(context.WithoutCancel(w.ctx))
-	unhook := context.AfterFunc(w.ctx, cancelStream)
-	cancel := func() { unhook(); cancelStream() }
-	s, i, err := w.pool.openWatch(ctx, req, w.skip)
+	// The stream ends when the watch's context does, or when closed
+	// (muxed.Watch: it carries the context's end, not its deadline).
+	s, i, err := w.pool.openWatch(w.ctx, req, w.skip)
 	if err != nil {
-		cancel()
 		w.Close()
 		switch status.Code(err) {
 		case codes.Unavailable, codes.Unimplemented, codes.ResourceExhausted:
@@ -316,7 +309,7 @@ func (w *Watch) open() error {
 	if w.opened && w.onResume != nil {
 		w.onResume()
 	}
-	w.stream, w.cancel, w.replica, w.opened, w.served, w.got = s, cancel, i, true, true, false
+	w.stream, w.replica, w.opened, w.served, w.got = s, i, true, true, false
 	return nil
 }
 

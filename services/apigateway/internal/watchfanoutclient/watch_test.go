@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/identity"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,6 +37,7 @@ type scriptedReplica struct {
 	mu     sync.Mutex
 	script script
 	reqs   []*watchv1.WatchRequest
+	users  []string // the caller each watch came from (lib/identity)
 }
 
 // Watch sends the empty first message (as watchfanout does once it has
@@ -42,6 +45,9 @@ type scriptedReplica struct {
 func (r *scriptedReplica) Watch(req *watchv1.WatchRequest, s grpc.ServerStreamingServer[watchv1.WatchResponse]) error {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, proto.Clone(req).(*watchv1.WatchRequest))
+	md, _ := metadata.FromIncomingContext(s.Context())
+	u, _ := identity.FromIncomingMetadata(md)
+	r.users = append(r.users, u.Name)
 	sc := r.script
 	r.mu.Unlock()
 	if err := s.Send(&watchv1.WatchResponse{}); err != nil {
@@ -530,5 +536,42 @@ func TestWatchNoReplicaAtAll(t *testing.T) {
 	}
 	if _, ok := w.ResumeFrom(); ok || w.Served() {
 		t.Fatal("a watch no replica took has a place to resume from")
+	}
+}
+
+// TestWatchOwnStreamCarriesUserAndCloses: a replica that serves no
+// WatchMany gets the watch on a Watch stream of its own, told of the
+// caller's user (the context's), and the watch's Close ends that stream
+// while the caller's context goes on.
+func TestWatchOwnStreamCarriesUserAndCloses(t *testing.T) {
+	a := &scriptedReplica{name: "a"}
+	ended := make(chan struct{})
+	a.set(func(ctx context.Context, req *watchv1.WatchRequest, send func([]byte, int) error) error {
+		if err := events(send, 11); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		close(ended)
+		return ctx.Err()
+	})
+	p := pool(t, a)
+	ctx := identity.WithUser(t.Context(), identity.User{Name: "alice", Groups: []string{"dev"}})
+	w := p.Watch(ctx, &watchv1.WatchRequest{ResourceVersion: "10"}, nil)
+	if got, want := recvAll(t, w, 1), frames(added("cm-11", 11)); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	w.Close()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the replica's stream")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller's context ended")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.users) != 1 || a.users[0] != "alice" {
+		t.Fatalf("the replica saw users %q, want [alice]", a.users)
 	}
 }
