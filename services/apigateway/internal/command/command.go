@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -43,6 +44,7 @@ type flags struct {
 	logLevel, logFormat                        string
 	requestLogLevel                            string
 	memory                                     memtrim.Options
+	pprof                                      string
 }
 
 // flagSet defines the flags on a new flag set that stores them in f and
@@ -78,6 +80,7 @@ func flagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.requestLogLevel, "request-log-level", "debug", "level of the one log line per API request (audit id, user, verb, resource, code, latency, flow schema): debug, info, warn or error; logged when --log-level lets it through")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	f.memory.AddFlags(fs)
+	fs.StringVar(&f.pprof, "pprof", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060), plain HTTP without authentication, for benchmarks; empty: off")
 	return fs
 }
 
@@ -134,6 +137,18 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if err := f.memory.Start(ctx, logger); err != nil {
 		return err
+	}
+	if f.pprof != "" {
+		// Profiles for benchmarks (docs/benchmarks.md); never on by default.
+		plis, err := daemon.Listen(ctx, "pprof", f.pprof)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		telemetry.RegisterProfiles(mux)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(plis) }()
+		defer srv.Close()
 	}
 
 	serving, err := pki.LoadServerTLS(f.certFile, f.keyFile, "", logger)

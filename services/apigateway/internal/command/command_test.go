@@ -1,12 +1,15 @@
 package command
 
 import (
+	"context"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-cp/meridian/lib/pki/pkitest"
 )
@@ -49,6 +52,54 @@ func TestAddressInUseNamesTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--%s at a taken address: %v; want it to say %q", tc.name, err, want)
 		}
+	}
+}
+
+// TestPprofServesProfiles: with --pprof the gateway serves Go's profiles
+// there over plain HTTP (the loadtest's --watch-pprof reads the heap and
+// goroutine profiles), from before it reaches the store; a taken --pprof
+// address fails at once naming the flag.
+func TestPprofServesProfiles(t *testing.T) {
+	files := servingFiles(t)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	// No store listens at 127.0.0.1:1: the gateway keeps trying while the
+	// profiles are read.
+	args := append([]string{"--pprof", addr, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store-address", "127.0.0.1:1"}, files...)
+	go func() { done <- Run(ctx, args, io.Discard) }()
+	var body []byte
+	var code int
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			continue
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code = resp.StatusCode
+		break
+	}
+	cancel()
+	<-done
+	if code != http.StatusOK || !strings.HasPrefix(string(body), "goroutine profile:") {
+		t.Fatalf("GET /debug/pprof/goroutine?debug=1 on --pprof: %d %.200q; want 200 and the goroutine profile", code, body)
+	}
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	args = append([]string{"--pprof", taken.Addr().String(), "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store-address", "127.0.0.1:1"}, files...)
+	want := "--pprof " + taken.Addr().String() + " is in use"
+	if err := Run(t.Context(), args, io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--pprof at a taken address: %v; want it to say %q", err, want)
 	}
 }
 
