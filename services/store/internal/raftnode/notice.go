@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -57,14 +58,15 @@ import (
 //
 // A lone commit's notices are written by the leader's FSM goroutine
 // itself (notify with inline), before it applies the commit, to every
-// follower whose notice cannot block it: one carrying no entries, on a
-// pipeline already open, with fewer than noticeInlineDepth notices
-// unanswered on it, none of them carrying entries — a few hundred bytes
-// at most, which the socket's buffer takes without waiting, and room in
-// the pipeline's queue of futures. Any other notice goes from a goroutine
-// of its own, as the nudger's do: starting one costs a wake-up of another
-// goroutine (on a loaded core, hundreds of microseconds) before the first
-// byte leaves, and the notices of a region's far members would leave last.
+// follower whose notice cannot block it: on a pipeline already open,
+// with fewer than noticeInlineDepth notices unanswered on it and, with
+// this one, at most noticeInlineBytes of them — room in the pipeline's
+// queue of futures, and bytes the socket's send buffer (at least 16 KiB)
+// takes without waiting. Followers whose replication is still in flight
+// (the far ones: the near ones' answers committed the entry) are written
+// first. Any other notice goes from a goroutine of its own, as the
+// nudger's do: starting one costs a wake-up of another goroutine (on a
+// loaded core, hundreds of microseconds) before the first byte leaves.
 
 // noticePipelineDepth is how many notices may be in flight to one
 // follower (the transport's MaxRPCsInFlight; raft's own replication does
@@ -96,8 +98,24 @@ type noticePeer struct {
 // noticeInlineDepth is how many notices may be unanswered on a pipeline
 // for the FSM goroutine to write the next one itself: below the capacity
 // of the pipeline's queue of futures (noticePipelineDepth-2), so that
-// AppendEntries never waits for room in it.
-const noticeInlineDepth = noticePipelineDepth / 2
+// AppendEntries never waits for room in it. noticeInlineBytes bounds the
+// estimated bytes of those notices with the next one (noticeSize): half
+// the smallest send buffer of a TCP socket (tcp_wmem's default 16 KiB),
+// for the kernel's overhead per write.
+const (
+	noticeInlineDepth = noticePipelineDepth / 2
+	noticeInlineBytes = 8 << 10
+)
+
+// noticeSize estimates the bytes of req on the wire: its entries' data
+// and a margin for the encoding and the header.
+func noticeSize(req *raft.AppendEntriesRequest) int32 {
+	n := 256
+	for _, e := range req.Entries {
+		n += 64 + len(e.Data) + len(e.Extensions)
+	}
+	return int32(n)
+}
 
 // noticePipe is the transport's pipeline to one follower, and the
 // goroutine that reads its answers.
@@ -106,14 +124,14 @@ type noticePipe struct {
 	done chan struct{}
 	once sync.Once
 	// unanswered counts the notices sent on it whose answers answers has
-	// not read yet, heavy those of them that carry entries.
-	unanswered, heavy atomic.Int32
+	// not read yet, bytes their estimated size (noticeSize).
+	unanswered, bytes atomic.Int32
 }
 
-// light reports whether a notice without entries may be written on p
+// fits reports whether a notice of size bytes may be written on p
 // without blocking (see noticeInlineDepth).
-func (p *noticePipe) light() bool {
-	return p.heavy.Load() == 0 && p.unanswered.Load() < noticeInlineDepth
+func (p *noticePipe) fits(size int32) bool {
+	return p.unanswered.Load() < noticeInlineDepth && p.bytes.Load()+size <= noticeInlineBytes
 }
 
 // close closes the pipeline and stops the goroutine reading its answers.
@@ -231,6 +249,16 @@ func (c *noticer) notify(term, commit uint64, inline bool) {
 		}
 	}
 	c.mu.Unlock()
+	// The followers whose replication is in flight first: the far ones.
+	if t, ok := n.trans.(*trackedTransport); ok {
+		idle := func(id raft.ServerID) int {
+			if _, busy := t.replicationTo(id); busy {
+				return 0
+			}
+			return 1
+		}
+		slices.SortStableFunc(now, func(a, b target) int { return idle(a.id) - idle(b.id) })
+	}
 	for _, t := range now {
 		for r := c.sendNext(t.id, t.p, true); r != noticesDone; r = c.sendNext(t.id, t.p, true) {
 			if r == noticeDeferred {
@@ -265,7 +293,7 @@ const (
 
 // sendNext sends p a notice of its newest wanted commit index, if that has
 // not been sent. The caller owns p.sending. With inline it writes the
-// notice only if that cannot block (no entries, noticePipe.light).
+// notice only if that cannot block (noticePipe.fits).
 func (c *noticer) sendNext(id raft.ServerID, p *noticePeer, inline bool) sendResult {
 	n := c.node
 	c.mu.Lock()
@@ -277,22 +305,31 @@ func (c *noticer) sendNext(id raft.ServerID, p *noticePeer, inline bool) sendRes
 	}
 	c.mu.Unlock()
 	last, ok := n.noticeTo(id, commit)
-	if inline && (!ok || last < commit || pipe == nil || !pipe.light()) {
+	if inline && (!ok || pipe == nil) {
 		return noticeDeferred
+	}
+	var req *raft.AppendEntriesRequest
+	if ok {
+		header := raft.RPCHeader{
+			ProtocolVersion: raft.ProtocolVersionMax,
+			ID:              []byte(n.id),
+			Addr:            n.trans.EncodePeer(raft.ServerID(n.id), n.trans.LocalAddr()),
+		}
+		req = n.noticeRequest(header, term, commit, last)
+	}
+	size := int32(0)
+	if req != nil {
+		size = noticeSize(req)
+		if inline && !pipe.fits(size) {
+			return noticeDeferred
+		}
 	}
 	c.mu.Lock()
 	p.sent = commit
 	c.mu.Unlock()
-	if !ok {
-		return noticeSent // the barrier goes out at once
-	}
-	header := raft.RPCHeader{
-		ProtocolVersion: raft.ProtocolVersionMax,
-		ID:              []byte(n.id),
-		Addr:            n.trans.EncodePeer(raft.ServerID(n.id), n.trans.LocalAddr()),
-	}
-	req := n.noticeRequest(header, term, commit, last)
 	if req == nil {
+		// No tracked transport, or the entries cannot be read or are too
+		// many: the barrier tells the follower.
 		return noticeSent
 	}
 	if pipe == nil {
@@ -302,9 +339,7 @@ func (c *noticer) sendNext(id raft.ServerID, p *noticePeer, inline bool) sendRes
 		}
 	}
 	pipe.unanswered.Add(1)
-	if len(req.Entries) > 0 {
-		pipe.heavy.Add(1)
-	}
+	pipe.bytes.Add(size)
 	if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
 		c.dropPipe(p, pipe)
 	}
@@ -340,9 +375,7 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 			return
 		case f := <-pipe.Consumer():
 			pipe.unanswered.Add(-1)
-			if len(f.Request().Entries) > 0 {
-				pipe.heavy.Add(-1)
-			}
+			pipe.bytes.Add(-noticeSize(f.Request()))
 			if f.Error() != nil {
 				c.dropPipe(p, pipe)
 				return

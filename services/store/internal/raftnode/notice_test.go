@@ -214,8 +214,8 @@ func TestLoneCommitNoticeWrittenInline(t *testing.T) {
 // TestInlineNoticeDeferred: notify with inline writes nothing itself
 // that could block its caller (the leader's FSM goroutine, which would
 // stop applying): with noticeInlineDepth notices unanswered on the
-// follower's pipeline, or one carrying entries (whose bytes may fill the
-// socket's buffer), the notice is left to a goroutine, which sends it.
+// follower's pipeline, or noticeInlineBytes (which may fill the socket's
+// buffer), the notice is left to a goroutine, which sends it.
 func TestInlineNoticeDeferred(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -235,7 +235,7 @@ func TestInlineNoticeDeferred(t *testing.T) {
 		add  int32
 	}{
 		{"pipeline full", &pipe.unanswered, noticeInlineDepth},
-		{"a notice with entries unanswered", &pipe.heavy, 1},
+		{"bytes unanswered", &pipe.bytes, noticeInlineBytes},
 	} {
 		tc.n.Add(tc.add) // as if those were unanswered
 		index := barrier(t, leader)
