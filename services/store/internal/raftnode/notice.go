@@ -2,9 +2,7 @@ package raftnode
 
 import (
 	"context"
-	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -55,18 +53,6 @@ import (
 // answers: one per nudge, up to noticePipelineDepth in flight. Notices go
 // out with the nudges, once per pause in the writes: a steady stream of
 // writes sends none.
-//
-// A lone commit's notices are written by the leader's FSM goroutine
-// itself (notify with inline), before it applies the commit, to every
-// follower whose notice cannot block it: on a pipeline already open,
-// with fewer than noticeInlineDepth notices unanswered on it and, with
-// this one, at most noticeInlineBytes of them — room in the pipeline's
-// queue of futures, and bytes the socket's send buffer (at least 16 KiB)
-// takes without waiting. Followers whose replication is still in flight
-// (the far ones: the near ones' answers committed the entry) are written
-// first. Any other notice goes from a goroutine of its own, as the
-// nudger's do: starting one costs a wake-up of another goroutine (on a
-// loaded core, hundreds of microseconds) before the first byte leaves.
 
 // noticePipelineDepth is how many notices may be in flight to one
 // follower (the transport's MaxRPCsInFlight; raft's own replication does
@@ -95,43 +81,12 @@ type noticePeer struct {
 	pipe *noticePipe
 }
 
-// noticeInlineDepth is how many notices may be unanswered on a pipeline
-// for the FSM goroutine to write the next one itself: below the capacity
-// of the pipeline's queue of futures (noticePipelineDepth-2), so that
-// AppendEntries never waits for room in it. noticeInlineBytes bounds the
-// estimated bytes of those notices with the next one (noticeSize): half
-// the smallest send buffer of a TCP socket (tcp_wmem's default 16 KiB),
-// for the kernel's overhead per write.
-const (
-	noticeInlineDepth = noticePipelineDepth / 2
-	noticeInlineBytes = 8 << 10
-)
-
-// noticeSize estimates the bytes of req on the wire: its entries' data
-// and a margin for the encoding and the header.
-func noticeSize(req *raft.AppendEntriesRequest) int32 {
-	n := 256
-	for _, e := range req.Entries {
-		n += 64 + len(e.Data) + len(e.Extensions)
-	}
-	return int32(n)
-}
-
 // noticePipe is the transport's pipeline to one follower, and the
 // goroutine that reads its answers.
 type noticePipe struct {
 	raft.AppendPipeline
 	done chan struct{}
 	once sync.Once
-	// unanswered counts the notices sent on it whose answers answers has
-	// not read yet, bytes their estimated size (noticeSize).
-	unanswered, bytes atomic.Int32
-}
-
-// fits reports whether a notice of size bytes may be written on p
-// without blocking (see noticeInlineDepth).
-func (p *noticePipe) fits(size int32) bool {
-	return p.unanswered.Load() < noticeInlineDepth && p.bytes.Load()+size <= noticeInlineBytes
 }
 
 // close closes the pipeline and stops the goroutine reading its answers.
@@ -201,11 +156,8 @@ func (n *Node) noticeRequest(header raft.RPCHeader, term, commit, last uint64) *
 
 // notify tells every other member of the configuration that commit is
 // committed in term, if this node still leads in term. It never blocks on
-// the network. With inline (the leader's FSM goroutine, for a lone
-// commit) it writes the notices that cannot block (noticePipe.light)
-// itself before it returns, the others from goroutines; without, all from
-// goroutines.
-func (c *noticer) notify(term, commit uint64, inline bool) {
+// the network.
+func (c *noticer) notify(term, commit uint64) {
 	n := c.node
 	if commit == 0 || !n.IsLeader() || n.raft.CurrentTerm() != term {
 		return
@@ -214,12 +166,8 @@ func (c *noticer) notify(term, commit uint64, inline bool) {
 	if f.Error() != nil {
 		return
 	}
-	type target struct {
-		id raft.ServerID
-		p  *noticePeer
-	}
-	var now []target
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.peers == nil {
 		c.peers = make(map[raft.ServerID]*noticePeer)
 	}
@@ -241,30 +189,7 @@ func (c *noticer) notify(term, commit uint64, inline bool) {
 		p.want, p.term = commit, term
 		if !p.sending {
 			p.sending = true
-			if inline && p.pipe != nil {
-				now = append(now, target{s.ID, p})
-			} else {
-				go c.send(s.ID, p)
-			}
-		}
-	}
-	c.mu.Unlock()
-	// The followers whose replication is in flight first: the far ones.
-	if t, ok := n.trans.(*trackedTransport); ok {
-		idle := func(id raft.ServerID) int {
-			if _, busy := t.replicationTo(id); busy {
-				return 0
-			}
-			return 1
-		}
-		slices.SortStableFunc(now, func(a, b target) int { return idle(a.id) - idle(b.id) })
-	}
-	for _, t := range now {
-		for r := c.sendNext(t.id, t.p, true); r != noticesDone; r = c.sendNext(t.id, t.p, true) {
-			if r == noticeDeferred {
-				go c.send(t.id, t.p)
-				break
-			}
+			go c.send(s.ID, p)
 		}
 	}
 }
@@ -273,77 +198,40 @@ func (c *noticer) notify(term, commit uint64, inline bool) {
 // or the node stops. A notice that fails or is refused is not sent again:
 // the nudge's barrier reaches the follower anyway.
 func (c *noticer) send(id raft.ServerID, p *noticePeer) {
-	for c.sendNext(id, p, false) != noticesDone {
-	}
-}
-
-// sendResult is what sendNext did.
-type sendResult int
-
-const (
-	// noticesDone: every wanted notice is sent (or the node stopped), and
-	// p.sending is cleared.
-	noticesDone sendResult = iota
-	// noticeSent: the newest wanted notice is sent, or will not be (it
-	// cannot be built, the pipeline failed); call again.
-	noticeSent
-	// noticeDeferred: inline, the notice could block; nothing was sent.
-	noticeDeferred
-)
-
-// sendNext sends p a notice of its newest wanted commit index, if that has
-// not been sent. The caller owns p.sending. With inline it writes the
-// notice only if that cannot block (noticePipe.fits).
-func (c *noticer) sendNext(id raft.ServerID, p *noticePeer, inline bool) sendResult {
 	n := c.node
-	c.mu.Lock()
-	commit, term, pipe := p.want, p.term, p.pipe
-	if commit == p.sent || c.ctx.Err() != nil {
-		p.sending = false
+	header := raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(n.id),
+		Addr:            n.trans.EncodePeer(raft.ServerID(n.id), n.trans.LocalAddr()),
+	}
+	for {
+		c.mu.Lock()
+		commit, term, pipe := p.want, p.term, p.pipe
+		if commit == p.sent || c.ctx.Err() != nil {
+			p.sending = false
+			c.mu.Unlock()
+			return
+		}
+		p.sent = commit
 		c.mu.Unlock()
-		return noticesDone
-	}
-	c.mu.Unlock()
-	last, ok := n.noticeTo(id, commit)
-	if inline && (!ok || pipe == nil) {
-		return noticeDeferred
-	}
-	var req *raft.AppendEntriesRequest
-	if ok {
-		header := raft.RPCHeader{
-			ProtocolVersion: raft.ProtocolVersionMax,
-			ID:              []byte(n.id),
-			Addr:            n.trans.EncodePeer(raft.ServerID(n.id), n.trans.LocalAddr()),
+		last, ok := n.noticeTo(id, commit)
+		if !ok {
+			continue // the barrier goes out at once
 		}
-		req = n.noticeRequest(header, term, commit, last)
-	}
-	size := int32(0)
-	if req != nil {
-		size = noticeSize(req)
-		if inline && !pipe.fits(size) {
-			return noticeDeferred
+		req := n.noticeRequest(header, term, commit, last)
+		if req == nil {
+			continue
+		}
+		if pipe == nil {
+			var err error
+			if pipe, err = c.openPipe(id, p); err != nil {
+				continue
+			}
+		}
+		if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
+			c.dropPipe(p, pipe)
 		}
 	}
-	c.mu.Lock()
-	p.sent = commit
-	c.mu.Unlock()
-	if req == nil {
-		// No tracked transport, or the entries cannot be read or are too
-		// many: the barrier tells the follower.
-		return noticeSent
-	}
-	if pipe == nil {
-		var err error
-		if pipe, err = c.openPipe(id, p); err != nil {
-			return noticeSent
-		}
-	}
-	pipe.unanswered.Add(1)
-	pipe.bytes.Add(size)
-	if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
-		c.dropPipe(p, pipe)
-	}
-	return noticeSent
 }
 
 // openPipe opens p's pipeline (past trackedTransport, whose pipeline raft
@@ -374,8 +262,6 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 		case <-pipe.done:
 			return
 		case f := <-pipe.Consumer():
-			pipe.unanswered.Add(-1)
-			pipe.bytes.Add(-noticeSize(f.Request()))
 			if f.Error() != nil {
 				c.dropPipe(p, pipe)
 				return

@@ -3,11 +3,9 @@ package raftnode
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
@@ -168,127 +166,6 @@ func TestNearFollowerNoticed(t *testing.T) {
 	for testutil.ToFloat64(leader.node.metrics.notices)-before < writes {
 		if ctx.Err() != nil {
 			t.Fatalf("the follower accepted %v commit notices for %d lone writes, want %d", testutil.ToFloat64(leader.node.metrics.notices)-before, writes, writes)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// TestLoneCommitNoticeWrittenInline: a lone commit's notice to a follower
-// whose pipeline is open and idle is written by the caller of notify with
-// inline (the leader's FSM goroutine) before notify returns, with no
-// goroutine left sending, and the follower accepts it.
-func TestLoneCommitNoticeWrittenInline(t *testing.T) {
-	const commits = 5
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	ms := cluster(t, 2, func(c *Config) { c.CommitTimeout = time.Minute })
-	leader, followers := leaderOf(t, ms)
-	id := raft.ServerID(followers[0].cfg.ID)
-	c := &leader.node.notices
-
-	// The first notice opens the pipeline, from a goroutine.
-	term := leader.node.raft.CurrentTerm()
-	c.notify(term, barrier(t, leader), true)
-	awaitIdle(ctx, t, c, id)
-	before := testutil.ToFloat64(leader.node.metrics.notices)
-	for i := range commits {
-		index := barrier(t, leader)
-		c.notify(term, index, true)
-		c.mu.Lock()
-		p := c.peers[id]
-		sending, sent := p.sending, p.sent
-		c.mu.Unlock()
-		if sending || sent != index {
-			t.Fatalf("commit %d (index %d): after notify(inline) returned, sending=%v and sent=%d: the notice was left to a goroutine, not written inline", i, index, sending, sent)
-		}
-		awaitIdle(ctx, t, c, id)
-	}
-	for testutil.ToFloat64(leader.node.metrics.notices)-before < commits {
-		if ctx.Err() != nil {
-			t.Fatalf("the follower accepted %v of %d inline notices", testutil.ToFloat64(leader.node.metrics.notices)-before, commits)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// TestInlineNoticeDeferred: notify with inline writes nothing itself
-// that could block its caller (the leader's FSM goroutine, which would
-// stop applying): with noticeInlineDepth notices unanswered on the
-// follower's pipeline, or noticeInlineBytes (which may fill the socket's
-// buffer), the notice is left to a goroutine, which sends it.
-func TestInlineNoticeDeferred(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	ms := cluster(t, 2, func(c *Config) { c.CommitTimeout = time.Minute })
-	leader, followers := leaderOf(t, ms)
-	id := raft.ServerID(followers[0].cfg.ID)
-	c := &leader.node.notices
-	term := leader.node.raft.CurrentTerm()
-	c.notify(term, barrier(t, leader), true)
-	awaitIdle(ctx, t, c, id)
-	c.mu.Lock()
-	pipe := c.peers[id].pipe
-	c.mu.Unlock()
-	for _, tc := range []struct {
-		name string
-		n    *atomic.Int32
-		add  int32
-	}{
-		{"pipeline full", &pipe.unanswered, noticeInlineDepth},
-		{"bytes unanswered", &pipe.bytes, noticeInlineBytes},
-	} {
-		tc.n.Add(tc.add) // as if those were unanswered
-		index := barrier(t, leader)
-		c.notify(term, index, true)
-		c.mu.Lock()
-		p := c.peers[id]
-		sending, sent := p.sending, p.sent
-		c.mu.Unlock()
-		if !sending && sent == index {
-			t.Fatalf("%s: notify(inline) wrote the notice for index %d itself", tc.name, index)
-		}
-		for {
-			c.mu.Lock()
-			sent = p.sent
-			c.mu.Unlock()
-			if sent == index {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: the notice for index %d was never sent", tc.name, index)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		tc.n.Add(-tc.add)
-		awaitIdle(ctx, t, c, id)
-	}
-}
-
-// barrier commits a barrier on leader (an entry no FSM sees, so that no
-// nudge or notice follows it) and returns its index.
-func barrier(t *testing.T, leader *member) uint64 {
-	t.Helper()
-	f := leader.node.raft.Barrier(10 * time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatal(err)
-	}
-	return f.(raft.IndexFuture).Index()
-}
-
-// awaitIdle waits until c's follower id has an open pipeline, no notice
-// being sent and none unanswered.
-func awaitIdle(ctx context.Context, t *testing.T, c *noticer, id raft.ServerID) {
-	t.Helper()
-	for {
-		c.mu.Lock()
-		p := c.peers[id]
-		idle := p != nil && !p.sending && p.pipe != nil && p.pipe.unanswered.Load() == 0
-		c.mu.Unlock()
-		if idle {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the notices to %s did not go idle", id)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -63,12 +63,12 @@ const (
 const nudgeTimeout = 100 * time.Millisecond
 
 // nudgingFSM is the FSM as raft drives it: on the leader, before it
-// applies a batch holding a command, it sends the commit notices of a
+// applies a batch holding a command, it starts the commit notices of a
 // lone commit itself (Node.noticeLoneCommit) and signals the nudger, so
 // that the notices leave as soon as raft hands the committed entries to
-// the FSM — before the leader applies them, not once the nudger's
-// goroutine, or a goroutine per follower, has been woken — and the
-// barrier follows.
+// the FSM — while the leader applies them, not once the nudger's
+// goroutine, and then the proposer, have been woken — and the barrier
+// follows.
 type nudgingFSM struct {
 	*fsm.FSM
 	nudges chan struct{} // the Node's
@@ -106,15 +106,14 @@ func (f *nudgingFSM) ApplyBatch(logs []*raft.Log) []any {
 // what the nudger would send for it next without a delay (needsNudge,
 // closeTogether), sent without waiting for the nudger's goroutine. An
 // entry that follows carries the news itself, and is noticed once
-// committed. The notices that cannot block are written here, by the FSM
-// goroutine, the others start here (noticer.notify with inline never
-// blocks on the network); the nudger's own notify for the same commit
-// then sends nothing more.
+// committed. The notices only start here (noticer.notify never blocks on
+// the network); the nudger's own notify for the same commit then sends
+// nothing more.
 func (n *Node) noticeLoneCommit(commit uint64) {
 	if n.raft.LastIndex() > commit {
 		return
 	}
-	n.notices.notify(n.raft.CurrentTerm(), commit, true)
+	n.notices.notify(n.raft.CurrentTerm(), commit)
 }
 
 func isCommand(l *raft.Log) bool { return l.Type == raft.LogCommand }
@@ -209,7 +208,7 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 		// Followers learn of the commit from the notice (notice.go),
 		// without a log write; the barrier tells those that could not
 		// accept it.
-		n.notices.notify(term, st.commit, false)
+		n.notices.notify(term, st.commit)
 		// The wait keeps one nudge in flight; a failure (leadership lost,
 		// shutdown) needs nothing: the next leader's own entries carry its
 		// commit index.
