@@ -9,7 +9,10 @@
 // every two minutes (docs/benchmarks.md, "Memory after load"). The idle
 // release collects once the allocation rate has fallen to an idle
 // process's and gives every free page back (debug.FreeOSMemory), so the
-// resident size returns to the live heap plus the binary.
+// resident size returns to the live heap plus the binary. The rate is
+// averaged over a sliding window (Options.IdleCheck) sampled checksPerWindow
+// times per window, so the release follows the end of a load by one
+// window, not up to two.
 package memtrim
 
 import (
@@ -27,7 +30,8 @@ import (
 
 // Defaults of Options' flags.
 const (
-	// DefaultIdleCheck is how often the process looks whether it is idle.
+	// DefaultIdleCheck is the window over which the process must have
+	// allocated under IdleAllocRate to count as idle.
 	DefaultIdleCheck = 10 * time.Second
 	// IdleAllocRate is the allocation rate (bytes per second, averaged
 	// over one check) under which the process counts as idle: an idle
@@ -37,6 +41,11 @@ const (
 	// MinRelease is the free, unreleased heap below which an idle
 	// process keeps it: a release costs a full collection.
 	MinRelease = 16 << 20
+	// checksPerWindow is how many times per IdleCheck window the process
+	// samples its allocations: a release comes at most IdleCheck divided
+	// by it after the window a load ended in. Each sample is one
+	// runtime/metrics read.
+	checksPerWindow = 5
 )
 
 // Options are the process-level memory settings.
@@ -45,15 +54,16 @@ type Options struct {
 	// Kubernetes quantity ("512Mi"); empty keeps GOMEMLIMIT's (none by
 	// default).
 	MemoryLimit string
-	// IdleCheck is how often the process checks whether it is idle and
-	// holds free heap it could return; 0 never returns it early.
+	// IdleCheck is the window over which the process must have allocated
+	// under IdleAllocRate to count as idle (checked checksPerWindow times
+	// per window) before it returns free heap; 0 never returns it early.
 	IdleCheck time.Duration
 }
 
 // AddFlags defines --memory-limit and --idle-memory-release on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "", "Go's soft memory limit (as GOMEMLIMIT), a quantity such as 512Mi: above it the process collects garbage more often; empty: GOMEMLIMIT's value, none by default")
-	fs.DurationVar(&o.IdleCheck, "idle-memory-release", DefaultIdleCheck, "how often to check whether the process is idle (allocating under 1 MiB/s) and holds more than 16 MiB of free heap, which it then returns to the operating system; 0: only the Go runtime's own scavenging")
+	fs.DurationVar(&o.IdleCheck, "idle-memory-release", DefaultIdleCheck, "return free heap to the operating system once the process has allocated under 1 MiB/s over this long (a sliding window, sampled 5 times per window) and holds more than 16 MiB it could return; 0: only the Go runtime's own scavenging")
 }
 
 // Limit parses MemoryLimit: the limit in bytes, or -1 when it is empty.
@@ -99,24 +109,26 @@ func release() {
 	debug.FreeOSMemory()
 }
 
-// releaseWhenIdle checks every period whether the process allocated
-// less than IdleAllocRate since the last check and holds at least
-// MinRelease of heap it could return: free pages not yet returned, and
-// objects beyond the live heap of the last collection (garbage the next
-// collection frees). Then it releases (release).
+// releaseWhenIdle samples the process's allocations checksPerWindow
+// times per window; when it allocated less than IdleAllocRate over the
+// last window (idleWindow) and holds at least MinRelease of heap it could
+// return (free pages not yet returned, and objects beyond the live heap
+// of the last collection: garbage the next collection frees), it
+// releases (release).
 // Heap the runtime cannot return (free slots in spans that still hold
 // live objects) is not counted, so an idle process releases once, not
 // at every check.
-func releaseWhenIdle(ctx context.Context, logger *slog.Logger, period time.Duration) {
+func releaseWhenIdle(ctx context.Context, logger *slog.Logger, window time.Duration) {
 	samples := []metrics.Sample{
 		{Name: "/gc/heap/allocs:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/gc/heap/live:bytes"},
 	}
+	idle := newIdleWindow(checksPerWindow, uint64(IdleAllocRate*window.Seconds()))
 	metrics.Read(samples)
-	last := samples[0].Value.Uint64()
-	t := time.NewTicker(period)
+	idle.add(samples[0].Value.Uint64())
+	t := time.NewTicker(window / checksPerWindow)
 	defer t.Stop()
 	for {
 		select {
@@ -125,16 +137,48 @@ func releaseWhenIdle(ctx context.Context, logger *slog.Logger, period time.Durat
 		case <-t.C:
 		}
 		metrics.Read(samples)
-		allocs := samples[0].Value.Uint64()
-		allocated := allocs - last
-		last = allocs
 		reclaimable := int64(samples[1].Value.Uint64()) + int64(samples[2].Value.Uint64()) - int64(samples[3].Value.Uint64())
-		if float64(allocated) >= IdleAllocRate*period.Seconds() || reclaimable < MinRelease {
+		if !idle.add(samples[0].Value.Uint64()) || reclaimable < MinRelease {
 			continue
 		}
 		release()
 		metrics.Read(samples)
-		last = samples[0].Value.Uint64()
+		idle.reset(samples[0].Value.Uint64())
 		logger.Debug("idle: returned free heap to the operating system", "reclaimable_bytes", reclaimable, "live_bytes", samples[3].Value.Uint64())
 	}
+}
+
+// idleWindow tells from samples of the cumulative bytes allocated, taken
+// at a fixed period, whether the last n periods allocated less than
+// limit together. Not safe for concurrent use.
+type idleWindow struct {
+	// ring holds the last n+1 samples; next is where the next one goes,
+	// filled how many are held.
+	ring         []uint64
+	next, filled int
+	limit        uint64
+}
+
+func newIdleWindow(n int, limit uint64) *idleWindow {
+	return &idleWindow{ring: make([]uint64, n+1), limit: limit}
+}
+
+// add records a sample and reports whether the window it ends is idle: a
+// full window of samples, over which less than limit was allocated.
+func (w *idleWindow) add(allocs uint64) bool {
+	w.ring[w.next] = allocs
+	w.next = (w.next + 1) % len(w.ring)
+	w.filled = min(w.filled+1, len(w.ring))
+	if w.filled < len(w.ring) {
+		return false
+	}
+	oldest := w.ring[w.next] // the slot the next sample overwrites
+	return allocs-oldest < w.limit
+}
+
+// reset forgets every sample but allocs: after a release, the next one
+// waits for a whole window of new samples.
+func (w *idleWindow) reset(allocs uint64) {
+	w.filled, w.next = 0, 0
+	w.add(allocs)
 }

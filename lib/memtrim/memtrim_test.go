@@ -99,3 +99,58 @@ func TestLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleWindow: the process counts as idle only once a whole window of
+// samples shows less than the limit allocated, so the first check after a
+// load ends waits for the load's last bytes to leave the window rather
+// than for a window of its own; one sample of a burst inside the window
+// makes it busy; a release starts the window over.
+func TestIdleWindow(t *testing.T) {
+	const limit = 1000
+	w := newIdleWindow(5, limit)
+	var allocs uint64
+	step := func(n uint64) bool { allocs += n; return w.add(allocs) }
+	for i := range 5 {
+		if step(10) {
+			t.Fatalf("idle after %d samples, before a whole window", i+1)
+		}
+	}
+	if !step(10) {
+		t.Fatal("a whole window of 10 bytes per sample is not idle")
+	}
+	// A load: busy while its bytes are in the window.
+	if step(5000) {
+		t.Fatal("idle in a window holding 5,000 bytes")
+	}
+	for i := range 4 {
+		if step(10) {
+			t.Fatalf("idle %d samples after the load, with the load still in the window", i+1)
+		}
+	}
+	if !step(10) {
+		t.Fatal("not idle a whole window after the load ended")
+	}
+	// Just under and at the limit over the window.
+	var idle bool
+	for range 5 {
+		idle = step(limit/5 - 1)
+	}
+	if !idle {
+		t.Fatal("not idle with less than the limit allocated over the window")
+	}
+	for range 5 {
+		idle = step(limit / 5)
+	}
+	if idle {
+		t.Fatal("idle with the limit allocated over the window")
+	}
+	w.reset(allocs)
+	for i := range 4 {
+		if step(0) {
+			t.Fatalf("idle %d samples after a reset", i+1)
+		}
+	}
+	if !step(0) {
+		t.Fatal("not idle a whole window after a reset")
+	}
+}

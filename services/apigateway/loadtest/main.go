@@ -93,6 +93,7 @@ func main() {
 		crdOps   = flag.String("crd-cpu-ops", "create,GET,LIST", "with --crd-cpu: the operations measured, comma-separated")
 		memory   = flag.String("memory", "", "measure only the RSS of these meridians (name=api-addr@pid,..., sharing --data-dir's certificates, one after the other) before, during and after issue 24's loads: --objects creates, GETs and LISTs at 8 clients for --duration each, --watch-latency watches (default 500) over --watch-conns connections for --duration, then --idle without clients")
 		idle     = flag.Duration("idle", 60*time.Second, "with --memory: how long to leave the server idle after the loads")
+		memPprof = flag.String("memory-pprof", "", "with --memory: the targets' --pprof addresses, name=host:port,...; each one's heap profile is saved as NAME-idle.pb.gz in the working directory right after the RSS reading that ends the idle wait, to account for its caches at that moment")
 		wPID     = flag.Int("watch-pid", 0, "with --watch-latency or --idle-watches: the server process, whose CPU per delivered event and RSS are reported")
 		idleW    = flag.Int("idle-watches", 0, "measure only idle watches: open this many JSON watches of an empty namespace (over --watch-conns HTTP/2 connections) and report the server's RSS growth per watch (--watch-pid)")
 		wPprof   = flag.String("watch-pprof", "", "with --idle-watches: the server's --pprof address (http://host:port), to collect garbage before each RSS reading and count goroutines")
@@ -108,7 +109,7 @@ func main() {
 		if w == 0 {
 			w = 500
 		}
-		err = runMemory(*dataDir, *memory, *objects, *duration, *idle, w, *wConns)
+		err = runMemory(*dataDir, *memory, *memPprof, *objects, *duration, *idle, w, *wConns)
 	} else if *listCPU != "" || *storm > 0 {
 		err = runAdminLoad(*dataDir, func(tlsConf *tls.Config) error {
 			if *storm > 0 {

@@ -20,10 +20,22 @@ import (
 
 // runMemory runs memoryAfterLoad on each target of spec (name=api-addr@pid,
 // sharing dataDir's certificates), one after the other, as the admin.
-func runMemory(dataDir, spec string, n int, d, idle time.Duration, watchers, conns int) error {
+// pprofSpec (name=host:port,...) names the targets whose heap profile is
+// saved at the end of the idle wait.
+func runMemory(dataDir, spec, pprofSpec string, n int, d, idle time.Duration, watchers, conns int) error {
 	targets, err := parseCPUTargets(spec)
 	if err != nil {
 		return err
+	}
+	pprofAddrs := map[string]string{}
+	if pprofSpec != "" {
+		for _, s := range strings.Split(pprofSpec, ",") {
+			name, addr, ok := strings.Cut(s, "=")
+			if !ok {
+				return fmt.Errorf("--memory-pprof: %q is not name=host:port", s)
+			}
+			pprofAddrs[name] = addr
+		}
 	}
 	pdir := filepath.Join(dataDir, "pki")
 	tlsConf, err := pki.LoadClientTLS(filepath.Join(pdir, "admin.crt"), filepath.Join(pdir, "admin.key"), filepath.Join(pdir, "api-ca.crt"), "127.0.0.1", nil)
@@ -36,10 +48,16 @@ func runMemory(dataDir, spec string, n int, d, idle time.Duration, watchers, con
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
+		if addr, ok := pprofAddrs[t.name]; ok {
+			if err := saveHeapProfile("http://"+addr, t.name+"-idle.pb.gz"); err != nil {
+				return fmt.Errorf("%s: heap profile: %w", t.name, err)
+			}
+		}
 		fmt.Printf("%-10s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", t.name, mb(r.start.RSS), mb(r.peak), mb(r.end), mb(r.idle.RSS))
 		for _, s := range r.idleSteps {
 			fmt.Printf("%-10s   idle %-6s %9.1f MB\n", t.name, s.after, mb(s.rss))
 		}
+		fmt.Printf("%-10s   idle CPU %v over %v (%.2f ms/s)\n", t.name, r.idleCPU, idle, float64(r.idleCPU)/float64(time.Millisecond)/idle.Seconds())
 		for _, m := range []struct {
 			when string
 			procstat.Memory
@@ -59,6 +77,8 @@ type memResult struct {
 	start, idle procstat.Memory
 	peak, end   int64
 	idleSteps   []idleStep
+	// idleCPU is the server CPU (user and system) over the idle wait.
+	idleCPU time.Duration
 }
 
 type idleStep struct {
@@ -76,7 +96,8 @@ func mb(b int64) float64 { return float64(b) / 1e6 }
 // JSON whole, JSON in chunks of 500, JSON with resourceVersion=0,
 // protobuf whole), and watchers watches of the namespace over conns
 // HTTP/2 connections, held for d while 50 ConfigMaps are updated. Then
-// every client connection is closed and the process left idle for idle.
+// every client connection is closed and the process left idle for idle,
+// whose server CPU (/proc/<pid>/stat) it reports too.
 func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.Duration, watchers, conns int) (memResult, error) {
 	var r memResult
 	var err error
@@ -94,6 +115,10 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 		return r, err
 	}
 	began := time.Now()
+	cpu0, err := processCPU(pid)
+	if err != nil {
+		return r, err
+	}
 	for _, at := range []time.Duration{5 * time.Second, 15 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second} {
 		if at > idle {
 			break
@@ -106,7 +131,11 @@ func memoryAfterLoad(tlsConf *tls.Config, api string, pid, n int, d, idle time.D
 		r.idleSteps = append(r.idleSteps, idleStep{after: at, rss: v})
 	}
 	time.Sleep(time.Until(began.Add(idle)))
-	r.idle, err = procstat.ReadMemory(pid)
+	if r.idle, err = procstat.ReadMemory(pid); err != nil {
+		return r, err
+	}
+	cpu1, err := processCPU(pid)
+	r.idleCPU = cpu1 - cpu0
 	return r, err
 }
 

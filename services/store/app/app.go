@@ -116,7 +116,7 @@ func (a *App) open(ctx context.Context) error {
 	if needsRestore {
 		a.log.Warn("an interrupted snapshot restore was found; restoring from the newest raft snapshot")
 	}
-	if a.store, err = mvcc.Open(db); err != nil {
+	if a.store, err = mvcc.Open(db, cache); err != nil {
 		return err
 	}
 	if a.hub, err = watch.New(a.store, a.store.Rev(), watch.Options{

@@ -36,7 +36,7 @@ func TestMachineCrashReplaysTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := mvcc.Open(db)
+	st, err := mvcc.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

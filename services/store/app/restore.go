@@ -99,7 +99,7 @@ func restoreInto(dir string, r io.Reader, log *slog.Logger) (rev int64, err erro
 			err = fmt.Errorf("store: restore: close pebble: %w", cerr)
 		}
 	}()
-	s, err := mvcc.Open(db)
+	s, err := mvcc.Open(db, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -18,20 +19,82 @@ var snapshotMagic = []byte("meridian-mvcc-snapshot-v1\n")
 // restoreChunkBytes bounds the size of each restore batch.
 const restoreChunkBytes = 4 << 20
 
+// scanSlack is the room in the block cache a whole-keyspace scan reads
+// through, beyond what the cache held when the first scan began: enough
+// blocks in every shard for the iterator's levels.
+const scanSlack = 1 << 20
+
 // Snapshot pins the current state for WriteSnapshot. Release it with
 // Close.
 type Snapshot struct {
 	snap *pebble.Snapshot
+	scan *scanReservation
 }
 
 // NewSnapshot pins the current committed state.
-func (s *Store) NewSnapshot() *Snapshot { return &Snapshot{snap: s.db.NewSnapshot()} }
+func (s *Store) NewSnapshot() *Snapshot {
+	return &Snapshot{snap: s.db.NewSnapshot(), scan: &s.scan}
+}
+
+// scanReservation keeps the scans of WriteTo (raft snapshots, backups)
+// from growing the block cache: a scan reads every block of the keyspace
+// once, and without it would leave the cache full of them (as much as
+// the whole store, up to the cache's capacity) although no reader asked
+// for them. While scans run, the cache's capacity free when the first
+// began, less scanSlack, is reserved (pebble.Cache.Reserve): the scan's
+// blocks then take the place of the cache's coldest blocks and of each
+// other, and the blocks readers use again (hot in the cache's CLOCK-Pro)
+// stay. A cache already full is not changed. The reservation is spread
+// evenly over the cache's shards, so a shard fuller than the average
+// drops its coldest blocks down to its share when the scan begins.
+type scanReservation struct {
+	cache *pebble.Cache
+	mu    sync.Mutex
+	// scans is how many scans are running; release ends the reservation
+	// the first of them made. Both guarded by mu.
+	scans   int
+	release func()
+}
+
+// begin reserves the cache's free capacity, less scanSlack, when no
+// other scan is running.
+func (r *scanReservation) begin() {
+	if r == nil || r.cache == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scans++
+	if r.scans > 1 {
+		return
+	}
+	if free := r.cache.MaxSize() - r.cache.Size() - scanSlack; free > 0 {
+		r.release = r.cache.Reserve(int(free))
+	}
+}
+
+// end releases the reservation when the last running scan ends.
+func (r *scanReservation) end() {
+	if r == nil || r.cache == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scans--
+	if r.scans == 0 && r.release != nil {
+		r.release()
+		r.release = nil
+	}
+}
 
 // Close releases the snapshot.
 func (sn *Snapshot) Close() { _ = sn.snap.Close() }
 
-// WriteTo streams the keyspace to w.
+// WriteTo streams the keyspace to w. It does not grow the block cache
+// (scanReservation).
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	sn.scan.begin()
+	defer sn.scan.end()
 	bw := bufio.NewWriterSize(w, 1<<20)
 	cw := &countWriter{w: bw}
 	it, err := sn.snap.NewIter(&pebble.IterOptions{LowerBound: KeyspaceStart, UpperBound: KeyspaceEnd})

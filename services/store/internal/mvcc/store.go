@@ -21,6 +21,9 @@ import (
 // writer.
 type Store struct {
 	db *pebble.DB
+	// scan keeps whole-keyspace scans from growing the DB's block
+	// cache (snapshot.go).
+	scan scanReservation
 
 	// wmu is held by the open WriteBatch, from NewWriteBatch to Close.
 	wmu sync.Mutex
@@ -66,9 +69,11 @@ func decodeMeta(v []byte) (meta, error) {
 
 // Open loads the store's state from db. A new DB starts at revision 0. It
 // does not check for an interrupted restore: callers check NeedsRestore and
-// restore before serving.
-func Open(db *pebble.DB) (*Store, error) {
-	s := &Store{db: db}
+// restore before serving. cache is db's block cache (its Options.Cache), which
+// snapshot scans read through without growing it; nil when db has none or
+// the caller does not share it: scans then fill the cache as any read does.
+func Open(db *pebble.DB, cache *pebble.Cache) (*Store, error) {
+	s := &Store{db: db, scan: scanReservation{cache: cache}}
 	if err := s.reload(); err != nil {
 		return nil, err
 	}

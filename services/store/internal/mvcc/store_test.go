@@ -34,7 +34,7 @@ func newTestStoreWith(t testing.TB, opts *pebble.Options) *testStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s, err := Open(db)
+	s, err := Open(db, opts.Cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestReopenAndSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reopen from the same DB: meta restored.
-	s2, err := Open(s.db)
+	s2, err := Open(s.db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func (m *member) open() (err error) {
 			_ = db.Close()
 		}
 	}()
-	kv, err := mvcc.Open(db)
+	kv, err := mvcc.Open(db, nil)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func leaderlessServer(t *testing.T, limits mvcc.Limits) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := mvcc.Open(db)
+	store, err := mvcc.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

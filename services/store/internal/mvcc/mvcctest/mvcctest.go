@@ -20,7 +20,7 @@ func Open(t testing.TB) *mvcc.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s, err := mvcc.Open(db)
+	s, err := mvcc.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
