@@ -110,8 +110,10 @@ type Watch struct {
 // Watch returns a watch of req over the pool's replicas, opened at the
 // first Recv. ctx bounds the watch; its deadline is the watch's timeout
 // (req's timeout_seconds is replaced by the time left of it), and its user
-// (lib/identity) is the caller a replica is told of. onResume, if
-// not nil, is called each time the watch moves to another replica.
+// (lib/identity) is the caller a replica is told of when it serves the
+// watch on a Watch stream of its own (a WatchMany stream, shared by many
+// callers' watches, names none). onResume, if not nil, is called each
+// time the watch moves to another replica.
 func (p *Pool) Watch(ctx context.Context, req *watchv1.WatchRequest, onResume func()) *Watch {
 	w := &Watch{pool: p, ctx: ctx, req: req, onResume: onResume, replica: -1, skip: make([]bool, len(p.conns))}
 	w.mediaType = negotiation.JSON
