@@ -57,8 +57,10 @@ func serveLocalWatch(w http.ResponseWriter, r *http.Request, srv apiv1.ResourceS
 	if req == nil {
 		return
 	}
-	// The request's context ends when this handler returns, as a gRPC
-	// call's does when its handler returns.
+	// The request's context ends when the watch does, as a gRPC call's
+	// does when its handler returns: here when this handler returns, or,
+	// for a parked watch, whose stream outlives the handler, at its end
+	// (watchpark).
 	s := &watchStream{w: w, rc: http.NewResponseController(w), done: r.Context().Done()}
 	s.ctx = grpc.NewContextWithServerTransportStream(r.Context(), (*watchTransport)(s))
 	err := srv.Watch(req, s)

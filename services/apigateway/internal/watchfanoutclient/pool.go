@@ -286,8 +286,8 @@ func openPrimed[T any](clients []watchv1.WatchServiceClient, open func(watchv1.W
 		}
 		if ferr != nil && unavailable(ferr) {
 			err = ferr // the stream has ended
-			if c, ok := s.(closer); ok {
-				c.Close()
+			if cs, ok := s.(closer); ok {
+				cs.Close()
 			}
 			continue
 		}
