@@ -28,8 +28,14 @@ func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := startNodes(t, clusterConfigs(t, certs, 3)...)
-	_, followers := leaderOf(nodes)
+	// Steady timeouts: an unplanned election may leave a write's outcome
+	// unknown (UNAVAILABLE "leadership lost while committing log", which
+	// no client retries), and this test checks leases, not that. Keep-
+	// alives across a leader change: TestLeaseKeepAliveSurvivesLeaderChange.
+	cfgs := clusterConfigs(t, certs, 3)
+	steadyTimeouts(cfgs)
+	nodes := startNodes(t, cfgs...)
+	_, followers := awaitLeader(t, nodes)
 	fc := dialOne(t, certs, followers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
