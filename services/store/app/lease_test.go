@@ -28,8 +28,14 @@ func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := startNodes(t, clusterConfigs(t, certs, 3)...)
-	_, followers := leaderOf(nodes)
+	// Steady timeouts: an unplanned election may leave a write's outcome
+	// unknown (UNAVAILABLE "leadership lost while committing log", which
+	// no client retries), and this test checks leases, not that. Keep-
+	// alives across a leader change: TestLeaseKeepAliveSurvivesLeaderChange.
+	cfgs := clusterConfigs(t, certs, 3)
+	steadyTimeouts(cfgs)
+	nodes := startNodes(t, cfgs...)
+	_, followers := awaitLeader(t, nodes)
 	fc := dialOne(t, certs, followers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -138,4 +144,74 @@ func dialAll(t *testing.T, certs *testcerts.Set, nodes []*node) *client.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestLeaseKeepAliveSurvivesLeaderChange moves leadership twice under two
+// open keep-alive streams, one opened on the leader and one on a
+// follower: each stream goes on renewing the lease (renewals are safe to
+// send again), as a client's stream must across an election.
+func TestLeaseKeepAliveSurvivesLeaderChange(t *testing.T) {
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := clusterConfigs(t, certs, 3)
+	steadyTimeouts(cfgs)
+	nodes := startNodes(t, cfgs...)
+	leader, followers := awaitLeader(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const leaseTTL = time.Minute
+	g, err := dialAll(t, certs, nodes).Lease().LeaseGrant(ctx, &storev1.LeaseGrantRequest{Ttl: durationpb.New(leaseTTL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := map[string]storev1.LeaseService_LeaseKeepAliveClient{}
+	for _, nd := range []*node{leader, followers[0]} {
+		ka, err := dialOne(t, certs, nd).Lease().LeaseKeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[nd.cfg.ID] = ka
+	}
+	keepAlive := func(when string) {
+		t.Helper()
+		for id, ka := range streams {
+			if err := ka.Send(&storev1.LeaseKeepAliveRequest{Id: g.GetId()}); err != nil {
+				t.Fatalf("%s: send on the stream opened on %s: %v", when, id, err)
+			}
+			r, err := ka.Recv()
+			if err != nil || r.GetId() != g.GetId() || r.GetTtl().AsDuration() != leaseTTL {
+				t.Fatalf("%s: keep alive on the stream opened on %s: %v %v", when, id, r, err)
+			}
+		}
+	}
+	keepAlive("before any transfer")
+
+	// To the member neither stream is on: both relay to it.
+	transfer(ctx, t, nodes, followers[1])
+	keepAlive("after the transfer to " + followers[1].cfg.ID)
+	// To the member of the follower's stream: it renews locally.
+	transfer(ctx, t, nodes, followers[0])
+	keepAlive("after the transfer to " + followers[0].cfg.ID)
+}
+
+// transfer moves leadership to target with raft's leadership transfer and
+// waits until every member knows target leads.
+func transfer(ctx context.Context, t *testing.T, nodes []*node, target *node) {
+	t.Helper()
+	from, _ := awaitLeader(t, nodes)
+	if id, err := from.app.node.TransferLeadership(ctx, target.cfg.ID); err != nil || id != target.cfg.ID {
+		t.Fatalf("transfer to %s: %q %v", target.cfg.ID, id, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, nd := range nodes {
+		for nd.app.node.LeaderID() != target.cfg.ID {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not know %s leads", nd.cfg.ID, target.cfg.ID)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }

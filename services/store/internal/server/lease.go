@@ -74,14 +74,23 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, req *storev1.LeaseTim
 	return resp, nil
 }
 
-// LeaseKeepAlive renews leases on the leader. On another member it relays
-// the stream to the leader; the stream ends when leadership moves (the
-// client reopens it). An unknown lease gets a response with ttl 0.
+// renewWait bounds how long one keep-alive request is retried while
+// leadership moves (a few elections; see leaderWait).
+const renewWait = 2 * leaderWait
+
+// LeaseKeepAlive renews leases on the leader and answers each request in
+// order. Any member accepts the stream: one that is not the leader relays
+// the renewals to the leader (keepAliveRelay). A renewal goes through no
+// log and only restarts the lease's TTL, so a renewal refused or lost
+// while leadership moves is sent again, to the new leader, for up to
+// renewWait: an election does not end the client's stream. A stream
+// forwarded by another member is served here only, and ends when this
+// member is not the leader (the relaying member then reopens it). An
+// unknown lease gets a response with ttl 0.
 func (l *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[storev1.LeaseKeepAliveRequest, storev1.LeaseKeepAliveResponse]) error {
 	ctx := stream.Context()
-	if !l.s.cfg.Node.IsLeader() && !isForwarded(ctx) {
-		return l.relayKeepAlive(stream)
-	}
+	relay := &keepAliveRelay{s: l.s}
+	defer relay.close()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -90,15 +99,8 @@ func (l *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[storev1.Lea
 		if err != nil {
 			return err
 		}
-		ttl, err := l.s.cfg.Node.LeaseRenew(ctx, req.GetId())
-		resp := &storev1.LeaseKeepAliveResponse{Header: l.s.header(0), Id: req.GetId(), Ttl: durationpb.New(ttl)}
-		switch {
-		case err == nil:
-		case errIsNotLeader(err) || errors.Is(err, ErrNoLeader):
-			return toStatus(err)
-		case status.Code(toStatus(err)) == codes.NotFound:
-			resp.Ttl = durationpb.New(0)
-		default:
+		resp, err := l.renewRetrying(ctx, relay, req)
+		if err != nil {
 			return toStatus(err)
 		}
 		if err := stream.Send(resp); err != nil {
@@ -107,51 +109,93 @@ func (l *leaseServer) LeaseKeepAlive(stream grpc.BidiStreamingServer[storev1.Lea
 	}
 }
 
-func (l *leaseServer) relayKeepAlive(stream grpc.BidiStreamingServer[storev1.LeaseKeepAliveRequest, storev1.LeaseKeepAliveResponse]) error {
-	conn, fctx, err := l.s.fwd.leader(stream.Context())
-	if err != nil {
-		return toStatus(err)
-	}
-	ctx, cancel := context.WithCancel(fctx)
-	defer cancel()
-	up, err := storev1.NewLeaseServiceClient(conn).LeaseKeepAlive(ctx)
-	if err != nil {
-		return toStatus(forwardErr(err))
-	}
-	errc := make(chan error, 2)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				_ = up.CloseSend()
-				if errors.Is(err, io.EOF) {
-					return
-				}
-				errc <- err
-				return
-			}
-			if err := up.Send(req); err != nil {
-				errc <- err
-				return
-			}
+// renewRetrying renews req's lease, retrying an UNAVAILABLE failure (no
+// leader, not the leader, the relay to the leader broken) until renewWait
+// has passed or ctx ends. A forwarded stream is not retried here.
+func (l *leaseServer) renewRetrying(ctx context.Context, relay *keepAliveRelay, req *storev1.LeaseKeepAliveRequest) (*storev1.LeaseKeepAliveResponse, error) {
+	deadline := time.Now().Add(renewWait)
+	backoff := 10 * time.Millisecond
+	for {
+		resp, err := l.renew(ctx, relay, req)
+		if err == nil || isForwarded(ctx) || status.Code(toStatus(err)) != codes.Unavailable || time.Now().After(deadline) {
+			return resp, err
 		}
-	}()
-	go func() {
-		for {
-			resp, err := up.Recv()
-			if errors.Is(err, io.EOF) {
-				errc <- nil
-				return
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			if err := stream.Send(resp); err != nil {
-				errc <- err
-				return
-			}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
 		}
-	}()
-	return <-errc
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// renew makes one attempt: on the leader (or for a forwarded stream)
+// locally, elsewhere through relay.
+func (l *leaseServer) renew(ctx context.Context, relay *keepAliveRelay, req *storev1.LeaseKeepAliveRequest) (*storev1.LeaseKeepAliveResponse, error) {
+	if !l.s.cfg.Node.IsLeader() && !isForwarded(ctx) {
+		return relay.renew(ctx, req)
+	}
+	relay.close()
+	ttl, err := l.s.cfg.Node.LeaseRenew(ctx, req.GetId())
+	if status.Code(toStatus(err)) == codes.NotFound {
+		ttl, err = 0, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &storev1.LeaseKeepAliveResponse{Header: l.s.header(0), Id: req.GetId(), Ttl: durationpb.New(ttl)}, nil
+}
+
+// keepAliveRelay sends the renewals of one client stream to the leader
+// over one forwarded stream, opened on first use and dropped on any
+// failure (the next renewal opens one to the leader of the moment). It
+// belongs to the goroutine of the client stream's handler: no locking.
+type keepAliveRelay struct {
+	s      *Server
+	up     grpc.BidiStreamingClient[storev1.LeaseKeepAliveRequest, storev1.LeaseKeepAliveResponse]
+	cancel context.CancelFunc
+}
+
+// renew sends req to the leader and returns its answer. The leader
+// answers a stream's requests in order, one each, and renew waits for the
+// answer before returning, so the answer is req's.
+func (r *keepAliveRelay) renew(ctx context.Context, req *storev1.LeaseKeepAliveRequest) (*storev1.LeaseKeepAliveResponse, error) {
+	if r.up == nil {
+		conn, fctx, err := r.s.fwd.leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		uctx, cancel := context.WithCancel(fctx)
+		up, err := storev1.NewLeaseServiceClient(conn).LeaseKeepAlive(uctx)
+		if err != nil {
+			cancel()
+			return nil, forwardErr(err)
+		}
+		r.up, r.cancel = up, cancel
+	}
+	err := r.up.Send(req)
+	var resp *storev1.LeaseKeepAliveResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		// On io.EOF the stream has ended; Recv returns its status.
+		resp, err = r.up.Recv()
+	}
+	if errors.Is(err, io.EOF) {
+		err = status.Error(codes.Unavailable, "store: the leader ended the keep-alive stream")
+	}
+	if err != nil {
+		r.close()
+		return nil, forwardErr(err)
+	}
+	return resp, nil
+}
+
+// close drops the forwarded stream, if any.
+func (r *keepAliveRelay) close() {
+	if r.up != nil {
+		_ = r.up.CloseSend()
+		r.cancel()
+		r.up, r.cancel = nil, nil
+	}
 }
