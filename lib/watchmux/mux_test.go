@@ -108,14 +108,7 @@ func TestCloseEndsWatch(t *testing.T) {
 func TestFailWakesParked(t *testing.T) {
 	r := &manyReplica{cancels: make(chan int64, 4)}
 	m := New(serveMany(t, r), Options{})
-	s, err := m.Watch(t.Context(), &watchv1.WatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	w := s.(*watchStream)
+	w := openWatch(t, m)
 	woken := make(chan struct{}, 2)
 	if !w.Park(func() { woken <- struct{}{} }) {
 		t.Fatal("an idle watch did not park")
@@ -125,10 +118,23 @@ func TestFailWakesParked(t *testing.T) {
 	}
 	<-woken
 	w.fail(ErrTooSlow)
-	if _, err := s.Recv(); err != ErrTooSlow {
+	if _, err := w.Recv(); err != ErrTooSlow {
 		t.Fatalf("Recv: %v, want ErrTooSlow", err)
 	}
 	if w.Park(func() { woken <- struct{}{} }) {
 		t.Fatal("a failed watch parked")
 	}
+}
+
+// openWatch opens a watch on m and reads its first message.
+func openWatch(t *testing.T, m *Mux) *watchStream {
+	t.Helper()
+	s, err := m.Watch(t.Context(), &watchv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	return s.(*watchStream)
 }

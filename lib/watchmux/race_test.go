@@ -18,14 +18,7 @@ func TestDeliveryWhileParkingLosesNothing(t *testing.T) {
 	r := &manyReplica{cancels: make(chan int64, 64)}
 	m := New(serveMany(t, r), Options{})
 	for round := range 50 {
-		s, err := m.Watch(t.Context(), &watchv1.WatchRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Recv(); err != nil {
-			t.Fatal(err)
-		}
-		w := s.(*watchStream)
+		w := openWatch(t, m)
 		const n = 200
 		go func() {
 			for i := range n {
@@ -49,7 +42,7 @@ func TestDeliveryWhileParkingLosesNothing(t *testing.T) {
 					<-woken // a lost wake-up hangs here (the test's timeout)
 				}
 			}
-			resp, err := s.Recv()
+			resp, err := w.Recv()
 			if err != nil {
 				if err != ErrTooSlow {
 					t.Fatalf("round %d: Recv: %v, want ErrTooSlow", round, err)
@@ -74,14 +67,7 @@ func TestCloseRacesDelivery(t *testing.T) {
 	r := &manyReplica{cancels: make(chan int64, 1024)}
 	m := New(serveMany(t, r), Options{Buffer: 4})
 	for range 100 {
-		s, err := m.Watch(t.Context(), &watchv1.WatchRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Recv(); err != nil {
-			t.Fatal(err)
-		}
-		w := s.(*watchStream)
+		w := openWatch(t, m)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -89,10 +75,10 @@ func TestCloseRacesDelivery(t *testing.T) {
 				w.s.deliver(w.id, &watchv1.WatchManyResponse{Id: w.id, Response: &watchv1.WatchResponse{Frames: []byte{byte(i)}}})
 			}
 		}()
-		_, _ = s.Recv()
+		_, _ = w.Recv()
 		w.Close()
 		<-done
-		if _, err := s.Recv(); err == nil {
+		if _, err := w.Recv(); err == nil {
 			t.Fatal("Recv after Close returned a message")
 		}
 		w.s.mu.Lock()
