@@ -1,7 +1,6 @@
 package h2conn
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,9 @@ import (
 type stream struct {
 	c  *conn
 	id uint32
-	// ctx is the request's context; cancel ends it when the handler
+	// ctx is the request's context; its stop ends it when the handler
 	// returns, the client resets the stream or the connection ends.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	ctx *streamCtx
 	// trailer is the request's Trailer map (nil when it declares none),
 	// filled by the request's trailers under bmu. The stream keeps no
 	// other reference to its request: the handler's goroutine holds it,
@@ -132,7 +130,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		st.cancel(errConnClosed)
+		st.ctx.stop(errConnClosed)
 		return nil
 	}
 	st.sendWindow = c.initialSendWindow
@@ -242,10 +240,10 @@ func (st *stream) newRequest(f *http2.MetaHeadersFrame) (*http.Request, error) {
 		}
 	}
 	delete(header, "Trailer")
-	st.ctx, st.cancel = context.WithCancelCause(st.c.ctx)
+	st.ctx = newStreamCtx(st.c.ctx)
 	req, err := http.NewRequestWithContext(st.ctx, method, "", body)
 	if err != nil {
-		st.cancel(err)
+		st.ctx.stop(err)
 		return nil, err
 	}
 	req.URL = u
@@ -366,7 +364,7 @@ func (st *stream) done() {
 
 // abort ends the stream's context and its body's reads with err.
 func (st *stream) abort(err error) {
-	st.cancel(err)
+	st.ctx.stop(err)
 	st.bodyFail(err)
 }
 

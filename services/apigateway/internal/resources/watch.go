@@ -14,6 +14,7 @@ import (
 	"github.com/meridian-cp/meridian/lib/kube/registry"
 	"github.com/meridian-cp/meridian/lib/kube/watchframe"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
+	"github.com/meridian-cp/meridian/services/apigateway/internal/reqdeadline"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/storage"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchinit"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchpark"
@@ -63,9 +64,15 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if t := req.GetTimeoutSeconds(); t > 0 && time.Duration(t)*time.Second < timeout {
 		timeout = time.Duration(t) * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	// A parked watch's timeout goes on until its end.
-	defer watchpark.From(ctx).Defer(cancel)
+	// The request's context ends at the deadline where the front end
+	// supports it (h2conn's streams: no context of the watch's own for as
+	// long as the watch lasts), else a context of the watch's own does.
+	if deadline := time.Now().Add(timeout); !reqdeadline.Set(ctx, deadline) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		// A parked watch's timeout goes on until its end.
+		defer watchpark.From(ctx).Defer(cancel)
+	}
 
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
