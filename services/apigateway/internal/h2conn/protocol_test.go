@@ -29,8 +29,27 @@ type rawConn struct {
 // the server's SETTINGS.
 func dialRaw(t *testing.T, ts *httptest.Server) *rawConn {
 	t.Helper()
-	tc, err := tls.Dial("tcp", ts.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	return dialRawBuffer(t, ts, 0)
+}
+
+// dialRawBuffer is dialRaw with the client's socket receive buffer set
+// to rcvbuf bytes (0: the system's). A flood test's client reads
+// nothing: a small buffer fills after a few thousand answers, not the
+// megabytes loopback's autotuned buffers take to fill, so the server's
+// bound is reached early even under -race on a busy machine.
+func dialRawBuffer(t *testing.T, ts *httptest.Server, rcvbuf int) *rawConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", ts.Listener.Addr().String())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if rcvbuf > 0 {
+		if err := nc.(*net.TCPConn).SetReadBuffer(rcvbuf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tc.Close() })
@@ -276,7 +295,11 @@ func TestOneEndStream(t *testing.T) {
 // once the answers queued for it exceed the backlog bound.
 func TestPingFlood(t *testing.T) {
 	ts := newServer(t, &Server{MaxPending: 4 << 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	c := dialRaw(t, ts)
+	c := dialRawBuffer(t, ts, 4<<10)
+	// Once cut off, the connection closes after the server's writer
+	// gives up on what is queued (closeTimeout) and TLS's close_notify
+	// (up to 5 s, crypto/tls): the client's writes block until then.
+	_ = c.tc.SetDeadline(time.Now().Add(30 * time.Second))
 	var err error
 	for i := 0; i < 200_000 && err == nil; i++ {
 		err = c.fr.WritePing(false, [8]byte{})
@@ -297,7 +320,11 @@ func TestPingFlood(t *testing.T) {
 // backlog bound, as for PINGs.
 func TestResetFlood(t *testing.T) {
 	ts := newServer(t, &Server{MaxPending: 4 << 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	c := dialRaw(t, ts)
+	c := dialRawBuffer(t, ts, 4<<10)
+	// Once cut off, the connection closes after the server's writer
+	// gives up on what is queued (closeTimeout) and TLS's close_notify
+	// (up to 5 s, crypto/tls): the client's writes block until then.
+	_ = c.tc.SetDeadline(time.Now().Add(30 * time.Second))
 	var err error
 	for id := uint32(1); id < 800_000 && err == nil; id += 2 {
 		// A connection-specific header: each stream is reset.
