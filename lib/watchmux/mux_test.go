@@ -1,7 +1,6 @@
 package watchmux
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-cp/meridian/lib/grpcserver/grpcservertest"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 )
 
@@ -39,15 +39,9 @@ func (r *manyReplica) WatchMany(s grpc.BidiStreamingServer[watchv1.WatchManyRequ
 
 func serveMany(t *testing.T, r *manyReplica) watchv1.WatchServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	watchv1.RegisterWatchServiceServer(srv, r)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	c, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(grpcservertest.Serve(t, srv), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
