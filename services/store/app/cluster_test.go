@@ -55,6 +55,20 @@ func steadyTimeouts(cfgs []Config) {
 	}
 }
 
+// startSteadyCluster starts a cluster of n members with steadyTimeouts,
+// on certificates of its own, and returns them with the members'
+// configurations and the members.
+func startSteadyCluster(t *testing.T, n int) (*testcerts.Set, []Config, []*node) {
+	t.Helper()
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := clusterConfigs(t, certs, n)
+	steadyTimeouts(cfgs)
+	return certs, cfgs, startNodes(t, cfgs...)
+}
+
 // startNodes starts members concurrently (they wait for each other); each
 // serves on its client address until stop or the end of the test.
 func startNodes(t *testing.T, cfgs ...Config) []*node {
@@ -164,13 +178,7 @@ func getVia(ctx context.Context, c *client.Client, key string, serializable bool
 // followers, a non-voter joining and serving both kinds of reads, member
 // list with client addresses, leadership transfer, promotion and removal.
 func TestClusterForwardingReadIndexMembership(t *testing.T) {
-	certs, err := testcerts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgs := clusterConfigs(t, certs, 3)
-	steadyTimeouts(cfgs)
-	nodes := startNodes(t, cfgs...)
+	certs, cfgs, nodes := startSteadyCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

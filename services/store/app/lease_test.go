@@ -24,17 +24,11 @@ func leasedPut(key string, lease int64) *storev1.TxnRequest {
 // once renewals stop, the leader revokes it through the log and every
 // member deletes its keys at the same revision; revoke deletes at once.
 func TestLeasesExpireKeepAliveRevoke(t *testing.T) {
-	certs, err := testcerts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Steady timeouts: an unplanned election may leave a write's outcome
 	// unknown (UNAVAILABLE "leadership lost while committing log", which
 	// no client retries), and this test checks leases, not that. Keep-
 	// alives across a leader change: TestLeaseKeepAliveSurvivesLeaderChange.
-	cfgs := clusterConfigs(t, certs, 3)
-	steadyTimeouts(cfgs)
-	nodes := startNodes(t, cfgs...)
+	certs, _, nodes := startSteadyCluster(t, 3)
 	_, followers := awaitLeader(t, nodes)
 	fc := dialOne(t, certs, followers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -151,13 +145,7 @@ func dialAll(t *testing.T, certs *testcerts.Set, nodes []*node) *client.Client {
 // follower: each stream goes on renewing the lease (renewals are safe to
 // send again), as a client's stream must across an election.
 func TestLeaseKeepAliveSurvivesLeaderChange(t *testing.T) {
-	certs, err := testcerts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgs := clusterConfigs(t, certs, 3)
-	steadyTimeouts(cfgs)
-	nodes := startNodes(t, cfgs...)
+	certs, _, nodes := startSteadyCluster(t, 3)
 	leader, followers := awaitLeader(t, nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
