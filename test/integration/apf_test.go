@@ -389,10 +389,7 @@ func TestNonResourceRequestsFlowControlled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	probes, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "probes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	probes := awaitFlowSchema(t, e.ctx, admin, "probes")
 	polltest.Until(t, 15*time.Second, "alice's /version classified by her FlowSchema", func() bool {
 		resp := e.get(e.http, addr, "/version")
 		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID") == string(fs.UID)
@@ -450,10 +447,7 @@ func TestProbesDoNotWaitForFlowControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes, err := admin.FlowcontrolV1().FlowSchemas().Get(e.ctx, "probes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	probes := awaitFlowSchema(t, e.ctx, admin, "probes")
 	c, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: e.alice, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -467,4 +461,18 @@ func TestProbesDoNotWaitForFlowControl(t *testing.T) {
 			t.Errorf("alice's %s: %d %v, want 200 from probes", path, resp.StatusCode, resp.Header)
 		}
 	}
+}
+
+// awaitFlowSchema returns the FlowSchema name once it exists: the
+// gateway's APF configuration controller creates the suggested ones after
+// start-up, as kube-apiserver's does.
+func awaitFlowSchema(t *testing.T, ctx context.Context, c kubernetes.Interface, name string) *flowcontrolv1.FlowSchema {
+	t.Helper()
+	var fs *flowcontrolv1.FlowSchema
+	polltest.Until(t, 15*time.Second, "the FlowSchema "+name, func() bool {
+		var err error
+		fs, err = c.FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	})
+	return fs
 }
