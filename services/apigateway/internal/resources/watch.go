@@ -84,30 +84,35 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 		}
 		return s.afterRelay(ctx, w, req, stream, from, handled, err)
 	}
-	return w.end(stream, s.runWatch(ctx, w, req, stream))
+	return w.end(ctx, stream, s.runWatch(ctx, w, req, stream))
 }
 
 // afterRelay ends a watch watchfanout served (relayWatch's results), or
 // has the store go on with it.
 func (s *Server) afterRelay(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer, from *apiv1.WatchRequest, handled bool, err error) error {
 	if handled {
-		return w.end(stream, err)
+		return w.end(ctx, stream, err)
 	}
 	if from != req {
 		// The store goes on with a watch watchfanout served so far.
 		if w.start, err = parseWatch(from); err != nil {
-			return w.end(stream, err)
+			return w.end(ctx, stream, err)
 		}
 		req = from
 	}
-	return w.end(stream, s.runWatch(ctx, w, req, stream))
+	return w.end(ctx, stream, s.runWatch(ctx, w, req, stream))
 }
 
 // end ends a watch that ended with err: quietly at its timeout, when the
 // client went away or the stream ended; else with an ERROR event carrying
 // err's Status (the headers are sent).
-func (w *watchState) end(stream apiv1.ResourceService_WatchServer, err error) error {
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+//
+// Once the watch's context ctx has ended, whatever err is follows from
+// that end (a store or watchfanout call cut by it fails with a gRPC code
+// of its own, DeadlineExceeded or Canceled, not a context error), so the
+// watch ends quietly, as kube-apiserver ends a watch at its timeout.
+func (w *watchState) end(ctx context.Context, stream apiv1.ResourceService_WatchServer, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}
 	st := apistatus.FromError(err)
