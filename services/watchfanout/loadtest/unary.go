@@ -79,21 +79,21 @@ func (e *env) unaryScenario(ctx context.Context) error {
 
 // callFor runs o.concurrency callers of call for d, counting completed
 // calls in n (when not nil); the first error stops them and is returned.
+// Calls run under ctx itself, not a deadline of d, so that the calls in
+// flight at the end complete instead of failing.
 func (e *env) callFor(ctx context.Context, d time.Duration, call func(context.Context, int) error, n *atomic.Int64) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	end := time.Now().Add(d)
 	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
+	var failed atomic.Bool
+	errs := make(chan error, e.o.concurrency)
 	for w := range e.o.concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for !failed.Load() && time.Now().Before(end) {
 				if err := call(ctx, w); err != nil {
-					if ctx.Err() == nil {
-						once.Do(func() { first = err; cancel() })
-					}
+					failed.Store(true)
+					errs <- err
 					return
 				}
 				if n != nil {
@@ -103,5 +103,10 @@ func (e *env) callFor(ctx context.Context, d time.Duration, call func(context.Co
 		}()
 	}
 	wg.Wait()
-	return first
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
 }
