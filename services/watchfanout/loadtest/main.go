@@ -9,6 +9,10 @@
 //	        to delivery.
 //	idle:   W idle watchers over N namespaces: RSS delta per watcher, CPU at
 //	        rest.
+//	unary:  C concurrent callers of the store's serializable Range, then
+//	        of watchfanout's Get, each for the duration: calls per second
+//	        and CPU per call of the store (-store-pid) and watchfanout
+//	        (-pid) processes.
 //	storm:  O objects, then W watchers opened at once with
 //	        sendInitialEvents=true: time until every watcher has its
 //	        initial-events-end bookmark, peak RSS (VmHWM, reset before the
@@ -48,7 +52,8 @@ import (
 
 type options struct {
 	store, fanout, scenario string
-	pid                     int
+	pid, storePid           int
+	concurrency             int
 	watchers, namespaces    int
 	objects, size           int
 	rate                    float64
@@ -64,8 +69,10 @@ func main() {
 	var o options
 	flag.StringVar(&o.store, "store", "127.0.0.1:2479", "store gRPC address")
 	flag.StringVar(&o.fanout, "fanout", "127.0.0.1:7004", "watchfanout gRPC address")
-	flag.StringVar(&o.scenario, "scenario", "fanout", "fanout, idle or storm")
+	flag.StringVar(&o.scenario, "scenario", "fanout", "fanout, idle, unary or storm")
 	flag.IntVar(&o.pid, "pid", 0, "watchfanout pid, for RSS and CPU from /proc")
+	flag.IntVar(&o.storePid, "store-pid", 0, "store pid, for its CPU from /proc (fanout, unary)")
+	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent callers (unary)")
 	flag.IntVar(&o.watchers, "watchers", 1000, "watchers")
 	flag.IntVar(&o.namespaces, "namespaces", 1000, "namespaces (idle)")
 	flag.IntVar(&o.objects, "objects", 10000, "objects (storm)")
@@ -135,6 +142,8 @@ func run(ctx context.Context, o options) error {
 		return e.idleScenario(ctx)
 	case "storm":
 		return e.stormScenario(ctx)
+	case "unary":
+		return e.unaryScenario(ctx)
 	}
 	return fmt.Errorf("unknown scenario %q", o.scenario)
 }
@@ -198,14 +207,18 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 		return err
 	}
 	var acked sync.Map // rev → time the Txn returned
+	// firstAt holds, per revision, when the first watcher received it
+	// (its message's last event), for the delivery against the Txn's own
+	// answer per write: either may come first.
+	var firstAt sync.Map
 	var mu sync.Mutex
-	var fromSend, fromAck []time.Duration
+	var fromSend, fromAck, toAck []time.Duration
 	var delivered, errorsSeen atomic.Int64
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	marker := []byte("ts=")
-	before := readProc(o.pid)
+	before, storeBefore := readProc(o.pid), readProc(o.storePid)
 	// With -api, the watchers share o.conns HTTP/2 connections (client-go
 	// keeps one per process; 1,000 watchers are many processes).
 	var httpcs []*http.Client
@@ -236,6 +249,7 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 			if t, ok := acked.Load(rev); ok {
 				a = append(a, now.Sub(t.(time.Time)))
 			}
+			firstAt.LoadOrStore(rev, now)
 		}
 		report := func() {
 			mu.Lock()
@@ -291,26 +305,43 @@ func (e *env) fanoutScenario(ctx context.Context) error {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			data := fmt.Sprintf("ts=%019d;", time.Now().UnixNano()) + payload
+			sent := time.Now()
+			data := fmt.Sprintf("ts=%019d;", sent.UnixNano()) + payload
 			rev, err := e.put(ctx, "load", fmt.Sprintf("cm-%d", n%100), data)
 			if err != nil {
 				fmt.Println("write:", err)
 				return
 			}
-			acked.Store(rev, time.Now())
+			now := time.Now()
+			acked.Store(rev, now)
+			mu.Lock()
+			toAck = append(toAck, now.Sub(sent))
+			mu.Unlock()
 			writes.Add(1)
 		}()
 	}
 	writers.Wait()
 	time.Sleep(2 * time.Second)
-	after := readProc(o.pid)
+	after, storeAfter := readProc(o.pid), readProc(o.storePid)
 	stop()
 	wg.Wait()
 	want := writes.Load() * int64(o.watchers)
 	fmt.Printf("writes=%d (%.1f/s, %d B objects) deliveries=%d/%d, watchers cut off: %d\n", writes.Load(), float64(writes.Load())/o.duration.Seconds(), o.size, delivered.Load(), want, errorsSeen.Load())
 	fmt.Printf("delay from Txn sent to delivery:  %s\n", percentiles(fromSend))
 	fmt.Printf("delay from Txn acked to delivery (last event of each message): %s\n", percentiles(fromAck))
+	fmt.Printf("delay from Txn sent to Txn acked: %s\n", percentiles(toAck))
+	var ackToFirst []time.Duration
+	acked.Range(func(rev, at any) bool {
+		if first, ok := firstAt.Load(rev); ok {
+			ackToFirst = append(ackToFirst, first.(time.Time).Sub(at.(time.Time)))
+		}
+		return true
+	})
+	fmt.Printf("first delivery less the Txn's answer, per write (negative: delivered first): %s\n", percentiles(ackToFirst))
 	fmt.Printf("watchfanout: %s\n", after.delta(before, o.duration+2*time.Second))
+	if o.storePid != 0 {
+		fmt.Printf("store: %s\n", storeAfter.delta(storeBefore, o.duration+2*time.Second))
+	}
 	return nil
 }
 

@@ -372,3 +372,44 @@ func TestWatchAheadOfTheMember(t *testing.T) {
 		t.Errorf("events at %v, want [6 7 8]", revs)
 	}
 }
+
+// TestRevisionComplete: a response is marked revision_complete exactly when
+// no later response carries events of its header revision, both when one
+// revision's events are split over responses (MaxEventsPerResponse) and
+// when they are not, live and while catching up from history.
+func TestRevisionComplete(t *testing.T) {
+	f := newFixture(t, Options{MaxEventsPerResponse: 2})
+	f.apply(put("a", "1"), put("b", "1"), put("c", "1")) // three events at one revision
+	f.apply(put("a", "2"))
+	past, err := f.hub.Watch(&storev1.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := f.hub.Watch(&storev1.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, sl := run(t, past), run(t, live)
+	f.apply(put("a", "3"), put("b", "3"), put("c", "3"), put("d", "3"), put("e", "3"))
+	f.apply(put("b", "4"), put("c", "4"))
+	check := func(name string, s *stream, want int) {
+		polltest.Until(t, 10*time.Second, name+" events", func() bool { return len(s.events()) >= want })
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, r := range s.resps {
+			rev := r.GetHeader().GetRevision()
+			later := false
+			for _, n := range s.resps[i+1:] {
+				for _, ev := range n.GetEvents() {
+					later = later || ev.GetKv().GetModRevision() == rev
+				}
+			}
+			if r.GetRevisionComplete() == later {
+				t.Errorf("%s: response %d (revision %d, %d events): revision_complete %v, later events of the revision %v",
+					name, i, rev, len(r.GetEvents()), r.GetRevisionComplete(), later)
+			}
+		}
+	}
+	check("from revision 1", sp, 3+1+5+2)
+	check("live", sl, 5+2)
+}

@@ -147,7 +147,13 @@ func (w *Watcher) sendCancel(send func(*storev1.WatchResponse) error) error {
 	return send(&storev1.WatchResponse{Header: &storev1.ResponseHeader{Revision: w.h.Rev()}, Canceled: true, CancelReason: w.reason})
 }
 
-// responder batches events into responses bounded in count and size.
+// responder batches events into responses bounded in count and size. A
+// response is marked revision_complete unless the next event handed to the
+// responder has the same revision as its last: events come in whole
+// revisions (a catch-up reads history up to a published revision; each
+// live batch is everything after the previous publication), so a response
+// flushed at the end of a batch, or before an event of a later revision,
+// holds the last of its revision's events.
 type responder struct {
 	w     *Watcher
 	send  func(*storev1.WatchResponse) error
@@ -166,7 +172,8 @@ func (r *responder) add(ev *storev1.Event) error {
 	}
 	size := len(ev.GetKv().GetKey()) + len(ev.GetKv().GetValue()) + len(ev.GetPrevKv().GetValue()) + 64
 	if len(r.evs) > 0 && (len(r.evs) >= r.w.h.opts.MaxEventsPerResponse || r.bytes+size > r.w.h.opts.MaxResponseBytes) {
-		if err := r.flush(); err != nil {
+		last := r.evs[len(r.evs)-1].GetKv().GetModRevision()
+		if err := r.send(r.take(last != ev.GetKv().GetModRevision())); err != nil {
 			return err
 		}
 	}
@@ -175,15 +182,24 @@ func (r *responder) add(ev *storev1.Event) error {
 	return nil
 }
 
+// flush sends the events held, if any, at the end of a batch of whole
+// revisions: the response completes its last revision.
 func (r *responder) flush() error {
 	if len(r.evs) == 0 {
 		return nil
 	}
+	return r.send(r.take(true))
+}
+
+// take returns the events held as one response, marked revision_complete
+// when complete, and empties the responder.
+func (r *responder) take(complete bool) *storev1.WatchResponse {
 	resp := &storev1.WatchResponse{
-		Header: &storev1.ResponseHeader{Revision: r.evs[len(r.evs)-1].GetKv().GetModRevision()},
-		Events: r.evs,
+		Header:           &storev1.ResponseHeader{Revision: r.evs[len(r.evs)-1].GetKv().GetModRevision()},
+		Events:           r.evs,
+		RevisionComplete: complete,
 	}
 	r.w.h.metrics.events.Add(float64(len(r.evs)))
 	r.evs, r.bytes = nil, 0
-	return r.send(resp)
+	return resp
 }

@@ -501,9 +501,24 @@ func (c *Cache) follow(ctx context.Context) error {
 			continue
 		}
 		// Events of one revision may span responses, but every revision
-		// before this batch's last event is complete once it is applied.
+		// before this batch's last event is complete once it is applied,
+		// and the last one too when the store says so.
 		lastEvent = evs[len(evs)-1].GetKv().GetModRevision()
 		complete := max(c.Rev(), lastEvent-1)
+		if resp.GetRevisionComplete() {
+			complete = max(c.Rev(), lastEvent)
+		} else {
+			// Learn soon that lastEvent is complete: the store's answer
+			// (a progress notification) comes after this response on
+			// the stream, so this goroutine handles it only once the
+			// batch is applied. Asked before the batch is applied, not
+			// after: the request's send wakes the store connection's
+			// writer, and a goroutine woken later runs first (the
+			// scheduler's runnext), so the watch senders the batch wakes
+			// go ahead of the request instead of waiting behind its
+			// write.
+			c.requestProgress(false)
+		}
 		var spans []trace.Span
 		// flush applies the batches so far; every revision up to done is
 		// complete then.
@@ -576,8 +591,6 @@ func (c *Cache) follow(ctx context.Context) error {
 		if complete > c.Rev() {
 			c.setRev(complete)
 		}
-		// Learn soon that lastEvent is complete too.
-		c.requestProgress(false)
 	}
 }
 

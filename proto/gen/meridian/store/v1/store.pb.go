@@ -1795,9 +1795,15 @@ type WatchResponse struct {
 	// progress_notify marks a progress notification.
 	ProgressNotify bool `protobuf:"varint,6,opt,name=progress_notify,json=progressNotify,proto3" json:"progress_notify,omitempty"`
 	// events are the changes, in revision order.
-	Events        []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Events []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
+	// revision_complete, on a response with events, says that every event of
+	// header.revision has been sent: no later response carries more of
+	// them. Unset, a later response may (the store split the revision's
+	// events over responses); a client that must know when header.revision
+	// is complete asks for a progress notification then.
+	RevisionComplete bool `protobuf:"varint,8,opt,name=revision_complete,json=revisionComplete,proto3" json:"revision_complete,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -1877,6 +1883,13 @@ func (x *WatchResponse) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetRevisionComplete() bool {
+	if x != nil {
+		return x.RevisionComplete
+	}
+	return false
 }
 
 // Event is one change of one key.
@@ -3485,7 +3498,7 @@ const file_meridian_store_v1_store_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\x12\x17\n" +
 	"\aprev_kv\x18\x04 \x01(\bR\x06prevKv\x12'\n" +
 	"\x0fprogress_notify\x18\x05 \x01(\bR\x0eprogressNotify\"\x16\n" +
-	"\x14WatchProgressRequest\"\xab\x02\n" +
+	"\x14WatchProgressRequest\"\xd8\x02\n" +
 	"\rWatchResponse\x129\n" +
 	"\x06header\x18\x01 \x01(\v2!.meridian.store.v1.ResponseHeaderR\x06header\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1a\n" +
@@ -3493,7 +3506,8 @@ const file_meridian_store_v1_store_proto_rawDesc = "" +
 	"\rcancel_reason\x18\x04 \x01(\tR\fcancelReason\x12)\n" +
 	"\x10compact_revision\x18\x05 \x01(\x03R\x0fcompactRevision\x12'\n" +
 	"\x0fprogress_notify\x18\x06 \x01(\bR\x0eprogressNotify\x120\n" +
-	"\x06events\x18\a \x03(\v2\x18.meridian.store.v1.EventR\x06events\"\xfc\x01\n" +
+	"\x06events\x18\a \x03(\v2\x18.meridian.store.v1.EventR\x06events\x12+\n" +
+	"\x11revision_complete\x18\b \x01(\bR\x10revisionComplete\"\xfc\x01\n" +
 	"\x05Event\x121\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1d.meridian.store.v1.Event.TypeR\x04type\x12+\n" +
 	"\x02kv\x18\x02 \x01(\v2\x1b.meridian.store.v1.KeyValueR\x02kv\x124\n" +
