@@ -296,14 +296,14 @@ func (p *parked) done() {
 }
 
 // deferDone has a parked watch's request done with (done) at the watch's
-// end. What p keeps is what done reads: the request's path parts (info)
-// only when its log line is written (rl), as no other part of done reads
-// them.
+// end. What p keeps is what done reads: the request's Audit-Id and path
+// parts (info) only when its log line is written (rl), as no other part
+// of done reads them.
 func (h *Handler) deferDone(ctx context.Context, p *parked, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
-	p.h, p.ctx, p.labels, p.rt, p.ev, p.rl, p.id, p.start = h, ctx, labels, rt, ev, rl, id, start
+	p.h, p.ctx, p.labels, p.rt, p.ev, p.rl, p.start = h, ctx, labels, rt, ev, rl, start
 	if rl != nil {
 		c := *info
-		p.info = &c
+		p.id, p.info = id, &c
 	}
 	p.ho.Defer(p.done)
 }
