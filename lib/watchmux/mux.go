@@ -92,10 +92,7 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	}
 	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer}
 	// Registered before the open is sent, so no message can miss it.
-	w.stopCtx = context.AfterFunc(ctx, func() {
-		s.cancel(id)
-		w.wakeUp()
-	})
+	w.stopCtx = context.AfterFunc(ctx, w.ctxEnded)
 	if err := s.open(w, req); err != nil {
 		w.stopCtx()
 		return nil, err
@@ -343,6 +340,13 @@ func (w *watchStream) Park(wake func()) bool {
 	w.wake = wake
 	w.ready = nil
 	return true
+}
+
+// ctxEnded ends the watch at its context's end (the context's AfterFunc):
+// watchfanout is told, and a parked reader woken.
+func (w *watchStream) ctxEnded() {
+	w.s.cancel(w.id)
+	w.wakeUp()
 }
 
 // wakeUp calls the wake-up Park left, if any.

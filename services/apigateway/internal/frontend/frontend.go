@@ -214,10 +214,17 @@ func mayWatch(r *http.Request) bool {
 func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	info := requestinfo.New(r.Method, r.URL)
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
+	pk := h.parkable(w, &info)
+	var rec *recorder
+	var ho *watchpark.Handoff
+	if pk != nil {
+		rec, ho = &pk.rec, &pk.ho
+	} else {
+		rec = &recorder{}
+	}
+	rec.ResponseWriter = w
 	id := setAuditID(w, r)
 	labels := labels(r, &info)
-	ho := h.handoff(w, &info)
 	if ho != nil {
 		r = r.WithContext(watchpark.With(r.Context(), ho))
 		defer returned(w, ho)
@@ -243,7 +250,7 @@ func (h *Handler) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if ho.Parked() {
 			// The watch goes on: its request is done with at its end.
-			h.deferDone(r.Context(), ho, rec, labels, rt, ev, rl, id, &info, start)
+			h.deferDone(r.Context(), pk, labels, rt, ev, rl, id, &info, start)
 			return
 		}
 		h.done(r.Context(), rec, labels, rt, ev, rl, id, &info, start)
@@ -263,28 +270,55 @@ func (h *Handler) done(ctx context.Context, rec *recorder, labels requestLabels,
 	}
 }
 
-// deferDone has a parked watch's request done with (done) at the watch's
-// end. What the deferred call keeps is what done reads: the request's
-// path parts (info) only when its log line is written (rl), as no other
-// part of done reads them.
-func (h *Handler) deferDone(ctx context.Context, ho *watchpark.Handoff, rec *recorder, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
-	var kept *requestinfo.Info
-	if rl != nil {
-		c := *info
-		kept = &c
-	}
-	ho.Defer(func() { h.done(ctx, rec, labels, rt, ev, rl, id, kept, start) })
+// parked is a request that may park (a watch whose response can outlive
+// its handler, parkable): its Handoff, its response's recorder and, once
+// it parked, what done reads at its end, in one record for as long as the
+// watch lasts.
+type parked struct {
+	ho  watchpark.Handoff
+	rec recorder
+
+	// Set by deferDone: done's arguments.
+	h      *Handler
+	ctx    context.Context
+	labels requestLabels
+	rt     route
+	ev     *audit.Request
+	rl     *requestLog
+	id     string
+	info   *requestinfo.Info
+	start  time.Time
 }
 
-// handoff returns a Handoff for a watch of the in-process ResourceService
-// whose response can outlive its handler (an HTTP/2 stream of h2conn),
-// or nil: such a watch parks while idle, holding no goroutine
-// (watchpark). Watches over HTTP/1.1 wait on their handler's goroutine.
-func (h *Handler) handoff(w http.ResponseWriter, info *requestinfo.Info) *watchpark.Handoff {
+// done is done for a parked watch, at its end.
+func (p *parked) done() {
+	p.h.done(p.ctx, &p.rec, p.labels, p.rt, p.ev, p.rl, p.id, p.info, p.start)
+}
+
+// deferDone has a parked watch's request done with (done) at the watch's
+// end. What p keeps is what done reads: the request's Audit-Id and path
+// parts (info) only when its log line is written (rl), as no other part
+// of done reads them.
+func (h *Handler) deferDone(ctx context.Context, p *parked, labels requestLabels, rt route, ev *audit.Request, rl *requestLog, id string, info *requestinfo.Info, start time.Time) {
+	p.h, p.ctx, p.labels, p.rt, p.ev, p.rl, p.start = h, ctx, labels, rt, ev, rl, start
+	if rl != nil {
+		c := *info
+		p.id, p.info = id, &c
+	}
+	p.ho.Defer(p.done)
+}
+
+// parkable returns the record of a watch of the in-process ResourceService
+// whose response can outlive its handler (an HTTP/2 stream of h2conn), or
+// nil: such a watch parks while idle, holding no goroutine (watchpark).
+// Watches over HTTP/1.1 wait on their handler's goroutine.
+func (h *Handler) parkable(w http.ResponseWriter, info *requestinfo.Info) *parked {
 	if info.Verb != "watch" || h.cfg.LocalResources == nil || detacher(w) == nil {
 		return nil
 	}
-	return watchpark.New(h.cfg.Logger)
+	p := &parked{}
+	p.ho.Init(h.cfg.Logger)
+	return p
 }
 
 // detachable is a ResponseWriter that can outlive its handler
@@ -397,8 +431,13 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, info *requestinf
 	}
 	// An anonymous request that got this far acts as system:anonymous
 	// from here on, as with kube-apiserver.
-	ctx := identity.WithUser(fieldmanager.WithUserAgent(r.Context(), r.Header.Get("User-Agent")), requestor)
-	r = r.WithContext(ctx)
+	ctx := r.Context()
+	if info.Verb != "watch" {
+		// Only writes read it (managed fields); a watch would keep it
+		// for its life.
+		ctx = fieldmanager.WithUserAgent(ctx, r.Header.Get("User-Agent"))
+	}
+	r = r.WithContext(identity.WithUser(ctx, requestor))
 	if !h.authorize(w, r, *info, requestor) {
 		return nil, nil, identity.User{}, false
 	}

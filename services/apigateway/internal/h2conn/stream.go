@@ -36,9 +36,10 @@ type stream struct {
 	// either side, connection gone): it writes nothing more; err says
 	// why. remoteDone is set once the client has ended its side
 	// (END_STREAM).
-	closed     bool
-	err        error
-	remoteDone bool
+	//
+	// The two bools follow the int32s, where they take no padding: the
+	// stream fits the 320-byte size class (an idle watch keeps it).
+	err error
 	// sendWindow is the stream's send window; recvWindow what the
 	// client may still send of the body, recvUnacked what the handler
 	// consumed and has not been given back, unread what was received
@@ -47,6 +48,8 @@ type stream struct {
 	recvWindow  int32
 	recvUnacked int32
 	unread      int32
+	closed      bool
+	remoteDone  bool
 	// declared is the request's Content-Length (-1 when not given),
 	// received the body bytes so far.
 	declared int64

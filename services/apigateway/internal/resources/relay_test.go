@@ -7,7 +7,9 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/meridian-cp/meridian/lib/polltest"
 	apiv1 "github.com/meridian-cp/meridian/proto/gen/meridian/api/v1"
 	watchv1 "github.com/meridian-cp/meridian/proto/gen/meridian/watch/v1"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/watchfanoutclient"
@@ -112,5 +114,44 @@ func TestWatchInitialEventsCutIsExpired(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.s.m.watchResumes.WithLabelValues("configmaps", resumeExpired)); n != 1 {
 		t.Fatalf("meridian_apigateway_watch_resumes_total{to=expired} is %v, want 1", n)
+	}
+}
+
+// TestRelayedWatchFallsBackAsAsked: a watch no replica takes is served
+// by the store with the client's own parameters: sendInitialEvents=true
+// (resourceVersionMatch NotOlderThan) sends the objects of the watch's
+// namespace, none of another, and then the initial-events-end bookmark.
+func TestRelayedWatchFallsBackAsAsked(t *testing.T) {
+	e, r := newRoutingEnv(t)
+	for _, ns := range []string{"ns", "other"} {
+		e.namespace(ns)
+		e.mustCreate(configMap(ns, ""), `{"metadata":{"name":"in-`+ns+`"}}`)
+	}
+	yes := true
+	ctx, cancel := context.WithCancel(t.Context())
+	stream := newSignalStream(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.s.Watch(&apiv1.WatchRequest{
+			Ref: configMap("ns", ""), SendInitialEvents: &yes, ResourceVersionMatch: "NotOlderThan",
+			AllowWatchBookmarks: true, Accept: acceptJSON,
+		}, stream)
+	}()
+	polltest.Until(t, 10*time.Second, "the initial events, or an ERROR", func() bool {
+		data, _ := stream.state()
+		return strings.Contains(data, initialEventsEndAnnotation) || strings.Contains(data, `"type":"ERROR"`)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	data, _ := stream.state()
+	lines := strings.Split(strings.TrimSuffix(data, "\n"), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"type":"ADDED"`) || !strings.Contains(lines[0], `"name":"in-ns"`) ||
+		!strings.Contains(lines[1], `"type":"BOOKMARK"`) || !strings.Contains(lines[1], initialEventsEndAnnotation) {
+		t.Fatalf("the client got\n%s\nwant in-ns ADDED, then the initial-events-end BOOKMARK", data)
+	}
+	if called := r.called(); len(called) == 0 {
+		t.Fatal("the replica was not asked for the watch")
 	}
 }

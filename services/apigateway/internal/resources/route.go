@@ -19,7 +19,6 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -98,11 +97,11 @@ func lagged(ctx context.Context, err error) bool {
 // last event delivered, and the client sees no gap, no duplicate and no
 // error. When no replica can serve it, handled is false and from is the
 // request the store serves the rest of the watch with: the original one
-// when nothing was delivered yet, else the changes after the last event
-// delivered. A watch whose initial events were cut short ends with a 410
-// Expired, as the client must list again. err is what the watch ended
-// with (nil, the client's context's error, or one to report as an ERROR
-// event).
+// (nil) when nothing was delivered yet, else the changes after the last
+// event delivered. A watch whose initial events were cut short ends with
+// a 410 Expired, as the client must list again. err is what the watch
+// ended with (nil, the client's context's error, or one to report as an
+// ERROR event).
 //
 // A watch whose context carries a watchpark.Handoff (an HTTP/2 stream
 // that can outlive its handler) parks whenever it has nothing to send:
@@ -112,47 +111,56 @@ func lagged(ctx context.Context, err error) bool {
 // end's Handler.serve): opening the watch (openRelay) and sorting out how
 // it ended (relayEnded) are functions of their own.
 func (s *Server) relayWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, enc watchv1.Encoding, stream apiv1.ResourceService_WatchServer) (from *apiv1.WatchRequest, handled, parked bool, err error) {
-	r := &relay{s: s, ctx: ctx, w: w, req: req, stream: stream}
-	if park := watchpark.From(ctx); park != nil {
-		resume := r.resume
-		r.park = park
-		r.tryPark = func(p watchpark.Parker) bool { return park.Park(p, resume) }
+	r := &w.relay
+	r.w, r.ctx, r.stream = w, ctx, stream
+	var park func(watchpark.Parker) bool
+	if r.park = watchpark.From(ctx); r.park != nil {
+		park = r.tryPark
 	}
 	r.ws = s.openRelay(ctx, w, req, enc)
-	return r.run()
+	return r.run(park)
 }
 
 // relay is a watch relayed from watchfanout (relayWatch): what it needs
-// to go on after it parked.
+// to go on after it parked. It is part of the watch's watchState, so that
+// a parked watch's state is one record.
 type relay struct {
-	s      *Server
-	ctx    context.Context
 	w      *watchState
-	req    *apiv1.WatchRequest
+	ctx    context.Context
 	ws     *watchfanoutclient.Watch
 	stream apiv1.ResourceService_WatchServer
-	// park and tryPark are set when the watch may park: tryPark parks
-	// it (watchfanoutclient.Watch.RecvOrPark), to go on in resume.
-	park    *watchpark.Handoff
-	tryPark func(watchpark.Parker) bool
-	sent    bool // watchinit.Sent was called
+	// park is set when the watch may park (tryPark), to go on in
+	// resume; resumeFn is resume as a func, made at the first park.
+	park     *watchpark.Handoff
+	resumeFn func()
+	sent     bool // watchinit.Sent was called
+}
+
+// tryPark parks the watch on p (watchfanoutclient.Watch.RecvOrPark), to
+// go on in resume.
+func (r *relay) tryPark(p watchpark.Parker) bool {
+	if r.resumeFn == nil {
+		r.resumeFn = r.resume
+	}
+	return r.park.Park(p, r.resumeFn)
 }
 
 // run relays the watch's messages until it ends (relayWatch's results;
-// ws is closed) or it parks (parked; nothing of r is touched after).
-func (r *relay) run() (from *apiv1.WatchRequest, handled, parked bool, err error) {
+// ws is closed) or it parks (parked; nothing of r is touched after). park
+// is tryPark when the watch may park, else nil.
+func (r *relay) run(park func(watchpark.Parker) bool) (from *apiv1.WatchRequest, handled, parked bool, err error) {
 	for {
 		if !r.sent && r.ws.InitialEventsDelivered() {
 			// Sent too: the stream's Send below returned.
 			watchinit.Sent(r.ctx)
 			r.sent = true
 		}
-		msg, parked, err := r.ws.RecvOrPark(r.tryPark)
+		msg, parked, err := r.ws.RecvOrPark(park)
 		if parked {
 			return nil, false, true, nil
 		}
 		if err != nil {
-			from, handled, err := r.s.relayEnded(r.ctx, r.w, r.req, r.ws, err)
+			from, handled, err := r.w.server.relayEnded(r.ctx, r.w, r.ws, err)
 			r.ws.Close()
 			return from, handled, false, err
 		}
@@ -167,11 +175,11 @@ func (r *relay) run() (from *apiv1.WatchRequest, handled, parked bool, err error
 // until it parks again, or to its end, which it reports to the Handoff
 // (what Watch would have returned).
 func (r *relay) resume() {
-	from, handled, parked, err := r.run()
+	from, handled, parked, err := r.run(r.tryPark)
 	if parked {
 		return
 	}
-	r.park.End(r.s.afterRelay(r.ctx, r.w, r.req, r.stream, from, handled, err))
+	r.park.End(r.w.server.afterRelay(r.ctx, r.w, r.stream, from, handled, err))
 }
 
 // openRelay returns the watchfanout watch relayWatch relays, of req's
@@ -185,9 +193,8 @@ func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchR
 		}
 		fieldSel += "metadata.name=" + name
 	}
-	resource := w.res.GVR.Resource
 	return s.cfg.Watchfanout.Watch(ctx, &watchv1.WatchRequest{
-		Resource:             cacheResource(w.res),
+		Resource:             s.watchResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),
 		FieldSelector:        fieldSel,
@@ -198,11 +205,26 @@ func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchR
 		TimeoutSeconds:       req.GetTimeoutSeconds(),
 		Encoding:             enc,
 		IncludeObject:        req.GetIncludeObject(),
-	}, func() { s.m.watchResumed(resource, resumedOnReplica) })
+	}, w.movedReplica)
 }
 
-// relayEnded is what relayWatch returns once ws.Recv returned err.
-func (s *Server) relayEnded(ctx context.Context, w *watchState, req *apiv1.WatchRequest, ws *watchfanoutclient.Watch, err error) (from *apiv1.WatchRequest, handled bool, _ error) {
+// watchResource is cacheResource(res), one per served resource version:
+// a watch's request to watchfanout (kept by the watch for its moves to
+// other replicas) shares it, and nothing changes it.
+func (s *Server) watchResource(res *registry.Resource) *watchv1.Resource {
+	if r, ok := s.watchResources.Load(res.GVR); ok {
+		return r.(*watchv1.Resource)
+	}
+	r, _ := s.watchResources.LoadOrStore(res.GVR, cacheResource(res))
+	return r.(*watchv1.Resource)
+}
+
+// movedReplica counts a relayed watch's move to another replica.
+func (w *watchState) movedReplica() { w.server.m.watchResumed(w.res.GVR.Resource, resumedOnReplica) }
+
+// relayEnded is what relayWatch returns once ws.Recv returned err; from
+// nil with handled false is the watch's own request (w.request).
+func (s *Server) relayEnded(ctx context.Context, w *watchState, ws *watchfanoutclient.Watch, err error) (from *apiv1.WatchRequest, handled bool, _ error) {
 	resource := w.res.GVR.Resource
 	switch {
 	case errors.Is(err, io.EOF) || ctx.Err() != nil:
@@ -222,9 +244,9 @@ func (s *Server) relayEnded(ctx context.Context, w *watchState, req *apiv1.Watch
 			s.m.watchResumed(resource, resumedOnStore)
 		}
 		if rv, ok := ws.ResumeFrom(); ok {
-			return resumeRequest(req, rv), false, nil
+			return resumeRequest(w.request(), rv), false, nil
 		}
-		return req, false, nil
+		return nil, false, nil
 	case errors.Is(err, watchfanoutclient.ErrInitialEventsCut):
 		s.m.watchResumed(resource, resumeExpired)
 		return nil, true, apierrors.NewResourceExpired("the watch cache replica serving the initial events went away before it had sent them all: list again")
@@ -236,9 +258,8 @@ func (s *Server) relayEnded(ctx context.Context, w *watchState, req *apiv1.Watch
 // resumeRequest is req going on after resourceVersion rv: the changes
 // after it, without initial events.
 func resumeRequest(req *apiv1.WatchRequest, rv string) *apiv1.WatchRequest {
-	from := proto.Clone(req).(*apiv1.WatchRequest)
-	from.ResourceVersion, from.ResourceVersionMatch, from.SendInitialEvents = rv, "", nil
-	return from
+	req.ResourceVersion, req.ResourceVersionMatch, req.SendInitialEvents = rv, "", nil
+	return req
 }
 
 // fromCache reports whether watchfanout serves res's reads and watches:

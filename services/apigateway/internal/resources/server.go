@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/meridian-cp/meridian/lib/identity"
@@ -139,6 +140,10 @@ type Server struct {
 	m *metrics
 	// listBudget bounds the list bytes in flight; nil: no bound.
 	listBudget *listBudget
+	// watchResources holds watchResource's *watchv1.Resource of each
+	// resource version a watch was relayed for
+	// (schema.GroupVersionResource keys): as many as were ever served.
+	watchResources sync.Map
 }
 
 var (

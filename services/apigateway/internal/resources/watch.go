@@ -56,7 +56,7 @@ const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 // watch's end (what Watch would have returned) goes to the Handoff's End.
 func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
 	ctx := stream.Context()
-	w, err := s.newWatch(ctx, req)
+	w, out, err := s.newWatch(ctx, req)
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -77,30 +77,31 @@ func (s *Server) Watch(req *apiv1.WatchRequest, stream apiv1.ResourceService_Wat
 	if err := stream.Send(&httpbody.HttpBody{ContentType: w.contentType}); err != nil {
 		return err
 	}
-	if enc, ok := cacheEncoding(w.out); ok && s.fromCache(w.res) {
+	if enc, ok := cacheEncoding(out); ok && s.fromCache(w.res) {
 		from, handled, parked, err := s.relayWatch(ctx, w, req, enc, stream)
 		if parked {
 			return watchpark.ErrParked
 		}
-		return s.afterRelay(ctx, w, req, stream, from, handled, err)
+		return s.afterRelay(ctx, w, stream, from, handled, err)
 	}
 	return w.end(ctx, stream, s.runWatch(ctx, w, req, stream))
 }
 
 // afterRelay ends a watch watchfanout served (relayWatch's results), or
-// has the store go on with it.
-func (s *Server) afterRelay(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer, from *apiv1.WatchRequest, handled bool, err error) error {
+// has the store go on with it: from its own request (w.request) when from
+// is nil, else from from.
+func (s *Server) afterRelay(ctx context.Context, w *watchState, stream apiv1.ResourceService_WatchServer, from *apiv1.WatchRequest, handled bool, err error) error {
 	if handled {
 		return w.end(ctx, stream, err)
 	}
-	if from != req {
-		// The store goes on with a watch watchfanout served so far.
-		if w.start, err = parseWatch(from); err != nil {
-			return w.end(ctx, stream, err)
-		}
-		req = from
+	if from == nil {
+		return w.end(ctx, stream, s.runWatch(ctx, w, w.request(), stream))
 	}
-	return w.end(ctx, stream, s.runWatch(ctx, w, req, stream))
+	// The store goes on with a watch watchfanout served so far.
+	if w.start, err = parseWatch(from); err != nil {
+		return w.end(ctx, stream, err)
+	}
+	return w.end(ctx, stream, s.runWatch(ctx, w, from, stream))
 }
 
 // end ends a watch that ended with err: quietly at its timeout, when the
@@ -123,26 +124,54 @@ func (w *watchState) end(ctx context.Context, stream apiv1.ResourceService_Watch
 	return stream.Send(&httpbody.HttpBody{ContentType: w.contentType, Data: frame})
 }
 
-// watchState is one watch's parameters, resolved.
+// watchState is one watch's parameters, resolved, and, for a watch
+// watchfanout serves, its relay: one record for as long as the watch
+// lasts. It keeps of the watch's request only what the store needs to go
+// on with the watch (request), not the request itself: a parked watch
+// would hold the request's proto, and what parsing its query made, for
+// its life.
 type watchState struct {
 	res         *registry.Resource
 	filter      *selection.Filter
-	prefix      string
 	start       readparams.WatchStart
 	contentType string
-	out         output
 	// format is the watch's framing; enc encodes in it, made at the first
 	// frame the gateway encodes itself (a watch watchfanout serves is
 	// relayed as encoded there, and needs it only for an ERROR event).
 	format watchframe.Format
 	enc    *watchframe.Encoder
 	server *Server
+
+	// What request rebuilds of the watch's request.
+	namespace, resourceVersion, resourceVersionMatch string
+	// sendInitialEvents is the parameter when sendInitialEventsSet.
+	sendInitialEventsSet, sendInitialEvents, allowWatchBookmarks bool
+
+	relay relay
 }
 
-func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (*watchState, error) {
+// request is the watch's request as the store path reads it (runWatch,
+// parseWatch): its namespace and its resourceVersion parameters; the
+// selectors are w's filter and key range already.
+func (w *watchState) request() *apiv1.WatchRequest {
+	req := &apiv1.WatchRequest{
+		Ref:             &apiv1.ResourceRef{Namespace: w.namespace},
+		ResourceVersion: w.resourceVersion, ResourceVersionMatch: w.resourceVersionMatch,
+		AllowWatchBookmarks: w.allowWatchBookmarks,
+	}
+	if w.sendInitialEventsSet {
+		v := w.sendInitialEvents
+		req.SendInitialEvents = &v
+	}
+	return req
+}
+
+// newWatch resolves req's parameters; out is its negotiated output, which
+// w carries as its format.
+func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (w *watchState, out output, _ error) {
 	res, err := s.resolve(ctx, req.GetRef(), false)
 	if err != nil {
-		return nil, err
+		return nil, output{}, err
 	}
 	fieldSel := req.GetFieldSelector()
 	if name := req.GetRef().GetName(); name != "" {
@@ -154,21 +183,24 @@ func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (*watchS
 	}
 	f, err := selection.New(res, req.GetLabelSelector(), fieldSel)
 	if err != nil {
-		return nil, err
+		return nil, output{}, err
 	}
-	out, err := negotiateOutput(req.GetAccept(), req.GetIncludeObject(), served(res, negotiation.Watches))
+	out, err = negotiateOutput(req.GetAccept(), req.GetIncludeObject(), served(res, negotiation.Watches))
 	if err != nil {
-		return nil, err
+		return nil, output{}, err
 	}
 	start, err := parseWatch(req)
 	if err != nil {
-		return nil, err
+		return nil, output{}, err
 	}
 	format := watchframe.Format{MediaType: out.mediaType, Table: out.table, Partial: out.partial, IncludeObject: out.includeObject}
 	return &watchState{
-		res: res, filter: f, prefix: keyRange(res, req.GetRef().GetNamespace(), f), start: start, out: out,
+		res: res, filter: f, start: start,
 		contentType: format.ContentType(), format: format, server: s,
-	}, nil
+		namespace: req.GetRef().GetNamespace(), resourceVersion: req.GetResourceVersion(),
+		resourceVersionMatch: req.GetResourceVersionMatch(), sendInitialEventsSet: req.SendInitialEvents != nil,
+		sendInitialEvents: req.GetSendInitialEvents(), allowWatchBookmarks: req.GetAllowWatchBookmarks(),
+	}, out, nil
 }
 
 // parseWatch resolves a watch's resourceVersion parameters
@@ -191,6 +223,8 @@ func parseWatch(req *apiv1.WatchRequest) (readparams.WatchStart, error) {
 }
 
 func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRequest, stream apiv1.ResourceService_WatchServer) error {
+	// The watch's key range, made here: a relayed watch needs none.
+	prefix := keyRange(w.res, w.namespace, w.filter)
 	rv := w.start.Revision // 0 for MostRecent and Any
 	after := rv
 	if w.start.Initial {
@@ -203,7 +237,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 		}
 		var frames []byte
 		read := func(ctx context.Context, o storage.ListOptions) (storage.ListResult, error) {
-			page, err := s.cfg.Store.List(ctx, w.prefix, o)
+			page, err := s.cfg.Store.List(ctx, prefix, o)
 			if err != nil {
 				return page, storageError(err, w.res, req.GetRef().GetNamespace(), "")
 			}
@@ -232,7 +266,7 @@ func (s *Server) runWatch(ctx context.Context, w *watchState, req *apiv1.WatchRe
 		}
 	}
 
-	watcher, err := s.cfg.Store.Watch(ctx, w.prefix, after+1, req.GetAllowWatchBookmarks())
+	watcher, err := s.cfg.Store.Watch(ctx, prefix, after+1, req.GetAllowWatchBookmarks())
 	if err != nil {
 		return storageError(err, w.res, req.GetRef().GetNamespace(), "")
 	}

@@ -229,6 +229,7 @@ func (w *Watch) recv(park func(watchpark.Parker) bool) (*watchv1.WatchResponse, 
 			}
 		}
 		msg, err := w.stream.Recv()
+		w.unprime()
 		if err != nil {
 			if w.ctxErr() != nil {
 				continue // the loop's check reports it
@@ -243,6 +244,20 @@ func (w *Watch) recv(park func(watchpark.Parker) bool) (*watchv1.WatchResponse, 
 		if out := w.take(msg); out != nil {
 			return out, false, nil
 		}
+	}
+}
+
+// unprime drops the primed wrapper of w's stream once it has delivered
+// its first message: the stream under it goes on alone, so that a parked
+// watch does not keep the wrapper for its life. A stream that could not be
+// closed (closer) without it keeps it.
+func (w *Watch) unprime() {
+	p, ok := w.stream.(*primed[watchv1.WatchResponse])
+	if !ok || !p.done {
+		return
+	}
+	if _, ok := p.ServerStreamingClient.(closer); ok {
+		w.stream = p.ServerStreamingClient
 	}
 }
 

@@ -49,20 +49,36 @@ type Handoff struct {
 	// resume is what a wake-up runs; wakeFn the wake-up, made once.
 	resume func()
 	wakeFn func()
-	// deferred are the functions to run at the watch's end, in order;
-	// finish ends the response after them.
-	deferred []func()
-	finish   func(abort bool)
-	ended    bool
-	err      error
+	// deferred are the functions to run at the watch's end, in order,
+	// in deferredBuf while they fit; finish ends the response after them.
+	deferred    []func()
+	deferredBuf [deferredInline]func()
+	finish      func(abort bool)
+	ended       bool
+	err         error
 }
+
+// deferredInline is how many deferred functions a Handoff holds without
+// an allocation of their own: as many as the front end defers for a
+// parked watch.
+const deferredInline = 6
 
 // New returns a Handoff; log reports a panic of a resumed watch.
 func New(log *slog.Logger) *Handoff {
+	h := &Handoff{}
+	h.Init(log)
+	return h
+}
+
+// Init readies a zero Handoff that is part of a larger record, as New
+// does; log reports a panic of a resumed watch. It is called before the
+// Handoff is used, once.
+func (h *Handoff) Init(log *slog.Logger) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handoff{log: log}
+	h.log = log
+	h.deferred = h.deferredBuf[:0]
 }
 
 type key struct{}
