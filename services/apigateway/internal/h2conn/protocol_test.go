@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,16 +38,30 @@ func dialRaw(t *testing.T, ts *httptest.Server) *rawConn {
 // nothing: a small buffer fills after a few thousand answers, not the
 // megabytes loopback's autotuned buffers take to fill, so the server's
 // bound is reached early even under -race on a busy machine.
+//
+// The buffer is set before the connection is made (the dialer's Control),
+// not on the connected socket: shrinking it there shrinks the window the
+// client already offered, and Linux then drops the server's segments
+// beyond the new edge whole, ACKs of the client's own data included, so
+// a client that writes and reads nothing could wait for those ACKs until
+// retransmission backs off, long after the server closed.
 func dialRawBuffer(t *testing.T, ts *httptest.Server, rcvbuf int) *rawConn {
 	t.Helper()
-	nc, err := net.Dial("tcp", ts.Listener.Addr().String())
+	d := net.Dialer{}
+	if rcvbuf > 0 {
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	nc, err := d.Dial("tcp", ts.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
-	}
-	if rcvbuf > 0 {
-		if err := nc.(*net.TCPConn).SetReadBuffer(rcvbuf); err != nil {
-			t.Fatal(err)
-		}
 	}
 	tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err := tc.Handshake(); err != nil {
