@@ -94,7 +94,7 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	// Registered before the open is sent, so no message can miss it.
 	w.stopCtx = context.AfterFunc(ctx, func() {
 		s.cancel(id)
-		w.wakeUp()
+		w.ctxEnded()
 	})
 	if err := s.open(w, req); err != nil {
 		w.stopCtx()
@@ -295,6 +295,9 @@ type watchStream struct {
 	// failErr, set once by fail, ends the watch ahead of any queued
 	// message.
 	failErr error
+	// ctxDone is set by the context's AfterFunc (ctxEnded): Recv has the
+	// context's error to return.
+	ctxDone bool
 
 	// Read by the reader only.
 	endErr error
@@ -334,20 +337,23 @@ func (w *watchStream) Park(wake func()) bool {
 	}
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	if w.head < len(w.queued) || w.failErr != nil || w.ctx.Err() != nil {
+	if w.head < len(w.queued) || w.failErr != nil || w.ctxDone {
 		return false
 	}
-	// push and fail look for a wake-up under qmu, and the context's
-	// AfterFunc runs after ctx.Err is set: either saw no wake-up only if
-	// it had happened by the checks above.
+	// push, fail and the context's AfterFunc (ctxEnded) look for a
+	// wake-up under qmu: each saw none only if it had happened by the
+	// checks above. (ctxDone rather than ctx.Err: a parked watch's
+	// context is not walked for every message.)
 	w.wake = wake
 	w.ready = nil
 	return true
 }
 
-// wakeUp calls the wake-up Park left, if any.
-func (w *watchStream) wakeUp() {
+// ctxEnded notes that the watch's context ended and calls the wake-up
+// Park left, if any.
+func (w *watchStream) ctxEnded() {
 	w.qmu.Lock()
+	w.ctxDone = true
 	wake := w.wake
 	w.wake = nil
 	w.qmu.Unlock()

@@ -116,6 +116,8 @@ type Handler struct {
 	authn     *authn.Metrics
 	gzip      gzipWriters
 	reviews   *reviewCodec
+	// parked runs the resumptions of parked watches (watchpark).
+	parked *watchpark.Runner
 }
 
 // New builds the front end and registers the ResourceService routes.
@@ -139,6 +141,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	h := &Handler{
 		cfg:       cfg,
 		discovery: discovery.New(cfg.Registry),
+		parked:    watchpark.NewRunner(cfg.Logger, 0),
 		health: map[string]*healthz.Handler{
 			"/livez":   healthz.New("/livez", hm, cfg.Livez...),
 			"/readyz":  healthz.New("/readyz", hm, cfg.Readyz...),
@@ -284,7 +287,7 @@ func (h *Handler) handoff(w http.ResponseWriter, info *requestinfo.Info) *watchp
 	if info.Verb != "watch" || h.cfg.LocalResources == nil || detacher(w) == nil {
 		return nil
 	}
-	return watchpark.New(h.cfg.Logger)
+	return watchpark.New(h.parked)
 }
 
 // detachable is a ResponseWriter that can outlive its handler
