@@ -108,10 +108,10 @@ type Watch struct {
 	// progressed: the watch delivered something. Until it does, expired
 	// is the last replica's 410 ERROR frame.
 	progressed bool
-	expired    *watchv1.WatchResponse
 	// woken: RecvOrPark returned parked, so its next call comes from the
 	// wake-up, when the stream's Recv has something (and will not wait).
-	woken bool
+	woken   bool
+	expired *watchv1.WatchResponse
 }
 
 // Watch returns a watch of req over the pool's replicas, opened at the
