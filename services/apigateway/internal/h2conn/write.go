@@ -183,13 +183,10 @@ func (c *conn) writeLoop() {
 			// Woken by the first frame of a burst: the goroutines
 			// that woke with its writer (the other watches of an
 			// event) run first and queue theirs, so that the burst
-			// goes out in one write. A connection of one stream has
-			// no other to wait for: its frames go at once.
-			if len(c.streams) > 1 {
-				c.mu.Unlock()
-				runtime.Gosched()
-				c.mu.Lock()
-			}
+			// goes out in one write.
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
 		}
 		if len(c.pending) == 0 {
 			break
