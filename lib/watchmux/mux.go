@@ -292,6 +292,9 @@ type watchStream struct {
 	// failErr, set once by fail, ends the watch ahead of any queued
 	// message.
 	failErr error
+	// ctxDone is set by the context's AfterFunc (ctxEnded): Recv has the
+	// context's error to return.
+	ctxDone bool
 
 	// Read by the reader only.
 	endErr error
@@ -331,27 +334,25 @@ func (w *watchStream) Park(wake func()) bool {
 	}
 	w.qmu.Lock()
 	defer w.qmu.Unlock()
-	if w.head < len(w.queued) || w.failErr != nil || w.ctx.Err() != nil {
+	if w.head < len(w.queued) || w.failErr != nil || w.ctxDone {
 		return false
 	}
-	// push and fail look for a wake-up under qmu, and the context's
-	// AfterFunc runs after ctx.Err is set: either saw no wake-up only if
-	// it had happened by the checks above.
+	// push, fail and the context's AfterFunc (ctxEnded) look for a
+	// wake-up under qmu: each saw none only if it had happened by the
+	// checks above. (ctxDone rather than ctx.Err: a parked watch's
+	// context is not walked for every message.)
 	w.wake = wake
 	w.ready = nil
 	return true
 }
 
 // ctxEnded ends the watch at its context's end (the context's AfterFunc):
-// watchfanout is told, and a parked reader woken.
+// watchfanout is told, Recv and Park see ctxDone, and a parked reader is
+// woken.
 func (w *watchStream) ctxEnded() {
 	w.s.cancel(w.id)
-	w.wakeUp()
-}
-
-// wakeUp calls the wake-up Park left, if any.
-func (w *watchStream) wakeUp() {
 	w.qmu.Lock()
+	w.ctxDone = true
 	wake := w.wake
 	w.wake = nil
 	w.qmu.Unlock()

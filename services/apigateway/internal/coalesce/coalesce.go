@@ -68,6 +68,8 @@ type Conn struct {
 	// deadline is the write deadline last set: the one bytes queued now
 	// would have been written under.
 	deadline time.Time
+	// direct: Write writes on the caller's goroutine (Direct).
+	direct bool
 }
 
 // NewConn wraps c.
@@ -79,10 +81,25 @@ func newConn(c net.Conn, buffers *sync.Pool) *Conn {
 	return cc
 }
 
-// Write queues p and returns; an error is one of an earlier send.
+// Direct makes every later Write write p to the connection on the
+// caller's goroutine, after what was queued before, and return once it
+// is written: for a writer that coalesces its writes itself (h2conn's
+// writer), a goroutine per burst here would be one more hand-over and
+// copy per write. Safe to call at any time.
+func (c *Conn) Direct() {
+	c.mu.Lock()
+	c.direct = true
+	c.mu.Unlock()
+}
+
+// Write queues p and returns; an error is one of an earlier send. After
+// Direct, it writes p instead.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.direct {
+		return c.writeDirectLocked(p)
+	}
 	for c.err == nil && len(c.pending) > 0 && len(c.pending)+len(p) > MaxPending {
 		c.room.Wait()
 	}
@@ -98,6 +115,28 @@ func (c *Conn) Write(p []byte) (int, error) {
 		go c.send()
 	}
 	return len(p), nil
+}
+
+// writeDirectLocked writes p once what is being sent is, with c.mu held
+// but for the write itself; writing is set meanwhile, so that Close and
+// the deadlines wait for it as for a background send.
+func (c *Conn) writeDirectLocked(p []byte) (int, error) {
+	for c.writing && c.err == nil {
+		c.room.Wait()
+	}
+	if c.err != nil {
+		return 0, c.err
+	}
+	c.writing = true
+	c.mu.Unlock()
+	n, err := c.Conn.Write(p)
+	c.mu.Lock()
+	c.writing = false
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	c.room.Broadcast()
+	return n, err
 }
 
 // send writes what is queued until nothing is.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -207,5 +208,56 @@ func TestDeadlineAfterQueuedBytes(t *testing.T) {
 			t.Fatal("writes past the deadline kept succeeding")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// goroutineConn is a net.Conn that records what is written to it and the
+// goroutine each Write ran on.
+type goroutineConn struct {
+	net.Conn // nil: only Write and Close are used
+	mu       sync.Mutex
+	data     bytes.Buffer
+	writers  []string
+}
+
+func (g *goroutineConn) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.data.Write(p)
+	g.writers = append(g.writers, goid())
+	return len(p), nil
+}
+
+func (g *goroutineConn) Close() error { return nil }
+
+// goid is the calling goroutine's id, from its stack's header.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	if f := bytes.Fields(buf); len(f) > 1 {
+		return string(f[1])
+	}
+	return ""
+}
+
+// TestDirectWritesThrough: after Direct, a Write is written on its
+// caller's goroutine, after what was queued before it.
+func TestDirectWritesThrough(t *testing.T) {
+	g := &goroutineConn{}
+	c := NewConn(g)
+	if _, err := c.Write([]byte("queued ")); err != nil {
+		t.Fatal(err)
+	}
+	c.Direct()
+	if _, err := c.Write([]byte("direct")); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if got := g.data.String(); got != "queued direct" {
+		t.Errorf("written %q, want %q", got, "queued direct")
+	}
+	if n := len(g.writers); n == 0 || g.writers[n-1] != goid() {
+		t.Errorf("the direct Write ran on goroutines %v, want the caller's %s last", g.writers, goid())
 	}
 }

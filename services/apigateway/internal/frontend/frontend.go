@@ -116,6 +116,8 @@ type Handler struct {
 	authn     *authn.Metrics
 	gzip      gzipWriters
 	reviews   *reviewCodec
+	// resumer runs the resumptions of parked watches (watchpark).
+	resumer *watchpark.Runner
 }
 
 // New builds the front end and registers the ResourceService routes.
@@ -139,6 +141,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	h := &Handler{
 		cfg:       cfg,
 		discovery: discovery.New(cfg.Registry),
+		resumer:   watchpark.NewRunner(cfg.Logger, 0),
 		health: map[string]*healthz.Handler{
 			"/livez":   healthz.New("/livez", hm, cfg.Livez...),
 			"/readyz":  healthz.New("/readyz", hm, cfg.Readyz...),
@@ -317,7 +320,7 @@ func (h *Handler) parkable(w http.ResponseWriter, info *requestinfo.Info) *parke
 		return nil
 	}
 	p := &parked{}
-	p.ho.Init(h.cfg.Logger)
+	p.ho.Init(h.resumer)
 	return p
 }
 

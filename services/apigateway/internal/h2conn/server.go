@@ -112,6 +112,12 @@ func Configure(hs *http.Server, s *Server) {
 // connection, whose BaseContext (when it has one) is the requests'
 // parent context.
 func (s *Server) ServeConn(_ *http.Server, tc *tls.Conn, h http.Handler) {
+	// The writer coalesces what it sends (writeLoop): a connection
+	// beneath that would coalesce again on a goroutine of its own writes
+	// through instead (coalesce.Conn).
+	if d, ok := tc.NetConn().(interface{ Direct() }); ok {
+		d.Direct()
+	}
 	c := newConn(s, tc, h)
 	if !s.track(c) {
 		_ = tc.Close()

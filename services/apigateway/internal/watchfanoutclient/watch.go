@@ -87,6 +87,10 @@ type Watch struct {
 	req       *watchv1.WatchRequest // the caller's
 	mediaType string
 	onResume  func()
+	// done and deadline are ctx's, looked up once: ctxErr runs for every
+	// message, where ctx's methods would walk its chain of contexts.
+	done     <-chan struct{}
+	deadline time.Time // zero: none
 
 	// legacy: the request asks for initial events the legacy way, so
 	// replicas are asked with sendInitialEvents=true (see above).
@@ -104,18 +108,25 @@ type Watch struct {
 	// progressed: the watch delivered something. Until it does, expired
 	// is the last replica's 410 ERROR frame.
 	progressed bool
-	expired    *watchv1.WatchResponse
+	// woken: RecvOrPark returned parked, so its next call comes from the
+	// wake-up, when the stream's Recv has something (and will not wait).
+	woken   bool
+	expired *watchv1.WatchResponse
 }
 
 // Watch returns a watch of req over the pool's replicas, opened at the
-// first Recv. ctx bounds the watch; its deadline is the watch's timeout
-// (req's timeout_seconds is replaced by the time left of it), and its user
-// (lib/identity) is the caller a replica is told of when it serves the
-// watch on a Watch stream of its own (a WatchMany stream, shared by many
-// callers' watches, names none). onResume, if not nil, is called each
-// time the watch moves to another replica.
+// first Recv. ctx bounds the watch; its deadline, as it is at this call,
+// is the watch's timeout (req's timeout_seconds is replaced by the time
+// left of it), and its user (lib/identity) is the caller a replica is
+// told of when it serves the watch on a Watch stream of its own (a
+// WatchMany stream, shared by many callers' watches, names none).
+// onResume, if not nil, is called each time the watch moves to another
+// replica.
 func (p *Pool) Watch(ctx context.Context, req *watchv1.WatchRequest, onResume func()) *Watch {
-	w := &Watch{pool: p, ctx: ctx, req: req, onResume: onResume, replica: -1, skip: make([]bool, len(p.conns))}
+	w := &Watch{pool: p, ctx: ctx, done: ctx.Done(), req: req, onResume: onResume, replica: -1, skip: make([]bool, len(p.conns))}
+	if d, ok := ctx.Deadline(); ok {
+		w.deadline = d
+	}
 	w.mediaType = negotiation.JSON
 	if req.GetEncoding() == watchv1.Encoding_ENCODING_PROTOBUF {
 		w.mediaType = negotiation.Protobuf
@@ -193,7 +204,8 @@ func (w *Watch) Recv() (*watchv1.WatchResponse, error) {
 // message on a stream whose reader can park (watchmux's, a watchpark.Parker): there
 // it calls park with the stream, and when park reports true (it left a
 // wake-up with the stream's Park), RecvOrPark returns parked at once; the
-// caller calls it again once woken. RecvOrPark waits as Recv does on a
+// caller calls it again once woken, and not before: that call reads the
+// stream without trying to park first. RecvOrPark waits as Recv does on a
 // stream that cannot park (a Watch stream of its own) and while it opens
 // the watch on a replica.
 func (w *Watch) RecvOrPark(park func(watchpark.Parker) bool) (_ *watchv1.WatchResponse, parked bool, _ error) {
@@ -223,8 +235,13 @@ func (w *Watch) recv(park func(watchpark.Parker) bool) (*watchv1.WatchResponse, 
 				return nil, false, err
 			}
 		}
-		if park != nil {
+		switch {
+		case park == nil:
+		case w.woken:
+			w.woken = false
+		default:
 			if p, ok := w.stream.(watchpark.Parker); ok && park(p) {
+				w.woken = true
 				return nil, true, nil
 			}
 		}
@@ -266,11 +283,14 @@ func (w *Watch) unprime() {
 // was asked for the time left, rounded up, so its own end comes just
 // after the deadline: under load it can arrive before the late timer
 // has ended the context, and must not be taken for a replica lost.
+// The deadline is the one ctx had when the watch was made (Pool.Watch).
 func (w *Watch) ctxErr() error {
-	if err := w.ctx.Err(); err != nil {
-		return err
+	select {
+	case <-w.done:
+		return w.ctx.Err()
+	default:
 	}
-	if d, ok := w.ctx.Deadline(); ok && !time.Now().Before(d) {
+	if !w.deadline.IsZero() && !time.Now().Before(w.deadline) {
 		return context.DeadlineExceeded
 	}
 	return nil

@@ -9,9 +9,10 @@
 // down to the front end's. The functions those frames would have run on
 // return (Defer) wait for the watch's end instead. Once the handler's
 // goroutine has returned (Returned), each wake-up resumes the watch on a
-// goroutine of its own, which writes what came straight into the HTTP/2
-// stream and parks again, or ends the watch (End): the deferred functions
-// run in the order they were deferred, then the response ends.
+// goroutine of a Runner's (shared by the watches of a front end), which
+// writes what came straight into the HTTP/2 stream and parks again, or
+// ends the watch (End): the deferred functions run in the order they were
+// deferred, then the response ends.
 //
 // Invariant: at most one goroutine serves a watch at a time. A resumption
 // starts only after the handler's goroutine has returned, and the code
@@ -23,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"sync"
 )
@@ -36,7 +36,7 @@ var ErrParked = errors.New("watchpark: the watch goes on parked")
 // methods are safe on a nil *Handoff: a watch without one never parks,
 // and Defer runs at once.
 type Handoff struct {
-	log *slog.Logger
+	rn *Runner // nil: each resumption on a new goroutine
 
 	mu sync.Mutex
 	// parked: the watch went on past its handler's return (or is about
@@ -63,21 +63,18 @@ type Handoff struct {
 // parked watch.
 const deferredInline = 6
 
-// New returns a Handoff; log reports a panic of a resumed watch.
-func New(log *slog.Logger) *Handoff {
+// New returns a Handoff whose resumptions run on rn's goroutines; with a
+// nil rn, each on a new goroutine, a panic logged to slog.Default.
+func New(rn *Runner) *Handoff {
 	h := &Handoff{}
-	h.Init(log)
+	h.Init(rn)
 	return h
 }
 
 // Init readies a zero Handoff that is part of a larger record, as New
-// does; log reports a panic of a resumed watch. It is called before the
-// Handoff is used, once.
-func (h *Handoff) Init(log *slog.Logger) {
-	if log == nil {
-		log = slog.Default()
-	}
-	h.log = log
+// does. It is called before the Handoff is used, once.
+func (h *Handoff) Init(rn *Runner) {
+	h.rn = rn
 	h.deferred = h.deferredBuf[:0]
 }
 
@@ -103,7 +100,7 @@ type Parker interface {
 }
 
 // Park parks the watch on p: the wake-up resumes it with resume, on a
-// goroutine of its own (once the handler has returned). Park reports
+// goroutine of the Runner's (once the handler has returned). Park reports
 // whether the watch is parked; when it is, the caller returns at once
 // (ErrParked) and touches the watch no more. With a nil h, Park is false.
 func (h *Handoff) Park(p Parker, resume func()) bool {
@@ -129,8 +126,8 @@ func (h *Handoff) Park(p Parker, resume func()) bool {
 	return false
 }
 
-// wake resumes the watch: now, on a goroutine of its own, or once the
-// handler has returned.
+// wake resumes the watch: now, on a goroutine of the Runner's, or once
+// the handler has returned.
 func (h *Handoff) wake() {
 	h.mu.Lock()
 	resume := h.resume
@@ -140,7 +137,7 @@ func (h *Handoff) wake() {
 		return
 	}
 	h.mu.Unlock()
-	go h.run(resume)
+	h.rn.start(h, resume)
 }
 
 // run runs a resumption; a panic in it is logged and ends the watch, its
@@ -148,7 +145,7 @@ func (h *Handoff) wake() {
 func (h *Handoff) run(resume func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			h.log.Error("panic serving a parked watch", "panic", p, "stack", string(debug.Stack()))
+			h.rn.logger().Error("panic serving a parked watch", "panic", p, "stack", string(debug.Stack()))
 			h.end(fmt.Errorf("watchpark: panic: %v", p), true)
 		}
 	}()
@@ -199,7 +196,7 @@ func (h *Handoff) Returned(finish func(abort bool)) {
 	h.pending = nil
 	h.mu.Unlock()
 	if resume != nil {
-		go h.run(resume)
+		h.rn.start(h, resume)
 	}
 }
 
