@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/ctxhook"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -92,9 +93,9 @@ func (m *Mux) Watch(ctx context.Context, req *watchv1.WatchRequest, _ ...grpc.Ca
 	}
 	w := &watchStream{ctx: ctx, s: s, id: id, window: m.opts.Buffer}
 	// Registered before the open is sent, so no message can miss it.
-	w.stopCtx = context.AfterFunc(ctx, w.ctxEnded)
+	w.stopCtx = ctxhook.AfterFunc(ctx, w.ctxEnded)
 	if err := s.open(w, req); err != nil {
-		w.stopCtx()
+		w.stopCtx.Stop()
 		return nil, err
 	}
 	return w, nil
@@ -272,7 +273,7 @@ type watchStream struct {
 	s       *session
 	id      int64
 	window  int
-	stopCtx func() bool
+	stopCtx ctxhook.Stop
 
 	// The messages waiting for the reader, in order, from queued[head]:
 	// at most the window, the one message a watch may send over it as it
@@ -454,7 +455,7 @@ func (w *watchStream) deliver(msg *watchv1.WatchManyResponse) (*watchv1.WatchRes
 		}
 	}
 	w.ended = true
-	w.stopCtx()
+	w.stopCtx.Stop()
 	if r := msg.GetResponse(); r != nil {
 		return r, nil
 	}
@@ -477,7 +478,7 @@ func (w *watchStream) credit() {
 
 func (w *watchStream) end(err error) (*watchv1.WatchResponse, error) {
 	w.ended, w.endErr = true, err
-	if w.stopCtx() {
+	if w.stopCtx.Stop() {
 		w.s.cancel(w.id)
 	}
 	return nil, err
@@ -489,7 +490,7 @@ func (w *watchStream) end(err error) (*watchv1.WatchResponse, error) {
 // caller that must end the watch before its context ends a context of
 // the watch's own.
 func (w *watchStream) Close() {
-	if w.stopCtx() {
+	if w.stopCtx.Stop() {
 		w.s.cancel(w.id)
 	}
 	w.ended, w.endErr = true, errClosed

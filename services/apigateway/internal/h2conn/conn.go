@@ -270,6 +270,12 @@ func (c *conn) shut() {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
+	// Each stream's context ends by its own stop first, which runs its
+	// hook (streamCtx); the connection's cancel would end it from above,
+	// past the hook.
+	for _, st := range streams {
+		st.ctx.stop(errConnClosed)
+	}
 	c.cancel()
 	for _, st := range streams {
 		st.bodyFail(errConnClosed)

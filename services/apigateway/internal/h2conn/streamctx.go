@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/ctxhook"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/reqdeadline"
 )
 
@@ -13,19 +14,33 @@ import (
 // set one (reqdeadline.Set), by its deadline, from a timer of its own.
 // A watch's timeoutSeconds is carried so, without a context of the
 // watch's own for as long as the watch lasts.
+//
+// It runs one function at its end (ctxhook.Hooker), from stop or its
+// deadline's timer: a parked watch's wake-up at its context's end
+// (watchmux) without a context registered under this one. Every end
+// passes there: the stream's, the deadline's, and the connection's
+// (conn.shut stops every stream's context before it cancels theirs).
 type streamCtx struct {
 	context.Context // the cancel context; Done and the cause are its
 	cancel          context.CancelCauseFunc
 
-	// mu guards deadline, timer and stopped: SetDeadline runs on the
-	// handler's goroutine, stop on whichever ends the stream.
+	// mu guards deadline, timer, stopped, hook and ended: SetDeadline
+	// and Hook run on the handler's goroutine, stop on whichever ends
+	// the stream, expire on the timer's.
 	mu       sync.Mutex
 	deadline time.Time // zero: none
 	timer    *time.Timer
-	stopped  bool
+	// hook runs once, at the end; ended is set then, so no hook is
+	// taken after it.
+	hook    func()
+	stopped bool
+	ended   bool
 }
 
-var _ reqdeadline.Setter = (*streamCtx)(nil)
+var (
+	_ reqdeadline.Setter = (*streamCtx)(nil)
+	_ ctxhook.Hooker     = (*streamCtx)(nil)
+)
 
 // newStreamCtx returns a stream's context under parent.
 func newStreamCtx(parent context.Context) *streamCtx {
@@ -55,7 +70,45 @@ func (c *streamCtx) SetDeadline(d time.Time) bool {
 }
 
 // expire ends the context at its deadline.
-func (c *streamCtx) expire() { c.cancel(context.DeadlineExceeded) }
+func (c *streamCtx) expire() {
+	c.cancel(context.DeadlineExceeded)
+	c.runHook()
+}
+
+// Hook has f run once at the context's end (ctxhook.Hooker).
+func (c *streamCtx) Hook(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hook != nil || c.ended || c.Context.Err() != nil {
+		return false
+	}
+	c.hook = f
+	return true
+}
+
+// Unhook removes the hook Hook set (ctxhook.Hooker).
+func (c *streamCtx) Unhook() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := c.hook != nil
+	c.hook = nil
+	return ok
+}
+
+// runHook starts the hook once the context has ended; the context's own
+// cancel has run, so the hook sees it ended. The hook runs on a goroutine
+// of its own, as context.AfterFunc's functions do: stop runs on the
+// connection's serve goroutine, which a hook that waits (a watchmux
+// stream telling watchfanout over gRPC) must not hold up.
+func (c *streamCtx) runHook() {
+	c.mu.Lock()
+	f := c.hook
+	c.hook, c.ended = nil, true
+	c.mu.Unlock()
+	if f != nil {
+		go f()
+	}
+}
 
 // Deadline is the deadline SetDeadline set, else the parent's.
 func (c *streamCtx) Deadline() (time.Time, bool) {
@@ -78,12 +131,13 @@ func (c *streamCtx) Err() error {
 	return err
 }
 
-// Value answers reqdeadline.Key with the context itself; other keys are
+// Value answers reqdeadline.Key and ctxhook.Key with the context itself; other keys are
 // the cancel context's (context.Cause and the context package find the
 // cancel context through it, so contexts derived from this one register
 // with it directly, without a goroutine).
 func (c *streamCtx) Value(key any) any {
-	if _, ok := key.(reqdeadline.Key); ok {
+	switch key.(type) {
+	case reqdeadline.Key, ctxhook.Key:
 		return c
 	}
 	return c.Context.Value(key)
@@ -101,4 +155,5 @@ func (c *streamCtx) stop(err error) {
 		t.Stop()
 	}
 	c.cancel(err)
+	c.runHook()
 }

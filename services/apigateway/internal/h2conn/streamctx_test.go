@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-cp/meridian/lib/ctxhook"
 	"github.com/meridian-cp/meridian/services/apigateway/internal/reqdeadline"
 	"golang.org/x/net/http2"
 )
@@ -121,5 +122,74 @@ func TestStreamDeadlineStreamEnds(t *testing.T) {
 	res.ctx.mu.Unlock()
 	if timer != nil {
 		t.Error("the deadline's timer was not stopped at the stream's end")
+	}
+}
+
+// TestStreamHook: a stream's context runs the hook ctxhook.AfterFunc
+// takes (through the front end's value contexts), with no context
+// registered under it, at each of its ends while its handler still runs
+// (as a parked watch's stream outlives its handler): the client's reset,
+// the deadline, and the connection's close.
+func TestStreamHook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// deadline is set on the stream's context when not zero.
+		deadline time.Time
+		// end ends the stream from the client's side, if it must.
+		end func(c *rawConn)
+	}{
+		{"reset", time.Time{}, func(c *rawConn) {
+			if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"deadline", time.Now().Add(50 * time.Millisecond), nil},
+		{"connection closed", time.Time{}, func(c *rawConn) { c.tc.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type result struct {
+				took, ran bool
+				err       error // the context's, as the hook saw it
+			}
+			got := make(chan result, 1)
+			ts := newServer(t, &Server{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := context.WithValue(r.Context(), struct{}{}, 1)
+				ran := make(chan error, 1)
+				ctxhook.AfterFunc(ctx, func() { ran <- ctx.Err() })
+				sc := r.Context().(*streamCtx)
+				sc.mu.Lock()
+				res := result{took: sc.hook != nil}
+				sc.mu.Unlock()
+				if !tc.deadline.IsZero() && !reqdeadline.Set(r.Context(), tc.deadline) {
+					t.Error("reqdeadline.Set reported false")
+				}
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				// The handler returns only once the hook ran (or
+				// did not in time): its return ends the stream too.
+				select {
+				case res.err = <-ran:
+					res.ran = true
+				case <-time.After(10 * time.Second):
+				}
+				got <- res
+			}))
+			c := dialRaw(t, ts)
+			c.headers(1, true)
+			c.until(func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+			if tc.end != nil {
+				tc.end(c)
+			}
+			res := <-got
+			if !res.took {
+				t.Error("ctxhook.AfterFunc did not take the stream context's hook")
+			}
+			if !res.ran {
+				t.Fatal("the hook did not run at the stream's end")
+			}
+			if res.err == nil {
+				t.Error("the hook ran before the context ended")
+			}
+		})
 	}
 }
