@@ -127,16 +127,8 @@ func TestRelayedWatchFallsBackAsAsked(t *testing.T) {
 		e.namespace(ns)
 		e.mustCreate(configMap(ns, ""), `{"metadata":{"name":"in-`+ns+`"}}`)
 	}
-	yes := true
 	ctx, cancel := context.WithCancel(t.Context())
-	stream := newSignalStream(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- e.s.Watch(&apiv1.WatchRequest{
-			Ref: configMap("ns", ""), SendInitialEvents: &yes, ResourceVersionMatch: "NotOlderThan",
-			AllowWatchBookmarks: true, Accept: acceptJSON,
-		}, stream)
-	}()
+	stream, done := watchInitialEvents(ctx, e)
 	polltest.Until(t, 10*time.Second, "the initial events, or an ERROR", func() bool {
 		data, _ := stream.state()
 		return strings.Contains(data, initialEventsEndAnnotation) || strings.Contains(data, `"type":"ERROR"`)

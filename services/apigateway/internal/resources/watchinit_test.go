@@ -43,6 +43,21 @@ func newSignalStream(ctx context.Context) *signalStream {
 
 func (s *signalStream) Context() context.Context { return s.ctx }
 
+// watchInitialEvents starts a watch of namespace ns's ConfigMaps with
+// sendInitialEvents=true on e's Server, under ctx; done gets what Watch
+// returned.
+func watchInitialEvents(ctx context.Context, e *env) (stream *signalStream, done chan error) {
+	yes := true
+	stream, done = newSignalStream(ctx), make(chan error, 1)
+	go func() {
+		done <- e.s.Watch(&apiv1.WatchRequest{
+			Ref: configMap("ns", ""), SendInitialEvents: &yes, ResourceVersionMatch: "NotOlderThan",
+			AllowWatchBookmarks: true, Accept: acceptJSON,
+		}, stream)
+	}()
+	return stream, done
+}
+
 func (s *signalStream) Send(b *httpbody.HttpBody) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -172,16 +187,8 @@ func TestRelayedWatchSignalsInitialEventsSent(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	e := newEnv(t, Config{Watchfanout: watchfanoutclient.New([]*grpc.ClientConn{conn})})
-	yes := true
 	ctx, cancel := context.WithCancel(t.Context())
-	stream := newSignalStream(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- e.s.Watch(&apiv1.WatchRequest{
-			Ref: configMap("ns", ""), SendInitialEvents: &yes, ResourceVersionMatch: "NotOlderThan",
-			AllowWatchBookmarks: true, Accept: acceptJSON,
-		}, stream)
-	}()
+	stream, done := watchInitialEvents(ctx, e)
 	polltest.Until(t, 10*time.Second, "the signal", func() bool { _, sig := stream.state(); return len(sig) > 0 })
 	if _, sig := stream.state(); sig[0] != relayAdded+relayBookmark {
 		t.Fatalf("signalled after\n%q\nwant after the initial event and its bookmark", sig[0])
