@@ -66,8 +66,16 @@ func fallBack(err error) bool {
 	return false
 }
 
-func cacheResource(res *registry.Resource) *watchv1.Resource {
-	return &watchv1.Resource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource}
+// cacheResource is res as watchfanout's requests name it, one per served
+// resource version: every get, list and watch sent there shares it (a
+// watch keeps its request for its moves to other replicas), and nothing
+// changes it.
+func (s *Server) cacheResource(res *registry.Resource) *watchv1.Resource {
+	if r, ok := s.cacheResources.Load(res.GVR); ok {
+		return r.(*watchv1.Resource)
+	}
+	r, _ := s.cacheResources.LoadOrStore(res.GVR, &watchv1.Resource{Group: res.GVR.Group, Version: res.GVR.Version, Resource: res.GVR.Resource})
+	return r.(*watchv1.Resource)
 }
 
 // cacheable reports whether a read's resourceVersion parameters are served
@@ -194,7 +202,7 @@ func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchR
 		fieldSel += "metadata.name=" + name
 	}
 	return s.cfg.Watchfanout.Watch(ctx, &watchv1.WatchRequest{
-		Resource:             s.watchResource(w.res),
+		Resource:             s.cacheResource(w.res),
 		Namespace:            req.GetRef().GetNamespace(),
 		LabelSelector:        req.GetLabelSelector(),
 		FieldSelector:        fieldSel,
@@ -206,17 +214,6 @@ func (s *Server) openRelay(ctx context.Context, w *watchState, req *apiv1.WatchR
 		Encoding:             enc,
 		IncludeObject:        req.GetIncludeObject(),
 	}, w.movedReplica)
-}
-
-// watchResource is cacheResource(res), one per served resource version:
-// a watch's request to watchfanout (kept by the watch for its moves to
-// other replicas) shares it, and nothing changes it.
-func (s *Server) watchResource(res *registry.Resource) *watchv1.Resource {
-	if r, ok := s.watchResources.Load(res.GVR); ok {
-		return r.(*watchv1.Resource)
-	}
-	r, _ := s.watchResources.LoadOrStore(res.GVR, cacheResource(res))
-	return r.(*watchv1.Resource)
 }
 
 // movedReplica counts a relayed watch's move to another replica.
@@ -300,7 +297,7 @@ func (s *Server) cachedGet(ctx context.Context, res *registry.Resource, req *api
 	}
 	consistent := req.GetResourceVersion() == ""
 	resp, err := s.cfg.Watchfanout.Client().Get(identity.AppendToOutgoing(ctx, user(ctx)), &watchv1.GetRequest{
-		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(), Name: req.GetRef().GetName(),
+		Resource: s.cacheResource(res), Namespace: req.GetRef().GetNamespace(), Name: req.GetRef().GetName(),
 		ResourceVersion: req.GetResourceVersion(), Encoding: enc, IncludeObject: req.GetIncludeObject(),
 	})
 	if err != nil {
@@ -343,7 +340,7 @@ func (s *Server) cachedList(ctx context.Context, res *registry.Resource, req *ap
 		return false, nil
 	}
 	lreq := &watchv1.ListRequest{
-		Resource: cacheResource(res), Namespace: req.GetRef().GetNamespace(),
+		Resource: s.cacheResource(res), Namespace: req.GetRef().GetNamespace(),
 		LabelSelector: req.GetLabelSelector(), FieldSelector: req.GetFieldSelector(),
 		ResourceVersion: req.GetResourceVersion(), ResourceVersionMatch: req.GetResourceVersionMatch(),
 		Limit: req.GetLimit(), ContinueToken: req.GetContinueToken(), Encoding: enc, IncludeObject: req.GetIncludeObject(),

@@ -140,10 +140,10 @@ type Server struct {
 	m *metrics
 	// listBudget bounds the list bytes in flight; nil: no bound.
 	listBudget *listBudget
-	// watchResources holds watchResource's *watchv1.Resource of each
-	// resource version a watch was relayed for
+	// cacheResources holds cacheResource's *watchv1.Resource of each
+	// resource version served through watchfanout
 	// (schema.GroupVersionResource keys): as many as were ever served.
-	watchResources sync.Map
+	cacheResources sync.Map
 }
 
 var (

@@ -142,10 +142,11 @@ type watchState struct {
 	enc    *watchframe.Encoder
 	server *Server
 
-	// What request rebuilds of the watch's request.
+	// What request rebuilds of the watch's request; sendInitialEvents
+	// is the request's own (nil: not given), which nothing changes.
 	namespace, resourceVersion, resourceVersionMatch string
-	// sendInitialEvents is the parameter when sendInitialEventsSet.
-	sendInitialEventsSet, sendInitialEvents, allowWatchBookmarks bool
+	sendInitialEvents                                *bool
+	allowWatchBookmarks                              bool
 
 	relay relay
 }
@@ -154,16 +155,11 @@ type watchState struct {
 // parseWatch): its namespace and its resourceVersion parameters; the
 // selectors are w's filter and key range already.
 func (w *watchState) request() *apiv1.WatchRequest {
-	req := &apiv1.WatchRequest{
+	return &apiv1.WatchRequest{
 		Ref:             &apiv1.ResourceRef{Namespace: w.namespace},
 		ResourceVersion: w.resourceVersion, ResourceVersionMatch: w.resourceVersionMatch,
-		AllowWatchBookmarks: w.allowWatchBookmarks,
+		SendInitialEvents: w.sendInitialEvents, AllowWatchBookmarks: w.allowWatchBookmarks,
 	}
-	if w.sendInitialEventsSet {
-		v := w.sendInitialEvents
-		req.SendInitialEvents = &v
-	}
-	return req
 }
 
 // newWatch resolves req's parameters; out is its negotiated output, which
@@ -198,8 +194,8 @@ func (s *Server) newWatch(ctx context.Context, req *apiv1.WatchRequest) (w *watc
 		res: res, filter: f, start: start,
 		contentType: format.ContentType(), format: format, server: s,
 		namespace: req.GetRef().GetNamespace(), resourceVersion: req.GetResourceVersion(),
-		resourceVersionMatch: req.GetResourceVersionMatch(), sendInitialEventsSet: req.SendInitialEvents != nil,
-		sendInitialEvents: req.GetSendInitialEvents(), allowWatchBookmarks: req.GetAllowWatchBookmarks(),
+		resourceVersionMatch: req.GetResourceVersionMatch(), sendInitialEvents: req.SendInitialEvents,
+		allowWatchBookmarks: req.GetAllowWatchBookmarks(),
 	}, out, nil
 }
 
