@@ -30,6 +30,9 @@ var chartDir = filepath.Join(repoRoot, "deploy", "helm", "meridian")
 var scratch string
 
 func TestMain(m *testing.M) {
+	if code, ran := runLinkProbe(); ran {
+		os.Exit(code)
+	}
 	dir, err := os.MkdirTemp("", "meridian-deploy-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
