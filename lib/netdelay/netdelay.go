@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -88,9 +89,7 @@ func (p *Proxy) pump(dst, src net.Conn) {
 	go func() {
 		defer close(done)
 		for c := range ch {
-			if d := time.Until(c.at.Add(p.delay)); d > 0 {
-				time.Sleep(d)
-			}
+			waitUntil(c.at.Add(p.delay))
 			if _, err := dst.Write(c.b); err != nil {
 				src.Close()
 				dst.Close()
@@ -155,4 +154,33 @@ func (p *Proxy) close() {
 	p.conns = nil
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// coarseMargin is how long before a chunk is due its writer stops
+// waiting on Go's timers and waits in the kernel instead (waitUntil).
+const coarseMargin = 2 * time.Millisecond
+
+// waitUntil returns at due, within the kernel's timer slack (50 µs by
+// default), not up to a millisecond late. Go's timers wait in the
+// network poller, whose Linux timeout is in whole milliseconds and a
+// wait shorter than one is rounded up to one: a 25 ms time.Sleep that
+// the poller starts with 0.2 ms left returns 0.8 ms late, and a proxied
+// link's one-way delay would be 25 ms plus up to 1 ms of that, at
+// random. So the last coarseMargin is a nanosleep system call, which
+// holds this goroutine's thread and none of the process's others.
+func waitUntil(due time.Time) {
+	if d := time.Until(due) - coarseMargin; d > 0 {
+		time.Sleep(d)
+	}
+	for {
+		d := time.Until(due)
+		if d <= 0 {
+			return
+		}
+		ts := syscall.NsecToTimespec(d.Nanoseconds())
+		if err := syscall.Nanosleep(&ts, nil); err != nil && err != syscall.EINTR {
+			time.Sleep(d)
+			return
+		}
+	}
 }
