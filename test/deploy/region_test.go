@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meridian-cp/meridian/lib/netdelay"
+	"github.com/meridian-cp/meridian/lib/polltest"
 )
 
 // regionRTT is the round-trip time between two simulated regions.
@@ -863,17 +864,10 @@ func awaitCaughtUp(t *testing.T, lc kubernetes.Interface, clients []kubernetes.I
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
 	for i, c := range clients {
-		for {
+		polltest.Until(t, time.Minute, fmt.Sprintf("gateway %d serving the ConfigMap written after the stopped regions continued", i), func() bool {
 			got, err := c.CoreV1().ConfigMaps("reads").Get(ctx, mark.Name, metav1.GetOptions{ResourceVersion: "0"})
-			if err == nil && got.ResourceVersion == mark.ResourceVersion {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("gateway %d never served the ConfigMap written after the stopped regions continued: %v", i, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err == nil && got.ResourceVersion == mark.ResourceVersion
+		})
 	}
 }

@@ -24,17 +24,17 @@ type streamCtx struct {
 	context.Context // the cancel context; Done and the cause are its
 	cancel          context.CancelCauseFunc
 
-	// mu guards deadline, timer, stopped, hook and ended: SetDeadline
-	// and Hook run on the handler's goroutine, stop on whichever ends
-	// the stream, expire on the timer's.
+	// mu guards deadline, timer, hook and ended: SetDeadline and Hook
+	// run on the handler's goroutine, stop on whichever ends the
+	// stream, expire on the timer's.
 	mu       sync.Mutex
 	deadline time.Time // zero: none
 	timer    *time.Timer
-	// hook runs once, at the end; ended is set then, so no hook is
-	// taken after it.
-	hook    func()
-	stopped bool
-	ended   bool
+	// hook runs once, at the end. ended is set by stop before it
+	// cancels, and by runHook after expire does: after it no hook is
+	// taken and no deadline's timer started.
+	hook  func()
+	ended bool
 }
 
 var (
@@ -61,7 +61,7 @@ func (c *streamCtx) SetDeadline(d time.Time) bool {
 		return false
 	}
 	c.deadline = d
-	if !c.stopped {
+	if !c.ended {
 		// Stopped at the stream's end (stop): a timer left running
 		// would keep the context until d.
 		c.timer = time.AfterFunc(time.Until(d), c.expire)
@@ -147,7 +147,7 @@ func (c *streamCtx) Value(key any) any {
 // deadline's timer.
 func (c *streamCtx) stop(err error) {
 	c.mu.Lock()
-	c.stopped = true
+	c.ended = true
 	t := c.timer
 	c.timer = nil
 	c.mu.Unlock()

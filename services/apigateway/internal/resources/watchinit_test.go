@@ -43,7 +43,7 @@ func newSignalStream(ctx context.Context) *signalStream {
 
 func (s *signalStream) Context() context.Context { return s.ctx }
 
-// watchInitialEvents starts a watch of namespace ns's ConfigMaps with
+// watchInitialEvents starts a watch of namespace "ns"'s ConfigMaps with
 // sendInitialEvents=true on e's Server, under ctx; done gets what Watch
 // returned.
 func watchInitialEvents(ctx context.Context, e *env) (stream *signalStream, done chan error) {
