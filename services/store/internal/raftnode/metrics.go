@@ -13,7 +13,9 @@ type metrics struct {
 	logSync prometheus.Histogram
 	nudges  prometheus.Counter
 	notices prometheus.Counter
-	etcd    *etcdMetrics
+	// followerNotices counts this member's follower notices accepted.
+	followerNotices prometheus.Counter
+	etcd            *etcdMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,9 +42,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_store_raft_commit_notices_total",
 			Help: "Commit notices a follower accepted: it learned of a commit without waiting for the barrier (see raftnode's notice.go).",
 		}),
+		followerNotices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_store_raft_follower_commit_notices_total",
+			Help: "Commit notices this member sent as a follower, for entries it stored, that another member accepted: it learned of a commit before the leader told it (see raftnode's followernotice.go).",
+		}),
 	}
 	m.etcd = newEtcdMetrics()
-	return m, m.register(m.pending, m.propose, m.logSync, m.nudges, m.notices)
+	return m, m.register(m.pending, m.propose, m.logSync, m.nudges, m.notices, m.followerNotices)
 }
 
 func (m *metrics) register(cs ...prometheus.Collector) error {

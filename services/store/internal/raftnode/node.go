@@ -178,6 +178,9 @@ type Node struct {
 	nudgerDone chan struct{}
 	// notices sends commit notices along with each nudge (notice.go).
 	notices noticer
+	// stored holds the batch the log store last handed on for follower
+	// notices (followernotice.go), until followerNotices takes it.
+	stored *storedQueue
 
 	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
 	vmu      sync.Mutex
@@ -230,7 +233,8 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	nf := &nudgingFSM{FSM: cfg.FSM, nudges: make(chan struct{}, 1)}
-	r, err := raft.NewRaft(rc, nf, st.logs, st.stable, st.snaps, trans)
+	ls := &noticingLogStore{LogStore: st.logs}
+	r, err := raft.NewRaft(rc, nf, ls, st.stable, st.snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -238,9 +242,10 @@ func Start(cfg Config) (*Node, error) {
 	started = true
 	n := &Node{id: cfg.ID, raft: r, logs: st.logs, wal: st.wal, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m,
 		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
-		nudges: nf.nudges, nudgerDone: make(chan struct{})}
+		nudges: nf.nudges, nudgerDone: make(chan struct{}), stored: newStoredQueue()}
 	n.startLoops()
 	nf.node.Store(n)
+	ls.node.Store(n)
 	return n, nil
 }
 
@@ -378,6 +383,7 @@ func (n *Node) startLoops() {
 		n.notices.close()
 	}()
 	go n.metrics.etcd.countLeaderChanges(ctx, n.raft)
+	go n.followerNotices()
 	go func() {
 		defer close(n.nudgerDone)
 		n.nudgeFollowers(ctx)

@@ -48,6 +48,11 @@ import (
 // per follower per pause in the writes, and, to a follower whose request
 // in flight lacks the committed entries, those a second time.
 
+// A follower that has just stored an entry tells others of its commit
+// too, when its copy, the leader's and theirs are a majority: before the
+// leader hears of it (followernotice.go). Its notices go on the same
+// connections.
+
 // Notices to a follower go in order on a connection of their own, raft's
 // pipeline (which raft's replication does not use), without waiting for
 // answers: one per nudge, up to noticePipelineDepth in flight. Notices go
@@ -75,6 +80,9 @@ type noticePeer struct {
 	term    uint64 // the term in which want was committed
 	sent    uint64 // the newest commit index sent to it
 	sending bool   // a goroutine is sending to it
+	// stored is the batch whose follower notice (followernotice.go)
+	// commits want, when this node follows; nil for the leader's own.
+	stored *storedBatch
 	// pipe carries the notices to it, in order, on a connection of their
 	// own, without waiting for answers; nil until the first, and after
 	// a failure.
@@ -168,9 +176,6 @@ func (c *noticer) notify(term, commit uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.peers == nil {
-		c.peers = make(map[raft.ServerID]*noticePeer)
-	}
 	for _, s := range f.Configuration().Servers {
 		if string(s.ID) == n.id {
 			continue
@@ -178,19 +183,34 @@ func (c *noticer) notify(term, commit uint64) {
 		if _, ok := n.noticeTo(s.ID, commit); !ok {
 			continue
 		}
-		p := c.peers[s.ID]
-		if p == nil || p.addr != s.Address {
-			p = &noticePeer{addr: s.Address}
-			c.peers[s.ID] = p
-		}
+		p := c.peer(s)
 		if commit <= p.want && term == p.term {
 			continue
 		}
-		p.want, p.term = commit, term
-		if !p.sending {
-			p.sending = true
-			go c.send(s.ID, p)
-		}
+		p.want, p.term, p.stored = commit, term, nil
+		c.start(s.ID, p)
+	}
+}
+
+// peer returns the notice state of s, new if s is new or moved. c.mu is
+// held.
+func (c *noticer) peer(s raft.Server) *noticePeer {
+	if c.peers == nil {
+		c.peers = make(map[raft.ServerID]*noticePeer)
+	}
+	p := c.peers[s.ID]
+	if p == nil || p.addr != s.Address {
+		p = &noticePeer{addr: s.Address}
+		c.peers[s.ID] = p
+	}
+	return p
+}
+
+// start starts a goroutine sending to p, unless one is. c.mu is held.
+func (c *noticer) start(id raft.ServerID, p *noticePeer) {
+	if !p.sending {
+		p.sending = true
+		go c.send(id, p)
 	}
 }
 
@@ -206,7 +226,7 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 	}
 	for {
 		c.mu.Lock()
-		commit, term, pipe := p.want, p.term, p.pipe
+		commit, term, pipe, stored := p.want, p.term, p.pipe, p.stored
 		if commit == p.sent || c.ctx.Err() != nil {
 			p.sending = false
 			c.mu.Unlock()
@@ -214,13 +234,14 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 		}
 		p.sent = commit
 		c.mu.Unlock()
-		last, ok := n.noticeTo(id, commit)
-		if !ok {
-			continue // the barrier goes out at once
+		var req *raft.AppendEntriesRequest
+		if stored != nil {
+			req = n.storedNoticeRequest(stored)
+		} else if last, ok := n.noticeTo(id, commit); ok {
+			req = n.noticeRequest(header, term, commit, last)
 		}
-		req := n.noticeRequest(header, term, commit, last)
 		if req == nil {
-			continue
+			continue // the barrier goes out at once
 		}
 		if pipe == nil {
 			var err error
@@ -254,7 +275,8 @@ func (c *noticer) openPipe(id raft.ServerID, p *noticePeer) (*noticePipe, error)
 	return pipe, nil
 }
 
-// answers counts the notices pipe's follower accepted, until the pipeline
+// answers counts the notices pipe's member accepted, the leader's own and
+// follower notices (which speak for the leader) apart, until the pipeline
 // fails or is closed.
 func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 	for {
@@ -266,8 +288,13 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 				c.dropPipe(p, pipe)
 				return
 			}
-			if f.Response().Success {
+			if !f.Response().Success {
+				continue
+			}
+			if string(f.Request().ID) == c.node.id {
 				c.node.metrics.notices.Inc()
+			} else {
+				c.node.metrics.followerNotices.Inc()
 			}
 		}
 	}
