@@ -3,11 +3,14 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,6 +63,7 @@ type member struct {
 	dataDir string
 	client  string // gRPC address
 	peer    string // raft bind address
+	metrics string // --metrics-listen address (/metrics)
 	args    []string
 	logPath string
 
@@ -68,7 +72,7 @@ type member struct {
 	done chan struct{}
 }
 
-// cluster is three store processes behind partitioning proxies.
+// cluster is store processes behind partitioning proxies.
 type cluster struct {
 	t       *testing.T
 	bin     string
@@ -106,7 +110,8 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 	var initial []string
 	for i := range n {
 		ip := fmt.Sprintf("127.0.0.%d", 10+i)
-		m := &member{id: fmt.Sprintf("s%d", i), idx: i, dataDir: t.TempDir(), client: freePort(t, "127.0.0.1"), peer: freePort(t, ip)}
+		m := &member{id: fmt.Sprintf("s%d", i), idx: i, dataDir: t.TempDir(), client: freePort(t, "127.0.0.1"), peer: freePort(t, ip),
+			metrics: freePort(t, "127.0.0.1")}
 		p, err := newProxy(m.peer)
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +132,7 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 			"--peer-listen", m.peer, "--peer-advertise", c.proxies[i].addr(),
 			"--initial-cluster", strings.Join(initial, ","),
 			"--tls-cert-file", cert, "--tls-key-file", key, "--client-ca-file", ca,
-			"--metrics-listen", "", "--compaction-retention", "-1s", "--log-level", "warn",
+			"--metrics-listen", m.metrics, "--compaction-retention", "-1s", "--log-level", "warn",
 			"--heartbeat-timeout", "500ms", "--election-timeout", "500ms",
 		}, extra...)
 	}
@@ -265,4 +270,32 @@ func (c *cluster) heal() {
 		p.setDown(false)
 		p.unblockAll()
 	}
+}
+
+// metricSum is the sum over the members of the counter or gauge name
+// (without labels) on their /metrics, since each one's last start.
+func (c *cluster) metricSum(t *testing.T, name string) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range c.members {
+		resp, err := http.Get("http://" + m.metrics + "/metrics")
+		if err != nil {
+			t.Fatalf("%s: %v", m.id, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", m.id, err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", m.id, line, err)
+				}
+				sum += f
+			}
+		}
+	}
+	return sum
 }

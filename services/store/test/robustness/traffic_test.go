@@ -55,15 +55,18 @@ func (r *recorder) count(stat string) {
 
 const numKeys = 6
 
-// runClient issues random operations until ctx ends. Every operation gets
-// a fresh bounded context. Outcomes: success → recorded; an error proving
+// runClient issues random operations, pause apart, until ctx ends. Every
+// operation gets a fresh bounded context. Outcomes: success → recorded; an error proving
 // no effect (reads, not proposed, invalid) → dropped; other write errors
 // → recorded as unknown with a return time at infinity.
-func runClient(ctx context.Context, id int, c *client.Client, rec *recorder) {
+func runClient(ctx context.Context, id int, c *client.Client, rec *recorder, pause time.Duration) {
 	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	seq := 0
 	lastSeen := map[string]string{}
 	for ctx.Err() == nil {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
 		seq++
 		key := fmt.Sprintf("key-%d", rng.IntN(numKeys))
 		val := fmt.Sprintf("c%d-%d", id, seq)
