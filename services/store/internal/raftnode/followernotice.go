@@ -231,7 +231,7 @@ func noticeCommits(conf raft.Configuration, leader, self, to raft.ServerID) bool
 // notifyStored tells every member of conf but the leader and this node,
 // for which noticeCommits holds, that b's last entry is committed, and
 // reports whether there was any. It never blocks on the network.
-func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (any bool) {
+func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (found bool) {
 	self := raft.ServerID(c.node.id)
 	if _, tracked := c.node.trans.(*trackedTransport); !tracked {
 		return false
@@ -242,7 +242,7 @@ func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (any boo
 		if s.ID == self || s.ID == b.leaderID || !noticeCommits(conf, b.leaderID, self, s.ID) {
 			continue
 		}
-		any = true
+		found = true
 		p := c.peer(s)
 		if b.last() <= p.want && b.term == p.term {
 			continue
@@ -250,7 +250,7 @@ func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (any boo
 		p.want, p.term, p.stored = b.last(), b.term, b
 		c.start(s.ID, p)
 	}
-	return any
+	return found
 }
 
 // maxFollowerNoticeBytes bounds the data a follower notice carries: a
