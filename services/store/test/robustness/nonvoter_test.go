@@ -25,9 +25,11 @@ import (
 // proxy.
 func (c *cluster) addNonvoter(id string) *member {
 	c.t.Helper()
-	m := &member{id: id, idx: -1, dataDir: c.t.TempDir(), client: freePort(c.t, "127.0.0.1"), peer: freePort(c.t, "127.0.0.1")}
+	m := &member{id: id, idx: -1, dataDir: c.t.TempDir(), client: freePort(c.t, "127.0.0.1"), peer: freePort(c.t, "127.0.0.1"),
+		metrics: freePort(c.t, "127.0.0.1")}
 	m.logPath = filepath.Join(filepath.Dir(c.members[0].logPath), id+".log")
-	set := map[string]string{"--id": id, "--data-dir": m.dataDir, "--listen": m.client, "--peer-listen": m.peer, "--peer-advertise": m.peer}
+	set := map[string]string{"--id": id, "--data-dir": m.dataDir, "--listen": m.client, "--peer-listen": m.peer, "--peer-advertise": m.peer,
+		"--metrics-listen": m.metrics}
 	base := c.members[0].args
 	for i := 0; i < len(base); i++ {
 		name := base[i]
