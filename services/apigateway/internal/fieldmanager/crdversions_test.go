@@ -1,6 +1,7 @@
 package fieldmanager
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,12 +53,17 @@ func widgetAt(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition, versi
 	return nil, nil
 }
 
-// owners renders managedFields as "manager@apiVersion:fieldsV1" lines.
+// owners renders managedFields as "manager@apiVersion:fieldsV1" lines,
+// sorted. managedFields itself is ordered by operation, then by the
+// second of each entry's time, then by manager: two updates in one test
+// are in either order depending on whether a second boundary fell
+// between them, and the order is not what these tests check.
 func owners(entries []metav1.ManagedFieldsEntry) string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.Manager+"@"+e.APIVersion+":"+string(e.FieldsV1.Raw))
 	}
+	slices.Sort(out)
 	return strings.Join(out, "\n")
 }
 
