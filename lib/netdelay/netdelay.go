@@ -44,6 +44,31 @@ func Start(t testing.TB, listen, target string, delay time.Duration) *Proxy {
 	return p
 }
 
+// Echo starts a TCP server on a free loopback port that writes back
+// whatever each connection sends, closed when the test ends, and returns
+// its address: the far end to time a Proxy's round trip against.
+func Echo(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("echo server: %v", err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
 // Addr is the address the proxy listens on.
 func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 

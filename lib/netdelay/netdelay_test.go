@@ -12,21 +12,8 @@ import (
 // trip takes at least twice the delay, and every byte comes back in
 // order.
 func TestDelaysEachWayInOrder(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		c, err := lis.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		io.Copy(c, c)
-	}()
 	const delay = 10 * time.Millisecond
-	p := Start(t, "127.0.0.1:0", lis.Addr().String(), delay)
+	p := Start(t, "127.0.0.1:0", Echo(t), delay)
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -419,8 +419,8 @@ func configMap(name string) *corev1.ConfigMap {
 // consistent GETs and creates through the region's gateway, and the delay
 // until the region's watch delivers a write made in the leader's region
 // (with every region live, then each remote region alone, the others'
-// processes stopped); then it loses the leader's region (-region-figures: the samples of
-// docs/deploy.md's figures). It asserts what a user relies on: every call
+// processes stopped); then it loses the leader's region
+// (-region-figures: the samples of docs/deploy.md's figures). It asserts what a user relies on: every call
 // succeeds, every watch sees every write in order, under (a) writes
 // resume in the surviving regions with every acknowledged write there
 // and the lost region catches up when it returns, and under (b) the
@@ -452,21 +452,7 @@ func TestMultiRegion(t *testing.T) {
 // which the figures of requests that cross a region compare with.
 func linkRTT(t *testing.T, n int) latencies {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	front := netdelay.Start(t, "127.0.0.1:0", lis.Addr().String(), regionRTT/2)
+	front := netdelay.Start(t, "127.0.0.1:0", netdelay.Echo(t), regionRTT/2)
 	c, err := net.Dial("tcp", front.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -636,8 +622,9 @@ func runRegions(t *testing.T, members []simMember) {
 // client clients[watched] names while 40 ConfigMaps are created through
 // the leader's region (clients[lr]), and logs, headed by pass, per region
 // the delay from each create's start to its event, beside the create's
-// own latency (the commit). For a remote region it logs how far the p50 delivery is above issue 22's bound, the commit's
-// p50 + half the round trip, with each measure of that half bounds(r)
+// own latency (the commit). For a remote region it logs how far the p50
+// delivery is above issue 22's bound, the commit's p50 + half the round
+// trip, with each measure of that half bounds(r)
 // gives: the nominal regionRTT/2, half the measured round trip (half)
 // and the link's one-way cost between processes (link).
 func watchDelivery(t *testing.T, pass string, clients []kubernetes.Interface, lr int, watched []int, name func(int) string, bounds func(r int) (half, link time.Duration, remote bool)) {

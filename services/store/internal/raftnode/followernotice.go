@@ -110,7 +110,7 @@ func (b *storedBatch) last() uint64 { return b.logs[len(b.logs)-1].Index }
 // logs, so it only hands them on: the configuration must be asked of that
 // goroutine (followerNotices).
 func (n *Node) noticeStored(logs []*raft.Log) {
-	if n.raft.State() != raft.Follower {
+	if !n.stored.mayNotice(time.Now()) || n.raft.State() != raft.Follower {
 		return
 	}
 	term := n.raft.CurrentTerm()
@@ -118,7 +118,7 @@ func (n *Node) noticeStored(logs []*raft.Log) {
 		return
 	}
 	addr, id := n.raft.LeaderWithID()
-	if id == "" || !n.stored.mayNotice(time.Now()) {
+	if id == "" {
 		return
 	}
 	n.stored.put(&storedBatch{logs: logs, term: term, leaderID: id, leaderAddr: addr})
@@ -194,11 +194,13 @@ func (n *Node) followerNotices() {
 			// voters that count for it are not the latest ones.
 			continue
 		}
-		if c.notifyStored(b, f.Configuration()) {
-			n.stored.none.Store(0)
-		} else {
+		to := n.storedReceivers(f.Configuration(), b.leaderID)
+		if len(to) == 0 {
 			n.stored.none.Store(time.Now().UnixNano())
+			continue
 		}
+		n.stored.none.Store(0)
+		c.notifyStored(to, n.storedNoticeRequest(b))
 	}
 }
 
@@ -228,29 +230,36 @@ func noticeCommits(conf raft.Configuration, leader, self, to raft.ServerID) bool
 	return pair+1 > voters/2
 }
 
-// notifyStored tells every member of conf but the leader and this node,
-// for which noticeCommits holds, that b's last entry is committed, and
-// reports whether there was any. It never blocks on the network.
-func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (found bool) {
-	self := raft.ServerID(c.node.id)
-	if _, tracked := c.node.trans.(*trackedTransport); !tracked {
-		return false
+// storedReceivers is every member of conf but leader and this node for
+// which noticeCommits holds: those this node tells of a commit it stored.
+// There are none without a network transport (a single member).
+func (n *Node) storedReceivers(conf raft.Configuration, leader raft.ServerID) []raft.Server {
+	if _, tracked := n.trans.(*trackedTransport); !tracked {
+		return nil
 	}
+	self := raft.ServerID(n.id)
+	var to []raft.Server
+	for _, s := range conf.Servers {
+		if s.ID != self && s.ID != leader && noticeCommits(conf, leader, self, s.ID) {
+			to = append(to, s)
+		}
+	}
+	return to
+}
+
+// notifyStored sends req, a follower notice (storedNoticeRequest), to each
+// of to that has not been sent a newer one. It never blocks on the network.
+func (c *noticer) notifyStored(to []raft.Server, req *raft.AppendEntriesRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range conf.Servers {
-		if s.ID == self || s.ID == b.leaderID || !noticeCommits(conf, b.leaderID, self, s.ID) {
-			continue
-		}
-		found = true
+	for _, s := range to {
 		p := c.peer(s)
-		if b.last() <= p.want && b.term == p.term {
+		if req.LeaderCommitIndex <= p.want && req.Term == p.term {
 			continue
 		}
-		p.want, p.term, p.stored = b.last(), b.term, b
+		p.want, p.term, p.stored = req.LeaderCommitIndex, req.Term, req
 		c.start(s.ID, p)
 	}
-	return found
 }
 
 // maxFollowerNoticeBytes bounds the data a follower notice carries: a
@@ -258,8 +267,8 @@ func (c *noticer) notifyStored(b *storedBatch, conf raft.Configuration) (found b
 // stored them yet refuses it (it learns of the commit from the leader).
 const maxFollowerNoticeBytes = 64 << 10
 
-// storedNoticeRequest is the follower notice of b: the AppendEntries b's
-// leader would send, with b's entries after the one before them, and the
+// storedNoticeRequest is the follower notice of b, built once for all its
+// receivers: the AppendEntries b's leader would send, with b's entries after the one before them, and the
 // last committed. Without the entry before them (compacted away) or when
 // they are too large, it carries none and starts from the last.
 func (n *Node) storedNoticeRequest(b *storedBatch) *raft.AppendEntriesRequest {

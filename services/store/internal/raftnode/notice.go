@@ -80,9 +80,9 @@ type noticePeer struct {
 	term    uint64 // the term in which want was committed
 	sent    uint64 // the newest commit index sent to it
 	sending bool   // a goroutine is sending to it
-	// stored is the batch whose follower notice (followernotice.go)
-	// commits want, when this node follows; nil for the leader's own.
-	stored *storedBatch
+	// stored is the follower notice (followernotice.go) that commits
+	// want, when this node follows; nil for the leader's own.
+	stored *raft.AppendEntriesRequest
 	// pipe carries the notices to it, in order, on a connection of their
 	// own, without waiting for answers; nil until the first, and after
 	// a failure.
@@ -234,11 +234,11 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 		}
 		p.sent = commit
 		c.mu.Unlock()
-		var req *raft.AppendEntriesRequest
-		if stored != nil {
-			req = n.storedNoticeRequest(stored)
-		} else if last, ok := n.noticeTo(id, commit); ok {
-			req = n.noticeRequest(header, term, commit, last)
+		req := stored
+		if req == nil {
+			if last, ok := n.noticeTo(id, commit); ok {
+				req = n.noticeRequest(header, term, commit, last)
+			}
 		}
 		if req == nil {
 			continue // the barrier goes out at once
