@@ -1,6 +1,7 @@
 // Package netdelay is a TCP proxy for tests that delays every byte by a
 // fixed time in each direction: a long link on one host. The multi-region
-// simulation (test/deploy) and the store's replication tests use it.
+// simulation (test/deploy) and the store's replication and robustness
+// tests use it.
 package netdelay
 
 import (
@@ -26,6 +27,7 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	near  map[string]bool // source IPs not delayed (Near)
 	wg    sync.WaitGroup
 }
 
@@ -69,6 +71,30 @@ func Echo(t testing.TB) string {
 	return lis.Addr().String()
 }
 
+// Near makes connections accepted from now on from any of ips pass
+// without delay: hosts in the target's own region, when regions share
+// one proxy per member.
+func (p *Proxy) Near(ips ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.near == nil {
+		p.near = map[string]bool{}
+	}
+	for _, ip := range ips {
+		p.near[ip] = true
+	}
+}
+
+// delayFrom is the delay of a connection from addr.
+func (p *Proxy) delayFrom(addr net.Addr) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tcp, ok := addr.(*net.TCPAddr); ok && p.near[tcp.IP.String()] {
+		return 0
+	}
+	return p.delay
+}
+
 // Addr is the address the proxy listens on.
 func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 
@@ -90,10 +116,11 @@ func (p *Proxy) serve() {
 			if !p.track(in, out) {
 				return
 			}
+			delay := p.delayFrom(in.RemoteAddr())
 			var pumps sync.WaitGroup
 			pumps.Add(2)
-			go func() { defer pumps.Done(); p.pump(out, in) }()
-			go func() { defer pumps.Done(); p.pump(in, out) }()
+			go func() { defer pumps.Done(); Copy(out, in, delay) }()
+			go func() { defer pumps.Done(); Copy(in, out, delay) }()
 			pumps.Wait()
 			p.untrack(in, out)
 		}()
@@ -106,15 +133,16 @@ type chunk struct {
 	at time.Time
 }
 
-// pump copies src to dst, each chunk delayed by p.delay; when src ends it
-// half-closes dst, and when dst fails it closes both.
-func (p *Proxy) pump(dst, src net.Conn) {
+// Copy copies src to dst, each chunk delayed by delay, until src ends;
+// then it half-closes dst. When dst fails it closes both. A Proxy runs
+// one each way; a test's own proxy (one that injects faults) can too.
+func Copy(dst, src net.Conn, delay time.Duration) {
 	ch := make(chan chunk, 4096)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for c := range ch {
-			waitUntil(c.at.Add(p.delay))
+			waitUntil(c.at.Add(delay))
 			if _, err := dst.Write(c.b); err != nil {
 				src.Close()
 				dst.Close()

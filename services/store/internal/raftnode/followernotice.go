@@ -80,6 +80,7 @@ func (s *noticingLogStore) StoreLogs(logs []*raft.Log) error {
 	n := s.node.Load()
 	if n != nil && slices.ContainsFunc(logs, isConfiguration) {
 		n.stored.none.Store(0) // the receivers may have changed
+		signal(n.relays.remeasure)
 	}
 	if n != nil && slices.ContainsFunc(logs, isCommand) {
 		now := time.Now()
@@ -91,9 +92,9 @@ func (s *noticingLogStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// storedBatch is a batch of entries a follower stored, in term, sent by
-// the leader of term.
-type storedBatch struct {
+// followerBatch is a batch of entries this node holds as a follower, and
+// the leader and term its notices speak for.
+type followerBatch struct {
 	logs       []*raft.Log
 	term       uint64
 	leaderID   raft.ServerID
@@ -101,7 +102,7 @@ type storedBatch struct {
 }
 
 // last is the index of the batch's last entry, which its notices commit.
-func (b *storedBatch) last() uint64 { return b.logs[len(b.logs)-1].Index }
+func (b *followerBatch) last() uint64 { return b.logs[len(b.logs)-1].Index }
 
 // noticeStored hands logs, just stored, to the follower notices when this
 // node follows and the last of them is of the current term (an earlier
@@ -121,15 +122,38 @@ func (n *Node) noticeStored(logs []*raft.Log) {
 	if id == "" {
 		return
 	}
-	n.stored.put(&storedBatch{logs: logs, term: term, leaderID: id, leaderAddr: addr})
+	n.stored.put(&followerBatch{logs: logs, term: term, leaderID: id, leaderAddr: addr})
 }
 
-// storedQueue holds the newest batch stored and not yet noticed: a newer
+// batchQueue holds the newest batch handed on and not yet sent: a newer
 // one replaces it, as its notices commit everything the older one's did.
-type storedQueue struct {
+type batchQueue struct {
 	mu     sync.Mutex
-	batch  *storedBatch
+	batch  *followerBatch
 	signal chan struct{} // capacity 1
+}
+
+func newBatchQueue() batchQueue { return batchQueue{signal: make(chan struct{}, 1)} }
+
+func (q *batchQueue) put(b *followerBatch) {
+	q.mu.Lock()
+	q.batch = b
+	q.mu.Unlock()
+	signal(q.signal)
+}
+
+func (q *batchQueue) take() *followerBatch {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.batch
+	q.batch = nil
+	return b
+}
+
+// storedQueue holds the batch the log store last handed on for follower
+// notices.
+type storedQueue struct {
+	batchQueue
 
 	// none is when followerNotices last found, in the configuration,
 	// no member this node would tell of a commit (Unix nanoseconds; zero
@@ -145,7 +169,7 @@ type storedQueue struct {
 // ends it at once; one installed with a snapshot, after noneFor.
 const noneFor = 5 * time.Second
 
-func newStoredQueue() *storedQueue { return &storedQueue{signal: make(chan struct{}, 1)} }
+func newStoredQueue() *storedQueue { return &storedQueue{batchQueue: newBatchQueue()} }
 
 // mayNotice reports whether a batch stored at now should be handed on:
 // not while the configuration last seen had no receivers (none, reset
@@ -158,21 +182,6 @@ func (q *storedQueue) mayNotice(now time.Time) bool {
 }
 
 func isConfiguration(l *raft.Log) bool { return l.Type == raft.LogConfiguration }
-
-func (q *storedQueue) put(b *storedBatch) {
-	q.mu.Lock()
-	q.batch = b
-	q.mu.Unlock()
-	signal(q.signal)
-}
-
-func (q *storedQueue) take() *storedBatch {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	b := q.batch
-	q.batch = nil
-	return b
-}
 
 // followerNotices sends the follower notices of each batch noticeStored
 // hands on, until the node stops (the noticer's context ends).
@@ -200,7 +209,7 @@ func (n *Node) followerNotices() {
 			continue
 		}
 		n.stored.none.Store(0)
-		c.notifyStored(to, n.storedNoticeRequest(b))
+		c.notifyAsFollower(to, n.followerNoticeRequest(b))
 	}
 }
 
@@ -247,9 +256,10 @@ func (n *Node) storedReceivers(conf raft.Configuration, leader raft.ServerID) []
 	return to
 }
 
-// notifyStored sends req, a follower notice (storedNoticeRequest), to each
-// of to that has not been sent a newer one. It never blocks on the network.
-func (c *noticer) notifyStored(to []raft.Server, req *raft.AppendEntriesRequest) {
+// notifyAsFollower sends req, a notice this node sends as a follower in
+// the leader's name (followerNoticeRequest), to each of to that has not
+// been sent a newer one. It never blocks on the network.
+func (c *noticer) notifyAsFollower(to []raft.Server, req *raft.AppendEntriesRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range to {
@@ -267,11 +277,13 @@ func (c *noticer) notifyStored(to []raft.Server, req *raft.AppendEntriesRequest)
 // stored them yet refuses it (it learns of the commit from the leader).
 const maxFollowerNoticeBytes = 64 << 10
 
-// storedNoticeRequest is the follower notice of b, built once for all its
-// receivers: the AppendEntries b's leader would send, with b's entries after the one before them, and the
-// last committed. Without the entry before them (compacted away) or when
-// they are too large, it carries none and starts from the last.
-func (n *Node) storedNoticeRequest(b *storedBatch) *raft.AppendEntriesRequest {
+// followerNoticeRequest is the notice of b, built once for all its
+// receivers: the AppendEntries b's leader would send, with b's entries
+// (consecutive, as the log store is handed them) after the one before
+// them, and the last committed. Without the entry before them (compacted
+// away) or when they are too large, it carries none and starts from the
+// last.
+func (n *Node) followerNoticeRequest(b *followerBatch) *raft.AppendEntriesRequest {
 	leader := n.trans.EncodePeer(b.leaderID, b.leaderAddr)
 	last := b.logs[len(b.logs)-1]
 	req := &raft.AppendEntriesRequest{

@@ -15,7 +15,9 @@ type metrics struct {
 	notices prometheus.Counter
 	// followerNotices counts this member's follower notices accepted.
 	followerNotices prometheus.Counter
-	etcd            *etcdMetrics
+	// relayedNotices counts this member's relayed notices accepted.
+	relayedNotices prometheus.Counter
+	etcd           *etcdMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,9 +48,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_store_raft_follower_commit_notices_total",
 			Help: "Commit notices this member sent as a follower, for entries it stored, that another member accepted: it learned of a commit before the leader told it (see raftnode's followernotice.go).",
 		}),
+		relayedNotices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_store_raft_relayed_commit_notices_total",
+			Help: "Commit notices this member sent as a follower, for entries it applied, that a non-voter near it accepted (see raftnode's relay.go).",
+		}),
 	}
 	m.etcd = newEtcdMetrics()
-	return m, m.register(m.pending, m.propose, m.logSync, m.nudges, m.notices, m.followerNotices)
+	return m, m.register(m.pending, m.propose, m.logSync, m.nudges, m.notices, m.followerNotices, m.relayedNotices)
 }
 
 func (m *metrics) register(cs ...prometheus.Collector) error {

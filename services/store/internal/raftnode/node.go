@@ -181,6 +181,9 @@ type Node struct {
 	// stored holds the batch the log store last handed on for follower
 	// notices (followernotice.go), until followerNotices takes it.
 	stored *storedQueue
+	// relays holds this voter's plan for relayed commit notices and the
+	// batch they send next (relay.go, distance.go).
+	relays *relays
 
 	// vmu guards the coalesced VerifyLeader round (see verifyLeader).
 	vmu      sync.Mutex
@@ -242,7 +245,7 @@ func Start(cfg Config) (*Node, error) {
 	started = true
 	n := &Node{id: cfg.ID, raft: r, logs: st.logs, wal: st.wal, fsm: cfg.FSM, trans: trans, log: cfg.Logger, metrics: m,
 		timeout: cfg.ApplyTimeout, admit: cfg.AdmitWrite, fresh: fresh,
-		nudges: nf.nudges, nudgerDone: make(chan struct{}), stored: newStoredQueue()}
+		nudges: nf.nudges, nudgerDone: make(chan struct{}), stored: newStoredQueue(), relays: newRelays()}
 	n.startLoops()
 	nf.node.Store(n)
 	ls.node.Store(n)
@@ -372,7 +375,9 @@ func bootstrap(cfg Config, rc *raft.Config, st *stores, trans raft.Transport) (f
 }
 
 // startLoops registers the metrics that read the node's state and starts
-// the nudger (nudge.go); Shutdown stops it.
+// the nudger (nudge.go), the follower notices (followernotice.go) and,
+// on a network transport, the relayed ones (relay.go, distance.go);
+// Shutdown stops them.
 func (n *Node) startLoops() {
 	n.metrics.observe(n)
 	ctx, stop := context.WithCancel(context.Background())
@@ -384,6 +389,10 @@ func (n *Node) startLoops() {
 	}()
 	go n.metrics.etcd.countLeaderChanges(ctx, n.raft)
 	go n.followerNotices()
+	if _, tracked := n.trans.(*trackedTransport); tracked {
+		go n.measureDistances(ctx)
+		go n.relayCommits(ctx)
+	}
 	go func() {
 		defer close(n.nudgerDone)
 		n.nudgeFollowers(ctx)

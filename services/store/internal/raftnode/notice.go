@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -75,7 +76,11 @@ type noticer struct {
 
 // noticePeer is the notice state of one follower, guarded by noticer.mu.
 type noticePeer struct {
-	addr    raft.ServerAddress
+	addr raft.ServerAddress
+	// nonVoter is whether it was a non-voter when last sent a notice
+	// (read by answers without the lock).
+	nonVoter atomic.Bool
+
 	want    uint64 // the newest commit index to tell it
 	term    uint64 // the term in which want was committed
 	sent    uint64 // the newest commit index sent to it
@@ -203,6 +208,7 @@ func (c *noticer) peer(s raft.Server) *noticePeer {
 		p = &noticePeer{addr: s.Address}
 		c.peers[s.ID] = p
 	}
+	p.nonVoter.Store(s.Suffrage != raft.Voter)
 	return p
 }
 
@@ -275,9 +281,10 @@ func (c *noticer) openPipe(id raft.ServerID, p *noticePeer) (*noticePipe, error)
 	return pipe, nil
 }
 
-// answers counts the notices pipe's member accepted, the leader's own and
-// follower notices (which speak for the leader) apart, until the pipeline
-// fails or is closed.
+// answers counts the notices pipe's member accepted, until the pipeline
+// fails or is closed: the leader's own, follower notices and relayed ones
+// apart (the last two speak for the leader; of those, relays alone go to
+// non-voters).
 func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 	for {
 		select {
@@ -291,9 +298,12 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 			if !f.Response().Success {
 				continue
 			}
-			if string(f.Request().ID) == c.node.id {
+			switch {
+			case string(f.Request().ID) == c.node.id:
 				c.node.metrics.notices.Inc()
-			} else {
+			case p.nonVoter.Load():
+				c.node.metrics.relayedNotices.Inc()
+			default:
 				c.node.metrics.followerNotices.Inc()
 			}
 		}

@@ -68,7 +68,8 @@ const nudgeTimeout = 100 * time.Millisecond
 // that the notices leave as soon as raft hands the committed entries to
 // the FSM — while the leader applies them, not once the nudger's
 // goroutine, and then the proposer, have been woken — and the barrier
-// follows.
+// follows. On a follower it hands lone commits to the relayed commit
+// notices (Node.relayApplied) before applying them, for the same reason.
 type nudgingFSM struct {
 	*fsm.FSM
 	nudges chan struct{} // the Node's
@@ -77,8 +78,8 @@ type nudgingFSM struct {
 	// node is set once the Node exists (after raft.NewRaft): until then
 	// only the nudger tells followers of commits.
 	node atomic.Pointer[Node]
-	// lastCommand is when ApplyBatch last saw a command as leader (zero
-	// for never). Only raft's FSM goroutine touches it.
+	// lastCommand is when ApplyBatch last saw a command (zero for
+	// never). Only raft's FSM goroutine touches it.
 	lastCommand time.Time
 }
 
@@ -87,16 +88,28 @@ func (f *nudgingFSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l}
 
 // ApplyBatch, when this member leads and logs hold a command, starts the
 // commit notices of a lone commit (one not within sparseGap of the
-// previous) and signals the nudger; then it applies logs. raft hands the
+// previous) and signals the nudger; when it follows, it hands a lone
+// commit to the relays (relay.go). Then it applies logs. raft hands the
 // FSM committed entries only, so the last of logs is committed.
 func (f *nudgingFSM) ApplyBatch(logs []*raft.Log) []any {
-	if r := f.raft.Load(); r != nil && r.State() == raft.Leader && slices.ContainsFunc(logs, isCommand) {
-		now := time.Now()
-		if n := f.node.Load(); n != nil && !closeTogether(f.lastCommand, now) {
+	r := f.raft.Load()
+	if r == nil || !slices.ContainsFunc(logs, isCommand) {
+		return f.FSM.ApplyBatch(logs)
+	}
+	now := time.Now()
+	lone := !closeTogether(f.lastCommand, now)
+	f.lastCommand = now
+	n := f.node.Load()
+	switch r.State() {
+	case raft.Leader:
+		if n != nil && lone {
 			n.noticeLoneCommit(logs[len(logs)-1].Index)
 		}
-		f.lastCommand = now
 		signal(f.nudges)
+	case raft.Follower:
+		if n != nil && lone {
+			n.relayApplied(logs)
+		}
 	}
 	return f.FSM.ApplyBatch(logs)
 }

@@ -72,14 +72,47 @@ type member struct {
 	done chan struct{}
 }
 
-// cluster is store processes behind partitioning proxies.
+// cluster is store processes behind partitioning proxies. Member i's raft
+// listener is on 127.0.0.<10+i> behind proxies[i]; with a linkDelay, the
+// members are in regions, and a proxy delays connections from another
+// region's members by linkDelay each way.
 type cluster struct {
-	t       *testing.T
-	bin     string
-	certs   *testcerts.Set
-	members []*member
-	proxies []*proxy
-	tlsDir  string
+	t         *testing.T
+	bin       string
+	certs     *testcerts.Set
+	members   []*member
+	proxies   []*proxy
+	tlsDir    string
+	linkDelay time.Duration
+
+	mu     sync.Mutex
+	region map[string]int // member IP → its region
+}
+
+// memberIP is the loopback IP member i listens and dials on.
+func memberIP(i int) string { return fmt.Sprintf("127.0.0.%d", 10+i) }
+
+// newMemberProxy starts the proxy in front of member i, of region
+// region, whose raft listener is peer.
+func (c *cluster) newMemberProxy(i, region int, peer string) *proxy {
+	c.t.Helper()
+	c.mu.Lock()
+	c.region[memberIP(i)] = region
+	c.mu.Unlock()
+	p, err := newProxy(peer, func(src string) time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if r, ok := c.region[src]; ok && r != region {
+			return c.linkDelay
+		}
+		return 0
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(p.close)
+	c.proxies = append(c.proxies, p)
+	return p
 }
 
 func freePort(t *testing.T, ip string) string {
@@ -92,7 +125,15 @@ func freePort(t *testing.T, ip string) string {
 	return l.Addr().String()
 }
 
+// newCluster starts n voters, all in one region.
 func newCluster(t *testing.T, n int, extra ...string) *cluster {
+	t.Helper()
+	return newClusterIn(t, make([]int, n), 0, extra...)
+}
+
+// newClusterIn starts a voter in each of regions (voter i in regions[i]),
+// linkDelay apart each way.
+func newClusterIn(t *testing.T, regions []int, linkDelay time.Duration, extra ...string) *cluster {
 	t.Helper()
 	bin, err := buildStore()
 	if err != nil {
@@ -102,22 +143,16 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, bin: bin, certs: certs, tlsDir: t.TempDir()}
+	c := &cluster{t: t, bin: bin, certs: certs, tlsDir: t.TempDir(), linkDelay: linkDelay, region: map[string]int{}}
 	ca, cert, key, err := certs.WriteFiles(c.tlsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var initial []string
-	for i := range n {
-		ip := fmt.Sprintf("127.0.0.%d", 10+i)
-		m := &member{id: fmt.Sprintf("s%d", i), idx: i, dataDir: t.TempDir(), client: freePort(t, "127.0.0.1"), peer: freePort(t, ip),
+	for i, region := range regions {
+		m := &member{id: fmt.Sprintf("s%d", i), idx: i, dataDir: t.TempDir(), client: freePort(t, "127.0.0.1"), peer: freePort(t, memberIP(i)),
 			metrics: freePort(t, "127.0.0.1")}
-		p, err := newProxy(m.peer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.close)
-		c.proxies = append(c.proxies, p)
+		p := c.newMemberProxy(i, region, m.peer)
 		c.members = append(c.members, m)
 		initial = append(initial, fmt.Sprintf("%s=%s/%s", m.id, p.addr(), m.client))
 	}
@@ -254,7 +289,7 @@ func (c *cluster) waitHealthy(timeout time.Duration) {
 // partition isolates member i's raft traffic: its proxy refuses every
 // connection, and the other proxies refuse connections it dials.
 func (c *cluster) partition(i int) {
-	ip := fmt.Sprintf("127.0.0.%d", 10+i)
+	ip := memberIP(i)
 	for j, p := range c.proxies {
 		if j == i {
 			p.setDown(true)

@@ -20,15 +20,23 @@ import (
 // acknowledged write, and non-voters promoted under writes hold, as
 // voters, every write acknowledged with them.
 
-// addNonvoter starts a member that joins c as a non-voter. Its raft
-// listener is on 127.0.0.1 (the test certificate's address), without a
-// proxy.
+// addNonvoter starts a member that joins c as a non-voter, in the first
+// region.
 func (c *cluster) addNonvoter(id string) *member {
 	c.t.Helper()
-	m := &member{id: id, idx: -1, dataDir: c.t.TempDir(), client: freePort(c.t, "127.0.0.1"), peer: freePort(c.t, "127.0.0.1"),
+	return c.addNonvoterIn(id, 0)
+}
+
+// addNonvoterIn starts a member that joins c as a non-voter in region,
+// behind a proxy of its own like the voters.
+func (c *cluster) addNonvoterIn(id string, region int) *member {
+	c.t.Helper()
+	i := len(c.proxies)
+	m := &member{id: id, idx: i, dataDir: c.t.TempDir(), client: freePort(c.t, "127.0.0.1"), peer: freePort(c.t, memberIP(i)),
 		metrics: freePort(c.t, "127.0.0.1")}
+	p := c.newMemberProxy(i, region, m.peer)
 	m.logPath = filepath.Join(filepath.Dir(c.members[0].logPath), id+".log")
-	set := map[string]string{"--id": id, "--data-dir": m.dataDir, "--listen": m.client, "--peer-listen": m.peer, "--peer-advertise": m.peer,
+	set := map[string]string{"--id": id, "--data-dir": m.dataDir, "--listen": m.client, "--peer-listen": m.peer, "--peer-advertise": p.addr(),
 		"--metrics-listen": m.metrics}
 	base := c.members[0].args
 	for i := 0; i < len(base); i++ {

@@ -4,15 +4,20 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
+
+	"github.com/meridian-cp/meridian/lib/netdelay"
 )
 
 // proxy is a fault-injecting TCP proxy in front of one member's raft
 // listener. It can refuse everything (down) or connections from given
 // source IPs (members dial from their own loopback IP); both also cut the
-// connections already open.
+// connections already open. It delays each connection's bytes, each way,
+// by what delay gives for its source IP (members of another region).
 type proxy struct {
 	lis    net.Listener
 	target string
+	delay  func(src string) time.Duration
 
 	mu      sync.Mutex
 	down    bool
@@ -22,12 +27,12 @@ type proxy struct {
 	wg      sync.WaitGroup
 }
 
-func newProxy(target string) (*proxy, error) {
+func newProxy(target string, delay func(src string) time.Duration) (*proxy, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{lis: lis, target: target, blocked: map[string]bool{}, conns: map[net.Conn]string{}, peers: map[net.Conn]net.Conn{}}
+	p := &proxy{lis: lis, target: target, delay: delay, blocked: map[string]bool{}, conns: map[net.Conn]string{}, peers: map[net.Conn]net.Conn{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -59,9 +64,17 @@ func (p *proxy) accept() {
 		p.conns[c] = src
 		p.peers[c] = up
 		p.mu.Unlock()
+		d := p.delay(src)
+		pipe := func(dst, src net.Conn) {
+			if d > 0 {
+				netdelay.Copy(dst, src, d)
+			} else {
+				_, _ = io.Copy(dst, src)
+			}
+		}
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); p.drop(c) }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); p.drop(c) }()
+		go func() { defer p.wg.Done(); pipe(up, c); p.drop(c) }()
+		go func() { defer p.wg.Done(); pipe(c, up); p.drop(c) }()
 	}
 }
 

@@ -99,23 +99,30 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	linearizableUnderFaults(t, newCluster(t, 3), 0)
 }
 
-// TestLinearizableUnderFaultsFiveVoters runs the same with five voters and
-// clients that pause between operations, so that many writes come alone
-// (more than 5 ms after the one before): then a follower that stores one
-// tells the other followers of its commit itself (raftnode's follower
-// commit notices, which need five voters), before the leader does. The
-// members' meridian_store_raft_follower_commit_notices_total shows that
-// they did.
+// TestLinearizableUnderFaultsFiveVoters runs the same with five voters
+// spread 2+2+1 over three regions 5 ms apart each way, a non-voter in each
+// of the two last, and clients that pause between operations, so that many
+// writes come alone (more than 5 ms after the one before): then a follower
+// that stores one tells the other followers of its commit itself
+// (raftnode's follower commit notices, which need five voters), before the
+// leader does, and a voter far from the leader that learns of it so tells
+// the non-voter of its region (relayed commit notices). The members'
+// meridian_store_raft_follower_commit_notices_total and
+// meridian_store_raft_relayed_commit_notices_total show that they did.
 func TestLinearizableUnderFaultsFiveVoters(t *testing.T) {
 	if testing.Short() {
-		t.Skip("robustness: skipped with -short (starts a 5-process cluster)")
+		t.Skip("robustness: skipped with -short (starts a 7-process cluster)")
 	}
-	c := newCluster(t, 5)
+	c := newClusterIn(t, []int{0, 0, 1, 1, 2}, 5*time.Millisecond)
+	c.addNonvoterIn("nv1", 1)
+	c.addNonvoterIn("nv2", 2)
 	linearizableUnderFaults(t, c, 30*time.Millisecond)
-	if n := c.metricSum(t, "meridian_store_raft_follower_commit_notices_total"); n == 0 {
-		t.Error("no follower commit notice was accepted since the last restart: the run did not exercise them")
-	} else {
-		t.Logf("follower commit notices accepted since the last restart: %v", n)
+	for _, metric := range []string{"meridian_store_raft_follower_commit_notices_total", "meridian_store_raft_relayed_commit_notices_total"} {
+		if n := c.metricSum(t, metric); n == 0 {
+			t.Errorf("no member counted %s since its last restart: the run did not exercise them", metric)
+		} else {
+			t.Logf("%s since the last restart: %v", metric, n)
+		}
 	}
 }
 
