@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		nudges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_store_raft_commit_nudges_total",
-			Help: "Barriers the leader appended to tell followers of a commit no entry followed (see raftnode's nudge.go).",
+			Help: "Barriers the leader appended to tell followers of a commit no entry followed, where a member did not accept its commit notices (see raftnode's nudge.go).",
 		}),
 		notices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_store_raft_commit_notices_total",

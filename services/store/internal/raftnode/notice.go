@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -28,14 +29,17 @@ import (
 // configuration a commit notice on its own connection (a lone commit's
 // notices the leader's FSM starts itself, nudgingFSM.ApplyBatch, before
 // the nudger's goroutine runs): an AppendEntries whose LeaderCommitIndex
-// is the commit index, in the leader's current term. To a follower whose replication is idle (it has every entry sent
-// to it), or whose request in flight carries the committed entry, the
-// notice carries no entries and its previous entry is the commit index
-// itself: the follower writes nothing to its log before applying. When
-// the request in flight carries only earlier entries (writes come closer
-// together than the round trip, so raft's next request waits), the notice
-// carries the entries after the last one in flight, up to the commit
-// index, read from the leader's log, and starts from that last one. It is
+// is the commit index, in the leader's current term. To a follower that
+// acknowledged the committed entry, the notice carries no entries and its
+// previous entry is the commit index itself: the follower writes nothing
+// to its log before applying. To one that did not yet, whose request in
+// flight carries the committed entry or that raft has not sent it yet,
+// the notice carries the entries after the last it acknowledged, up to
+// the commit index (the notice, on its own connection, may arrive before
+// the request in flight is stored). When the request in flight carries
+// only earlier entries (writes come closer together than the round trip,
+// so raft's next request waits), the notice carries the entries after the
+// last one in flight. Entries are read from the leader's log. It is
 // an AppendEntries like raft's own, and raft's checks make it safe: the
 // follower accepts it only if it has the previous entry with the term the
 // leader's log gives it (log matching: its log is then the leader's up to
@@ -44,10 +48,11 @@ import (
 // the previous entry yet (the request in flight is slower than the notice)
 // answers success=false and changes nothing; the notice is not part of
 // raft's replication, whose next index for that follower it does not
-// touch, and the follower learns of the commit as before. A follower in a
-// newer term rejects the notice by its term. The price is one small request
-// per follower per pause in the writes, and, to a follower whose request
-// in flight lacks the committed entries, those a second time.
+// touch, and the follower learns of the commit from the nudge's barrier
+// (nudge.go). A follower in a newer term rejects the notice by its term.
+// The price is one small request per follower per pause in the writes,
+// and, to a follower that had not acknowledged the committed entries,
+// those a second time.
 
 // A follower that has just stored an entry tells others of its commit
 // too, when its copy, the leader's and theirs are a majority: before the
@@ -72,6 +77,9 @@ type noticer struct {
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*noticePeer
+	// changed is closed, and replaced, whenever a peer's answer (or a
+	// failure to send it a notice) is recorded: awaitAccepted waits on it.
+	changed chan struct{}
 }
 
 // noticePeer is the notice state of one follower, guarded by noticer.mu.
@@ -92,6 +100,11 @@ type noticePeer struct {
 	// own, without waiting for answers; nil until the first, and after
 	// a failure.
 	pipe *noticePipe
+	// accepted is the highest commit index of this node's own notices
+	// (as leader, in term acceptedTerm) it accepted; failed, of those it
+	// refused or that could not be sent to it (in failedTerm).
+	accepted, acceptedTerm uint64
+	failed, failedTerm     uint64
 }
 
 // noticePipe is the transport's pipeline to one follower, and the
@@ -111,18 +124,28 @@ func (p *noticePipe) close() {
 }
 
 // noticeTo reports whether follower id can be sent a commit notice for
-// commit, and from which entry: when raft's replication to it waits for
-// the answer to an AppendEntries carrying entries, last is the highest
-// index those carry; when it is idle the follower has every entry sent so
-// far, and last is commit itself. On the in-memory transport of a single
-// member, which has no followers, there is none to send.
+// commit, and from which entry (last; the notice carries the entries
+// after it, up to commit). When raft's replication to it waits for the
+// answer to an AppendEntries carrying entries below commit, last is the
+// highest index those carry: the follower will hold them by the time the
+// notice arrives, or refuse it. Otherwise, when it acknowledged entries
+// up to an index below commit, last is that index: the entries after it
+// may be in flight, or not sent yet (the commit came from the other
+// followers' answers), and the notice may arrive first, on its own
+// connection. Otherwise last is commit itself. On the in-memory
+// transport of a single member, which has no followers, there is none to
+// send.
 func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) {
 	t, tracked := n.trans.(*trackedTransport)
 	if !tracked {
 		return 0, false
 	}
-	if last, busy := t.replicationTo(id); busy {
-		return last, true
+	inFlight, acked, busy := t.replicationTo(id)
+	switch {
+	case busy && inFlight < commit:
+		return inFlight, true
+	case acked > 0 && acked < commit:
+		return acked, true
 	}
 	return commit, true
 }
@@ -222,7 +245,8 @@ func (c *noticer) start(id raft.ServerID, p *noticePeer) {
 
 // send sends p its newest wanted commit index until it has sent every one,
 // or the node stops. A notice that fails or is refused is not sent again:
-// the nudge's barrier reaches the follower anyway.
+// it is recorded (answered), and the nudger appends a barrier, which
+// reaches the follower with raft's replication.
 func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 	n := c.node
 	header := raft.RPCHeader{
@@ -247,16 +271,24 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 			}
 		}
 		if req == nil {
-			continue // the barrier goes out at once
+			c.answered(p, term, commit, false) // the barrier goes out at once
+			continue
+		}
+		failed := func() {
+			if stored == nil { // the leader's own: the nudger waits for it
+				c.answered(p, req.Term, req.LeaderCommitIndex, false)
+			}
 		}
 		if pipe == nil {
 			var err error
 			if pipe, err = c.openPipe(id, p); err != nil {
+				failed()
 				continue
 			}
 		}
 		if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
 			c.dropPipe(p, pipe)
+			failed()
 		}
 	}
 }
@@ -291,21 +323,105 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 		case <-pipe.done:
 			return
 		case f := <-pipe.Consumer():
+			req := f.Request()
+			own := string(req.ID) == c.node.id
 			if f.Error() != nil {
 				c.dropPipe(p, pipe)
+				if own {
+					c.answered(p, req.Term, req.LeaderCommitIndex, false)
+				}
 				return
+			}
+			if own {
+				c.answered(p, req.Term, req.LeaderCommitIndex, f.Response().Success)
 			}
 			if !f.Response().Success {
 				continue
 			}
 			switch {
-			case string(f.Request().ID) == c.node.id:
+			case own:
 				c.node.metrics.notices.Inc()
 			case p.nonVoter.Load():
 				c.node.metrics.relayedNotices.Inc()
 			default:
 				c.node.metrics.followerNotices.Inc()
 			}
+		}
+	}
+}
+
+// answered records that p accepted (ok) or refused, or could not be sent,
+// this node's notice of commit in term, and wakes awaitAccepted.
+func (c *noticer) answered(p *noticePeer, term, commit uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok {
+		if term > p.acceptedTerm || term == p.acceptedTerm && commit > p.accepted {
+			p.accepted, p.acceptedTerm = commit, term
+		}
+	} else if term > p.failedTerm || term == p.failedTerm && commit > p.failed {
+		p.failed, p.failedTerm = commit, term
+	}
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
+}
+
+// noticeOutcome is how awaitAccepted ended.
+type noticeOutcome int
+
+const (
+	// noticesAccepted: every member accepted the commit index or a
+	// higher one; none needs a barrier.
+	noticesAccepted noticeOutcome = iota
+	// noticesFailed: a member refused, or could not be sent, a notice of
+	// it (or of a higher one), or did not answer within the wait.
+	noticesFailed
+	// noticesInterrupted: a new commit came first.
+	noticesInterrupted
+)
+
+// awaitAccepted waits until each of members has accepted this node's
+// notice of commit in term (or of a later commit), until one of them has
+// refused it or could not be sent it, for at most wait, or until
+// interrupt receives or ctx ends.
+func (c *noticer) awaitAccepted(ctx context.Context, term, commit uint64, members []raft.ServerID, wait time.Duration, interrupt <-chan struct{}) noticeOutcome {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		all, failed := true, false
+		for _, id := range members {
+			p := c.peers[id]
+			switch {
+			case p == nil:
+				all = false
+			case p.acceptedTerm == term && p.accepted >= commit:
+			default:
+				all = false
+				failed = failed || p.failedTerm == term && p.failed >= commit
+			}
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		switch {
+		case all:
+			return noticesAccepted
+		case failed:
+			return noticesFailed
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return noticesFailed
+		case <-ctx.Done():
+			return noticesFailed
+		case <-interrupt:
+			return noticesInterrupted
 		}
 	}
 }

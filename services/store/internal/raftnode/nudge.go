@@ -24,14 +24,15 @@ import (
 // CommitTimeout.
 //
 // So the leader nudges: once entries are committed (raft hands them to
-// its FSM, nudgingFSM), if no entry follows them in the log — at once after a lone write, after a moment
-// (nudgeDelay) while writes come close together — the leader appends a
-// barrier. The barrier reaches the FSM of no member (raft keeps barrier
-// entries to itself, see waitApplied), but the AppendEntries that carries
-// it carries the new commit index, and raft sends it at once. One nudge is
-// in flight at a time; proposals applied meanwhile are covered by the
-// check after it (an entry that follows a commit will be committed and
-// nudged itself). A proposal appended between the check and the barrier
+// its FSM, nudgingFSM), if no entry follows them in the log — at once
+// after a lone write, after a moment (nudgeDelay) while writes come close
+// together — the leader tells the followers: with commit notices, and a
+// barrier where those do not suffice (below). The barrier reaches the FSM
+// of no member (raft keeps barrier entries to itself, see waitApplied),
+// but the AppendEntries that carries it carries the new commit index,
+// and raft sends it at once. One nudge is in flight at a time; proposals
+// applied meanwhile are covered by the check after it (an entry that
+// follows a commit will be committed and nudged itself). A proposal appended between the check and the barrier
 // commits with the barrier, after the barrier's AppendEntries left with
 // the older commit index: that nudge covers only the older index
 // (coveredBy), so the proposal's own signal nudges again.
@@ -39,14 +40,23 @@ import (
 // The barrier's AppendEntries waits for the answer to the one in flight to
 // that follower, a round trip over a long link, and for the barrier's
 // write to the leader's log and then the follower's; the commit notice
-// sent with each nudge (notice.go) waits for neither, and the barrier
-// tells the followers that refused it (they lacked the committed entry).
+// sent with each nudge (notice.go) waits for neither. So the nudge starts
+// with the notices, and the barrier is only the fallback: the nudger
+// waits for every member's answer to them, and appends the barrier only
+// when one refused (it lacked the committed entry), could not be sent
+// one, or did not answer within noticeWait. Where every member accepts,
+// as on a healthy group, no barrier is appended. That spares each member
+// a log write per pause in the writes, and spares the next write a wait:
+// raft sends each follower one AppendEntries at a time, so the next
+// write's entries would wait behind the barrier's, a round trip to a
+// follower one region away. A newer commit interrupts the wait: its own
+// notices, or the entries after it, cover the older one.
 //
-// The price is one more log entry — an fsync on each member — per pause
-// in the writes, not per write. The delay is what keeps it so: under load
-// the group commit empties the log's tail at every batch, and the next
-// batch, a client round trip later, carries the news instead; without the
-// delay every batch would be followed by a barrier, doubling the syncs.
+// A barrier, where one is needed, costs one more log entry — an fsync on
+// each member — per pause in the writes, not per write. The delay is what
+// keeps it so: under load the group commit empties the log's tail at
+// every batch, and the next batch, a client round trip later, carries the
+// news instead; without the delay every batch would be nudged.
 
 // nudgeDelay is how long after a commit the leader waits for an entry
 // that would carry the news before it appends a barrier. It waits only
@@ -61,6 +71,13 @@ const (
 // nudgeTimeout bounds how long a nudge may wait to be enqueued; a leader
 // that busy has entries flowing, which carry the commit index anyway.
 const nudgeTimeout = 100 * time.Millisecond
+
+// noticeWait is how long the nudger waits for every member to accept a
+// commit's notices before it appends the barrier: longer than any round
+// trip between regions. A member that has not answered by then (cut off,
+// or its connection failed with the notice in flight) is sent the
+// barrier, as one that refused the notice is at once.
+const noticeWait = time.Second
 
 // nudgingFSM is the FSM as raft drives it: on the leader, before it
 // applies a batch holding a command, it starts the commit notices of a
@@ -186,10 +203,12 @@ func coveredBy(commit, barrier uint64) uint64 {
 }
 
 // nudgeFollowers runs until ctx ends: for each signal, after nudgeDelay
-// when commits come close together, it appends a barrier if needsNudge,
-// and waits for it to commit or for ctx to end. It does not wait for the
-// barrier alone: raft never answers a future still queued when it shuts
-// down, and Shutdown waits for the nudger.
+// when commits come close together, if needsNudge it sends the commit
+// notices and waits for every member's answer (awaitAccepted), and unless
+// all accepted it appends a barrier and waits for it to commit or for
+// ctx to end. It does not wait for the barrier alone: raft never answers
+// a future still queued when it shuts down, and Shutdown waits for the
+// nudger.
 func (n *Node) nudgeFollowers(ctx context.Context) {
 	var covered uint64 // see nudgeState.covered
 	var last time.Time // of the previous signal
@@ -213,8 +232,12 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 			}
 		}
 		term := n.raft.CurrentTerm()
+		others, read := n.otherMembers()
 		st := nudgeState{commit: n.raft.CommitIndex(), covered: covered}
-		st.leader, st.last, st.members = n.IsLeader(), n.raft.LastIndex(), n.configuredMembers()
+		st.leader, st.last = n.IsLeader(), n.raft.LastIndex()
+		if read {
+			st.members = len(others) + 1
+		}
 		if !st.needsNudge() {
 			continue
 		}
@@ -222,6 +245,16 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 		// without a log write; the barrier tells those that could not
 		// accept it.
 		n.notices.notify(term, st.commit)
+		switch n.notices.awaitAccepted(ctx, term, st.commit, others, noticeWait, n.nudges) {
+		case noticesAccepted:
+			covered = st.commit
+			continue
+		case noticesInterrupted:
+			// A newer commit: its turn now (the signal was taken). Its
+			// notices, or the entries after it, cover this one.
+			signal(n.nudges)
+			continue
+		}
 		// The wait keeps one nudge in flight; a failure (leadership lost,
 		// shutdown) needs nothing: the next leader's own entries carry its
 		// commit index.
@@ -236,12 +269,18 @@ func (n *Node) nudgeFollowers(ctx context.Context) {
 	}
 }
 
-// configuredMembers returns the number of members of the latest raft
-// configuration (0 if it cannot be read).
-func (n *Node) configuredMembers() int {
+// otherMembers returns the members of the latest raft configuration but
+// this node, and whether it could be read.
+func (n *Node) otherMembers() ([]raft.ServerID, bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return 0
+		return nil, false
 	}
-	return len(f.Configuration().Servers)
+	var ids []raft.ServerID
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != n.id {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids, true
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestCloseTogether: the nudger waits nudgeDelay for an entry that would
@@ -86,11 +87,12 @@ func TestCoveredBy(t *testing.T) {
 	}
 }
 
-// TestLoneCommitIsFollowedByABarrier: with CommitTimeout at a minute, a
-// follower would learn that a lone write committed only a minute later.
-// The leader appends a barrier right after each write, and each follower
-// applies every write long before that.
-func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
+// TestLoneCommitIsNoticedWithoutABarrier: with CommitTimeout at a minute,
+// a follower would learn that a lone write committed only a minute
+// later. The leader's commit notices tell each follower at once, and as
+// every follower accepts them, no barrier follows: the log holds the
+// writes alone.
+func TestLoneCommitIsNoticedWithoutABarrier(t *testing.T) {
 	ms := cluster(t, 3, func(c *Config) {
 		steadyLeader(c)
 		c.CommitTimeout = time.Minute
@@ -98,22 +100,52 @@ func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
 	leader, followers := leaderOf(t, ms)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	for i := range 4 {
+	const writes = 4
+	first := leader.node.raft.LastIndex() + 1
+	accepted := testutil.ToFloat64(leader.node.metrics.notices)
+	for i := range writes {
 		key := fmt.Sprintf("lone/%d", i)
-		rev, index := leader.put(ctx, key, "v")
-		for _, f := range followers {
-			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-			err := f.fsm.WaitApplied(wctx, index)
-			wcancel()
-			if err != nil {
-				t.Fatalf("write %d (index %d): follower %s did not apply it within 20s (CommitTimeout is a minute): %v", i, index, f.cfg.ID, err)
-			}
-			if kv := f.get(key); kv.GetModRevision() != rev {
-				t.Fatalf("follower %s has %s at revision %d, want %d", f.cfg.ID, key, kv.GetModRevision(), rev)
-			}
+		rev, index := loneWrite(ctx, t, leader, followers, key)
+		if kv := followers[0].get(key); kv.GetModRevision() != rev {
+			t.Fatalf("follower %s has %s at revision %d, want %d", followers[0].cfg.ID, key, kv.GetModRevision(), rev)
 		}
-		// A follower may have learned of the write from a commit notice
-		// (notice.go) before the barrier was appended: wait for it.
+		// Both followers accepted its notice: the nudger has nothing
+		// left to decide for this write.
+		accepted += float64(len(followers))
+		for testutil.ToFloat64(leader.node.metrics.notices) < accepted {
+			if ctx.Err() != nil {
+				for j := first; j <= leader.node.raft.LastIndex(); j++ {
+					t.Logf("entry %d: %v", j, leader.entryType(j))
+				}
+				t.Fatalf("write %d (index %d): the followers accepted %v commit notices, want %v (nudges %v)", i, index, testutil.ToFloat64(leader.node.metrics.notices), accepted, testutil.ToFloat64(leader.node.metrics.nudges))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a barrier, if the nudger made one, is appended by now
+	for i := first; i <= leader.node.raft.LastIndex(); i++ {
+		if typ := leader.entryType(i); typ != raft.LogCommand {
+			t.Errorf("entry %d after the first write is a %v: every member accepted every notice, so no barrier was needed", i, typ)
+		}
+	}
+}
+
+// TestBarrierForAMemberThatCannotBeNoticed: with a follower down, the
+// notices to it cannot be sent, and the leader appends a barrier after
+// each lone write, for that member to learn of the commit once it is
+// back.
+func TestBarrierForAMemberThatCannotBeNoticed(t *testing.T) {
+	ms := cluster(t, 3, func(c *Config) {
+		steadyLeader(c)
+		c.CommitTimeout = time.Minute
+	})
+	leader, followers := leaderOf(t, ms)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	followers[1].stop()
+	up := followers[:1]
+	for i := range 3 {
+		_, index := loneWrite(ctx, t, leader, up, fmt.Sprintf("down/%d", i))
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			if last, err := leader.node.logs.LastIndex(); err == nil && last > index {
 				break
@@ -127,6 +159,24 @@ func TestLoneCommitIsFollowedByABarrier(t *testing.T) {
 			t.Fatalf("entry after write %d (index %d) is a %v, want the nudge's barrier", i, index, typ)
 		}
 	}
+}
+
+// loneWrite puts key through leader once the previous write's traffic is
+// done, and waits until each of followers applied it (within 20 s, far
+// below a CommitTimeout of a minute).
+func loneWrite(ctx context.Context, t *testing.T, leader *member, followers []*member, key string) (rev int64, index uint64) {
+	t.Helper()
+	time.Sleep(20 * time.Millisecond)
+	rev, index = leader.put(ctx, key, "v")
+	for _, f := range followers {
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		err := f.fsm.WaitApplied(wctx, index)
+		wcancel()
+		if err != nil {
+			t.Fatalf("%s (index %d): follower %s did not apply it within 20s (CommitTimeout is a minute): %v", key, index, f.cfg.ID, err)
+		}
+	}
+	return rev, index
 }
 
 // steadyLeader gives a cluster timeouts that a loaded machine does not

@@ -96,6 +96,9 @@ type trackedTransport struct {
 type replication struct {
 	inFlight int    // AppendEntries with entries in flight
 	last     uint64 // the highest index they carry
+	// acked is the highest index an AppendEntries with entries carried
+	// that the follower accepted: it holds every entry up to there.
+	acked uint64
 }
 
 // AppendEntries sends an AppendEntries, counting it while it is in flight
@@ -113,12 +116,14 @@ func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	f.inFlight++
 	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
 	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		f.inFlight--
-		t.mu.Unlock()
-	}()
-	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	t.mu.Lock()
+	f.inFlight--
+	if err == nil && resp.Success {
+		f.acked = max(f.acked, args.Entries[len(args.Entries)-1].Index)
+	}
+	t.mu.Unlock()
+	return err
 }
 
 // AppendEntriesPipeline refuses raft's pipelined replication (see the
@@ -129,15 +134,16 @@ func (t *trackedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddre
 
 // replicationTo reports what raft's replication to id is doing: whether an
 // AppendEntries with entries is in flight (busy) and the highest index
-// those carry (last).
-func (t *trackedTransport) replicationTo(id raft.ServerID) (last uint64, busy bool) {
+// those carry (last), and the highest index the follower acknowledged
+// (acked).
+func (t *trackedTransport) replicationTo(id raft.ServerID) (last, acked uint64, busy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.followers[id]
 	if f == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return f.last, f.inFlight > 0
+	return f.last, f.acked, f.inFlight > 0
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
