@@ -30,29 +30,29 @@ import (
 // notices the leader's FSM starts itself, nudgingFSM.ApplyBatch, before
 // the nudger's goroutine runs): an AppendEntries whose LeaderCommitIndex
 // is the commit index, in the leader's current term. To a follower that
-// acknowledged the committed entry, the notice carries no entries and its
-// previous entry is the commit index itself: the follower writes nothing
-// to its log before applying. To one that did not yet, whose request in
-// flight carries the committed entry or that raft has not sent it yet,
-// the notice carries the entries after the last it acknowledged, up to
-// the commit index (the notice, on its own connection, may arrive before
-// the request in flight is stored). When the request in flight carries
-// only earlier entries (writes come closer together than the round trip,
-// so raft's next request waits), the notice carries the entries after the
-// last one in flight. Entries are read from the leader's log. It is
-// an AppendEntries like raft's own, and raft's checks make it safe: the
+// acknowledged the committed entry, or whose request in flight carries
+// it, the notice carries no entries and its previous entry is the commit
+// index itself: the follower writes nothing to its log before applying.
+// When the request in flight carries only earlier entries (writes come
+// closer together than the round trip, so raft's next request waits), the
+// notice carries the entries after the last one in flight; when raft has
+// not sent the follower the committed entry yet (the commit came from the
+// other followers' answers), those after the last it acknowledged.
+// Entries are read from the leader's log. It is an AppendEntries like
+// raft's own, and raft's checks make it safe: the
 // follower accepts it only if it has the previous entry with the term the
 // leader's log gives it (log matching: its log is then the leader's up to
 // there), appends what it lacks (entries it has are skipped as
 // duplicates), and applies up to the commit index. One that does not have
-// the previous entry yet (the request in flight is slower than the notice)
-// answers success=false and changes nothing; the notice is not part of
-// raft's replication, whose next index for that follower it does not
-// touch, and the follower learns of the commit from the nudge's barrier
-// (nudge.go). A follower in a newer term rejects the notice by its term.
-// The price is one small request per follower per pause in the writes,
-// and, to a follower that had not acknowledged the committed entries,
-// those a second time.
+// the previous entry yet (the request in flight is read after the
+// notice, on a short link) answers success=false and changes nothing, and
+// is sent the notice again, carrying the entries after its last
+// (retryNotice); the notice is not part of raft's replication, whose next
+// index for that follower it does not touch. One that refuses that too
+// learns of the commit from the nudge's barrier (nudge.go). A follower
+// in a newer term rejects the notice by its term. The price is one small
+// request per follower per pause in the writes, and, to a follower whose
+// request in flight lacks the committed entries, those a second time.
 
 // A follower that has just stored an entry tells others of its commit
 // too, when its copy, the leader's and theirs are a majority: before the
@@ -84,6 +84,7 @@ type noticer struct {
 
 // noticePeer is the notice state of one follower, guarded by noticer.mu.
 type noticePeer struct {
+	id   raft.ServerID
 	addr raft.ServerAddress
 	// nonVoter is whether it was a non-voter when last sent a notice
 	// (read by answers without the lock).
@@ -100,6 +101,9 @@ type noticePeer struct {
 	// own, without waiting for answers; nil until the first, and after
 	// a failure.
 	pipe *noticePipe
+	// retryFrom, when not 0, is the entry the next notice of want starts
+	// from, carrying the entries after it (retryNotice).
+	retryFrom uint64
 	// accepted is the highest commit index of this node's own notices
 	// (as leader, in term acceptedTerm) it accepted; failed, of those it
 	// refused or that could not be sent to it (in failedTerm).
@@ -127,14 +131,16 @@ func (p *noticePipe) close() {
 // commit, and from which entry (last; the notice carries the entries
 // after it, up to commit). When raft's replication to it waits for the
 // answer to an AppendEntries carrying entries below commit, last is the
-// highest index those carry: the follower will hold them by the time the
-// notice arrives, or refuse it. Otherwise, when it acknowledged entries
-// up to an index below commit, last is that index: the entries after it
-// may be in flight, or not sent yet (the commit came from the other
-// followers' answers), and the notice may arrive first, on its own
-// connection. Otherwise last is commit itself. On the in-memory
-// transport of a single member, which has no followers, there is none to
-// send.
+// highest index those carry. When that request carries the committed
+// entry, last is commit: the follower will have stored it when the
+// notice comes, but for a race on a short link (the notice on its own
+// connection may be read first), which answers retries (retryNotice).
+// When raft's replication to it is idle and the follower acknowledged
+// entries only below commit (raft has not sent it the rest yet: the
+// commit came from the other followers' answers), last is the highest
+// index it acknowledged. Otherwise last is commit itself. On the
+// in-memory transport of a single member, which has no followers, there
+// is none to send.
 func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) {
 	t, tracked := n.trans.(*trackedTransport)
 	if !tracked {
@@ -144,7 +150,7 @@ func (n *Node) noticeTo(id raft.ServerID, commit uint64) (last uint64, ok bool) 
 	switch {
 	case busy && inFlight < commit:
 		return inFlight, true
-	case acked > 0 && acked < commit:
+	case !busy && acked > 0 && acked < commit:
 		return acked, true
 	}
 	return commit, true
@@ -228,7 +234,7 @@ func (c *noticer) peer(s raft.Server) *noticePeer {
 	}
 	p := c.peers[s.ID]
 	if p == nil || p.addr != s.Address {
-		p = &noticePeer{addr: s.Address}
+		p = &noticePeer{id: s.ID, addr: s.Address}
 		c.peers[s.ID] = p
 	}
 	p.nonVoter.Store(s.Suffrage != raft.Voter)
@@ -256,17 +262,21 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 	}
 	for {
 		c.mu.Lock()
-		commit, term, pipe, stored := p.want, p.term, p.pipe, p.stored
+		commit, term, pipe, stored, from := p.want, p.term, p.pipe, p.stored, p.retryFrom
 		if commit == p.sent || c.ctx.Err() != nil {
 			p.sending = false
 			c.mu.Unlock()
 			return
 		}
-		p.sent = commit
+		p.sent, p.retryFrom = commit, 0
 		c.mu.Unlock()
 		req := stored
 		if req == nil {
-			if last, ok := n.noticeTo(id, commit); ok {
+			last, ok := n.noticeTo(id, commit)
+			if from > 0 && from < commit {
+				last = from
+			}
+			if ok {
 				req = n.noticeRequest(header, term, commit, last)
 			}
 		}
@@ -332,7 +342,7 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 				}
 				return
 			}
-			if own {
+			if own && !c.retryNotice(p, req, f.Response()) {
 				c.answered(p, req.Term, req.LeaderCommitIndex, f.Response().Success)
 			}
 			if !f.Response().Success {
@@ -348,6 +358,36 @@ func (c *noticer) answers(p *noticePeer, pipe *noticePipe) {
 			}
 		}
 	}
+}
+
+// retryNotice sends p this node's notice req again, carrying the entries
+// after the follower's last (resp.LastLog), when p refused it for lacking
+// the entry it starts from and req carried no entries (raft's request in
+// flight carried them, and the notice was read first). It reports whether
+// a later answer counts instead of this one: the retry's, or that of a
+// newer notice already wanted.
+func (c *noticer) retryNotice(p *noticePeer, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+	if !lacksNoticedEntry(req, resp) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.term != req.Term || p.stored != nil || p.want < req.LeaderCommitIndex {
+		return false
+	}
+	if p.want > req.LeaderCommitIndex {
+		return true // a newer notice follows; its answer counts
+	}
+	p.retryFrom, p.sent = resp.LastLog, 0
+	c.start(p.id, p)
+	return true
+}
+
+// lacksNoticedEntry reports whether resp refuses req, a notice carrying
+// no entries, because the follower's log ends before the entry req starts
+// from (in req's term; a follower in a newer term refuses by its term).
+func lacksNoticedEntry(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+	return !resp.Success && len(req.Entries) == 0 && resp.Term == req.Term && resp.LastLog > 0 && resp.LastLog < req.PrevLogEntry
 }
 
 // answered records that p accepted (ok) or refused, or could not be sent,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meridian-cp/meridian/lib/daemon/daemontest"
@@ -154,5 +155,30 @@ func TestNearFollowerNoticed(t *testing.T) {
 			t.Fatalf("the follower accepted %v commit notices for %d lone writes, want %d", testutil.ToFloat64(leader.node.metrics.notices)-before, writes, writes)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLacksNoticedEntry: a notice without entries is sent again, with
+// them, only when the follower refused it for lacking the entry it
+// starts from, in the notice's term.
+func TestLacksNoticedEntry(t *testing.T) {
+	bare := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 10, PrevLogTerm: 3, LeaderCommitIndex: 10}
+	carrying := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 9, PrevLogTerm: 3, LeaderCommitIndex: 10, Entries: []*raft.Log{{Index: 10, Term: 3}}}
+	for _, tc := range []struct {
+		name string
+		req  *raft.AppendEntriesRequest
+		resp raft.AppendEntriesResponse
+		want bool
+	}{
+		{"accepted", bare, raft.AppendEntriesResponse{Term: 3, LastLog: 10, Success: true}, false},
+		{"the follower lacks the entry", bare, raft.AppendEntriesResponse{Term: 3, LastLog: 9}, true},
+		{"the notice carried entries", carrying, raft.AppendEntriesResponse{Term: 3, LastLog: 8}, false},
+		{"a newer term", bare, raft.AppendEntriesResponse{Term: 4, LastLog: 9}, false},
+		{"the follower has the index with another term", bare, raft.AppendEntriesResponse{Term: 3, LastLog: 10}, false},
+		{"an empty log", bare, raft.AppendEntriesResponse{Term: 3, LastLog: 0}, false},
+	} {
+		if got := lacksNoticedEntry(tc.req, &tc.resp); got != tc.want {
+			t.Errorf("%s: lacksNoticedEntry = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
