@@ -97,34 +97,36 @@ func TestFarVoterAppliesBeforeTheLeaderHears(t *testing.T) {
 // leader's and its own, makes a majority that the leader's and its own do
 // not; only voters count, and only voters send.
 func TestNoticeCommits(t *testing.T) {
-	conf := func(voters, nonVoters int) raft.Configuration {
-		var c raft.Configuration
-		for i := range voters {
-			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("v%d", i)), Suffrage: raft.Voter})
-		}
-		for i := range nonVoters {
-			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Suffrage: raft.Nonvoter})
-		}
-		return c
-	}
 	for _, tc := range []struct {
 		name             string
 		conf             raft.Configuration
 		leader, self, to raft.ServerID
 		want             bool
 	}{
-		{"three voters: the leader hears first", conf(3, 1), "v0", "v1", "v2", false},
-		{"three voters, to a non-voter", conf(3, 1), "v0", "v1", "n0", false},
-		{"four voters, to a voter", conf(4, 0), "v0", "v1", "v2", true},
-		{"five voters, to a voter", conf(5, 1), "v0", "v1", "v2", true},
-		{"five voters, to a non-voter", conf(5, 1), "v0", "v1", "n0", false},
-		{"five voters, from a non-voter", conf(5, 1), "v0", "n0", "v1", false},
-		{"seven voters", conf(7, 0), "v0", "v1", "v2", false},
-		{"three voters, leader not a voter", conf(3, 1), "n0", "v1", "v2", true},
-		{"five voters, leader not a voter", conf(5, 1), "n0", "v1", "v2", false},
+		{"three voters: the leader hears first", testConf(3, 1), "v0", "v1", "v2", false},
+		{"three voters, to a non-voter", testConf(3, 1), "v0", "v1", "n0", false},
+		{"four voters, to a voter", testConf(4, 0), "v0", "v1", "v2", true},
+		{"five voters, to a voter", testConf(5, 1), "v0", "v1", "v2", true},
+		{"five voters, to a non-voter", testConf(5, 1), "v0", "v1", "n0", false},
+		{"five voters, from a non-voter", testConf(5, 1), "v0", "n0", "v1", false},
+		{"seven voters", testConf(7, 0), "v0", "v1", "v2", false},
+		{"three voters, leader not a voter", testConf(3, 1), "n0", "v1", "v2", true},
+		{"five voters, leader not a voter", testConf(5, 1), "n0", "v1", "v2", false},
 	} {
 		if got := noticeCommits(tc.conf, tc.leader, tc.self, tc.to); got != tc.want {
 			t.Errorf("%s: noticeCommits = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// testConf is a configuration of voters v0, v1, … and non-voters n0, n1, ….
+func testConf(voters, nonVoters int) raft.Configuration {
+	var c raft.Configuration
+	for i := range voters {
+		c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("v%d", i)), Suffrage: raft.Voter})
+	}
+	for i := range nonVoters {
+		c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Suffrage: raft.Nonvoter})
+	}
+	return c
 }

@@ -93,13 +93,7 @@ func TestCoveredBy(t *testing.T) {
 // every follower accepts them, no barrier follows: the log holds the
 // writes alone.
 func TestLoneCommitIsNoticedWithoutABarrier(t *testing.T) {
-	ms := cluster(t, 3, func(c *Config) {
-		steadyLeader(c)
-		c.CommitTimeout = time.Minute
-	})
-	leader, followers := leaderOf(t, ms)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
+	ctx, leader, followers := quietCluster(t)
 	const writes = 4
 	first := leader.node.raft.LastIndex() + 1
 	accepted := testutil.ToFloat64(leader.node.metrics.notices)
@@ -135,13 +129,7 @@ func TestLoneCommitIsNoticedWithoutABarrier(t *testing.T) {
 // each lone write, for that member to learn of the commit once it is
 // back.
 func TestBarrierForAMemberThatCannotBeNoticed(t *testing.T) {
-	ms := cluster(t, 3, func(c *Config) {
-		steadyLeader(c)
-		c.CommitTimeout = time.Minute
-	})
-	leader, followers := leaderOf(t, ms)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
+	ctx, leader, followers := quietCluster(t)
 	followers[1].stop()
 	up := followers[:1]
 	for i := range 3 {
@@ -159,6 +147,21 @@ func TestBarrierForAMemberThatCannotBeNoticed(t *testing.T) {
 			t.Fatalf("entry after write %d (index %d) is a %v, want the nudge's barrier", i, index, typ)
 		}
 	}
+}
+
+// quietCluster starts three members whose followers hear of commits from
+// raft only after a minute (CommitTimeout), and returns the leader, its
+// followers and a context for the test's writes.
+func quietCluster(t *testing.T) (ctx context.Context, leader *member, followers []*member) {
+	t.Helper()
+	ms := cluster(t, 3, func(c *Config) {
+		steadyLeader(c)
+		c.CommitTimeout = time.Minute
+	})
+	leader, followers = leaderOf(t, ms)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, leader, followers
 }
 
 // loneWrite puts key through leader once the previous write's traffic is

@@ -169,16 +169,6 @@ func TestNearNonVoterLearnsFromItsVoter(t *testing.T) {
 // follower learns of commits early, and of those to the ones near it
 // while the leader is far, unless a voter near it has a lower id.
 func TestRelayTargets(t *testing.T) {
-	conf := func(voters, nonVoters int) raft.Configuration {
-		var c raft.Configuration
-		for i := range voters {
-			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("v%d", i)), Suffrage: raft.Voter})
-		}
-		for i := range nonVoters {
-			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Suffrage: raft.Nonvoter})
-		}
-		return c
-	}
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		name string
@@ -186,17 +176,17 @@ func TestRelayTargets(t *testing.T) {
 		rtt  map[raft.ServerID]time.Duration
 		want []raft.ServerID
 	}{
-		{"five voters, leader far, one non-voter near", conf(5, 3), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms / 2, "n1": 50 * ms, "n2": 100 * ms}, []raft.ServerID{"n0"}},
-		{"a voter with a higher id near", conf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "v4": ms, "v1": 50 * ms, "n0": ms}, []raft.ServerID{"n0"}},
-		{"a voter with a lower id near: it relays", conf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "v2": ms, "n0": ms}, nil},
-		{"five voters, leader near", conf(5, 2), map[raft.ServerID]time.Duration{"v0": ms, "n0": ms / 4}, nil},
-		{"five voters, non-voter not near enough", conf(5, 1), map[raft.ServerID]time.Duration{"v0": 40 * ms, "n0": 11 * ms}, nil},
-		{"five voters, non-voter a quarter", conf(5, 1), map[raft.ServerID]time.Duration{"v0": 40 * ms, "n0": 10 * ms}, []raft.ServerID{"n0"}},
-		{"five voters, leader not measured", conf(5, 1), map[raft.ServerID]time.Duration{"n0": ms}, nil},
-		{"five voters, non-voter not measured", conf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms}, nil},
-		{"four voters", conf(4, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, []raft.ServerID{"n0"}},
-		{"three voters: no follower learns early", conf(3, 2), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, nil},
-		{"seven voters: no follower learns early", conf(7, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, nil},
+		{"five voters, leader far, one non-voter near", testConf(5, 3), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms / 2, "n1": 50 * ms, "n2": 100 * ms}, []raft.ServerID{"n0"}},
+		{"a voter with a higher id near", testConf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "v4": ms, "v1": 50 * ms, "n0": ms}, []raft.ServerID{"n0"}},
+		{"a voter with a lower id near: it relays", testConf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "v2": ms, "n0": ms}, nil},
+		{"five voters, leader near", testConf(5, 2), map[raft.ServerID]time.Duration{"v0": ms, "n0": ms / 4}, nil},
+		{"five voters, non-voter not near enough", testConf(5, 1), map[raft.ServerID]time.Duration{"v0": 40 * ms, "n0": 11 * ms}, nil},
+		{"five voters, non-voter a quarter", testConf(5, 1), map[raft.ServerID]time.Duration{"v0": 40 * ms, "n0": 10 * ms}, []raft.ServerID{"n0"}},
+		{"five voters, leader not measured", testConf(5, 1), map[raft.ServerID]time.Duration{"n0": ms}, nil},
+		{"five voters, non-voter not measured", testConf(5, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms}, nil},
+		{"four voters", testConf(4, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, []raft.ServerID{"n0"}},
+		{"three voters: no follower learns early", testConf(3, 2), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, nil},
+		{"seven voters: no follower learns early", testConf(7, 1), map[raft.ServerID]time.Duration{"v0": 50 * ms, "n0": ms}, nil},
 	} {
 		var got []raft.ServerID
 		for _, s := range relayTargets(tc.conf, "v0", "v3", tc.rtt) {
