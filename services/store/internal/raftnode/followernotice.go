@@ -268,7 +268,7 @@ func (c *noticer) notifyAsFollower(to []raft.Server, req *raft.AppendEntriesRequ
 			continue
 		}
 		p.want, p.term, p.stored = req.LeaderCommitIndex, req.Term, req
-		c.start(s.ID, p)
+		c.start(p)
 	}
 }
 

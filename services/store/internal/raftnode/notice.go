@@ -104,12 +104,24 @@ type noticePeer struct {
 	// retryFrom, when not 0, is the entry the next notice of want starts
 	// from, carrying the entries after it (retryNotice).
 	retryFrom uint64
-	// accepted is the highest commit index of this node's own notices
-	// (as leader, in term acceptedTerm) it accepted; failed, of those it
-	// refused or that could not be sent to it (in failedTerm).
-	accepted, acceptedTerm uint64
-	failed, failedTerm     uint64
+	// accepted is the newest commit of this node's own notices (as
+	// leader) it accepted; failed, of those it refused or that could not
+	// be sent to it.
+	accepted, failed termIndex
 }
+
+// termIndex is a commit index and the term it was committed in.
+type termIndex struct{ term, index uint64 }
+
+// raise makes t the later of t and (term, index).
+func (t *termIndex) raise(term, index uint64) {
+	if term > t.term || term == t.term && index > t.index {
+		*t = termIndex{term, index}
+	}
+}
+
+// covers reports whether t is index or a later one, in term.
+func (t termIndex) covers(term, index uint64) bool { return t.term == term && t.index >= index }
 
 // noticePipe is the transport's pipeline to one follower, and the
 // goroutine that reads its answers.
@@ -185,15 +197,25 @@ func (n *Node) noticeRequest(header raft.RPCHeader, term, commit, last uint64) *
 	if err := n.logs.GetLog(last, &prev); err != nil {
 		return nil
 	}
-	req.PrevLogEntry, req.PrevLogTerm = last, prev.Term
-	for i := last + 1; i <= commit; i++ {
-		e := new(raft.Log)
-		if err := n.logs.GetLog(i, e); err != nil {
-			return nil
-		}
-		req.Entries = append(req.Entries, e)
+	entries, err := n.readLogs(last+1, commit)
+	if err != nil {
+		return nil
 	}
+	req.PrevLogEntry, req.PrevLogTerm, req.Entries = last, prev.Term, entries
 	return req
+}
+
+// readLogs reads the entries from index first to last from the log.
+func (n *Node) readLogs(first, last uint64) ([]*raft.Log, error) {
+	logs := make([]*raft.Log, 0, last-first+1)
+	for i := first; i <= last; i++ {
+		l := new(raft.Log)
+		if err := n.logs.GetLog(i, l); err != nil {
+			return nil, err
+		}
+		logs = append(logs, l)
+	}
+	return logs, nil
 }
 
 // notify tells every other member of the configuration that commit is
@@ -222,7 +244,7 @@ func (c *noticer) notify(term, commit uint64) {
 			continue
 		}
 		p.want, p.term, p.stored = commit, term, nil
-		c.start(s.ID, p)
+		c.start(p)
 	}
 }
 
@@ -242,10 +264,10 @@ func (c *noticer) peer(s raft.Server) *noticePeer {
 }
 
 // start starts a goroutine sending to p, unless one is. c.mu is held.
-func (c *noticer) start(id raft.ServerID, p *noticePeer) {
+func (c *noticer) start(p *noticePeer) {
 	if !p.sending {
 		p.sending = true
-		go c.send(id, p)
+		go c.send(p)
 	}
 }
 
@@ -253,7 +275,7 @@ func (c *noticer) start(id raft.ServerID, p *noticePeer) {
 // or the node stops. A notice that fails or is refused is not sent again:
 // it is recorded (answered), and the nudger appends a barrier, which
 // reaches the follower with raft's replication.
-func (c *noticer) send(id raft.ServerID, p *noticePeer) {
+func (c *noticer) send(p *noticePeer) {
 	n := c.node
 	header := raft.RPCHeader{
 		ProtocolVersion: raft.ProtocolVersionMax,
@@ -272,7 +294,7 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 		c.mu.Unlock()
 		req := stored
 		if req == nil {
-			last, ok := n.noticeTo(id, commit)
+			last, ok := n.noticeTo(p.id, commit)
 			if from > 0 && from < commit {
 				last = from
 			}
@@ -284,29 +306,25 @@ func (c *noticer) send(id raft.ServerID, p *noticePeer) {
 			c.answered(p, term, commit, false) // the barrier goes out at once
 			continue
 		}
-		failed := func() {
-			if stored == nil { // the leader's own: the nudger waits for it
-				c.answered(p, req.Term, req.LeaderCommitIndex, false)
-			}
-		}
+		var err error
 		if pipe == nil {
-			var err error
-			if pipe, err = c.openPipe(id, p); err != nil {
-				failed()
-				continue
+			pipe, err = c.openPipe(p)
+		}
+		if err == nil {
+			if _, err = pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
+				c.dropPipe(p, pipe)
 			}
 		}
-		if _, err := pipe.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
-			c.dropPipe(p, pipe)
-			failed()
+		if err != nil && stored == nil { // the leader's own: the nudger waits for it
+			c.answered(p, req.Term, req.LeaderCommitIndex, false)
 		}
 	}
 }
 
 // openPipe opens p's pipeline (past trackedTransport, whose pipeline raft
 // may not use) and starts reading its answers.
-func (c *noticer) openPipe(id raft.ServerID, p *noticePeer) (*noticePipe, error) {
-	ap, err := c.node.trans.(*trackedTransport).NetworkTransport.AppendEntriesPipeline(id, p.addr)
+func (c *noticer) openPipe(p *noticePeer) (*noticePipe, error) {
+	ap, err := c.node.trans.(*trackedTransport).NetworkTransport.AppendEntriesPipeline(p.id, p.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +397,7 @@ func (c *noticer) retryNotice(p *noticePeer, req *raft.AppendEntriesRequest, res
 		return true // a newer notice follows; its answer counts
 	}
 	p.retryFrom, p.sent = resp.LastLog, 0
-	c.start(p.id, p)
+	c.start(p)
 	return true
 }
 
@@ -396,11 +414,9 @@ func (c *noticer) answered(p *noticePeer, term, commit uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ok {
-		if term > p.acceptedTerm || term == p.acceptedTerm && commit > p.accepted {
-			p.accepted, p.acceptedTerm = commit, term
-		}
-	} else if term > p.failedTerm || term == p.failedTerm && commit > p.failed {
-		p.failed, p.failedTerm = commit, term
+		p.accepted.raise(term, commit)
+	} else {
+		p.failed.raise(term, commit)
 	}
 	if c.changed != nil {
 		close(c.changed)
@@ -437,10 +453,10 @@ func (c *noticer) awaitAccepted(ctx context.Context, term, commit uint64, member
 			switch {
 			case p == nil:
 				all = false
-			case p.acceptedTerm == term && p.accepted >= commit:
+			case p.accepted.covers(term, commit):
 			default:
 				all = false
-				failed = failed || p.failedTerm == term && p.failed >= commit
+				failed = failed || p.failed.covers(term, commit)
 			}
 		}
 		if c.changed == nil {

@@ -32,10 +32,11 @@ import (
 // but the AppendEntries that carries it carries the new commit index,
 // and raft sends it at once. One nudge is in flight at a time; proposals
 // applied meanwhile are covered by the check after it (an entry that
-// follows a commit will be committed and nudged itself). A proposal appended between the check and the barrier
-// commits with the barrier, after the barrier's AppendEntries left with
-// the older commit index: that nudge covers only the older index
-// (coveredBy), so the proposal's own signal nudges again.
+// follows a commit will be committed and nudged itself). A proposal
+// appended between the check and the barrier commits with the barrier,
+// after the barrier's AppendEntries left with the older commit index:
+// that nudge covers only the older index (coveredBy), so the proposal's
+// own signal nudges again.
 //
 // The barrier's AppendEntries waits for the answer to the one in flight to
 // that follower, a round trip over a long link, and for the barrier's

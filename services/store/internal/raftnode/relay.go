@@ -112,13 +112,9 @@ func (n *Node) fromLog(b *followerBatch) *followerBatch {
 	if last-first >= maxNoticeEntries {
 		first = last - maxNoticeEntries + 1
 	}
-	logs := make([]*raft.Log, 0, last-first+1)
-	for i := first; i <= last; i++ {
-		l := new(raft.Log)
-		if err := n.logs.GetLog(i, l); err != nil {
-			return nil
-		}
-		logs = append(logs, l)
+	logs, err := n.readLogs(first, last)
+	if err != nil {
+		return nil
 	}
 	return &followerBatch{logs: logs, term: b.term, leaderID: b.leaderID, leaderAddr: b.leaderAddr}
 }

@@ -1,6 +1,6 @@
-// Package robustness runs the store's three-member cluster (and a
-// five-member one, whose followers send commit notices of their own) as
-// real processes under faults and checks what clients saw: concurrent puts,
+// Package robustness runs the store's three-member cluster (and five
+// voters over three simulated regions with two non-voters, whose members
+// send commit notices of their own) as real processes under faults and checks what clients saw: concurrent puts,
 // conditional transactions, deletes and linearizable reads while members
 // are killed (-9) and restarted and partitioned (a TCP proxy in front of
 // every raft listener), the history checked for linearizability with
