@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,23 @@ type member struct {
 	hub  *watch.Hub
 	fsm  *fsm.FSM
 	node *Node
+
+	// stall, held by a test, stops the member's state machine at its next
+	// publication to the watch hub: raft goes on committing, and hands
+	// the FSM nothing more until the test lets go.
+	stall sync.RWMutex
+}
+
+// stallingPublisher is a member's watch hub behind its stall lock.
+type stallingPublisher struct {
+	*watch.Hub
+	m *member
+}
+
+func (p stallingPublisher) Publish(rev int64, events []*storev1.Event) {
+	p.m.stall.RLock()
+	defer p.m.stall.RUnlock()
+	p.Hub.Publish(rev, events)
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -76,7 +94,7 @@ func (m *member) open() (err error) {
 			hub.Close()
 		}
 	}()
-	f, err := fsm.New(kv, hub, fsm.Options{Logger: quiet})
+	f, err := fsm.New(kv, stallingPublisher{hub, m}, fsm.Options{Logger: quiet})
 	if err != nil {
 		return err
 	}

@@ -55,9 +55,10 @@ import (
 // leader's term); a receiver in a newer term refuses it, and one that lacks
 // the entry before those carried refuses it without changing anything.
 
-// noticingLogStore is raft's log store as raft drives it: on a follower,
-// once it has stored a batch holding a command, it hands the batch to the
-// node's follower notices (Node.noticeStored).
+// noticingLogStore is raft's log store as raft drives it: once it has
+// stored a batch holding a lone command, it hands the batch to the node
+// (Node.noticeStored): a follower's to its follower notices, the leader's
+// to its notices at the acknowledgement (acknotice.go).
 type noticingLogStore struct {
 	raft.LogStore
 	// node is set once the Node exists; until then nothing is noticed.
@@ -104,14 +105,25 @@ type followerBatch struct {
 // last is the index of the batch's last entry, which its notices commit.
 func (b *followerBatch) last() uint64 { return b.logs[len(b.logs)-1].Index }
 
-// noticeStored hands logs, just stored, to the follower notices when this
-// node follows and the last of them is of the current term (an earlier
-// term's entry is committed only by one of the current term after it). It
-// runs on raft's main goroutine, inside the AppendEntries that carried
-// logs, so it only hands them on: the configuration must be asked of that
-// goroutine (followerNotices).
+// noticeStored takes logs, just stored and holding a lone command: the
+// leader's are noticed at their acknowledgement (appendedLone); a
+// follower's go to its follower notices (storedAsFollower).
 func (n *Node) noticeStored(logs []*raft.Log) {
-	if !n.stored.mayNotice(time.Now()) || n.raft.State() != raft.Follower {
+	switch n.raft.State() {
+	case raft.Leader:
+		n.appendedLone(logs)
+	case raft.Follower:
+		n.storedAsFollower(logs)
+	}
+}
+
+// storedAsFollower hands logs, just stored as a follower, to the follower
+// notices when the last of them is of the current term (an earlier term's
+// entry is committed only by one of the current term after it). It runs
+// on raft's main goroutine, inside the AppendEntries that carried logs,
+// so it only hands them on (followerNotices sends).
+func (n *Node) storedAsFollower(logs []*raft.Log) {
+	if !n.stored.mayNotice(time.Now()) {
 		return
 	}
 	term := n.raft.CurrentTerm()

@@ -178,6 +178,9 @@ type Node struct {
 	nudgerDone chan struct{}
 	// notices sends commit notices along with each nudge (notice.go).
 	notices noticer
+	// lone is the lone command this node appended last as leader, until
+	// an answer makes it committed (acknotice.go); nil for none.
+	lone atomic.Pointer[termIndex]
 	// stored holds the batch the log store last handed on for follower
 	// notices (followernotice.go), until followerNotices takes it.
 	stored *storedQueue
@@ -249,6 +252,9 @@ func Start(cfg Config) (*Node, error) {
 	n.startLoops()
 	nf.node.Store(n)
 	ls.node.Store(n)
+	if t, ok := trans.(*trackedTransport); ok {
+		t.node.Store(n)
+	}
 	return n, nil
 }
 

@@ -27,9 +27,11 @@ import (
 //
 // So along with each nudge the leader sends each other member of the
 // configuration a commit notice on its own connection (a lone commit's
-// notices the leader's FSM starts itself, nudgingFSM.ApplyBatch, before
-// the nudger's goroutine runs): an AppendEntries whose LeaderCommitIndex
-// is the commit index, in the leader's current term. To a follower that
+// notices start at the follower's answer that makes it one,
+// acknotice.go, or else when raft hands it to the leader's FSM,
+// nudgingFSM.ApplyBatch; either before the nudger's goroutine runs): an
+// AppendEntries whose LeaderCommitIndex is the commit index, in the
+// leader's current term. To a follower that
 // acknowledged the committed entry, or whose request in flight carries
 // it, the notice carries no entries and its previous entry is the commit
 // index itself: the follower writes nothing to its log before applying.

@@ -135,7 +135,8 @@ func (f *nudgingFSM) ApplyBatch(logs []*raft.Log) []any {
 // noticeLoneCommit starts the commit notices for commit, committed and
 // just handed to the leader's FSM, when no entry follows it in the log:
 // what the nudger would send for it next without a delay (needsNudge,
-// closeTogether), sent without waiting for the nudger's goroutine. An
+// closeTogether), sent without waiting for the nudger's goroutine, unless
+// they started at the acknowledgement that made it one (acknotice.go). An
 // entry that follows carries the news itself, and is noticed once
 // committed. The notices only start here (noticer.notify never blocks on
 // the network); the nudger's own notify for the same commit then sends

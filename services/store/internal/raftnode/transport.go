@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,6 +88,10 @@ func newTransport(cfg Config, hl hclog.Logger) (raft.Transport, error) {
 type trackedTransport struct {
 	*raft.NetworkTransport
 
+	// node is set once the Node exists; until then no answer is
+	// noticed (acknotice.go).
+	node atomic.Pointer[Node]
+
 	mu        sync.Mutex
 	followers map[raft.ServerID]*replication
 }
@@ -99,10 +104,16 @@ type replication struct {
 	// acked is the highest index an AppendEntries with entries carried
 	// that the follower accepted: it holds every entry up to there.
 	acked uint64
+	// ackedTerm is the term of the AppendEntries that raised acked last.
+	// A follower's log matches this leader's up to acked only while the
+	// leader of ackedTerm leads: a later one may have cut it back.
+	ackedTerm uint64
 }
 
 // AppendEntries sends an AppendEntries, counting it while it is in flight
-// when it carries entries.
+// when it carries entries. The answer to one that carries entries goes to
+// the node's commit notices at the acknowledgement (acknotice.go) before
+// it returns to raft.
 func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if len(args.Entries) == 0 {
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
@@ -117,12 +128,20 @@ func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
 	t.mu.Unlock()
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	last := args.Entries[len(args.Entries)-1].Index
+	ok := err == nil && resp.Success
 	t.mu.Lock()
 	f.inFlight--
-	if err == nil && resp.Success {
-		f.acked = max(f.acked, args.Entries[len(args.Entries)-1].Index)
+	if ok {
+		if args.Term != f.ackedTerm {
+			f.acked, f.ackedTerm = 0, args.Term
+		}
+		f.acked = max(f.acked, last)
 	}
 	t.mu.Unlock()
+	if n := t.node.Load(); ok && n != nil {
+		n.noticeAcked(args.Term, last)
+	}
 	return err
 }
 
@@ -144,6 +163,17 @@ func (t *trackedTransport) replicationTo(id raft.ServerID) (last, acked uint64, 
 		return 0, 0, false
 	}
 	return f.last, f.acked, f.inFlight > 0
+}
+
+// ackedInTerm is the highest index follower id accepted in an
+// AppendEntries with entries of term (0 for none).
+func (t *trackedTransport) ackedInTerm(id raft.ServerID, term uint64) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.followers[id]; f != nil && f.ackedTerm == term {
+		return f.acked
+	}
+	return 0
 }
 
 // streamLayer is a raft.StreamLayer over TCP, with TLS when client is set.
