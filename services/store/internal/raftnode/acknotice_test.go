@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -71,7 +70,7 @@ func TestCommitNoticedAtTheAcknowledgement(t *testing.T) {
 	stalled = false
 	for range 2 {
 		if err := <-puts; err != nil {
-			t.Fatal(fmt.Errorf("a write made while the leader's FSM was stalled: %w", err))
+			t.Fatalf("a write made while the leader's FSM was stalled: %v", err)
 		}
 	}
 }
