@@ -16,9 +16,7 @@ import (
 // notices, and the nudger is woken by the FSM.
 func TestCommitNoticedAtTheAcknowledgement(t *testing.T) {
 	const linkDelay = 50 * time.Millisecond
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	leader, far := farFollower(ctx, t, linkDelay)
+	ctx, leader, far := farFollower(t, linkDelay)
 	leader.put(ctx, "before", "v")
 
 	// Stall the leader's FSM: the next write's publication holds it.

@@ -18,9 +18,7 @@ import (
 // and for a stream of writes closer together than the round trip.
 func TestFarFollower(t *testing.T) {
 	const linkDelay = 100 * time.Millisecond
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	leader, follower := farFollower(ctx, t, linkDelay)
+	ctx, leader, follower := farFollower(t, linkDelay)
 	t.Run("lone writes apply from the notice", func(t *testing.T) {
 		loneWritesApplyFromTheNotice(ctx, t, leader, follower, linkDelay)
 	})
@@ -101,9 +99,13 @@ func streamOfWritesIsNoticed(ctx context.Context, t *testing.T, leader, follower
 
 // farFollower starts two voters on loopback and, as a non-voter, a
 // member behind a link of linkDelay each way (commit timeouts of a
-// minute), and returns the leader and that member once it caught up.
-func farFollower(ctx context.Context, t *testing.T, linkDelay time.Duration) (leader, far *member) {
+// minute), and returns the leader and that member once it caught up, with
+// a context that ends a minute after the call (or with the test), for the
+// test to run in.
+func farFollower(t *testing.T, linkDelay time.Duration) (ctx context.Context, leader, far *member) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
 	ms := cluster(t, 2, func(c *Config) { c.CommitTimeout = time.Minute })
 	leader, _ = leaderOf(t, ms)
 	addrs := daemontest.FreeAddrs(t, 2)
@@ -122,7 +124,7 @@ func farFollower(ctx context.Context, t *testing.T, linkDelay time.Duration) (le
 	if err := far.node.WaitIndex(ctx, ri); err != nil {
 		t.Fatal(err)
 	}
-	return leader, far
+	return ctx, leader, far
 }
 
 // TestNearFollowerNoticed: a follower beside the leader, whose

@@ -118,6 +118,7 @@ func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	if len(args.Entries) == 0 {
 		return t.NetworkTransport.AppendEntries(id, target, args, resp)
 	}
+	last := args.Entries[len(args.Entries)-1].Index
 	t.mu.Lock()
 	f := t.followers[id]
 	if f == nil {
@@ -125,10 +126,9 @@ func (t *trackedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 		t.followers[id] = f
 	}
 	f.inFlight++
-	f.last = max(f.last, args.Entries[len(args.Entries)-1].Index)
+	f.last = max(f.last, last)
 	t.mu.Unlock()
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
-	last := args.Entries[len(args.Entries)-1].Index
 	ok := err == nil && resp.Success
 	t.mu.Lock()
 	f.inFlight--
